@@ -1,0 +1,150 @@
+//! The backend trait every device implements, and the CPU backend.
+//!
+//! Shape-first and small: upload, download (async), and run one op in one direction on device
+//! tensors. Models and autograd are written once against `dyn Backend`; nothing in a model knows
+//! which device it is on.
+
+use alloc::boxed::Box;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll, Waker};
+
+use crate::cpu::{self, Data, OwnedData, View};
+use crate::error::{Error, Result};
+use crate::op::{Direction, Op};
+pub use crate::tensor::DeviceId;
+use crate::tensor::{Storage, Tensor};
+
+/// A boxed future that need not be `Send` (browser futures are not).
+pub type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// A device that runs ops. See the module docs.
+pub trait Backend {
+    /// Human-readable name, e.g. `cpu` or `wgpu (llvmpipe, Vulkan)`.
+    fn name(&self) -> String;
+    /// The device tensors made by this backend live on.
+    fn device(&self) -> DeviceId;
+    /// Copies a host tensor to this device (a cheap clone for the CPU).
+    fn upload(&self, t: &Tensor) -> Result<Tensor>;
+    /// Copies a tensor of this device to the host. Async: in the browser nothing may block.
+    fn download<'a>(&'a self, t: &'a Tensor) -> LocalBoxFuture<'a, Result<Tensor>>;
+    /// Runs one op in one direction (see [`crate::op`] for the backward argument convention).
+    /// Every input must live on this device.
+    fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>>;
+    /// Submits any recorded work. Backends that batch override this.
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+    /// An f32 tensor of zeros on this device.
+    fn zeros(&self, shape: &[usize]) -> Result<Tensor> {
+        self.upload(&Tensor::zeros(shape)?)
+    }
+}
+
+/// Polls a future that is ready on its first poll (CPU downloads). Returns `None` if it is not.
+pub fn now_or_never<F: Future>(fut: F) -> Option<F::Output> {
+    let mut fut = core::pin::pin!(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        Poll::Ready(v) => Some(v),
+        Poll::Pending => None,
+    }
+}
+
+/// The CPU backend: the reference kernels, plus the fast matmul unless built with
+/// [`CpuBackend::reference`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuBackend {
+    reference_only: bool,
+}
+
+impl CpuBackend {
+    /// Reference kernels with the fast paths where they exist.
+    pub fn new() -> Self {
+        CpuBackend {
+            reference_only: false,
+        }
+    }
+    /// Reference kernels only: the specification, for parity checks.
+    pub fn reference() -> Self {
+        CpuBackend {
+            reference_only: true,
+        }
+    }
+    /// True for [`CpuBackend::reference`].
+    pub fn is_reference(&self) -> bool {
+        self.reference_only
+    }
+}
+
+/// Borrows a host tensor as a kernel view.
+pub fn host_view<'a>(op: &'static str, t: &'a Tensor) -> Result<View<'a, f32>> {
+    let data = match t.storage() {
+        Storage::F32(v) => Data::Float(v.as_slice()),
+        Storage::I32(v) => Data::I32(v.as_slice()),
+        Storage::I64(v) => Data::I64(v.as_slice()),
+        Storage::Device(b) => {
+            return Err(Error::DeviceMismatch {
+                op,
+                expected: DeviceId::CPU.0,
+                got: b.device().0,
+            });
+        }
+    };
+    Ok(View {
+        shape: t.shape(),
+        data,
+    })
+}
+
+/// Wraps a kernel result as a host tensor.
+pub fn owned_to_tensor(o: cpu::Owned<f32>) -> Result<Tensor> {
+    match o.data {
+        OwnedData::Float(v) => Tensor::from_f32(&o.shape, v),
+        OwnedData::I32(v) => Tensor::from_i32(&o.shape, v),
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        if self.reference_only {
+            "cpu-reference".into()
+        } else {
+            "cpu".into()
+        }
+    }
+    fn device(&self) -> DeviceId {
+        DeviceId::CPU
+    }
+    fn upload(&self, t: &Tensor) -> Result<Tensor> {
+        if !t.is_host() {
+            return Err(Error::NotOnHost { op: "upload" });
+        }
+        Ok(t.clone())
+    }
+    fn download<'a>(&'a self, t: &'a Tensor) -> LocalBoxFuture<'a, Result<Tensor>> {
+        let r = if t.is_host() {
+            Ok(t.clone())
+        } else {
+            Err(Error::NotOnHost { op: "download" })
+        };
+        Box::pin(core::future::ready(r))
+    }
+    fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let views = inputs
+            .iter()
+            .map(|t| host_view(op.name(), t))
+            .collect::<Result<Vec<_>>>()?;
+        let out = if self.reference_only {
+            cpu::run(op, dir, &views)?
+        } else {
+            match cpu::fast::run(op, dir, &views) {
+                Some(r) => r?,
+                None => cpu::run(op, dir, &views)?,
+            }
+        };
+        out.into_iter().map(owned_to_tensor).collect()
+    }
+}

@@ -1,0 +1,41 @@
+//! (stub: to be written)
+
+use alloc::vec::Vec;
+
+use super::{Owned, View};
+use crate::error::{Error, Result};
+use crate::numerics::Real;
+#[allow(unused_imports)]
+use crate::op::*;
+
+#[allow(unused_variables)]
+pub fn transpose_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    Err(Error::UnsupportedOnBackend {
+        op: "layout",
+        backend: "cpu (stub)".into(),
+    })
+}
+
+#[allow(unused_variables)]
+pub fn transpose_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    Err(Error::UnsupportedOnBackend {
+        op: "layout",
+        backend: "cpu (stub)".into(),
+    })
+}
+
+#[allow(unused_variables)]
+pub fn concat_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    Err(Error::UnsupportedOnBackend {
+        op: "layout",
+        backend: "cpu (stub)".into(),
+    })
+}
+
+#[allow(unused_variables)]
+pub fn concat_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    Err(Error::UnsupportedOnBackend {
+        op: "layout",
+        backend: "cpu (stub)".into(),
+    })
+}

@@ -1,0 +1,373 @@
+//! CPU reference kernels, forward and backward, one file per op family.
+//!
+//! Every kernel is generic over [`Real`], reads borrowed [`View`]s and returns [`Owned`]
+//! results, so the same code runs on `f32` tensors (the reference) and on `f64` buffers (the
+//! finite-difference gradient checks). [`run`] is the single entry point: it checks arity and
+//! dtypes against the op's spec, then dispatches with an exhaustive `match`.
+//!
+//! A fast f32 path for matmul lives in [`fast`], beside the reference and tested against it.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use crate::error::{Error, Result};
+use crate::numerics::Real;
+use crate::op::{Direction, InputKind, Op};
+use crate::tensor::{DType, numel};
+
+pub mod attention;
+pub mod elementwise;
+pub mod embedding;
+pub mod fast;
+pub mod gru;
+pub mod layout;
+pub mod loss;
+pub mod matmul;
+pub mod norm;
+pub mod optim;
+pub mod reduce;
+pub mod rope;
+pub mod softmax;
+pub mod svd;
+
+/// Borrowed elements of one argument.
+#[derive(Debug, Clone, Copy)]
+pub enum Data<'a, T> {
+    Float(&'a [T]),
+    I32(&'a [i32]),
+    I64(&'a [i64]),
+}
+
+/// A borrowed argument: shape and elements (row-major, contiguous).
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a, T> {
+    pub shape: &'a [usize],
+    pub data: Data<'a, T>,
+}
+
+impl<'a, T: Real> View<'a, T> {
+    /// A float view.
+    pub fn float(shape: &'a [usize], data: &'a [T]) -> Self {
+        View {
+            shape,
+            data: Data::Float(data),
+        }
+    }
+    /// The float elements, or a dtype error naming `op` and `name`.
+    pub fn floats(&self, op: &'static str, name: &str) -> Result<&'a [T]> {
+        match self.data {
+            Data::Float(x) => Ok(x),
+            Data::I32(_) => Err(Error::DTypeMismatch {
+                op,
+                tensor: name.into(),
+                expected: "f32",
+                got: DType::I32,
+            }),
+            Data::I64(_) => Err(Error::DTypeMismatch {
+                op,
+                tensor: name.into(),
+                expected: "f32",
+                got: DType::I64,
+            }),
+        }
+    }
+    /// The integer elements widened to i64, or a dtype error.
+    pub fn ints(&self, op: &'static str, name: &str) -> Result<Vec<i64>> {
+        match self.data {
+            Data::I32(x) => Ok(x.iter().map(|&v| v as i64).collect()),
+            Data::I64(x) => Ok(x.to_vec()),
+            Data::Float(_) => Err(Error::DTypeMismatch {
+                op,
+                tensor: name.into(),
+                expected: "i32 or i64",
+                got: DType::F32,
+            }),
+        }
+    }
+    /// Number of elements the data holds.
+    pub fn len(&self) -> usize {
+        match self.data {
+            Data::Float(x) => x.len(),
+            Data::I32(x) => x.len(),
+            Data::I64(x) => x.len(),
+        }
+    }
+    /// True when there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Owned elements of one result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OwnedData<T> {
+    Float(Vec<T>),
+    I32(Vec<i32>),
+}
+
+/// An owned result: shape and elements.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Owned<T> {
+    pub shape: Vec<usize>,
+    pub data: OwnedData<T>,
+}
+
+impl<T: Real> Owned<T> {
+    /// A float result.
+    pub fn float(shape: Vec<usize>, data: Vec<T>) -> Self {
+        debug_assert_eq!(numel(&shape), Some(data.len()));
+        Owned {
+            shape,
+            data: OwnedData::Float(data),
+        }
+    }
+    /// The float elements (empty slice for integer results).
+    pub fn floats(&self) -> &[T] {
+        match &self.data {
+            OwnedData::Float(x) => x,
+            OwnedData::I32(_) => &[],
+        }
+    }
+    /// A borrowed view of this result.
+    pub fn view(&self) -> View<'_, T> {
+        View {
+            shape: &self.shape,
+            data: match &self.data {
+                OwnedData::Float(x) => Data::Float(x),
+                OwnedData::I32(x) => Data::I32(x),
+            },
+        }
+    }
+}
+
+/// The float argument `i` of `args`: `(shape, elements)`. Checks the dtype and that the element
+/// count matches the shape.
+pub fn float_arg<'a, T: Real>(
+    op: &'static str,
+    args: &[View<'a, T>],
+    i: usize,
+    name: &str,
+) -> Result<(&'a [usize], &'a [T])> {
+    let v = args.get(i).ok_or(Error::Arity {
+        op,
+        expected: i + 1,
+        got: args.len(),
+    })?;
+    let x = v.floats(op, name)?;
+    if numel(v.shape) != Some(x.len()) {
+        return Err(Error::bad_shape(
+            op,
+            name,
+            v.shape,
+            format!("shape does not match {} elements", x.len()),
+        ));
+    }
+    Ok((v.shape, x))
+}
+
+/// The integer argument `i` of `args`, widened to i64: `(shape, elements)`.
+pub fn int_arg<'a, T: Real>(
+    op: &'static str,
+    args: &[View<'a, T>],
+    i: usize,
+    name: &str,
+) -> Result<(&'a [usize], Vec<i64>)> {
+    let v = args.get(i).ok_or(Error::Arity {
+        op,
+        expected: i + 1,
+        got: args.len(),
+    })?;
+    let x = v.ints(op, name)?;
+    if numel(v.shape) != Some(x.len()) {
+        return Err(Error::bad_shape(
+            op,
+            name,
+            v.shape,
+            format!("shape does not match {} elements", x.len()),
+        ));
+    }
+    Ok((v.shape, x))
+}
+
+/// Fails with [`Error::Empty`] when the shape holds no elements.
+pub fn non_empty(op: &'static str, name: &str, shape: &[usize]) -> Result<()> {
+    if shape.contains(&0) {
+        return Err(Error::Empty {
+            op,
+            tensor: name.into(),
+        });
+    }
+    Ok(())
+}
+
+/// Fails with [`Error::BadShape`] when the rank is below `min`.
+pub fn min_rank(op: &'static str, name: &str, shape: &[usize], min: usize) -> Result<()> {
+    if shape.len() < min {
+        return Err(Error::bad_shape(
+            op,
+            name,
+            shape,
+            format!("needs rank >= {min}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Fails with [`Error::ShapeMismatch`] unless the shapes are equal.
+pub fn same_shape(op: &'static str, lhs: &[usize], rhs: &[usize]) -> Result<()> {
+    if lhs != rhs {
+        return Err(Error::mismatch(op, lhs, rhs));
+    }
+    Ok(())
+}
+
+/// Splits a shape into `(rows, last)`: the product of the leading dims and the last dim.
+pub fn rows_last(shape: &[usize]) -> (usize, usize) {
+    match shape.split_last() {
+        Some((&last, lead)) => (lead.iter().product(), last),
+        None => (1, 1),
+    }
+}
+
+fn check_args<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<()> {
+    let spec = op.spec();
+    let name = op.name();
+    if dir == Direction::Backward && !spec.differentiable() {
+        return Err(Error::NoBackward { op: name });
+    }
+    let names = spec.arg_names(dir);
+    if args.len() != names.len() {
+        return Err(Error::Arity {
+            op: name,
+            expected: names.len(),
+            got: args.len(),
+        });
+    }
+    for (i, (arg, arg_name)) in args.iter().zip(names.iter()).enumerate() {
+        let want_int = spec.inputs.get(i).is_some_and(|s| s.kind == InputKind::Int);
+        let ok = match arg.data {
+            Data::Float(_) => !want_int,
+            Data::I32(_) | Data::I64(_) => want_int,
+        };
+        if !ok {
+            let got = match arg.data {
+                Data::Float(_) => DType::F32,
+                Data::I32(_) => DType::I32,
+                Data::I64(_) => DType::I64,
+            };
+            let expected = if want_int { "i32 or i64" } else { "f32" };
+            return Err(Error::DTypeMismatch {
+                op: name,
+                tensor: String::from(arg_name.as_str()),
+                expected,
+                got,
+            });
+        }
+        if numel(arg.shape) != Some(arg.len()) {
+            return Err(Error::bad_shape(
+                name,
+                arg_name,
+                arg.shape,
+                format!("shape does not match {} elements", arg.len()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs one op in one direction with the reference kernels.
+///
+/// Forward: `args` are the op's inputs. Backward: `inputs ++ outputs ++ grad_outputs`; returns
+/// one gradient per differentiable input (see [`crate::op`]).
+pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    check_args(op, dir, args)?;
+    use Direction::{Backward as B, Forward as F};
+    match (*op, dir) {
+        (Op::Matmul { trans_a, trans_b }, F) => matmul::forward(trans_a, trans_b, args),
+        (Op::Matmul { trans_a, trans_b }, B) => matmul::backward(trans_a, trans_b, args),
+        (Op::Binary(b), F) => elementwise::binary_forward(b, args),
+        (Op::Binary(b), B) => elementwise::binary_backward(b, args),
+        (Op::Scale { factor }, F) => elementwise::scale_forward(factor, args),
+        (Op::Scale { factor }, B) => elementwise::scale_backward(factor, args),
+        (Op::Unary(u), F) => elementwise::unary_forward(u, args),
+        (Op::Unary(u), B) => elementwise::unary_backward(u, args),
+        (Op::Gelu { approximate }, F) => elementwise::gelu_forward(approximate, args),
+        (Op::Gelu { approximate }, B) => elementwise::gelu_backward(approximate, args),
+        (Op::Softmax { causal }, F) => softmax::forward(false, causal, args),
+        (Op::Softmax { causal }, B) => softmax::backward(false, causal, args),
+        (Op::LogSoftmax { causal }, F) => softmax::forward(true, causal, args),
+        (Op::LogSoftmax { causal }, B) => softmax::backward(true, causal, args),
+        (Op::LayerNorm { eps }, F) => norm::layer_norm_forward(eps, args),
+        (Op::LayerNorm { eps }, B) => norm::layer_norm_backward(eps, args),
+        (Op::RmsNorm { eps }, F) => norm::rms_norm_forward(eps, args),
+        (Op::RmsNorm { eps }, B) => norm::rms_norm_backward(eps, args),
+        (
+            Op::Rope {
+                theta,
+                offset,
+                interleaved,
+            },
+            F,
+        ) => rope::forward(theta, offset, interleaved, args),
+        (
+            Op::Rope {
+                theta,
+                offset,
+                interleaved,
+            },
+            B,
+        ) => rope::backward(theta, offset, interleaved, args),
+        (Op::Embedding, F) => embedding::forward(args),
+        (Op::Embedding, B) => embedding::backward(args),
+        (Op::Reduce(r), F) => reduce::forward(r, args),
+        (Op::Reduce(r), B) => reduce::backward(r, args),
+        (Op::Argmax, F) => reduce::argmax(args),
+        (Op::Transpose, F) => layout::transpose_forward(args),
+        (Op::Transpose, B) => layout::transpose_backward(args),
+        (Op::Concat, F) => layout::concat_forward(args),
+        (Op::Concat, B) => layout::concat_backward(args),
+        (Op::Attention { causal, scale }, F) => attention::forward(causal, scale, args),
+        (Op::Attention { causal, scale }, B) => attention::backward(causal, scale, args),
+        (Op::GruCell, F) => gru::cell_forward(args),
+        (Op::GruCell, B) => gru::cell_backward(args),
+        (Op::GruSequence, F) => gru::sequence_forward(args),
+        (Op::GruSequence, B) => gru::sequence_backward(args),
+        (Op::CrossEntropy, F) => loss::cross_entropy_forward(args),
+        (Op::CrossEntropy, B) => loss::cross_entropy_backward(args),
+        (Op::Mse, F) => loss::mse_forward(args),
+        (Op::Mse, B) => loss::mse_backward(args),
+        (
+            Op::SvdLowrank {
+                rank,
+                power_iters,
+                seed,
+            },
+            F,
+        ) => svd::svd_lowrank(rank, power_iters, seed, args),
+        (
+            Op::AdamwStep {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                step,
+            },
+            F,
+        ) => optim::adamw_step(lr, beta1, beta2, eps, weight_decay, step, args),
+        (
+            Op::SgdStep {
+                lr,
+                momentum,
+                weight_decay,
+                nesterov,
+            },
+            F,
+        ) => optim::sgd_step(lr, momentum, weight_decay, nesterov, args),
+        // Non-differentiable ops: rejected by `check_args` above.
+        (Op::Argmax | Op::SvdLowrank { .. } | Op::AdamwStep { .. } | Op::SgdStep { .. }, B) => {
+            Err(Error::NoBackward { op: op.name() })
+        }
+    }
+}

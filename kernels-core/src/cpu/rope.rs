@@ -1,0 +1,35 @@
+//! (stub: to be written)
+
+use alloc::vec::Vec;
+
+use super::{Owned, View};
+use crate::error::{Error, Result};
+use crate::numerics::Real;
+#[allow(unused_imports)]
+use crate::op::*;
+
+#[allow(unused_variables)]
+pub fn forward<T: Real>(
+    theta: f32,
+    offset: usize,
+    interleaved: bool,
+    args: &[View<T>],
+) -> Result<Vec<Owned<T>>> {
+    Err(Error::UnsupportedOnBackend {
+        op: "rope",
+        backend: "cpu (stub)".into(),
+    })
+}
+
+#[allow(unused_variables)]
+pub fn backward<T: Real>(
+    theta: f32,
+    offset: usize,
+    interleaved: bool,
+    args: &[View<T>],
+) -> Result<Vec<Owned<T>>> {
+    Err(Error::UnsupportedOnBackend {
+        op: "rope",
+        backend: "cpu (stub)".into(),
+    })
+}

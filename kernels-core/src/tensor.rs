@@ -1,0 +1,283 @@
+//! Contiguous row-major tensors with checked shapes.
+//!
+//! A [`Tensor`] is a shape, a dtype and a shared storage. Storage is either host memory
+//! (`f32`, `i32` or `i64`) or a buffer owned by a device backend ([`DeviceBuffer`]). Cloning a
+//! tensor and [`Tensor::reshape`] share the storage (views); kernels never mutate shared storage.
+
+use alloc::format;
+use alloc::sync::Arc;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::any::Any;
+use core::fmt;
+
+use crate::error::{Error, Result};
+
+/// Element type of a tensor. `f32` is the reference dtype; integers carry ids and targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    F32,
+    I32,
+    I64,
+}
+
+impl DType {
+    /// Size of one element in bytes.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::I64 => 8,
+        }
+    }
+    /// Lower-case name, as in safetensors headers and the CLI.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+        }
+    }
+    /// True for `I32` and `I64`.
+    pub fn is_int(self) -> bool {
+        matches!(self, DType::I32 | DType::I64)
+    }
+}
+
+/// Identity of the device a tensor lives on. `DeviceId::CPU` is host memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceId(pub u64);
+
+impl DeviceId {
+    /// Host memory.
+    pub const CPU: DeviceId = DeviceId(0);
+}
+
+/// A buffer owned by a device backend. Backends downcast through [`DeviceBuffer::as_any`].
+pub trait DeviceBuffer: Any + fmt::Debug {
+    /// The device that owns this buffer.
+    fn device(&self) -> DeviceId;
+    /// For the owning backend to recover its concrete buffer type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// Where a tensor's elements live.
+#[derive(Clone)]
+pub enum Storage {
+    F32(Arc<Vec<f32>>),
+    I32(Arc<Vec<i32>>),
+    I64(Arc<Vec<i64>>),
+    Device(Arc<dyn DeviceBuffer>),
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Storage::F32(v) => write!(f, "F32(len {})", v.len()),
+            Storage::I32(v) => write!(f, "I32(len {})", v.len()),
+            Storage::I64(v) => write!(f, "I64(len {})", v.len()),
+            Storage::Device(b) => write!(f, "Device({b:?})"),
+        }
+    }
+}
+
+/// A contiguous row-major tensor. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    shape: Vec<usize>,
+    dtype: DType,
+    storage: Storage,
+}
+
+/// Number of elements of a shape; `None` on overflow.
+pub fn numel(shape: &[usize]) -> Option<usize> {
+    shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+}
+
+impl Tensor {
+    fn check_len(op: &'static str, shape: &[usize], len: usize) -> Result<()> {
+        match numel(shape) {
+            Some(n) if n == len => Ok(()),
+            Some(n) => Err(Error::bad_shape(
+                op,
+                "data",
+                shape,
+                format!("shape holds {n} elements but {len} were given"),
+            )),
+            None => Err(Error::bad_shape(
+                op,
+                "data",
+                shape,
+                "element count overflows usize",
+            )),
+        }
+    }
+
+    /// An f32 tensor from its elements in row-major order.
+    pub fn from_f32(shape: &[usize], data: Vec<f32>) -> Result<Self> {
+        Self::check_len("tensor", shape, data.len())?;
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            dtype: DType::F32,
+            storage: Storage::F32(Arc::new(data)),
+        })
+    }
+    /// An i32 tensor from its elements in row-major order.
+    pub fn from_i32(shape: &[usize], data: Vec<i32>) -> Result<Self> {
+        Self::check_len("tensor", shape, data.len())?;
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            dtype: DType::I32,
+            storage: Storage::I32(Arc::new(data)),
+        })
+    }
+    /// An i64 tensor from its elements in row-major order.
+    pub fn from_i64(shape: &[usize], data: Vec<i64>) -> Result<Self> {
+        Self::check_len("tensor", shape, data.len())?;
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            dtype: DType::I64,
+            storage: Storage::I64(Arc::new(data)),
+        })
+    }
+    /// An f32 scalar (shape `[]`).
+    pub fn scalar(v: f32) -> Self {
+        Tensor {
+            shape: Vec::new(),
+            dtype: DType::F32,
+            storage: Storage::F32(Arc::new(vec![v])),
+        }
+    }
+    /// All-zero f32 tensor.
+    pub fn zeros(shape: &[usize]) -> Result<Self> {
+        let n = numel(shape)
+            .ok_or_else(|| Error::bad_shape("zeros", "shape", shape, "element count overflows"))?;
+        Self::from_f32(shape, vec![0.0; n])
+    }
+    /// f32 tensor filled with `v`.
+    pub fn full(shape: &[usize], v: f32) -> Result<Self> {
+        let n = numel(shape)
+            .ok_or_else(|| Error::bad_shape("full", "shape", shape, "element count overflows"))?;
+        Self::from_f32(shape, vec![v; n])
+    }
+    /// A tensor over a device buffer. Backends call this; the shape is trusted to match.
+    pub fn from_device(shape: &[usize], dtype: DType, buf: Arc<dyn DeviceBuffer>) -> Self {
+        Tensor {
+            shape: shape.to_vec(),
+            dtype,
+            storage: Storage::Device(buf),
+        }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        // Checked at construction.
+        self.shape.iter().product()
+    }
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// The storage (host vectors or a device buffer).
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+    /// The device this tensor lives on.
+    pub fn device(&self) -> DeviceId {
+        match &self.storage {
+            Storage::Device(b) => b.device(),
+            _ => DeviceId::CPU,
+        }
+    }
+    /// True when the elements are in host memory.
+    pub fn is_host(&self) -> bool {
+        !matches!(self.storage, Storage::Device(_))
+    }
+    /// The device buffer, if this tensor lives on a device.
+    pub fn device_buffer(&self) -> Option<&Arc<dyn DeviceBuffer>> {
+        match &self.storage {
+            Storage::Device(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Host f32 elements.
+    pub fn as_f32(&self) -> Result<&[f32]> {
+        match &self.storage {
+            Storage::F32(v) => Ok(v),
+            Storage::Device(_) => Err(Error::NotOnHost { op: "as_f32" }),
+            _ => Err(Error::DTypeMismatch {
+                op: "as_f32",
+                tensor: "self".into(),
+                expected: "f32",
+                got: self.dtype,
+            }),
+        }
+    }
+    /// Host f32 elements, copied out.
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        Ok(self.as_f32()?.to_vec())
+    }
+    /// Host integer elements widened to i64 (i32 or i64 tensors).
+    pub fn to_i64_vec(&self) -> Result<Vec<i64>> {
+        match &self.storage {
+            Storage::I32(v) => Ok(v.iter().map(|&x| x as i64).collect()),
+            Storage::I64(v) => Ok(v.to_vec()),
+            Storage::Device(_) => Err(Error::NotOnHost { op: "to_i64_vec" }),
+            Storage::F32(_) => Err(Error::DTypeMismatch {
+                op: "to_i64_vec",
+                tensor: "self".into(),
+                expected: "i32 or i64",
+                got: self.dtype,
+            }),
+        }
+    }
+    /// The single element of a one-element f32 tensor.
+    pub fn to_scalar(&self) -> Result<f32> {
+        let v = self.as_f32()?;
+        match v {
+            [x] => Ok(*x),
+            _ => Err(Error::bad_shape(
+                "to_scalar",
+                "self",
+                &self.shape,
+                "expected one element",
+            )),
+        }
+    }
+
+    /// A view with a new shape over the same storage (no copy). The element count must match.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        match numel(shape) {
+            Some(n) if n == self.numel() => Ok(Tensor {
+                shape: shape.to_vec(),
+                dtype: self.dtype,
+                storage: self.storage.clone(),
+            }),
+            _ => Err(Error::mismatch("reshape", &self.shape, shape)),
+        }
+    }
+
+    /// Bit-exact equality of shape, dtype and host elements (NaN equals NaN of the same bits).
+    pub fn bit_eq(&self, other: &Tensor) -> bool {
+        if self.shape != other.shape || self.dtype != other.dtype {
+            return false;
+        }
+        match (&self.storage, &other.storage) {
+            (Storage::F32(a), Storage::F32(b)) => a
+                .iter()
+                .zip(b.iter())
+                .all(|(x, y)| x.to_bits() == y.to_bits()),
+            (Storage::I32(a), Storage::I32(b)) => a == b,
+            (Storage::I64(a), Storage::I64(b)) => a == b,
+            _ => false,
+        }
+    }
+}
