@@ -756,3 +756,37 @@ fn param_store_host_round_trip_through_a_device() {
         assert_eq!(f64_read(t), f64_read(s.get(name).unwrap()));
     }
 }
+
+fn dot_loss(g: &Graph, v: &Var, seed: u64) -> Result<Var> {
+    let n = v.tensor().numel();
+    let flat = g.reshape(v, &[1, n])?;
+    let w = Rng::new(seed).normal_tensor(&[n, 1], 0.0, 1.0)?;
+    g.matmul(&flat, &constant(g, &w))
+}
+
+#[test]
+fn gru_attention_rope_layer_norm_gelu_composite_matches_finite_differences() {
+    let mut rng = Rng::new(2);
+    let mut s = f64_store();
+    let gru = Gru::new(&mut s, "rnn", 5, 6, &mut rng).unwrap();
+    let head = Linear::new(&mut s, "head", 6, 2, true, &mut rng).unwrap();
+    s.register("x", rng.normal_tensor(&[1, 2, 5, 4], 0.0, 1.0).unwrap())
+        .unwrap();
+    LayerNorm::new(&mut s, "ln", 4, 1e-5).unwrap();
+    let x = rng.normal_tensor(&[4, 3, 5], 0.0, 1.0).unwrap();
+    let f = |g: &Graph, p: &kernels_core::nn::Params| {
+        let (out, _h_n) = gru.forward(g, p, &constant(g, &x), None)?;
+        let o = head.forward(g, p, &out)?;
+        let l1 = dot_loss(g, &o, 1)?;
+        let xa = p.get("x")?;
+        let a = g.attention(xa, xa, xa, true, None)?;
+        let r = g.add(&a, xa)?;
+        let n = g.layer_norm(&r, p.get("ln.weight")?, p.get("ln.bias")?, 1e-5)?;
+        let kv = g.rope(xa, 10000.0, 2, false)?;
+        let b = g.attention(xa, &kv, &kv, false, Some(0.7))?;
+        let l2 = dot_loss(g, &n, 2)?;
+        let l3 = dot_loss(g, &g.gelu(&b)?, 3)?;
+        g.add(&g.add(&l1, &l2)?, &l3)
+    };
+    assert!(check_graph(&s, &f) > 60);
+}
