@@ -220,7 +220,7 @@ fn mlp_with_cross_entropy_matches_finite_differences() {
         g.cross_entropy(&logits, &constant(g, &targets))
     };
     let n = check_graph(&s, &f);
-    assert!(n > 100);
+    assert_eq!(n, 40 + 13 + 39 + 3);
 }
 
 #[test]
@@ -710,8 +710,9 @@ fn train(
 fn mlp_trains_with_adamw() {
     let mut opt = AdamW::new(0.05);
     let (first, last, acc) = train(|s, g| opt.step(s, g).unwrap());
+    eprintln!("AdamW: loss {first} -> {last}, accuracy {acc}");
     assert!(first > 1.0, "initial loss {first}");
-    assert!(last < first / 20.0, "AdamW: loss {first} -> {last}");
+    assert!(last < first / 100.0, "AdamW: loss {first} -> {last}");
     assert_eq!(acc, 1.0);
 }
 
@@ -719,7 +720,8 @@ fn mlp_trains_with_adamw() {
 fn mlp_trains_with_sgd_momentum() {
     let mut opt = Sgd::new(0.1).momentum(0.9);
     let (first, last, acc) = train(|s, g| opt.step(s, g).unwrap());
-    assert!(last < first / 20.0, "SGD: loss {first} -> {last}");
+    eprintln!("SGD: loss {first} -> {last}, accuracy {acc}");
+    assert!(last < first / 100.0, "SGD: loss {first} -> {last}");
     assert_eq!(acc, 1.0);
 }
 
