@@ -10,6 +10,7 @@ use alloc::collections::BTreeMap;
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::String;
+use alloc::vec::Vec;
 
 use crate::autograd::{Graph, Var};
 use crate::backend::Backend;
@@ -156,6 +157,20 @@ impl ParamStore {
             out.insert(name.clone(), self.backend.download(t).await?);
         }
         Ok(out)
+    }
+
+    /// The parameters as a safetensors file, by name.
+    pub async fn save(&self) -> Result<Vec<u8>> {
+        let host = self.to_host().await?;
+        crate::io::save(&host)
+    }
+
+    /// Loads every registered parameter by name from a safetensors file. Every expected name must
+    /// be present ([`Error::Missing`]) with the registered shape ([`Error::ShapeMismatch`]);
+    /// extra tensors in the file are ignored. On any error the store is left untouched.
+    pub fn load(&mut self, bytes: &[u8]) -> Result<()> {
+        let file = crate::io::load(bytes)?;
+        self.load_map(&file)
     }
 
     /// Loads every registered parameter by name from host tensors (a parsed file). Every expected
@@ -476,7 +491,6 @@ impl Gru {
 mod tests {
     use super::*;
     use crate::backend::CpuBackend;
-    use alloc::vec::Vec;
 
     fn store() -> ParamStore {
         ParamStore::new(Rc::new(CpuBackend::new()))

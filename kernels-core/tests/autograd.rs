@@ -792,3 +792,119 @@ fn gru_attention_rope_layer_norm_gelu_composite_matches_finite_differences() {
     };
     assert!(check_graph(&s, &f) > 60);
 }
+
+fn model(store: &mut ParamStore, seed: u64) -> (Linear, Gru) {
+    let mut rng = Rng::new(seed);
+    let lin = Linear::new(store, "head", 6, 3, true, &mut rng).unwrap();
+    let gru = Gru::new(store, "rnn", 4, 6, &mut rng).unwrap();
+    LayerNorm::new(store, "ln", 6, 1e-5).unwrap();
+    (lin, gru)
+}
+
+fn snapshot(s: &ParamStore) -> BTreeMap<String, Vec<f64>> {
+    s.iter().map(|(k, t)| (k.clone(), host(t))).collect()
+}
+
+#[test]
+fn param_store_save_load_round_trip() {
+    for backend in [
+        Rc::new(CpuBackend::new()) as Rc<dyn Backend>,
+        Rc::new(F64Backend::default()),
+    ] {
+        let mut a = ParamStore::new(backend.clone());
+        model(&mut a, 1);
+        let bytes = now_or_never(a.save()).unwrap().unwrap();
+        // The file holds exactly the PyTorch names.
+        let file = kernels_core::io::load(&bytes).unwrap();
+        assert_eq!(
+            file.keys().map(String::as_str).collect::<Vec<_>>(),
+            [
+                "head.bias",
+                "head.weight",
+                "ln.bias",
+                "ln.weight",
+                "rnn.bias_hh_l0",
+                "rnn.bias_ih_l0",
+                "rnn.weight_hh_l0",
+                "rnn.weight_ih_l0"
+            ]
+        );
+        assert_eq!(file["rnn.weight_ih_l0"].shape(), &[18, 4]);
+        // A differently initialized model takes the saved values exactly.
+        let mut b = ParamStore::new(backend);
+        model(&mut b, 2);
+        assert_ne!(snapshot(&a), snapshot(&b));
+        b.load(&bytes).unwrap();
+        assert_eq!(snapshot(&a), snapshot(&b));
+    }
+}
+
+#[test]
+fn param_store_load_errors_leave_the_store_untouched() {
+    let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new());
+    let mut store = ParamStore::new(cpu.clone());
+    model(&mut store, 1);
+    let before = snapshot(&store);
+    let full = now_or_never(store.to_host()).unwrap().unwrap();
+    let mut other = ParamStore::new(cpu.clone());
+    model(&mut other, 7);
+    let good = now_or_never(other.save()).unwrap().unwrap();
+
+    // A missing parameter.
+    let mut m = now_or_never(other.to_host()).unwrap().unwrap();
+    m.remove("rnn.bias_hh_l0");
+    let e = store
+        .load(&kernels_core::io::save(&m).unwrap())
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::Missing {
+            what: "tensor in parameter file".into(),
+            name: "rnn.bias_hh_l0".into()
+        }
+    );
+    assert_eq!(snapshot(&store), before);
+
+    // A parameter of the wrong shape (transposed weight).
+    let mut m = now_or_never(other.to_host()).unwrap().unwrap();
+    m.insert("head.weight".into(), Tensor::zeros(&[6, 3]).unwrap());
+    let e = store
+        .load(&kernels_core::io::save(&m).unwrap())
+        .unwrap_err();
+    assert_eq!(
+        e,
+        Error::ShapeMismatch {
+            op: "ParamStore::load",
+            lhs: vec![3, 6],
+            rhs: vec![6, 3]
+        }
+    );
+    assert_eq!(snapshot(&store), before);
+
+    // A parameter of the wrong dtype.
+    let mut m = full.clone();
+    m.insert(
+        "ln.bias".into(),
+        Tensor::from_i32(&[6], vec![0; 6]).unwrap(),
+    );
+    assert!(matches!(
+        store.load(&kernels_core::io::save(&m).unwrap()),
+        Err(Error::DTypeMismatch { .. })
+    ));
+    assert_eq!(snapshot(&store), before);
+
+    // A truncated file.
+    assert!(matches!(
+        store.load(&good[..good.len() - 5]),
+        Err(Error::BadModelFile { .. })
+    ));
+    assert!(store.load(&[]).is_err());
+    assert_eq!(snapshot(&store), before);
+
+    // Extra tensors are ignored; the good file then loads.
+    let mut m = now_or_never(other.to_host()).unwrap().unwrap();
+    m.insert("unused".into(), Tensor::zeros(&[2]).unwrap());
+    store.load(&kernels_core::io::save(&m).unwrap()).unwrap();
+    assert_eq!(snapshot(&store), snapshot(&other));
+    assert!(!store.contains("unused"));
+}
