@@ -908,3 +908,33 @@ fn param_store_load_errors_leave_the_store_untouched() {
     assert_eq!(snapshot(&store), snapshot(&other));
     assert!(!store.contains("unused"));
 }
+
+#[test]
+fn embedding_rms_norm_and_the_remaining_ops_match_finite_differences() {
+    use kernels_core::nn::{Embedding, RmsNorm};
+    let mut rng = Rng::new(4);
+    let mut s = f64_store();
+    let emb = Embedding::new(&mut s, "tok", 11, 4, &mut rng).unwrap();
+    let norm = RmsNorm::new(&mut s, "norm", 4, 1e-6).unwrap();
+    s.register("w", rng.normal_tensor(&[8], 0.0, 1.0).unwrap())
+        .unwrap();
+    // Token 3 appears twice: its embedding row gets two contributions.
+    let ids = Tensor::from_i32(&[2, 5], vec![3, 1, 4, 1, 5, 9, 2, 6, 3, 10]).unwrap();
+    let f = |g: &Graph, p: &kernels_core::nn::Params| {
+        let e = emb.forward(g, p, &constant(g, &ids))?; // [2, 5, 4]
+        let n = norm.forward(g, p, &e)?;
+        let scores = g.matmul_t(&n, &n, false, true)?; // [2, 5, 5], n used twice
+        let attn = g.softmax(&scores, true)?;
+        let a = g.matmul(&attn, &n)?; // [2, 5, 4]
+        let c = g.concat(&a, &g.silu(&n)?)?; // [2, 5, 8]
+        let c = g.mul(&c, p.get("w")?)?; // broadcast [8]
+        let t = g.transpose(&g.tanh(&c)?)?; // [2, 8, 5]
+        let m = g.max(&t)?; // [2, 8]
+        let me = g.mean(&g.sigmoid(&t)?)?; // [2, 8]
+        let d = g.div(&m, &g.sqrt(&g.exp(&me)?)?)?;
+        let l = g.sub(&d, &g.log(&g.add(&me, &me)?)?)?;
+        let ls = g.log_softmax(&g.neg(&g.scale(&l, 0.5)?)?, false)?;
+        g.sum(&g.sum(&ls)?)
+    };
+    assert!(check_graph(&s, &f) > 40);
+}
