@@ -1,5 +1,7 @@
 //! Every `src/shaders/*.wgsl` parses and validates with naga (no GPU needed).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::path::Path;
 
 #[test]
