@@ -10,35 +10,42 @@ use kernels_core::numerics::compare;
 use kernels_core::op::Direction;
 use kernels_core::{Backend, CpuBackend, DType, Error, OpKind, Tensor, parity};
 
+/// Elements as f64 (floats, or integer results widened).
+fn values(t: &Tensor) -> Vec<f64> {
+    if t.dtype().is_int() {
+        t.to_i64_vec().unwrap().iter().map(|&v| v as f64).collect()
+    } else {
+        t.as_f32().unwrap().iter().map(|&v| f64::from(v)).collect()
+    }
+}
+
 fn same_values(
-    op: &str,
+    label: &str,
     got: &Tensor,
-    want: &Tensor,
+    want: &[f64],
     atol: f64,
     rtol: f64,
 ) -> Result<(f64, f64), String> {
-    if got.shape() != want.shape() {
+    let g = values(got);
+    if g.len() != want.len() {
         return Err(format!(
-            "{op}: shape {:?} vs reference {:?}",
-            got.shape(),
-            want.shape()
+            "{label}: {} elements vs reference {}",
+            g.len(),
+            want.len()
         ));
     }
-    if want.dtype().is_int() {
-        let (g, w) = (got.to_i64_vec().unwrap(), want.to_i64_vec().unwrap());
-        return if g == w {
-            Ok((0.0, 0.0))
-        } else {
-            Err(format!("{op}: integer results differ"))
-        };
-    }
-    let c = compare(got.as_f32().unwrap(), want.as_f32().unwrap(), atol, rtol);
+    let c = compare(&g, want, atol, rtol);
     if c.pass {
         Ok((c.max_abs_err, c.max_rel_err))
     } else {
+        let w = c.worst_index.unwrap_or(0);
         Err(format!(
-            "{op}: {} violations, max abs {:.3e}, max rel {:.3e}, worst index {:?} (budget atol {atol:.1e} rtol {rtol:.1e})",
-            c.violations, c.max_abs_err, c.max_rel_err, c.worst_index
+            "{label}: {} violations, max abs {:.3e}, max rel {:.3e}, worst index {w} (got {} want {}) (budget atol {atol:.1e} rtol {rtol:.1e})",
+            c.violations,
+            c.max_abs_err,
+            c.max_rel_err,
+            g.get(w).copied().unwrap_or(f64::NAN),
+            want.get(w).copied().unwrap_or(f64::NAN)
         ))
     }
 }
@@ -47,12 +54,36 @@ fn is_stub(e: &Error) -> bool {
     matches!(e, Error::UnsupportedOnBackend { .. })
 }
 
+enum Reference {
+    /// The CPU reference kernels (the specification).
+    Cpu(Vec<Tensor>),
+    /// The test's f64 oracle, while the CPU kernel is still a stub.
+    Oracle(Vec<Vec<f64>>),
+}
+
+/// The CPU reference result, else the oracle's, else `None` (no reference for this op yet).
+fn reference(op: &kernels_core::Op, dir: Direction, args: &[Tensor]) -> Option<Reference> {
+    let refs: Vec<&Tensor> = args.iter().collect();
+    match CpuBackend::reference().run(op, dir, &refs) {
+        Ok(w) => Some(Reference::Cpu(w)),
+        Err(e) if is_stub(&e) => common::oracle::run(op, dir, args).map(Reference::Oracle),
+        Err(e) => panic!("{op} {}: cpu reference failed: {e}", dir.name()),
+    }
+}
+
+fn reference_values(r: &Reference) -> Vec<Vec<f64>> {
+    match r {
+        Reference::Cpu(ts) => ts.iter().map(values).collect(),
+        Reference::Oracle(v) => v.clone(),
+    }
+}
+
 #[test]
 fn wgpu_matches_the_cpu_reference() {
     let Some(gpu) = common::backend() else { return };
-    let cpu = CpuBackend::reference();
     let mut failures = Vec::new();
     let mut passed = Vec::new();
+    let mut by_oracle = Vec::new();
     let mut no_reference = Vec::new();
     let mut unsupported = Vec::new();
     for kind in OpKind::ALL {
@@ -61,15 +92,6 @@ fn wgpu_matches_the_cpu_reference() {
             let label = format!("{} {}", case.op, case.shape_label());
             let shapes: Vec<&[usize]> = case.inputs.iter().map(|t| t.shape()).collect();
             let k = case.op.reduced_len(&shapes);
-            let host: Vec<&Tensor> = case.inputs.iter().collect();
-            let want = match cpu.run(&case.op, Direction::Forward, &host) {
-                Ok(w) => w,
-                Err(e) if is_stub(&e) => {
-                    no_reference.push(kind.name());
-                    break;
-                }
-                Err(e) => panic!("{label}: cpu reference failed: {e}"),
-            };
             let dev: Vec<Tensor> = case.inputs.iter().map(|t| gpu.upload(t).unwrap()).collect();
             let dev_refs: Vec<&Tensor> = dev.iter().collect();
             let got = match gpu.run(&case.op, Direction::Forward, &dev_refs) {
@@ -83,31 +105,45 @@ fn wgpu_matches_the_cpu_reference() {
                     continue;
                 }
             };
+            let got: Vec<Tensor> = got
+                .iter()
+                .map(|g| gpu.download_blocking(g).unwrap())
+                .collect();
+            let Some(want) = reference(&case.op, Direction::Forward, &case.inputs) else {
+                no_reference.push(kind.name());
+                break;
+            };
+            let src = match &want {
+                Reference::Cpu(_) => "cpu",
+                Reference::Oracle(_) => {
+                    by_oracle.push(kind.name());
+                    "oracle"
+                }
+            };
             let (atol, rtol) = spec.budget.at(k);
-            assert_eq!(got.len(), want.len(), "{label}: output count");
-            for (g, w) in got.iter().zip(&want) {
-                let g = gpu.download_blocking(g).unwrap();
-                match same_values(&label, &g, w, atol, rtol) {
-                    Ok((abs, rel)) => {
-                        passed.push(format!("{label} forward: abs {abs:.2e} rel {rel:.2e}"))
-                    }
-                    Err(e) => failures.push(format!("{e} [forward]")),
+            let want_v = reference_values(&want);
+            assert_eq!(got.len(), want_v.len(), "{label}: output count");
+            for (g, w) in got.iter().zip(&want_v) {
+                match same_values(&label, g, w, atol, rtol) {
+                    Ok((abs, rel)) => passed.push(format!(
+                        "{label} forward vs {src}: abs {abs:.2e} rel {rel:.2e}"
+                    )),
+                    Err(e) => failures.push(format!("{e} [forward vs {src}]")),
                 }
             }
             if !spec.differentiable() {
                 continue;
             }
-            // Backward on the same arguments for both: inputs ++ reference outputs ++ grads.
-            let grads = parity::grad_outputs(&want, 100 + ci as u64).unwrap();
-            let mut bargs: Vec<Tensor> = case.inputs.clone();
-            bargs.extend(want.iter().cloned());
-            bargs.extend(grads);
-            let host_b: Vec<&Tensor> = bargs.iter().collect();
-            let want_b = match cpu.run(&case.op, Direction::Backward, &host_b) {
-                Ok(w) => w,
-                Err(e) if is_stub(&e) => continue,
-                Err(e) => panic!("{label}: cpu reference backward failed: {e}"),
+            // Backward on the same arguments for both: inputs ++ outputs ++ grads, with the
+            // reference's outputs when it has tensors, else the GPU's own.
+            let outs = match &want {
+                Reference::Cpu(ts) => ts.clone(),
+                Reference::Oracle(_) => got.clone(),
             };
+            let grads = parity::grad_outputs(&outs, 100 + ci as u64).unwrap();
+            let mut bargs: Vec<Tensor> = case.inputs.clone();
+            bargs.extend(outs);
+            bargs.extend(grads);
             let dev_b: Vec<Tensor> = bargs.iter().map(|t| gpu.upload(t).unwrap()).collect();
             let dev_b_refs: Vec<&Tensor> = dev_b.iter().collect();
             let got_b = match gpu.run(&case.op, Direction::Backward, &dev_b_refs) {
@@ -117,23 +153,36 @@ fn wgpu_matches_the_cpu_reference() {
                     continue;
                 }
             };
+            let Some(want_b) = reference(&case.op, Direction::Backward, &bargs) else {
+                continue;
+            };
+            let src = match &want_b {
+                Reference::Cpu(_) => "cpu",
+                Reference::Oracle(_) => "oracle",
+            };
             let (atol, rtol) = spec.budget_backward.at(k);
+            let want_b = reference_values(&want_b);
             assert_eq!(got_b.len(), want_b.len(), "{label}: gradient count");
             for (i, (g, w)) in got_b.iter().zip(&want_b).enumerate() {
                 let g = gpu.download_blocking(g).unwrap();
                 match same_values(&label, &g, w, atol, rtol) {
                     Ok((abs, rel)) => passed.push(format!(
-                        "{label} backward[{i}]: abs {abs:.2e} rel {rel:.2e}"
+                        "{label} backward[{}] vs {src}: abs {abs:.2e} rel {rel:.2e}",
+                        spec.grad_inputs[i]
                     )),
-                    Err(e) => failures.push(format!("{e} [backward {}]", spec.grad_inputs[i])),
+                    Err(e) => {
+                        failures.push(format!("{e} [backward {} vs {src}]", spec.grad_inputs[i]))
+                    }
                 }
             }
         }
     }
+    by_oracle.dedup();
     no_reference.dedup();
     unsupported.dedup();
     println!("passed {}:\n  {}", passed.len(), passed.join("\n  "));
-    println!("no CPU reference yet: {no_reference:?}");
+    println!("checked against the test oracle (CPU reference not landed): {by_oracle:?}");
+    println!("no reference yet: {no_reference:?}");
     println!("unsupported on wgpu: {unsupported:?}");
     println!("counters: {:?}", gpu.counters());
     assert!(

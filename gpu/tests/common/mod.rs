@@ -1,5 +1,9 @@
 //! Shared by the GPU tests: find an adapter or explain why not (and fail in CI).
 
+#![allow(dead_code)]
+
+pub mod oracle;
+
 use kernels_gpu::WgpuBackend;
 
 pub fn backend() -> Option<WgpuBackend> {
