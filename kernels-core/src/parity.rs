@@ -1,1 +1,624 @@
-//! (stub: to be written)
+//! Parity cases: for every op, seeded random inputs of awkward shapes, drawn from the op's valid
+//! domain (positive inputs for log and sqrt, divisors away from zero, relu inputs away from its
+//! kink, in-range ids and targets).
+//!
+//! One list serves every check: backend parity against the CPU reference, the gradient checks,
+//! `kernels demo` and `kernels parity`. [`cases`] covers every [`OpKind`] through an exhaustive
+//! `match`, so a new op does not compile until it has cases.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::error::Result;
+use crate::op::{BinaryOp, GeluApprox, Op, OpKind, ReduceOp, UnaryOp};
+use crate::rng::Rng;
+use crate::tensor::{Tensor, numel};
+
+/// One op applied to one set of inputs.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// The op with its attributes.
+    pub op: Op,
+    /// Inputs, in the op's input order.
+    pub inputs: Vec<Tensor>,
+    /// Above 65,535 workgroups of 256 invocations: slow on software adapters.
+    pub large: bool,
+}
+
+impl Case {
+    /// `name[shape] ...` of the inputs, e.g. `a[7,13] b[13]`.
+    pub fn shape_label(&self) -> String {
+        let spec = self.op.spec();
+        let mut s = String::new();
+        for (i, (t, inp)) in self.inputs.iter().zip(spec.inputs).enumerate() {
+            if i > 0 {
+                s.push(' ');
+            }
+            let dims: Vec<String> = t.shape().iter().map(|d| format!("{d}")).collect();
+            s.push_str(&format!("{}[{}]", inp.name, dims.join(",")));
+        }
+        s
+    }
+
+    /// Total number of input elements.
+    pub fn numel(&self) -> usize {
+        self.inputs.iter().map(|t| t.numel()).sum()
+    }
+}
+
+/// Elements of the large elementwise case: more than 65,535 workgroups of 256.
+pub const LARGE_ELEMS: usize = 65_535 * 256 + 257;
+
+#[derive(Clone, Copy)]
+enum Dist {
+    /// Standard normal.
+    Normal,
+    /// Uniform in [lo, hi).
+    Uniform(f32, f32),
+    /// Normal, pushed away from zero by at least 0.05 (kinks, divisors).
+    AwayFromZero,
+    /// Uniform in [0.1, 4): log, sqrt.
+    Positive,
+}
+
+struct Gen {
+    rng: Rng,
+}
+
+impl Gen {
+    fn f(&mut self, shape: &[usize], d: Dist) -> Result<Tensor> {
+        let n = numel(shape).unwrap_or(0);
+        let v: Vec<f32> = (0..n)
+            .map(|_| match d {
+                Dist::Normal => self.rng.normal(),
+                Dist::Uniform(lo, hi) => self.rng.uniform_range(lo, hi),
+                Dist::AwayFromZero => {
+                    let x = self.rng.normal();
+                    if x.abs() < 0.05 {
+                        if x < 0.0 { x - 0.05 } else { x + 0.05 }
+                    } else {
+                        x
+                    }
+                }
+                Dist::Positive => self.rng.uniform_range(0.1, 4.0),
+            })
+            .collect();
+        Tensor::from_f32(shape, v)
+    }
+    fn ids_i64(&mut self, shape: &[usize], bound: usize) -> Result<Tensor> {
+        let n = numel(shape).unwrap_or(0);
+        Tensor::from_i64(
+            shape,
+            (0..n)
+                .map(|_| self.rng.below(bound as u64) as i64)
+                .collect(),
+        )
+    }
+    fn ids_i32(&mut self, shape: &[usize], bound: usize) -> Result<Tensor> {
+        let n = numel(shape).unwrap_or(0);
+        Tensor::from_i32(
+            shape,
+            (0..n)
+                .map(|_| self.rng.below(bound as u64) as i32)
+                .collect(),
+        )
+    }
+    /// A rank-`r` matrix `[m, n]`, as a product of normal factors.
+    fn low_rank(&mut self, m: usize, n: usize, r: usize) -> Result<Tensor> {
+        let a: Vec<f32> = (0..m * r).map(|_| self.rng.normal()).collect();
+        let b: Vec<f32> = (0..r * n).map(|_| self.rng.normal()).collect();
+        let mut out = vec![0.0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..r).map(|k| a[i * r + k] * b[k * n + j]).sum();
+            }
+        }
+        Tensor::from_f32(&[m, n], out)
+    }
+    /// `[m, n]` with singular values decaying like 0.7^i.
+    fn decaying(&mut self, m: usize, n: usize) -> Result<Tensor> {
+        let r = m.min(n);
+        let mut out = vec![0.0f32; m * n];
+        for k in 0..r {
+            let s = libm::powf(0.7, k as f32);
+            let u: Vec<f32> = (0..m)
+                .map(|_| self.rng.normal() / libm::sqrtf(m as f32))
+                .collect();
+            let v: Vec<f32> = (0..n)
+                .map(|_| self.rng.normal() / libm::sqrtf(n as f32))
+                .collect();
+            for i in 0..m {
+                for j in 0..n {
+                    out[i * n + j] += s * u[i] * v[j];
+                }
+            }
+        }
+        Tensor::from_f32(&[m, n], out)
+    }
+}
+
+fn case(op: Op, inputs: Vec<Tensor>) -> Case {
+    Case {
+        op,
+        inputs,
+        large: false,
+    }
+}
+
+/// Every parity case of one op, deterministic for `seed`. Shapes include 1, primes, the common
+/// 16/64 tile sizes +/- 1, batches, and (for `add`) one case above 65,535 workgroups.
+pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
+    let mut g = Gen {
+        rng: Rng::new(seed ^ ((kind as u64 + 1) * 0x9E37_79B9)),
+    };
+    use Dist::*;
+    use OpKind as K;
+    let binary = |g: &mut Gen, b: BinaryOp| -> Result<Vec<Case>> {
+        let db = if b == BinaryOp::Div {
+            AwayFromZero
+        } else {
+            Normal
+        };
+        let mut v = Vec::new();
+        for (sa, sb) in [
+            (vec![1usize], vec![1usize]),
+            (vec![7, 13], vec![7, 13]),
+            (vec![3, 5, 17], vec![17]),
+            (vec![2, 3, 65], vec![3, 65]),
+        ] {
+            v.push(case(Op::Binary(b), vec![g.f(&sa, Normal)?, g.f(&sb, db)?]));
+        }
+        Ok(v)
+    };
+    let unary = |g: &mut Gen, u: UnaryOp| -> Result<Vec<Case>> {
+        let d = match u {
+            UnaryOp::Log | UnaryOp::Sqrt => Positive,
+            UnaryOp::Relu => AwayFromZero,
+            UnaryOp::Exp => Uniform(-5.0, 5.0),
+            UnaryOp::Neg | UnaryOp::Sigmoid | UnaryOp::Tanh | UnaryOp::Silu => Uniform(-4.0, 4.0),
+        };
+        let mut v = Vec::new();
+        for s in [vec![1usize], vec![7, 13], vec![3, 5, 257]] {
+            v.push(case(Op::Unary(u), vec![g.f(&s, d)?]));
+        }
+        Ok(v)
+    };
+    let reduce = |g: &mut Gen, op: Op| -> Result<Vec<Case>> {
+        let mut v = Vec::new();
+        for s in [vec![1usize], vec![7, 13], vec![3, 5, 17], vec![2, 257]] {
+            v.push(case(op, vec![g.f(&s, Normal)?]));
+        }
+        Ok(v)
+    };
+    let softmax = |g: &mut Gen, log: bool| -> Result<Vec<Case>> {
+        let mk = |causal: bool| {
+            if log {
+                Op::LogSoftmax { causal }
+            } else {
+                Op::Softmax { causal }
+            }
+        };
+        Ok(vec![
+            case(mk(false), vec![g.f(&[1, 1], Normal)?]),
+            case(mk(false), vec![g.f(&[7, 13], Normal)?]),
+            case(mk(false), vec![g.f(&[2, 257], Normal)?]),
+            case(mk(true), vec![g.f(&[2, 7, 7], Normal)?]),
+            case(mk(true), vec![g.f(&[3, 9], Normal)?]),
+        ])
+    };
+    Ok(match kind {
+        K::Matmul => {
+            let mut v = Vec::new();
+            for (m, k, n) in [
+                (1, 1, 1),
+                (7, 13, 5),
+                (17, 15, 16),
+                (33, 64, 31),
+                (65, 63, 1),
+            ] {
+                v.push(case(
+                    Op::Matmul {
+                        trans_a: false,
+                        trans_b: false,
+                    },
+                    vec![g.f(&[m, k], Normal)?, g.f(&[k, n], Normal)?],
+                ));
+            }
+            v.push(case(
+                Op::Matmul {
+                    trans_a: true,
+                    trans_b: false,
+                },
+                vec![g.f(&[13, 7], Normal)?, g.f(&[13, 5], Normal)?],
+            ));
+            v.push(case(
+                Op::Matmul {
+                    trans_a: false,
+                    trans_b: true,
+                },
+                vec![g.f(&[7, 13], Normal)?, g.f(&[5, 13], Normal)?],
+            ));
+            v.push(case(
+                Op::Matmul {
+                    trans_a: true,
+                    trans_b: true,
+                },
+                vec![g.f(&[13, 7], Normal)?, g.f(&[5, 13], Normal)?],
+            ));
+            v.push(case(
+                Op::Matmul {
+                    trans_a: false,
+                    trans_b: false,
+                },
+                vec![g.f(&[3, 5, 7], Normal)?, g.f(&[3, 7, 4], Normal)?],
+            ));
+            v.push(case(
+                Op::Matmul {
+                    trans_a: false,
+                    trans_b: true,
+                },
+                vec![g.f(&[2, 5, 7], Normal)?, g.f(&[3, 7], Normal)?],
+            ));
+            v
+        }
+        K::Add => {
+            let mut v = binary(&mut g, BinaryOp::Add)?;
+            v.push(Case {
+                op: Op::Binary(BinaryOp::Add),
+                inputs: vec![
+                    g.f(&[LARGE_ELEMS], Uniform(-2.0, 2.0))?,
+                    g.f(&[LARGE_ELEMS], Uniform(-2.0, 2.0))?,
+                ],
+                large: true,
+            });
+            v
+        }
+        K::Sub => binary(&mut g, BinaryOp::Sub)?,
+        K::Mul => binary(&mut g, BinaryOp::Mul)?,
+        K::Div => binary(&mut g, BinaryOp::Div)?,
+        K::Scale => vec![
+            case(Op::Scale { factor: 0.37 }, vec![g.f(&[1], Normal)?]),
+            case(Op::Scale { factor: -2.5 }, vec![g.f(&[7, 13], Normal)?]),
+        ],
+        K::Neg => unary(&mut g, UnaryOp::Neg)?,
+        K::Exp => unary(&mut g, UnaryOp::Exp)?,
+        K::Log => unary(&mut g, UnaryOp::Log)?,
+        K::Sqrt => unary(&mut g, UnaryOp::Sqrt)?,
+        K::Relu => unary(&mut g, UnaryOp::Relu)?,
+        K::Sigmoid => unary(&mut g, UnaryOp::Sigmoid)?,
+        K::Tanh => unary(&mut g, UnaryOp::Tanh)?,
+        K::Silu => unary(&mut g, UnaryOp::Silu)?,
+        K::Gelu => vec![
+            case(
+                Op::Gelu {
+                    approximate: GeluApprox::None,
+                },
+                vec![g.f(&[1], Uniform(-4.0, 4.0))?],
+            ),
+            case(
+                Op::Gelu {
+                    approximate: GeluApprox::None,
+                },
+                vec![g.f(&[7, 13], Uniform(-4.0, 4.0))?],
+            ),
+            case(
+                Op::Gelu {
+                    approximate: GeluApprox::Tanh,
+                },
+                vec![g.f(&[3, 5, 17], Uniform(-4.0, 4.0))?],
+            ),
+        ],
+        K::Softmax => softmax(&mut g, false)?,
+        K::LogSoftmax => softmax(&mut g, true)?,
+        K::LayerNorm => {
+            let mut v = Vec::new();
+            for s in [vec![1usize, 1], vec![7, 13], vec![3, 5, 65]] {
+                let d = *s.last().unwrap_or(&1);
+                v.push(case(
+                    Op::LayerNorm { eps: 1e-5 },
+                    vec![g.f(&s, Normal)?, g.f(&[d], Normal)?, g.f(&[d], Normal)?],
+                ));
+            }
+            v
+        }
+        K::RmsNorm => {
+            let mut v = Vec::new();
+            for s in [vec![1usize, 1], vec![7, 13], vec![3, 5, 65]] {
+                let d = *s.last().unwrap_or(&1);
+                v.push(case(
+                    Op::RmsNorm { eps: 1e-6 },
+                    vec![g.f(&s, Normal)?, g.f(&[d], Normal)?],
+                ));
+            }
+            v
+        }
+        K::Rope => vec![
+            case(
+                Op::Rope {
+                    theta: 10000.0,
+                    offset: 0,
+                    interleaved: false,
+                },
+                vec![g.f(&[1, 1, 1, 2], Normal)?],
+            ),
+            case(
+                Op::Rope {
+                    theta: 10000.0,
+                    offset: 0,
+                    interleaved: false,
+                },
+                vec![g.f(&[2, 3, 7, 8], Normal)?],
+            ),
+            case(
+                Op::Rope {
+                    theta: 500000.0,
+                    offset: 5,
+                    interleaved: false,
+                },
+                vec![g.f(&[1, 2, 5, 16], Normal)?],
+            ),
+            case(
+                Op::Rope {
+                    theta: 10000.0,
+                    offset: 3,
+                    interleaved: true,
+                },
+                vec![g.f(&[2, 1, 7, 6], Normal)?],
+            ),
+        ],
+        K::Embedding => vec![
+            case(
+                Op::Embedding,
+                vec![g.ids_i64(&[7], 13)?, g.f(&[13, 5], Normal)?],
+            ),
+            case(
+                Op::Embedding,
+                vec![g.ids_i32(&[2, 3], 1)?, g.f(&[1, 4], Normal)?],
+            ),
+            case(
+                Op::Embedding,
+                vec![g.ids_i32(&[3, 17], 11)?, g.f(&[11, 65], Normal)?],
+            ),
+        ],
+        K::Sum => reduce(&mut g, Op::Reduce(ReduceOp::Sum))?,
+        K::Mean => reduce(&mut g, Op::Reduce(ReduceOp::Mean))?,
+        K::Max => reduce(&mut g, Op::Reduce(ReduceOp::Max))?,
+        K::Argmax => reduce(&mut g, Op::Argmax)?,
+        K::Transpose => vec![
+            case(Op::Transpose, vec![g.f(&[1, 1], Normal)?]),
+            case(Op::Transpose, vec![g.f(&[7, 13], Normal)?]),
+            case(Op::Transpose, vec![g.f(&[2, 3, 17, 5], Normal)?]),
+        ],
+        K::Concat => vec![
+            case(
+                Op::Concat,
+                vec![g.f(&[1, 1], Normal)?, g.f(&[1, 2], Normal)?],
+            ),
+            case(
+                Op::Concat,
+                vec![g.f(&[7, 13], Normal)?, g.f(&[7, 5], Normal)?],
+            ),
+            case(
+                Op::Concat,
+                vec![g.f(&[2, 3, 5], Normal)?, g.f(&[2, 3, 1], Normal)?],
+            ),
+        ],
+        K::Attention => vec![
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                },
+                vec![
+                    g.f(&[1, 1, 1, 4], Normal)?,
+                    g.f(&[1, 1, 1, 4], Normal)?,
+                    g.f(&[1, 1, 1, 4], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                },
+                vec![
+                    g.f(&[2, 4, 7, 8], Normal)?,
+                    g.f(&[2, 2, 7, 8], Normal)?,
+                    g.f(&[2, 2, 7, 8], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                },
+                vec![
+                    g.f(&[1, 2, 1, 8], Normal)?,
+                    g.f(&[1, 2, 9, 8], Normal)?,
+                    g.f(&[1, 2, 9, 8], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: false,
+                    scale: Some(0.3),
+                },
+                vec![
+                    g.f(&[1, 2, 5, 16], Normal)?,
+                    g.f(&[1, 1, 13, 16], Normal)?,
+                    g.f(&[1, 1, 13, 16], Normal)?,
+                ],
+            ),
+        ],
+        K::GruCell => {
+            let mut v = Vec::new();
+            for (b, i, h) in [(1usize, 1usize, 1usize), (3, 5, 7)] {
+                v.push(case(
+                    Op::GruCell,
+                    vec![
+                        g.f(&[b, i], Normal)?,
+                        g.f(&[b, h], Normal)?,
+                        g.f(&[3 * h, i], Uniform(-0.5, 0.5))?,
+                        g.f(&[3 * h, h], Uniform(-0.5, 0.5))?,
+                        g.f(&[3 * h], Uniform(-0.5, 0.5))?,
+                        g.f(&[3 * h], Uniform(-0.5, 0.5))?,
+                    ],
+                ));
+            }
+            v
+        }
+        K::GruSequence => {
+            let mut v = Vec::new();
+            for (s, b, i, h) in [(1usize, 1usize, 2usize, 3usize), (4, 3, 5, 7)] {
+                v.push(case(
+                    Op::GruSequence,
+                    vec![
+                        g.f(&[s, b, i], Normal)?,
+                        g.f(&[b, h], Normal)?,
+                        g.f(&[3 * h, i], Uniform(-0.5, 0.5))?,
+                        g.f(&[3 * h, h], Uniform(-0.5, 0.5))?,
+                        g.f(&[3 * h], Uniform(-0.5, 0.5))?,
+                        g.f(&[3 * h], Uniform(-0.5, 0.5))?,
+                    ],
+                ));
+            }
+            v
+        }
+        K::CrossEntropy => vec![
+            case(
+                Op::CrossEntropy,
+                vec![g.f(&[1, 1], Normal)?, g.ids_i64(&[1], 1)?],
+            ),
+            case(
+                Op::CrossEntropy,
+                vec![g.f(&[7, 13], Normal)?, g.ids_i64(&[7], 13)?],
+            ),
+            case(
+                Op::CrossEntropy,
+                vec![g.f(&[3, 257], Normal)?, g.ids_i32(&[3], 257)?],
+            ),
+        ],
+        K::Mse => vec![
+            case(Op::Mse, vec![g.f(&[1], Normal)?, g.f(&[1], Normal)?]),
+            case(
+                Op::Mse,
+                vec![g.f(&[7, 13], Normal)?, g.f(&[7, 13], Normal)?],
+            ),
+        ],
+        K::SvdLowrank => vec![
+            case(
+                Op::SvdLowrank {
+                    rank: 3,
+                    power_iters: 2,
+                    seed: 0,
+                },
+                vec![g.low_rank(20, 13, 3)?],
+            ),
+            case(
+                Op::SvdLowrank {
+                    rank: 5,
+                    power_iters: 2,
+                    seed: 7,
+                },
+                vec![g.decaying(33, 17)?],
+            ),
+        ],
+        K::AdamwStep => vec![case(
+            Op::AdamwStep {
+                lr: 1e-2,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.01,
+                step: 3,
+            },
+            vec![
+                g.f(&[7, 13], Normal)?,
+                g.f(&[7, 13], Normal)?,
+                g.f(&[7, 13], Normal)?,
+                g.f(&[7, 13], Uniform(0.0, 1.0))?,
+            ],
+        )],
+        K::SgdStep => vec![
+            case(
+                Op::SgdStep {
+                    lr: 0.1,
+                    momentum: 0.9,
+                    weight_decay: 0.0,
+                    nesterov: false,
+                },
+                vec![
+                    g.f(&[7, 13], Normal)?,
+                    g.f(&[7, 13], Normal)?,
+                    g.f(&[7, 13], Normal)?,
+                ],
+            ),
+            case(
+                Op::SgdStep {
+                    lr: 0.05,
+                    momentum: 0.9,
+                    weight_decay: 1e-2,
+                    nesterov: true,
+                },
+                vec![g.f(&[1], Normal)?, g.f(&[1], Normal)?, g.f(&[1], Normal)?],
+            ),
+        ],
+    })
+}
+
+/// Every case of every op (in [`OpKind::ALL`] order). `include_large` adds the > 65,535
+/// workgroup cases.
+pub fn all_cases(seed: u64, include_large: bool) -> Result<Vec<Case>> {
+    let mut v = Vec::new();
+    for k in OpKind::ALL {
+        v.extend(
+            cases(*k, seed)?
+                .into_iter()
+                .filter(|c| include_large || !c.large),
+        );
+    }
+    Ok(v)
+}
+
+/// Seeded grad-output tensors for a backward run of `case` (one per output, shaped like the
+/// forward outputs).
+pub fn grad_outputs(outputs: &[Tensor], seed: u64) -> Result<Vec<Tensor>> {
+    let mut rng = Rng::new(seed ^ 0xD1B5_4A32_D192_ED03);
+    outputs
+        .iter()
+        .map(|o| rng.normal_tensor(o.shape(), 0.0, 1.0))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_op_has_cases_and_they_are_deterministic() {
+        for k in OpKind::ALL {
+            let a = cases(*k, 1).unwrap();
+            assert!(!a.is_empty(), "{k} has no parity case");
+            let b = cases(*k, 1).unwrap();
+            for (x, y) in a.iter().zip(&b) {
+                assert_eq!(x.op, y.op);
+                for (t, u) in x.inputs.iter().zip(&y.inputs) {
+                    assert!(t.bit_eq(u), "{k}: not deterministic");
+                }
+                assert_eq!(x.op.kind(), *k);
+                assert_eq!(
+                    x.inputs.len(),
+                    k.spec().inputs.len(),
+                    "{k}: wrong input count"
+                );
+            }
+        }
+        assert!(
+            cases(OpKind::Add, 0)
+                .unwrap()
+                .iter()
+                .any(|c| c.large && c.inputs[0].numel() > 65_535 * 256)
+        );
+    }
+}
