@@ -106,24 +106,28 @@ impl Plan {
         let batch: usize = lead.iter().product();
         let mut out_shape = lead.to_vec();
         out_shape.extend([m, n]);
+        // m <= numel(a) and n <= numel(b), so this needs billions of elements in each input;
+        // a clear error beats an overflowing length.
         if out_shape
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
             .is_none()
         {
+            let value = out_shape
+                .iter()
+                .fold(1u128, |acc, &d| acc.saturating_mul(d as u128));
             return Err(Error::LimitExceeded {
                 what: alloc::format!("matmul output {out_shape:?} element count"),
-                value: u64::MAX,
+                value: value.min(u64::MAX as u128) as u64,
                 limit: usize::MAX as u64,
             });
         }
-        let step = |lead: &[usize]| if lead.is_empty() { 0 } else { m * k };
         Ok(Plan {
             m,
             k,
             n,
             batch,
-            a_step: step(a_lead),
+            a_step: if a_lead.is_empty() { 0 } else { m * k },
             b_step: if b_lead.is_empty() { 0 } else { k * n },
             out_shape,
         })
