@@ -1,8 +1,14 @@
 //! GPU backends for kernels-core, and backend selection (`KERNELS_BACKEND`).
 //!
-//! The wgpu backend lands with its own issue; until then selection knows only the CPU, and an
-//! explicit request for a GPU backend is a clear error rather than a silent fallback.
+//! [`WgpuBackend`] runs the op vocabulary on wgpu (WebGPU in the browser; Vulkan, Metal or DX12
+//! natively): tensors stay in pooled device buffers, ops are recorded into one command encoder
+//! and submitted in batches, and counters report dispatches, submits and bytes moved. WGSL lives
+//! in `src/shaders/<family>.wgsl`, one file per op family, specialized with override constants.
 
+mod ops;
 pub mod select;
+pub mod shapes;
+pub mod wgpu_backend;
 
 pub use select::{BackendChoice, Selected, select_backend};
+pub use wgpu_backend::{Counters, GpuBuffer, WgpuBackend, WgpuOptions};

@@ -1,11 +1,13 @@
 //! Backend selection: `KERNELS_BACKEND=cpu|wgpu|cuda|auto` (default `auto`).
 //!
-//! `auto` takes the best available GPU, else the CPU, and says which and why. An explicit request
-//! that cannot be met is an error naming the reason.
+//! `auto` takes the best available GPU (wgpu), else the CPU, and says which and why. An explicit
+//! request that cannot be met is an error naming the reason.
 
 use std::rc::Rc;
 
 use kernels_core::{Backend, CpuBackend, Error, Result};
+
+use crate::wgpu_backend::WgpuBackend;
 
 /// What the user asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,19 +61,50 @@ pub fn select_backend(choice: BackendChoice) -> Result<Selected> {
             backend: Rc::new(CpuBackend::new()),
             reason: "requested cpu".into(),
         }),
-        BackendChoice::Wgpu => Err(Error::Backend {
-            backend: "wgpu".into(),
-            why: "this build has no wgpu backend yet".into(),
-        }),
+        BackendChoice::Wgpu => {
+            let be = new_wgpu().map_err(|e| Error::Backend {
+                backend: "wgpu".into(),
+                why: format!("requested wgpu, but it is unavailable: {e}"),
+            })?;
+            let reason = format!("requested wgpu: {}", be.name());
+            Ok(Selected {
+                backend: Rc::new(be),
+                reason,
+            })
+        }
         BackendChoice::Cuda => Err(Error::Backend {
             backend: "cuda".into(),
             why: "this build has no CUDA backend (the `cuda` feature is not available yet)".into(),
         }),
-        BackendChoice::Auto => Ok(Selected {
-            backend: Rc::new(CpuBackend::new()),
-            reason: "auto: no GPU backend is compiled into this build, using the CPU".into(),
-        }),
+        BackendChoice::Auto => match new_wgpu() {
+            Ok(be) => {
+                let reason = format!("auto: found a GPU adapter, using {}", be.name());
+                Ok(Selected {
+                    backend: Rc::new(be),
+                    reason,
+                })
+            }
+            Err(e) => Ok(Selected {
+                backend: Rc::new(CpuBackend::new()),
+                reason: format!("auto: wgpu unavailable ({e}), using the CPU"),
+            }),
+        },
     }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn new_wgpu() -> Result<WgpuBackend> {
+    WgpuBackend::new()
+}
+
+#[cfg(target_arch = "wasm32")]
+fn new_wgpu() -> Result<WgpuBackend> {
+    // The browser cannot block on adapter creation: build it with
+    // `WgpuBackend::new_async(..).await` instead.
+    Err(Error::Backend {
+        backend: "wgpu".into(),
+        why: "use WgpuBackend::new_async in the browser".into(),
+    })
 }
 
 #[cfg(test)]
@@ -88,7 +121,12 @@ mod tests {
             "cpu"
         );
         let auto = select_backend(BackendChoice::Auto).unwrap();
-        assert!(auto.reason.contains("CPU"));
+        // Either a GPU was found (and named) or the CPU fallback says why.
+        assert!(auto.reason.starts_with("auto: "), "{}", auto.reason);
+        match select_backend(BackendChoice::Wgpu) {
+            Ok(s) => assert!(s.backend.name().starts_with("wgpu")),
+            Err(e) => assert!(e.to_string().contains("requested wgpu"), "{e}"),
+        }
         assert!(select_backend(BackendChoice::Cuda).is_err());
     }
 }

@@ -85,7 +85,9 @@ fn weighted_loss(op: &Op, args: &[View<f64>], weights: &[Vec<f64>]) -> Result<f6
     let mut l = 0.0;
     for (o, w) in outs.iter().zip(weights) {
         for (y, w) in o.floats().iter().zip(w) {
-            l += y * w;
+            if *w != 0.0 {
+                l += y * w;
+            }
         }
     }
     Ok(l)
@@ -102,7 +104,14 @@ pub fn check_op(op: &Op, inputs: &[Owned<f64>], opts: Options) -> Result<Report>
     let mut rng = Rng::new(opts.seed ^ 0x6a09_e667_f3bc_c909);
     let weights: Vec<Vec<f64>> = outs
         .iter()
-        .map(|o| o.floats().iter().map(|_| rng.normal_f64()).collect())
+        // Non-finite outputs (e.g. -inf at causally masked log_softmax entries) are constants of
+        // the inputs; weight 0 keeps them from turning the weighted loss into NaN.
+        .map(|o| {
+            o.floats()
+                .iter()
+                .map(|y| if y.is_finite() { rng.normal_f64() } else { 0.0 })
+                .collect()
+        })
         .collect();
 
     // Analytic: backward(inputs ++ outputs ++ weights).

@@ -1,0 +1,853 @@
+//! Op dispatch for the wgpu backend: one generic launcher per family, an exhaustive `match` over
+//! the op vocabulary (a new op is a compile error here until handled).
+
+use kernels_core::op::{BinaryOp, Direction, GeluApprox, InputKind, Op, ReduceOp, UnaryOp};
+use kernels_core::{DType, Error, Result, Tensor};
+
+use crate::shapes;
+use crate::wgpu_backend::{Family, Params, WgpuBackend};
+
+const WG: u64 = 256;
+
+fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::LimitExceeded {
+        what: format!("{op}: {what}"),
+        value: v as u64,
+        limit: u64::from(u32::MAX),
+    })
+}
+
+/// Arity, dtype and direction checks, as the CPU dispatcher does them.
+fn check_args(op: &Op, dir: Direction, args: &[&Tensor]) -> Result<()> {
+    let spec = op.spec();
+    let name = op.name();
+    if dir == Direction::Backward && !spec.differentiable() {
+        return Err(Error::NoBackward { op: name });
+    }
+    let names = spec.arg_names(dir);
+    if args.len() != names.len() {
+        return Err(Error::Arity {
+            op: name,
+            expected: names.len(),
+            got: args.len(),
+        });
+    }
+    for (i, (arg, arg_name)) in args.iter().zip(names.iter()).enumerate() {
+        let want_int = spec.inputs.get(i).is_some_and(|s| s.kind == InputKind::Int);
+        if arg.dtype().is_int() != want_int {
+            return Err(Error::DTypeMismatch {
+                op: name,
+                tensor: arg_name.clone(),
+                expected: if want_int { "i32 or i64" } else { "f32" },
+                got: arg.dtype(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn unsupported(op: &Op, be: &WgpuBackend) -> Error {
+    use kernels_core::Backend;
+    Error::UnsupportedOnBackend {
+        op: op.name(),
+        backend: be.name(),
+    }
+}
+
+fn arg<'a>(args: &[&'a Tensor], i: usize) -> &'a Tensor {
+    // Arity was checked against the spec before any family runner indexes.
+    args[i]
+}
+
+/// Runs one op (arity, dtypes and shapes checked first).
+pub(crate) fn run(
+    be: &WgpuBackend,
+    op: &Op,
+    dir: Direction,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    check_args(op, dir, args)?;
+    use Direction::{Backward as B, Forward as F};
+    let name = op.name();
+    match (*op, dir) {
+        (Op::Matmul { trans_a, trans_b }, F) => {
+            let out = matmul(be, name, arg(args, 0), arg(args, 1), trans_a, trans_b)?;
+            Ok(vec![out])
+        }
+        (Op::Matmul { trans_a, trans_b }, B) => matmul_backward(be, name, args, trans_a, trans_b),
+        (Op::Binary(b), F) => Ok(vec![binary_forward(be, name, b, args)?]),
+        (Op::Binary(b), B) => binary_backward(be, name, b, args),
+        (Op::Scale { factor }, F) => Ok(vec![unary(be, name, 10, factor, args, false)?]),
+        (Op::Scale { factor }, B) => Ok(vec![unary(be, name, 10, factor, args, true)?]),
+        (Op::Unary(u), d) => {
+            let code = match u {
+                UnaryOp::Neg => 0,
+                UnaryOp::Exp => 1,
+                UnaryOp::Log => 2,
+                UnaryOp::Sqrt => 3,
+                UnaryOp::Relu => 4,
+                UnaryOp::Sigmoid => 5,
+                UnaryOp::Tanh => 6,
+                UnaryOp::Silu => 7,
+            };
+            Ok(vec![unary(be, name, code, 0.0, args, d == B)?])
+        }
+        (Op::Gelu { approximate }, d) => {
+            let code = match approximate {
+                GeluApprox::None => 8,
+                GeluApprox::Tanh => 9,
+            };
+            Ok(vec![unary(be, name, code, 0.0, args, d == B)?])
+        }
+        (Op::Softmax { causal }, d) => Ok(vec![softmax(be, name, false, causal, args, d == B)?]),
+        (Op::LogSoftmax { causal }, d) => Ok(vec![softmax(be, name, true, causal, args, d == B)?]),
+        (Op::LayerNorm { eps }, F) => Ok(vec![norm_forward(be, name, false, eps, args)?]),
+        (Op::LayerNorm { eps }, B) => norm_backward(be, name, false, eps, args),
+        (Op::RmsNorm { eps }, F) => Ok(vec![norm_forward(be, name, true, eps, args)?]),
+        (Op::RmsNorm { eps }, B) => norm_backward(be, name, true, eps, args),
+        (Op::Embedding, F) => Ok(vec![embedding(be, name, args)?]),
+        (Op::Embedding, B) => Ok(vec![embedding_backward(be, name, args)?]),
+        (Op::Reduce(r), d) => Ok(vec![reduce(be, name, r, args, d == B)?]),
+        (Op::Argmax, F) => Ok(vec![argmax(be, name, arg(args, 0))?]),
+        (Op::Transpose, F) => Ok(vec![transpose(be, name, arg(args, 0))?]),
+        (Op::Transpose, B) => {
+            let (x, g) = (arg(args, 0), arg(args, 2));
+            let out_shape = transposed_shape(x.shape());
+            shapes::same(name, g.shape(), &out_shape)?;
+            Ok(vec![transpose(be, name, g)?])
+        }
+        (Op::Concat, F) => Ok(vec![concat(be, name, arg(args, 0), arg(args, 1))?]),
+        (Op::Concat, B) => concat_backward(be, name, args),
+        (
+            Op::AdamwStep {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                step,
+            },
+            F,
+        ) => {
+            let bc1 = 1.0 - f64::from(beta1).powf(step as f64);
+            let bc2 = (1.0 - f64::from(beta2).powf(step as f64)).sqrt();
+            let p = Params::u(&[]).with_f(&[
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                bc1 as f32,
+                bc2 as f32,
+            ]);
+            optim(be, name, "adamw_step", p, args, 3)
+        }
+        (
+            Op::SgdStep {
+                lr,
+                momentum,
+                weight_decay,
+                nesterov,
+            },
+            F,
+        ) => {
+            let p = Params::u(&[0, u32::from(nesterov)]).with_f(&[lr, momentum, weight_decay]);
+            optim(be, name, "sgd_step", p, args, 2)
+        }
+        (Op::Rope { .. }, _)
+        | (Op::Attention { .. }, _)
+        | (Op::GruCell, _)
+        | (Op::GruSequence, _)
+        | (Op::CrossEntropy, _)
+        | (Op::Mse, _)
+        | (Op::SvdLowrank { .. }, _) => Err(unsupported(op, be)),
+        // Non-differentiable ops: rejected by `check_args` above.
+        (Op::Argmax | Op::AdamwStep { .. } | Op::SgdStep { .. }, B) => {
+            Err(Error::NoBackward { op: name })
+        }
+    }
+}
+
+/// One thread per element over `n` elements.
+fn grid_elems(be: &WgpuBackend, n: usize) -> Result<(u32, u32, u32)> {
+    be.grid_1d((n as u64).div_ceil(WG))
+}
+
+/// One workgroup per row.
+fn grid_rows(be: &WgpuBackend, rows: usize) -> Result<(u32, u32, u32)> {
+    be.grid_1d(rows as u64)
+}
+
+fn unary(
+    be: &WgpuBackend,
+    name: &'static str,
+    code: u32,
+    factor: f32,
+    args: &[&Tensor],
+    backward: bool,
+) -> Result<Tensor> {
+    let x = arg(args, 0);
+    shapes::non_empty(name, "x", x.shape())?;
+    let n = x.numel();
+    let nu = u32_of(name, "elements", n)?;
+    let consts = [("OP", f64::from(code))];
+    let p = Params::u(&[nu]).with_f(&[factor]);
+    let out = be.alloc(name, x.shape(), DType::F32)?;
+    if backward {
+        let (y, g) = (arg(args, 1), arg(args, 2));
+        shapes::same(name, x.shape(), y.shape())?;
+        shapes::same(name, x.shape(), g.shape())?;
+        be.launch(
+            name,
+            Family::Elementwise,
+            "unary_backward",
+            &consts,
+            p,
+            &[x, y, g],
+            &[&out],
+            grid_elems(be, n)?,
+        )?;
+    } else {
+        be.launch(
+            name,
+            Family::Elementwise,
+            "unary_forward",
+            &consts,
+            p,
+            &[x],
+            &[&out],
+            grid_elems(be, n)?,
+        )?;
+    }
+    Ok(out)
+}
+
+fn bop_code(b: BinaryOp) -> f64 {
+    match b {
+        BinaryOp::Add => 0.0,
+        BinaryOp::Sub => 1.0,
+        BinaryOp::Mul => 2.0,
+        BinaryOp::Div => 3.0,
+    }
+}
+
+fn binary_forward(
+    be: &WgpuBackend,
+    name: &'static str,
+    b: BinaryOp,
+    args: &[&Tensor],
+) -> Result<Tensor> {
+    let (a, bt) = (arg(args, 0), arg(args, 1));
+    let (n, nb) = shapes::broadcast_suffix(name, a.shape(), bt.shape())?;
+    let p = Params::u(&[u32_of(name, "elements", n)?, u32_of(name, "elements", nb)?]);
+    let out = be.alloc(name, a.shape(), DType::F32)?;
+    be.launch(
+        name,
+        Family::Elementwise,
+        "binary_forward",
+        &[("BOP", bop_code(b))],
+        p,
+        &[a, bt],
+        &[&out],
+        grid_elems(be, n)?,
+    )?;
+    Ok(out)
+}
+
+fn binary_backward(
+    be: &WgpuBackend,
+    name: &'static str,
+    b: BinaryOp,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    let (a, bt, g) = (arg(args, 0), arg(args, 1), arg(args, 3));
+    let (n, nb) = shapes::broadcast_suffix(name, a.shape(), bt.shape())?;
+    shapes::same(name, a.shape(), g.shape())?;
+    let p = Params::u(&[u32_of(name, "elements", n)?, u32_of(name, "elements", nb)?]);
+    let consts = [("BOP", bop_code(b))];
+    let ga = be.alloc(name, a.shape(), DType::F32)?;
+    be.launch(
+        name,
+        Family::Elementwise,
+        "binary_backward_a",
+        &consts,
+        p,
+        &[a, bt, g],
+        &[&ga],
+        grid_elems(be, n)?,
+    )?;
+    let gb = be.alloc(name, bt.shape(), DType::F32)?;
+    be.launch(
+        name,
+        Family::Elementwise,
+        "binary_backward_b",
+        &consts,
+        p,
+        &[a, bt, g],
+        &[&gb],
+        grid_elems(be, nb)?,
+    )?;
+    Ok(vec![ga, gb])
+}
+
+/// Sums `x` viewed as `[rows, cols]` over rows into a tensor of `shape` (`cols` elements).
+fn sum_rows(be: &WgpuBackend, name: &'static str, x: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    let cols: usize = shape.iter().product();
+    let p = Params::u(&[
+        u32_of(name, "elements", x.numel())?,
+        u32_of(name, "elements", cols)?,
+    ]);
+    let out = be.alloc(name, shape, DType::F32)?;
+    be.launch(
+        name,
+        Family::Elementwise,
+        "sum_rows",
+        &[],
+        p,
+        &[x],
+        &[&out],
+        grid_elems(be, cols)?,
+    )?;
+    Ok(out)
+}
+
+fn matmul(
+    be: &WgpuBackend,
+    name: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Tensor> {
+    let d = shapes::matmul(name, a.shape(), b.shape(), trans_a, trans_b)?;
+    let out = be.alloc(name, &d.out_shape, DType::F32)?;
+    let gx = u32_of(name, "tiles", d.n.div_ceil(64))?;
+    let gy = u32_of(name, "tiles", d.m.div_ceil(64))?;
+    let max = be.max_groups();
+    if gx > max || gy > max {
+        return Err(Error::LimitExceeded {
+            what: format!("{name}: 64x64 tiles per grid dimension"),
+            value: u64::from(gx.max(gy)),
+            limit: u64::from(max),
+        });
+    }
+    let consts = [
+        ("TA", if trans_a { 1.0 } else { 0.0 }),
+        ("TB", if trans_b { 1.0 } else { 0.0 }),
+    ];
+    // Batches above the z limit go in several dispatches, each told its first batch.
+    let mut first = 0usize;
+    while first < d.batch {
+        let count = (d.batch - first).min(max as usize);
+        let p = Params::u(&[
+            u32_of(name, "m", d.m)?,
+            u32_of(name, "n", d.n)?,
+            u32_of(name, "k", d.k)?,
+            u32_of(name, "batch stride", d.stride_a)?,
+            u32_of(name, "batch stride", d.stride_b)?,
+            u32_of(name, "batch", first)?,
+        ]);
+        be.launch(
+            name,
+            Family::Matmul,
+            "matmul",
+            &consts,
+            p,
+            &[a, b],
+            &[&out],
+            (gx, gy, count as u32),
+        )?;
+        first += count;
+    }
+    Ok(out)
+}
+
+/// The gradient of a matmul operand: `mm(x, y, tx, ty)`, summed over the batch when the operand
+/// was a shared 2-D matrix.
+#[allow(clippy::too_many_arguments)]
+fn grad_operand(
+    be: &WgpuBackend,
+    name: &'static str,
+    x: &Tensor,
+    y: &Tensor,
+    tx: bool,
+    ty: bool,
+    target: &[usize],
+) -> Result<Tensor> {
+    let full = matmul(be, name, x, y, tx, ty)?;
+    if full.shape() == target {
+        return Ok(full);
+    }
+    sum_rows(be, name, &full, target)
+}
+
+fn matmul_backward(
+    be: &WgpuBackend,
+    name: &'static str,
+    args: &[&Tensor],
+    ta: bool,
+    tb: bool,
+) -> Result<Vec<Tensor>> {
+    let (a, b, g) = (arg(args, 0), arg(args, 1), arg(args, 3));
+    let d = shapes::matmul(name, a.shape(), b.shape(), ta, tb)?;
+    shapes::same(name, g.shape(), &d.out_shape)?;
+    // Gradients of C = op(A) op(B) expressed as matmuls with transpose flags, so no transposed
+    // copy is ever materialized.
+    let (ga, gb) = match (ta, tb) {
+        (false, false) => (
+            grad_operand(be, name, g, b, false, true, a.shape())?,
+            grad_operand(be, name, a, g, true, false, b.shape())?,
+        ),
+        (true, false) => (
+            grad_operand(be, name, b, g, false, true, a.shape())?,
+            grad_operand(be, name, a, g, false, false, b.shape())?,
+        ),
+        (false, true) => (
+            grad_operand(be, name, g, b, false, false, a.shape())?,
+            grad_operand(be, name, g, a, true, false, b.shape())?,
+        ),
+        (true, true) => (
+            grad_operand(be, name, b, g, true, true, a.shape())?,
+            grad_operand(be, name, g, a, true, true, b.shape())?,
+        ),
+    };
+    Ok(vec![ga, gb])
+}
+
+fn reduce_code(r: ReduceOp) -> f64 {
+    match r {
+        ReduceOp::Sum => 0.0,
+        ReduceOp::Mean => 1.0,
+        ReduceOp::Max => 2.0,
+    }
+}
+
+fn reduce(
+    be: &WgpuBackend,
+    name: &'static str,
+    r: ReduceOp,
+    args: &[&Tensor],
+    backward: bool,
+) -> Result<Tensor> {
+    let x = arg(args, 0);
+    shapes::min_rank(name, "x", x.shape(), 1)?;
+    shapes::non_empty(name, "x", x.shape())?;
+    let (rows, n) = shapes::rows_last(x.shape());
+    let out_shape = &x.shape()[..x.rank() - 1];
+    let p = Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "row length", n)?]);
+    let consts = [("OP", reduce_code(r))];
+    if backward {
+        let g = arg(args, 2);
+        shapes::same(name, g.shape(), out_shape)?;
+        let gx = be.alloc(name, x.shape(), DType::F32)?;
+        be.launch(
+            name,
+            Family::Reduce,
+            "reduce_backward",
+            &consts,
+            p,
+            &[x, x, g],
+            &[&gx],
+            grid_rows(be, rows)?,
+        )?;
+        return Ok(gx);
+    }
+    let out = be.alloc(name, out_shape, DType::F32)?;
+    be.launch(
+        name,
+        Family::Reduce,
+        "reduce_forward",
+        &consts,
+        p,
+        &[x],
+        &[&out],
+        grid_rows(be, rows)?,
+    )?;
+    Ok(out)
+}
+
+fn argmax(be: &WgpuBackend, name: &'static str, x: &Tensor) -> Result<Tensor> {
+    shapes::min_rank(name, "x", x.shape(), 1)?;
+    shapes::non_empty(name, "x", x.shape())?;
+    let (rows, n) = shapes::rows_last(x.shape());
+    let out = be.alloc(name, &x.shape()[..x.rank() - 1], DType::I32)?;
+    let p = Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "row length", n)?]);
+    // The i32 output sits in the second read-write slot; the first gets a scratch buffer.
+    let scratch = be.alloc(name, &[1], DType::F32)?;
+    be.launch(
+        name,
+        Family::Reduce,
+        "argmax",
+        &[],
+        p,
+        &[x],
+        &[&scratch, &out],
+        grid_rows(be, rows)?,
+    )?;
+    Ok(out)
+}
+
+fn softmax(
+    be: &WgpuBackend,
+    name: &'static str,
+    log: bool,
+    causal: bool,
+    args: &[&Tensor],
+    backward: bool,
+) -> Result<Tensor> {
+    let x = arg(args, 0);
+    shapes::min_rank(name, "x", x.shape(), 1)?;
+    shapes::non_empty(name, "x", x.shape())?;
+    let (rows, t) = shapes::rows_last(x.shape());
+    let s = if x.rank() >= 2 {
+        x.shape()[x.rank() - 2]
+    } else {
+        1
+    };
+    let p = Params::u(&[
+        u32_of(name, "rows", rows)?,
+        u32_of(name, "row length", t)?,
+        u32_of(name, "rows", s)?,
+    ]);
+    let consts = [
+        ("LOG", if log { 1.0 } else { 0.0 }),
+        ("CAUSAL", if causal { 1.0 } else { 0.0 }),
+    ];
+    let out = be.alloc(name, x.shape(), DType::F32)?;
+    if backward {
+        let (y, g) = (arg(args, 1), arg(args, 2));
+        shapes::same(name, x.shape(), y.shape())?;
+        shapes::same(name, x.shape(), g.shape())?;
+        be.launch(
+            name,
+            Family::Softmax,
+            "softmax_backward",
+            &consts,
+            p,
+            &[x, y, g],
+            &[&out],
+            grid_rows(be, rows)?,
+        )?;
+    } else {
+        be.launch(
+            name,
+            Family::Softmax,
+            "softmax_forward",
+            &consts,
+            p,
+            &[x],
+            &[&out],
+            grid_rows(be, rows)?,
+        )?;
+    }
+    Ok(out)
+}
+
+fn norm_forward(
+    be: &WgpuBackend,
+    name: &'static str,
+    rms: bool,
+    eps: f32,
+    args: &[&Tensor],
+) -> Result<Tensor> {
+    let (x, w) = (arg(args, 0), arg(args, 1));
+    let (rows, n) = if rms {
+        shapes::norm(name, x.shape(), &[("weight", w.shape())])?
+    } else {
+        shapes::norm(
+            name,
+            x.shape(),
+            &[("weight", w.shape()), ("bias", arg(args, 2).shape())],
+        )?
+    };
+    let p =
+        Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "row length", n)?]).with_f(&[eps]);
+    let out = be.alloc(name, x.shape(), DType::F32)?;
+    let ins: Vec<&Tensor> = if rms {
+        vec![x, w]
+    } else {
+        vec![x, w, arg(args, 2)]
+    };
+    be.launch(
+        name,
+        Family::Norm,
+        "norm_forward",
+        &[("RMS", if rms { 1.0 } else { 0.0 })],
+        p,
+        &ins,
+        &[&out],
+        grid_rows(be, rows)?,
+    )?;
+    Ok(out)
+}
+
+fn norm_backward(
+    be: &WgpuBackend,
+    name: &'static str,
+    rms: bool,
+    eps: f32,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    let (x, w) = (arg(args, 0), arg(args, 1));
+    let g = if rms { arg(args, 3) } else { arg(args, 4) };
+    let (rows, n) = if rms {
+        shapes::norm(name, x.shape(), &[("weight", w.shape())])?
+    } else {
+        shapes::norm(
+            name,
+            x.shape(),
+            &[("weight", w.shape()), ("bias", arg(args, 2).shape())],
+        )?
+    };
+    shapes::same(name, g.shape(), x.shape())?;
+    let p =
+        Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "row length", n)?]).with_f(&[eps]);
+    let consts = [("RMS", if rms { 1.0 } else { 0.0 })];
+    let gx = be.alloc(name, x.shape(), DType::F32)?;
+    let stats = be.alloc(name, &[rows, 2], DType::F32)?;
+    be.launch(
+        name,
+        Family::Norm,
+        "norm_backward_rows",
+        &consts,
+        p,
+        &[x, w, g],
+        &[&gx, &stats],
+        grid_rows(be, rows)?,
+    )?;
+    let gw = be.alloc(name, &[n], DType::F32)?;
+    let mut outs = vec![gx];
+    if rms {
+        be.launch(
+            name,
+            Family::Norm,
+            "norm_backward_cols",
+            &consts,
+            p,
+            &[x, g, &stats],
+            &[&gw],
+            grid_elems(be, n)?,
+        )?;
+        outs.push(gw);
+    } else {
+        let gb = be.alloc(name, &[n], DType::F32)?;
+        be.launch(
+            name,
+            Family::Norm,
+            "norm_backward_cols",
+            &consts,
+            p,
+            &[x, g, &stats],
+            &[&gw, &gb],
+            grid_elems(be, n)?,
+        )?;
+        outs.push(gw);
+        outs.push(gb);
+    }
+    Ok(outs)
+}
+
+fn transposed_shape(s: &[usize]) -> Vec<usize> {
+    let mut out = s.to_vec();
+    let r = out.len();
+    if r >= 2 {
+        out.swap(r - 1, r - 2);
+    }
+    out
+}
+
+fn transpose(be: &WgpuBackend, name: &'static str, x: &Tensor) -> Result<Tensor> {
+    shapes::min_rank(name, "x", x.shape(), 2)?;
+    shapes::non_empty(name, "x", x.shape())?;
+    let r = x.rank();
+    let (rr, cc) = (x.shape()[r - 2], x.shape()[r - 1]);
+    let n = x.numel();
+    let out = be.alloc(name, &transposed_shape(x.shape()), DType::F32)?;
+    let p = Params::u(&[
+        u32_of(name, "elements", n)?,
+        u32_of(name, "rows", rr)?,
+        u32_of(name, "cols", cc)?,
+    ]);
+    be.launch(
+        name,
+        Family::Layout,
+        "transpose",
+        &[],
+        p,
+        &[x],
+        &[&out],
+        grid_elems(be, n)?,
+    )?;
+    Ok(out)
+}
+
+fn concat(be: &WgpuBackend, name: &'static str, a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let (_, m, k, out_shape) = shapes::concat(name, a.shape(), b.shape())?;
+    let out = be.alloc(name, &out_shape, DType::F32)?;
+    let n = out.numel();
+    let p = Params::u(&[
+        u32_of(name, "elements", n)?,
+        u32_of(name, "width", m)?,
+        u32_of(name, "width", k)?,
+    ]);
+    be.launch(
+        name,
+        Family::Layout,
+        "concat",
+        &[],
+        p,
+        &[a, b],
+        &[&out],
+        grid_elems(be, n)?,
+    )?;
+    Ok(out)
+}
+
+fn concat_backward(be: &WgpuBackend, name: &'static str, args: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let (a, b, g) = (arg(args, 0), arg(args, 1), arg(args, 3));
+    let (_, m, k, out_shape) = shapes::concat(name, a.shape(), b.shape())?;
+    shapes::same(name, g.shape(), &out_shape)?;
+    let ga = be.alloc(name, a.shape(), DType::F32)?;
+    let gb = be.alloc(name, b.shape(), DType::F32)?;
+    let n = g.numel();
+    let p = Params::u(&[
+        u32_of(name, "elements", n)?,
+        u32_of(name, "width", m)?,
+        u32_of(name, "width", k)?,
+    ]);
+    be.launch(
+        name,
+        Family::Layout,
+        "concat_backward",
+        &[],
+        p,
+        &[g],
+        &[&ga, &gb],
+        grid_elems(be, n)?,
+    )?;
+    Ok(vec![ga, gb])
+}
+
+/// Checks embedding ids against the vocabulary from the host copy kept at upload (ids made
+/// on the device are clamped by the kernel instead: out-of-range rows read as zeros).
+fn check_ids(be: &WgpuBackend, name: &'static str, ids: &Tensor, vocab: usize) -> Result<()> {
+    let buf = be.buffer_of(name, ids)?;
+    if let Some(host) = buf.host_ints() {
+        for &id in host.iter() {
+            if id < 0 || id as u64 >= vocab as u64 {
+                return Err(Error::IndexOutOfRange {
+                    op: name,
+                    tensor: "ids".into(),
+                    index: id,
+                    bound: vocab,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+fn embedding(be: &WgpuBackend, name: &'static str, args: &[&Tensor]) -> Result<Tensor> {
+    let (ids, w) = (arg(args, 0), arg(args, 1));
+    if w.rank() != 2 {
+        return Err(Error::bad_shape(
+            name,
+            "weight",
+            w.shape(),
+            "expected [vocab, dim]",
+        ));
+    }
+    shapes::non_empty(name, "weight", w.shape())?;
+    shapes::non_empty(name, "ids", ids.shape())?;
+    let (vocab, d) = (w.shape()[0], w.shape()[1]);
+    check_ids(be, name, ids, vocab)?;
+    let mut out_shape = ids.shape().to_vec();
+    out_shape.push(d);
+    let out = be.alloc(name, &out_shape, DType::F32)?;
+    let n = out.numel();
+    let p = Params::u(&[
+        u32_of(name, "elements", n)?,
+        u32_of(name, "dim", d)?,
+        u32_of(name, "vocab", vocab)?,
+    ]);
+    // ids go to the fourth read-only slot (declared i32 in the shader).
+    be.launch(
+        name,
+        Family::Layout,
+        "embedding",
+        &[],
+        p,
+        &[w, w, w, ids],
+        &[&out],
+        grid_elems(be, n)?,
+    )?;
+    Ok(out)
+}
+
+fn embedding_backward(be: &WgpuBackend, name: &'static str, args: &[&Tensor]) -> Result<Tensor> {
+    let (ids, w, g) = (arg(args, 0), arg(args, 1), arg(args, 3));
+    if w.rank() != 2 {
+        return Err(Error::bad_shape(
+            name,
+            "weight",
+            w.shape(),
+            "expected [vocab, dim]",
+        ));
+    }
+    shapes::non_empty(name, "ids", ids.shape())?;
+    let (vocab, d) = (w.shape()[0], w.shape()[1]);
+    let mut out_shape = ids.shape().to_vec();
+    out_shape.push(d);
+    shapes::same(name, g.shape(), &out_shape)?;
+    check_ids(be, name, ids, vocab)?;
+    let gw = be.alloc(name, w.shape(), DType::F32)?;
+    let n = gw.numel();
+    let p = Params::u(&[
+        u32_of(name, "elements", n)?,
+        u32_of(name, "dim", d)?,
+        u32_of(name, "tokens", ids.numel())?,
+    ]);
+    be.launch(
+        name,
+        Family::Layout,
+        "embedding_backward",
+        &[],
+        p,
+        &[g, g, g, ids],
+        &[&gw],
+        grid_elems(be, n)?,
+    )?;
+    Ok(gw)
+}
+
+fn optim(
+    be: &WgpuBackend,
+    name: &'static str,
+    entry: &'static str,
+    mut p: Params,
+    args: &[&Tensor],
+    outputs: usize,
+) -> Result<Vec<Tensor>> {
+    let param = arg(args, 0);
+    shapes::non_empty(name, "param", param.shape())?;
+    for t in &args[1..] {
+        shapes::same(name, param.shape(), t.shape())?;
+    }
+    let n = param.numel();
+    p.u[0] = u32_of(name, "elements", n)?;
+    let outs = (0..outputs)
+        .map(|_| be.alloc(name, param.shape(), DType::F32))
+        .collect::<Result<Vec<_>>>()?;
+    let out_refs: Vec<&Tensor> = outs.iter().collect();
+    be.launch(
+        name,
+        Family::Optim,
+        entry,
+        &[],
+        p,
+        args,
+        &out_refs,
+        grid_elems(be, n)?,
+    )?;
+    Ok(outs)
+}

@@ -1,0 +1,248 @@
+// Elementwise ops, forward and backward: unary (op code OP), scale, gelu, and binary ops where
+// `b` broadcasts over `a`'s leading dims (b.shape is a suffix of a.shape, so b repeats every nb).
+//
+// Bindings follow the crate-wide layout: 0 params, 1..4 read-only inputs, 5..7 outputs.
+// One thread per element; the grid is 2-D so more than 65,535 workgroups can be launched.
+
+struct Params {
+    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
+    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
+}
+
+override WG: u32 = 256u;
+// Unary op code: 0 neg, 1 exp, 2 log, 3 sqrt, 4 relu, 5 sigmoid, 6 tanh, 7 silu,
+// 8 gelu (erf), 9 gelu (tanh approximation), 10 scale by p.f0.
+override OP: u32 = 0u;
+// Binary op code: 0 add, 1 sub, 2 mul, 3 div.
+override BOP: u32 = 0u;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> in0: array<f32>;
+@group(0) @binding(2) var<storage, read> in1: array<f32>;
+@group(0) @binding(3) var<storage, read> in2: array<f32>;
+@group(0) @binding(5) var<storage, read_write> out0: array<f32>;
+
+fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid;
+}
+
+// erf ported from FreeBSD/musl s_erff.c (as in the `libm` crate the CPU reference uses):
+// about 1 ulp, well inside the 1e-7 the gelu budget needs. WGSL has no erf.
+fn erfc_mid(ax: f32) -> f32 {
+    // ax in [0.84375, 1.25): erfc = 1 - erx - P/Q
+    let s = ax - 1.0;
+    let pp = -2.3621185683e-03 + s * (4.1485610604e-01 + s * (-3.7220788002e-01 + s * (3.1834661961e-01
+        + s * (-1.1089469492e-01 + s * (3.5478305072e-02 + s * -2.1663755178e-03)))));
+    let qq = 1.0 + s * (1.0642088205e-01 + s * (5.4039794207e-01 + s * (7.1828655899e-02
+        + s * (1.2617121637e-01 + s * (1.3637083583e-02 + s * 1.1984500103e-02)))));
+    return 1.0 - 8.4506291151e-01 - pp / qq;
+}
+
+fn erfc_tail(ax: f32) -> f32 {
+    // ax in [1.25, 6)
+    if (ax < 1.25) {
+        return erfc_mid(ax);
+    }
+    let s = 1.0 / (ax * ax);
+    var r: f32;
+    var big_s: f32;
+    if (ax < 2.857142857) {
+        r = -9.8649440333e-03 + s * (-6.9385856390e-01 + s * (-1.0558626175e+01 + s * (-6.2375331879e+01
+            + s * (-1.6239666748e+02 + s * (-1.8460508728e+02 + s * (-8.1287437439e+01 + s * -9.8143291473e+00))))));
+        big_s = 1.0 + s * (1.9651271820e+01 + s * (1.3765776062e+02 + s * (4.3456588745e+02
+            + s * (6.4538726807e+02 + s * (4.2900814819e+02 + s * (1.0863500214e+02
+            + s * (6.5702495575e+00 + s * -6.0424413532e-02)))))));
+    } else {
+        r = -9.8649431020e-03 + s * (-7.9928326607e-01 + s * (-1.7757955551e+01 + s * (-1.6063638306e+02
+            + s * (-6.3756646729e+02 + s * (-1.0250950928e+03 + s * -4.8351919556e+02)))));
+        big_s = 1.0 + s * (3.0338060379e+01 + s * (3.2579251099e+02 + s * (1.5367296143e+03
+            + s * (3.1998581543e+03 + s * (2.5530502930e+03 + s * (4.7452853394e+02 + s * -2.2440952301e+01))))));
+    }
+    let z = bitcast<f32>(bitcast<u32>(ax) & 0xffffe000u);
+    return exp(-z * z - 0.5625) * exp((z - ax) * (z + ax) + r / big_s) / ax;
+}
+
+fn erf_f32(x: f32) -> f32 {
+    let ax = abs(x);
+    if (x != x) {
+        return x;
+    }
+    if (ax < 0.84375) {
+        if (ax < 3.7252903e-9) {
+            return 0.125 * (8.0 * x + 1.0270333290e+00 * x);
+        }
+        let z = x * x;
+        let r = 1.2837916613e-01 + z * (-3.2504209876e-01 + z * (-2.8481749818e-02 + z * (-5.7702702470e-03
+            + z * -2.3763017452e-05)));
+        let s = 1.0 + z * (3.9791721106e-01 + z * (6.5022252500e-02 + z * (5.0813062117e-03
+            + z * (1.3249473704e-04 + z * -3.9602282413e-06))));
+        return x + x * (r / s);
+    }
+    var y: f32 = 1.0;
+    if (ax < 6.0) {
+        y = 1.0 - erfc_tail(ax);
+    }
+    return select(y, -y, x < 0.0);
+}
+
+// tanh without the overflow of exp(2x) for large |x| (some drivers' builtin returns NaN there)
+// and without the cancellation of 1 - 2/(e^2x + 1) near zero.
+fn tanh_safe(x: f32) -> f32 {
+    let ax = abs(x);
+    if (x != x) {
+        return x;
+    }
+    var t: f32;
+    if (ax < 0.004) {
+        t = ax - ax * ax * ax / 3.0;
+    } else if (ax > 10.0) {
+        t = 1.0;
+    } else {
+        t = 1.0 - 2.0 / (exp(2.0 * ax) + 1.0);
+    }
+    return select(t, -t, x < 0.0);
+}
+
+fn sigmoid(x: f32) -> f32 {
+    return 1.0 / (1.0 + exp(-x));
+}
+
+const SQRT_2_OVER_PI: f32 = 0.7978845608028654;
+const GELU_C: f32 = 0.044715;
+const INV_SQRT_2: f32 = 0.7071067811865476;
+const INV_SQRT_2PI: f32 = 0.3989422804014327;
+
+fn unary(x: f32) -> f32 {
+    switch OP {
+        case 0u: { return -x; }
+        case 1u: { return exp(x); }
+        case 2u: { return log(x); }
+        case 3u: { return sqrt(x); }
+        case 4u: { return max(x, 0.0); }
+        case 5u: { return sigmoid(x); }
+        case 6u: { return tanh_safe(x); }
+        case 7u: { return x * sigmoid(x); }
+        case 8u: { return 0.5 * x * (1.0 + erf_f32(x * INV_SQRT_2)); }
+        case 9u: { return 0.5 * x * (1.0 + tanh_safe(SQRT_2_OVER_PI * (x + GELU_C * x * x * x))); }
+        default: { return x * p.f0; }
+    }
+}
+
+// d out / d x times g, from the input x and the forward output y.
+fn unary_grad(x: f32, y: f32, g: f32) -> f32 {
+    switch OP {
+        case 0u: { return -g; }
+        case 1u: { return g * y; }
+        case 2u: { return g / x; }
+        case 3u: { return g / (2.0 * y); }
+        case 4u: { return select(0.0, g, x > 0.0); }
+        case 5u: { return g * y * (1.0 - y); }
+        case 6u: { return g * (1.0 - y * y); }
+        case 7u: {
+            let s = sigmoid(x);
+            return g * (s * (1.0 + x * (1.0 - s)));
+        }
+        case 8u: {
+            let cdf = 0.5 * (1.0 + erf_f32(x * INV_SQRT_2));
+            let pdf = INV_SQRT_2PI * exp(-0.5 * x * x);
+            return g * (cdf + x * pdf);
+        }
+        case 9u: {
+            let inner = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
+            let t = tanh_safe(inner);
+            let dinner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * x * x);
+            return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner);
+        }
+        default: { return g * p.f0; }
+    }
+}
+
+// p.u0 = n (elements)
+@compute @workgroup_size(WG)
+fn unary_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    if (i >= p.u0) { return; }
+    out0[i] = unary(in0[i]);
+}
+
+// in0 = x, in1 = y (forward output), in2 = grad_y; out0 = grad_x. p.u0 = n
+@compute @workgroup_size(WG)
+fn unary_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    if (i >= p.u0) { return; }
+    out0[i] = unary_grad(in0[i], in1[i], in2[i]);
+}
+
+fn binary(a: f32, b: f32) -> f32 {
+    switch BOP {
+        case 0u: { return a + b; }
+        case 1u: { return a - b; }
+        case 2u: { return a * b; }
+        default: { return a / b; }
+    }
+}
+
+// in0 = a [n], in1 = b [nb] (repeats every nb); out0 [n]. p.u0 = n, p.u1 = nb
+@compute @workgroup_size(WG)
+fn binary_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    if (i >= p.u0) { return; }
+    out0[i] = binary(in0[i], in1[i % p.u1]);
+}
+
+// grad_a: in0 = a, in1 = b, in2 = grad_out; out0 = grad_a [n]. p.u0 = n, p.u1 = nb
+@compute @workgroup_size(WG)
+fn binary_backward_a(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    if (i >= p.u0) { return; }
+    let g = in2[i];
+    switch BOP {
+        case 0u, 1u: { out0[i] = g; }
+        case 2u: { out0[i] = g * in1[i % p.u1]; }
+        default: { out0[i] = g / in1[i % p.u1]; }
+    }
+}
+
+// grad_b sums over the rows b was broadcast to, in row order (as the CPU reference).
+// in0 = a, in1 = b, in2 = grad_out; out0 = grad_b [nb]. p.u0 = n, p.u1 = nb
+@compute @workgroup_size(WG)
+fn binary_backward_b(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let j = flat_index(wid, nwg, lid);
+    let nb = p.u1;
+    if (j >= nb) { return; }
+    let rows = p.u0 / nb;
+    let bj = in1[j];
+    var acc: f32 = 0.0;
+    for (var r: u32 = 0u; r < rows; r = r + 1u) {
+        let i = r * nb + j;
+        let g = in2[i];
+        switch BOP {
+            case 0u: { acc = acc + g; }
+            case 1u: { acc = acc - g; }
+            case 2u: { acc = acc + g * in0[i]; }
+            default: { acc = acc - g * in0[i] / (bj * bj); }
+        }
+    }
+    out0[j] = acc;
+}
+
+// Sums rows: out0[j] = sum_r in0[r * p.u1 + j] for r < p.u0 / p.u1 (batched-matmul gradients of
+// a shared 2-D operand).
+@compute @workgroup_size(WG)
+fn sum_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let j = flat_index(wid, nwg, lid);
+    let nb = p.u1;
+    if (j >= nb) { return; }
+    let rows = p.u0 / nb;
+    var acc: f32 = 0.0;
+    for (var r: u32 = 0u; r < rows; r = r + 1u) {
+        acc = acc + in0[r * nb + j];
+    }
+    out0[j] = acc;
+}

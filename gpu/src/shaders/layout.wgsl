@@ -1,0 +1,98 @@
+// Data movement: transpose of the last two dims, concat on the last dim and its split, and
+// embedding lookup with its scatter-free backward. One thread per output element; a 2-D grid
+// so more than 65,535 workgroups can be launched. Exact: no arithmetic except the embedding
+// gradient's sums (in token order, as the CPU reference).
+
+struct Params {
+    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
+    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
+}
+
+override WG: u32 = 256u;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> in0: array<f32>;
+@group(0) @binding(2) var<storage, read> in1: array<f32>;
+@group(0) @binding(4) var<storage, read> ids: array<i32>;
+@group(0) @binding(5) var<storage, read_write> out0: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out1: array<f32>;
+
+fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid;
+}
+
+// in0 = x [batch, r, c]; out0 = [batch, c, r]. p.u0 = n, p.u1 = r, p.u2 = c
+@compute @workgroup_size(WG)
+fn transpose(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let o = flat_index(wid, nwg, lid);
+    if (o >= p.u0) { return; }
+    let r = p.u1;
+    let c = p.u2;
+    let plane = r * c;
+    let b = o / plane;
+    let rem = o % plane;
+    let ci = rem / r;
+    let ri = rem % r;
+    out0[o] = in0[b * plane + ri * c + ci];
+}
+
+// in0 = a [rows, m], in1 = b [rows, k]; out0 = [rows, m + k]. p.u0 = n out, p.u1 = m, p.u2 = k
+@compute @workgroup_size(WG)
+fn concat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let o = flat_index(wid, nwg, lid);
+    if (o >= p.u0) { return; }
+    let m = p.u1;
+    let k = p.u2;
+    let w = m + k;
+    let row = o / w;
+    let j = o % w;
+    if (j < m) { out0[o] = in0[row * m + j]; } else { out0[o] = in1[row * k + (j - m)]; }
+}
+
+// in0 = grad_out [rows, m + k]; out0 = grad_a [rows, m], out1 = grad_b [rows, k]. p as concat.
+@compute @workgroup_size(WG)
+fn concat_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let o = flat_index(wid, nwg, lid);
+    if (o >= p.u0) { return; }
+    let m = p.u1;
+    let k = p.u2;
+    let w = m + k;
+    let row = o / w;
+    let j = o % w;
+    if (j < m) { out0[row * m + j] = in0[o]; } else { out1[row * k + (j - m)] = in0[o]; }
+}
+
+// ids [tokens] (i32), in0 = weight [vocab, d]; out0 = [tokens, d]. Ids were range-checked on
+// the host; an out-of-range id reads as zeros rather than out of bounds.
+// p.u0 = tokens * d, p.u1 = d, p.u2 = vocab
+@compute @workgroup_size(WG)
+fn embedding(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let o = flat_index(wid, nwg, lid);
+    if (o >= p.u0) { return; }
+    let d = p.u1;
+    let id = ids[o / d];
+    if (id < 0 || u32(id) >= p.u2) { out0[o] = 0.0; return; }
+    out0[o] = in0[u32(id) * d + (o % d)];
+}
+
+// ids [tokens], in0 = grad_out [tokens, d]; out0 = grad_weight [vocab, d]: each thread owns one
+// weight element and sums the tokens that picked its row (deterministic, no atomics).
+// p.u0 = vocab * d, p.u1 = d, p.u2 = tokens
+@compute @workgroup_size(WG)
+fn embedding_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                      @builtin(local_invocation_index) lid: u32) {
+    let o = flat_index(wid, nwg, lid);
+    if (o >= p.u0) { return; }
+    let d = p.u1;
+    let v = i32(o / d);
+    let col = o % d;
+    var acc: f32 = 0.0;
+    for (var t: u32 = 0u; t < p.u2; t = t + 1u) {
+        if (ids[t] == v) { acc = acc + in0[t * d + col]; }
+    }
+    out0[o] = acc;
+}

@@ -1,0 +1,105 @@
+// Batched matmul out[z] = op(a[z]) @ op(b[z]), op = optional transpose (TA, TB) read through the
+// index math, never materialized. A 64x64 output tile per workgroup of 16x16 threads, staged
+// through workgroup memory in K-slices of 16; each thread keeps a 4x4 block in registers.
+// Batch is the z grid dimension (plus p.u5 when the host splits a batch above the z limit); a
+// shared 2-D operand has batch stride 0.
+
+struct Params {
+    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
+    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
+}
+
+override TA: bool = false;
+override TB: bool = false;
+
+const BM: u32 = 64u;
+const BN: u32 = 64u;
+const BK: u32 = 16u;
+const TM: u32 = 4u;
+const TN: u32 = 4u;
+const THREADS: u32 = 256u;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(5) var<storage, read_write> c: array<f32>;
+
+var<workgroup> a_tile: array<f32, 1024>; // [BK][BM]
+var<workgroup> b_tile: array<f32, 1024>; // [BK][BN]
+
+// Element (m, k) of op(a); a is [M, K] or, transposed, [K, M]. Zero outside the matrix.
+fn load_a(base: u32, m: u32, k: u32) -> f32 {
+    let mm = p.u0;
+    let kk = p.u2;
+    if (m >= mm || k >= kk) { return 0.0; }
+    if (TA) { return a[base + k * mm + m]; }
+    return a[base + m * kk + k];
+}
+
+// Element (k, n) of op(b); b is [K, N] or, transposed, [N, K].
+fn load_b(base: u32, k: u32, n: u32) -> f32 {
+    let nn = p.u1;
+    let kk = p.u2;
+    if (n >= nn || k >= kk) { return 0.0; }
+    if (TB) { return b[base + n * kk + k]; }
+    return b[base + k * nn + n];
+}
+
+// p.u0 = M, p.u1 = N, p.u2 = K, p.u3 = batch stride of a, p.u4 = batch stride of b,
+// p.u5 = first batch of this dispatch.
+@compute @workgroup_size(16, 16, 1)
+fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+          @builtin(local_invocation_index) lidx: u32) {
+    let m_len = p.u0;
+    let n_len = p.u1;
+    let k_len = p.u2;
+    let batch = wid.z + p.u5;
+    let base_a = batch * p.u3;
+    let base_b = batch * p.u4;
+    let base_c = batch * m_len * n_len;
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
+
+    var acc: array<f32, 16>;
+    for (var i: u32 = 0u; i < 16u; i = i + 1u) { acc[i] = 0.0; }
+
+    for (var k0: u32 = 0u; k0 < k_len; k0 = k0 + BK) {
+        // Each thread stages 4 elements of each tile; consecutive threads read consecutive
+        // addresses of whichever layout the operand has.
+        for (var l: u32 = 0u; l < 4u; l = l + 1u) {
+            let idx = lidx + l * THREADS;
+            var mi: u32;
+            var ki: u32;
+            if (TA) { ki = idx / BM; mi = idx % BM; } else { mi = idx / BK; ki = idx % BK; }
+            a_tile[ki * BM + mi] = load_a(base_a, row0 + mi, k0 + ki);
+            var ni: u32;
+            var kj: u32;
+            if (TB) { ni = idx / BK; kj = idx % BK; } else { kj = idx / BN; ni = idx % BN; }
+            b_tile[kj * BN + ni] = load_b(base_b, k0 + kj, col0 + ni);
+        }
+        workgroupBarrier();
+        for (var kk: u32 = 0u; kk < BK; kk = kk + 1u) {
+            var ar: array<f32, 4>;
+            var br: array<f32, 4>;
+            for (var i: u32 = 0u; i < TM; i = i + 1u) { ar[i] = a_tile[kk * BM + lid.y * TM + i]; }
+            for (var j: u32 = 0u; j < TN; j = j + 1u) { br[j] = b_tile[kk * BN + lid.x * TN + j]; }
+            for (var i: u32 = 0u; i < TM; i = i + 1u) {
+                for (var j: u32 = 0u; j < TN; j = j + 1u) {
+                    acc[i * TN + j] = acc[i * TN + j] + ar[i] * br[j];
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+
+    for (var i: u32 = 0u; i < TM; i = i + 1u) {
+        let r = row0 + lid.y * TM + i;
+        if (r >= m_len) { continue; }
+        for (var j: u32 = 0u; j < TN; j = j + 1u) {
+            let col = col0 + lid.x * TN + j;
+            if (col < n_len) {
+                c[base_c + r * n_len + col] = acc[i * TN + j];
+            }
+        }
+    }
+}

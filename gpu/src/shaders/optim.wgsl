@@ -1,0 +1,60 @@
+// Fused optimizer steps: one thread per parameter reads param, grad and state once and writes
+// the new param and state (torch.optim.AdamW and torch.optim.SGD semantics).
+
+struct Params {
+    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
+    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
+}
+
+override WG: u32 = 256u;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> param_in: array<f32>;
+@group(0) @binding(2) var<storage, read> grad: array<f32>;
+@group(0) @binding(3) var<storage, read> state_a: array<f32>;
+@group(0) @binding(4) var<storage, read> state_b: array<f32>;
+@group(0) @binding(5) var<storage, read_write> param_out: array<f32>;
+@group(0) @binding(6) var<storage, read_write> state_a_out: array<f32>;
+@group(0) @binding(7) var<storage, read_write> state_b_out: array<f32>;
+
+fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid;
+}
+
+// state_a = m, state_b = v. p.u0 = n, p.f0 = lr, f1 = beta1, f2 = beta2, f3 = eps,
+// f4 = weight_decay, f5 = 1 - beta1^step, f6 = sqrt(1 - beta2^step)
+@compute @workgroup_size(WG)
+fn adamw_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    if (i >= p.u0) { return; }
+    let lr = p.f0;
+    let b1 = p.f1;
+    let b2 = p.f2;
+    let g = grad[i];
+    let w = param_in[i] * (1.0 - lr * p.f4);
+    let m = b1 * state_a[i] + (1.0 - b1) * g;
+    let v = b2 * state_b[i] + (1.0 - b2) * g * g;
+    let denom = sqrt(v) / p.f6 + p.f3;
+    param_out[i] = w - (lr / p.f5) * m / denom;
+    state_a_out[i] = m;
+    state_b_out[i] = v;
+}
+
+// state_a = momentum_buf. p.u0 = n, p.u1 = nesterov, p.f0 = lr, f1 = momentum, f2 = weight_decay
+@compute @workgroup_size(WG)
+fn sgd_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    if (i >= p.u0) { return; }
+    let lr = p.f0;
+    let mom = p.f1;
+    let w = param_in[i];
+    var d = grad[i] + p.f2 * w;
+    let buf = mom * state_a[i] + d;
+    if (mom != 0.0) {
+        if (p.u1 != 0u) { d = d + mom * buf; } else { d = buf; }
+    }
+    param_out[i] = w - lr * d;
+    state_a_out[i] = buf;
+}

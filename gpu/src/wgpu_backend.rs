@@ -1,0 +1,1035 @@
+//! The wgpu backend: device setup, the buffer pool, batched command recording, counters, and the
+//! one generic launcher every op family goes through.
+//!
+//! Tensors live in pooled storage buffers. Ops record compute passes into one command encoder;
+//! the encoder is submitted on download, on [`Backend::flush`], or after
+//! [`WgpuOptions::max_batch_dispatches`] dispatches. Each dispatch's parameters go into a slot of
+//! one uniform arena that is written once per submit.
+//!
+//! Reuse hazard: `Queue::write_buffer` lands before the commands of the next submit, so an
+//! upload must not reuse a buffer the still-unsubmitted encoder touches. Pooled buffers carry
+//! the batch in which they were freed; uploads only take buffers freed in an earlier batch.
+//! Compute outputs may take any pooled buffer: commands run in recording order.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::num::NonZeroU64;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll, Waker};
+
+use kernels_core::backend::LocalBoxFuture;
+use kernels_core::op::{Direction, Op};
+use kernels_core::tensor::{DeviceBuffer, Storage};
+use kernels_core::{Backend, DType, DeviceId, Error, Result, Tensor};
+
+/// Options for [`WgpuBackend::new_async`].
+#[derive(Debug, Clone)]
+pub struct WgpuOptions {
+    /// Adapter preference.
+    pub power_preference: wgpu::PowerPreference,
+    /// Backends to try; `None` reads `WGPU_BACKEND` (default: all).
+    pub backends: Option<wgpu::Backends>,
+    /// Submit after this many recorded dispatches even without a download or flush.
+    pub max_batch_dispatches: usize,
+}
+
+impl Default for WgpuOptions {
+    fn default() -> Self {
+        WgpuOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            backends: None,
+            max_batch_dispatches: 256,
+        }
+    }
+}
+
+/// What the backend has done so far. Read with [`WgpuBackend::counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Compute dispatches recorded.
+    pub dispatches: u64,
+    /// Queue submits.
+    pub submits: u64,
+    /// Bytes copied host -> device.
+    pub bytes_uploaded: u64,
+    /// Bytes copied device -> host.
+    pub bytes_downloaded: u64,
+    /// Storage buffers created (pool misses).
+    pub buffers_created: u64,
+    /// Storage buffers taken from the pool (pool hits).
+    pub buffers_reused: u64,
+    /// Bytes currently held by free buffers in the pool.
+    pub pool_bytes: u64,
+}
+
+/// The op families, one WGSL file each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    Elementwise,
+    Matmul,
+    Reduce,
+    Softmax,
+    Norm,
+    Layout,
+    Optim,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: &'static [Family] = &[
+        Family::Elementwise,
+        Family::Matmul,
+        Family::Reduce,
+        Family::Softmax,
+        Family::Norm,
+        Family::Layout,
+        Family::Optim,
+    ];
+    /// File stem of the family's shader.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Elementwise => "elementwise",
+            Family::Matmul => "matmul",
+            Family::Reduce => "reduce",
+            Family::Softmax => "softmax",
+            Family::Norm => "norm",
+            Family::Layout => "layout",
+            Family::Optim => "optim",
+        }
+    }
+    /// The embedded WGSL source.
+    pub fn source(self) -> &'static str {
+        match self {
+            Family::Elementwise => include_str!("shaders/elementwise.wgsl"),
+            Family::Matmul => include_str!("shaders/matmul.wgsl"),
+            Family::Reduce => include_str!("shaders/reduce.wgsl"),
+            Family::Softmax => include_str!("shaders/softmax.wgsl"),
+            Family::Norm => include_str!("shaders/norm.wgsl"),
+            Family::Layout => include_str!("shaders/layout.wgsl"),
+            Family::Optim => include_str!("shaders/optim.wgsl"),
+        }
+    }
+}
+
+/// Every shader uses one bind group layout: binding 0 the params uniform, 1..=4 read-only
+/// storage, 5..=7 read-write storage. Unused slots get small dummy buffers.
+pub(crate) const RO_SLOTS: usize = 4;
+pub(crate) const RW_SLOTS: usize = 3;
+/// Bytes of the per-dispatch parameter block (`struct Params` in every shader).
+const PARAMS_BYTES: usize = 64;
+
+/// Per-dispatch parameters: eight u32 then eight f32 (`struct Params` in the shaders).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Params {
+    pub u: [u32; 8],
+    pub f: [f32; 8],
+}
+
+impl Params {
+    pub fn u(vals: &[u32]) -> Self {
+        let mut p = Params::default();
+        for (d, s) in p.u.iter_mut().zip(vals) {
+            *d = *s;
+        }
+        p
+    }
+    pub fn with_f(mut self, vals: &[f32]) -> Self {
+        for (d, s) in self.f.iter_mut().zip(vals) {
+            *d = *s;
+        }
+        self
+    }
+    fn bytes(&self) -> [u8; PARAMS_BYTES] {
+        let mut out = [0u8; PARAMS_BYTES];
+        for (i, v) in self.u.iter().enumerate() {
+            out[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        for (i, v) in self.f.iter().enumerate() {
+            out[32 + i * 4..32 + i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+}
+
+static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
+
+/// Power-of-two size class of a buffer of `bytes` (at least 16).
+fn size_class(bytes: u64) -> u64 {
+    bytes.max(16).next_power_of_two()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum PoolKind {
+    Storage,
+    Staging,
+}
+
+struct Pooled {
+    buf: wgpu::Buffer,
+    freed_in_batch: u64,
+}
+
+/// State shared between the backend and its buffers (which return themselves on drop).
+struct Shared {
+    free: Mutex<HashMap<(PoolKind, u64), Vec<Pooled>>>,
+    counters: Mutex<Counters>,
+    batch: AtomicU64,
+}
+
+impl Shared {
+    fn give_back(&self, kind: PoolKind, class: u64, buf: wgpu::Buffer) {
+        let freed_in_batch = self.batch.load(Ordering::Relaxed);
+        if let Ok(mut free) = self.free.lock() {
+            free.entry((kind, class)).or_default().push(Pooled {
+                buf,
+                freed_in_batch,
+            });
+            if kind == PoolKind::Storage
+                && let Ok(mut c) = self.counters.lock()
+            {
+                c.pool_bytes += class;
+            }
+        }
+    }
+
+    fn take(&self, kind: PoolKind, class: u64, for_upload: bool) -> Option<wgpu::Buffer> {
+        let batch = self.batch.load(Ordering::Relaxed);
+        let mut free = self.free.lock().ok()?;
+        let list = free.get_mut(&(kind, class))?;
+        let pos = list
+            .iter()
+            .rposition(|p| !for_upload || p.freed_in_batch < batch)?;
+        let p = list.swap_remove(pos);
+        if kind == PoolKind::Storage
+            && let Ok(mut c) = self.counters.lock()
+        {
+            c.pool_bytes = c.pool_bytes.saturating_sub(class);
+            c.buffers_reused += 1;
+        }
+        Some(p.buf)
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Counters)) {
+        if let Ok(mut c) = self.counters.lock() {
+            f(&mut c);
+        }
+    }
+}
+
+/// A device buffer holding one tensor's elements. Returns to the pool when the last tensor
+/// referencing it drops.
+pub struct GpuBuffer {
+    buf: Option<wgpu::Buffer>,
+    class: u64,
+    /// Bytes the tensor uses (a multiple of 4; the buffer may be larger).
+    len: u64,
+    device: DeviceId,
+    shared: Weak<Shared>,
+    /// Host copy of small integer tensors (ids, targets), so index ranges can be checked
+    /// without a readback.
+    host_ints: Option<Arc<Vec<i64>>>,
+}
+
+impl std::fmt::Debug for GpuBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "GpuBuffer(device {}, {} bytes in class {})",
+            self.device.0, self.len, self.class
+        )
+    }
+}
+
+impl GpuBuffer {
+    pub(crate) fn raw(&self) -> Option<&wgpu::Buffer> {
+        self.buf.as_ref()
+    }
+    pub(crate) fn host_ints(&self) -> Option<&Arc<Vec<i64>>> {
+        self.host_ints.as_ref()
+    }
+    pub(crate) fn binding(&self) -> Option<wgpu::BufferBinding<'_>> {
+        let buf = self.buf.as_ref()?;
+        Some(wgpu::BufferBinding {
+            buffer: buf,
+            offset: 0,
+            size: NonZeroU64::new(self.len.max(4)),
+        })
+    }
+}
+
+impl Drop for GpuBuffer {
+    fn drop(&mut self) {
+        if let (Some(buf), Some(shared)) = (self.buf.take(), self.shared.upgrade()) {
+            shared.give_back(PoolKind::Storage, self.class, buf);
+        }
+    }
+}
+
+impl DeviceBuffer for GpuBuffer {
+    fn device(&self) -> DeviceId {
+        self.device
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+type PipelineKey = (Family, &'static str, Vec<(&'static str, u64)>);
+
+struct Recording {
+    encoder: Option<wgpu::CommandEncoder>,
+    dispatches: usize,
+    /// Parameter blocks of this batch, one aligned slot per dispatch.
+    params: Vec<u8>,
+}
+
+/// The wgpu backend. See the module docs.
+pub struct WgpuBackend {
+    id: DeviceId,
+    info: wgpu::AdapterInfo,
+    limits: wgpu::Limits,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    shared: Arc<Shared>,
+    options: WgpuOptions,
+    layout: wgpu::BindGroupLayout,
+    pipeline_layout: wgpu::PipelineLayout,
+    modules: RefCell<HashMap<Family, wgpu::ShaderModule>>,
+    pipelines: RefCell<HashMap<PipelineKey, wgpu::ComputePipeline>>,
+    rec: RefCell<Recording>,
+    arena: wgpu::Buffer,
+    slot: usize,
+    dummy_ro: wgpu::Buffer,
+    dummy_rw: [wgpu::Buffer; RW_SLOTS],
+    lost: Arc<Mutex<Option<String>>>,
+    uncaptured: Arc<Mutex<Option<String>>>,
+}
+
+impl std::fmt::Debug for WgpuBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WgpuBackend({})", self.name())
+    }
+}
+
+fn backend_err(why: impl Into<String>) -> Error {
+    Error::Backend {
+        backend: "wgpu".into(),
+        why: why.into(),
+    }
+}
+
+fn map_wgpu_error(e: wgpu::Error, what: &str) -> Error {
+    match e {
+        wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory {
+            what: what.into(),
+            bytes: 0,
+        },
+        wgpu::Error::Validation { description, .. } => {
+            backend_err(format!("{what}: validation error: {description}"))
+        }
+        wgpu::Error::Internal { description, .. } => {
+            backend_err(format!("{what}: internal error: {description}"))
+        }
+    }
+}
+
+impl WgpuBackend {
+    /// Finds an adapter and creates a device, requesting the adapter's own limits (they are at
+    /// least wgpu's defaults on any WebGPU-capable adapter, and often far above them).
+    pub async fn new_async(options: WgpuOptions) -> Result<Self> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle().with_env();
+        if let Some(b) = options.backends {
+            desc.backends = b;
+        }
+        let instance = wgpu::Instance::new(desc);
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: options.power_preference,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| backend_err(format!("no adapter: {e}")))?;
+        let info = adapter.get_info();
+        let adapter_limits = adapter.limits();
+        let required_limits = wgpu::Limits::default().or_better_values_from(&adapter_limits);
+        // `or_better_values_from` may still ask for a default the adapter lacks (downlevel
+        // adapters); fall back to exactly what the adapter has.
+        let required_limits = if required_limits.check_limits(&adapter_limits) {
+            required_limits
+        } else {
+            adapter_limits.clone()
+        };
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("kernels"),
+                required_features: wgpu::Features::empty(),
+                required_limits: required_limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| backend_err(format!("device request failed on {}: {e}", info.name)))?;
+
+        let lost = Arc::new(Mutex::new(None));
+        {
+            let lost = lost.clone();
+            device.set_device_lost_callback(move |reason, msg| {
+                if let Ok(mut l) = lost.lock() {
+                    *l = Some(format!("{reason:?}: {msg}"));
+                }
+            });
+        }
+        let uncaptured = Arc::new(Mutex::new(None));
+        {
+            let u = uncaptured.clone();
+            // The default handler panics; keep the first message and report it as an Error.
+            device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                if let Ok(mut slot) = u.lock()
+                    && slot.is_none()
+                {
+                    *slot = Some(e.to_string());
+                }
+            }));
+        }
+
+        let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let mut entries = vec![wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: NonZeroU64::new(PARAMS_BYTES as u64),
+            },
+            count: None,
+        }];
+        for i in 0..RO_SLOTS {
+            entries.push(storage(1 + i as u32, true));
+        }
+        for i in 0..RW_SLOTS {
+            entries.push(storage((1 + RO_SLOTS + i) as u32, false));
+        }
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("kernels-layout"),
+            entries: &entries,
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some("kernels-pipeline-layout"),
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let slot = (required_limits.min_uniform_buffer_offset_alignment as usize).max(PARAMS_BYTES);
+        let max_batch = options.max_batch_dispatches.max(1);
+        let arena = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("params-arena"),
+            size: (slot * max_batch) as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mk = |label: &'static str| {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size: 16,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        };
+        let dummy_ro = mk("dummy-ro");
+        let dummy_rw = [mk("dummy-rw0"), mk("dummy-rw1"), mk("dummy-rw2")];
+        let options = WgpuOptions {
+            max_batch_dispatches: max_batch,
+            ..options
+        };
+        Ok(WgpuBackend {
+            id: DeviceId(NEXT_DEVICE.fetch_add(1, Ordering::Relaxed)),
+            info,
+            limits: required_limits,
+            device,
+            queue,
+            shared: Arc::new(Shared {
+                free: Mutex::new(HashMap::new()),
+                counters: Mutex::new(Counters::default()),
+                batch: AtomicU64::new(0),
+            }),
+            options,
+            layout,
+            pipeline_layout,
+            modules: RefCell::new(HashMap::new()),
+            pipelines: RefCell::new(HashMap::new()),
+            rec: RefCell::new(Recording {
+                encoder: None,
+                dispatches: 0,
+                params: Vec::new(),
+            }),
+            arena,
+            slot,
+            dummy_ro,
+            dummy_rw,
+            lost,
+            uncaptured,
+        })
+    }
+
+    /// Blocking constructor (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new() -> Result<Self> {
+        pollster::block_on(Self::new_async(WgpuOptions::default()))
+    }
+
+    /// Blocking constructor with options (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn with_options(options: WgpuOptions) -> Result<Self> {
+        pollster::block_on(Self::new_async(options))
+    }
+
+    /// The adapter this backend runs on.
+    pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
+        &self.info
+    }
+    /// The limits the device was created with.
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+    /// A snapshot of the counters.
+    pub fn counters(&self) -> Counters {
+        self.shared.counters.lock().map(|c| *c).unwrap_or_default()
+    }
+    /// Frees every buffer held by the pool.
+    pub fn trim_pool(&self) {
+        if let Ok(mut free) = self.shared.free.lock() {
+            free.clear();
+        }
+        self.shared.count(|c| c.pool_bytes = 0);
+    }
+
+    /// Downloads a tensor, blocking until it is on the host (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn download_blocking(&self, t: &Tensor) -> Result<Tensor> {
+        pollster::block_on(self.download(t))
+    }
+
+    pub(crate) fn check_alive(&self) -> Result<()> {
+        if let Ok(l) = self.lost.lock()
+            && let Some(why) = l.as_ref()
+        {
+            return Err(Error::DeviceLost { why: why.clone() });
+        }
+        if let Ok(mut u) = self.uncaptured.lock()
+            && let Some(why) = u.take()
+        {
+            return Err(backend_err(format!("uncaptured device error: {why}")));
+        }
+        Ok(())
+    }
+
+    /// The device buffer of a tensor of this backend.
+    pub(crate) fn buffer_of<'t>(&self, op: &'static str, t: &'t Tensor) -> Result<&'t GpuBuffer> {
+        match t.storage() {
+            Storage::Device(b) => {
+                if b.device() != self.id {
+                    return Err(Error::DeviceMismatch {
+                        op,
+                        expected: self.id.0,
+                        got: b.device().0,
+                    });
+                }
+                b.as_any()
+                    .downcast_ref::<GpuBuffer>()
+                    .ok_or_else(|| backend_err(format!("{op}: not a wgpu buffer")))
+            }
+            _ => Err(Error::DeviceMismatch {
+                op,
+                expected: self.id.0,
+                got: DeviceId::CPU.0,
+            }),
+        }
+    }
+
+    fn check_binding_size(&self, what: &str, bytes: u64) -> Result<()> {
+        let limit = self
+            .limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size);
+        if bytes > limit {
+            return Err(Error::LimitExceeded {
+                what: format!("{what}: bytes in one storage binding"),
+                value: bytes,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// A storage buffer of at least `bytes`, from the pool when possible.
+    fn acquire(&self, bytes: u64, for_upload: bool) -> Result<(wgpu::Buffer, u64)> {
+        let class = size_class(bytes);
+        // Classes above the device's buffer size fall back to the exact (4-aligned) size.
+        let class = if class > self.limits.max_buffer_size {
+            bytes.div_ceil(4) * 4
+        } else {
+            class
+        };
+        if let Some(b) = self.shared.take(PoolKind::Storage, class, for_upload) {
+            return Ok((b, class));
+        }
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tensor"),
+            size: class,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.shared.count(|c| c.buffers_created += 1);
+        Ok((buf, class))
+    }
+
+    /// A fresh output tensor of `shape` (contents undefined until a kernel writes them).
+    pub(crate) fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let n = kernels_core::tensor::numel(shape)
+            .ok_or_else(|| Error::bad_shape(op, "out", shape, "element count overflows"))?;
+        let bytes = (n as u64).saturating_mul(4);
+        self.check_binding_size(op, bytes)?;
+        let (buf, class) = self.acquire(bytes, false)?;
+        Ok(Tensor::from_device(
+            shape,
+            dtype,
+            Arc::new(GpuBuffer {
+                buf: Some(buf),
+                class,
+                len: bytes,
+                device: self.id,
+                shared: Arc::downgrade(&self.shared),
+                host_ints: None,
+            }),
+        ))
+    }
+
+    fn module(&self, family: Family) -> wgpu::ShaderModule {
+        let mut modules = self.modules.borrow_mut();
+        modules
+            .entry(family)
+            .or_insert_with(|| {
+                self.device
+                    .create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some(family.name()),
+                        source: wgpu::ShaderSource::Wgsl(family.source().into()),
+                    })
+            })
+            .clone()
+    }
+
+    fn pipeline(
+        &self,
+        family: Family,
+        entry: &'static str,
+        constants: &[(&'static str, f64)],
+    ) -> wgpu::ComputePipeline {
+        let key: PipelineKey = (
+            family,
+            entry,
+            constants.iter().map(|(k, v)| (*k, v.to_bits())).collect(),
+        );
+        if let Some(p) = self.pipelines.borrow().get(&key) {
+            return p.clone();
+        }
+        let module = self.module(family);
+        let p = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: Some(&self.pipeline_layout),
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants,
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
+        self.pipelines.borrow_mut().insert(key, p.clone());
+        p
+    }
+
+    /// Splits `groups` workgroups into a 2-D grid within the per-dimension limit; kernels
+    /// recover the flat index as `wid.y * nwg.x + wid.x` and drop the excess.
+    pub(crate) fn grid_1d(&self, groups: u64) -> Result<(u32, u32, u32)> {
+        let max = u64::from(self.limits.max_compute_workgroups_per_dimension.max(1));
+        let groups = groups.max(1);
+        if groups <= max {
+            return Ok((groups as u32, 1, 1));
+        }
+        let y = groups.div_ceil(max);
+        if y > max {
+            return Err(Error::LimitExceeded {
+                what: "workgroups of one dispatch".into(),
+                value: groups,
+                limit: max * max,
+            });
+        }
+        Ok((max as u32, y as u32, 1))
+    }
+
+    /// Max workgroups per grid dimension.
+    pub(crate) fn max_groups(&self) -> u32 {
+        self.limits.max_compute_workgroups_per_dimension.max(1)
+    }
+
+    /// Records one dispatch: the family's `entry` specialized with `constants`, `params` in
+    /// binding 0, `inputs` in the read-only slots and `outputs` in the read-write slots.
+    /// Every tensor of `inputs`/`outputs` must live on this device.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch(
+        &self,
+        op: &'static str,
+        family: Family,
+        entry: &'static str,
+        constants: &[(&'static str, f64)],
+        params: Params,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        grid: (u32, u32, u32),
+    ) -> Result<()> {
+        if inputs.len() > RO_SLOTS || outputs.len() > RW_SLOTS {
+            return Err(backend_err(format!("{op}: too many bindings for {entry}")));
+        }
+        let in_bufs = inputs
+            .iter()
+            .map(|t| self.buffer_of(op, t))
+            .collect::<Result<Vec<_>>>()?;
+        let out_bufs = outputs
+            .iter()
+            .map(|t| self.buffer_of(op, t))
+            .collect::<Result<Vec<_>>>()?;
+        let pipeline = self.pipeline(family, entry, constants);
+
+        let mut rec = self.rec.borrow_mut();
+        if rec.dispatches >= self.options.max_batch_dispatches {
+            drop(rec);
+            self.submit()?;
+            rec = self.rec.borrow_mut();
+        }
+        let offset = rec.dispatches * self.slot;
+        rec.params.resize(offset, 0);
+        rec.params.extend_from_slice(&params.bytes());
+        rec.dispatches += 1;
+
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &self.arena,
+                offset: offset as u64,
+                size: NonZeroU64::new(PARAMS_BYTES as u64),
+            }),
+        }];
+        for i in 0..RO_SLOTS {
+            let resource = match in_bufs.get(i).and_then(|b| b.binding()) {
+                Some(b) => wgpu::BindingResource::Buffer(b),
+                None => self.dummy_ro.as_entire_binding(),
+            };
+            entries.push(wgpu::BindGroupEntry {
+                binding: 1 + i as u32,
+                resource,
+            });
+        }
+        for (i, dummy) in self.dummy_rw.iter().enumerate() {
+            let resource = match out_bufs.get(i).and_then(|b| b.binding()) {
+                Some(b) => wgpu::BindingResource::Buffer(b),
+                None => dummy.as_entire_binding(),
+            };
+            entries.push(wgpu::BindGroupEntry {
+                binding: (1 + RO_SLOTS + i) as u32,
+                resource,
+            });
+        }
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(entry),
+            layout: &self.layout,
+            entries: &entries,
+        });
+        let encoder = rec.encoder.get_or_insert_with(|| {
+            self.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("kernels-batch"),
+                })
+        });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(entry),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+        }
+        self.shared.count(|c| c.dispatches += 1);
+        Ok(())
+    }
+
+    /// Submits the recorded batch (if any).
+    fn submit(&self) -> Result<()> {
+        let mut rec = self.rec.borrow_mut();
+        let Some(encoder) = rec.encoder.take() else {
+            return Ok(());
+        };
+        if !rec.params.is_empty() {
+            self.queue.write_buffer(&self.arena, 0, &rec.params);
+        }
+        rec.params.clear();
+        rec.dispatches = 0;
+        drop(rec);
+        self.queue.submit(Some(encoder.finish()));
+        self.shared.batch.fetch_add(1, Ordering::Relaxed);
+        self.shared.count(|c| c.submits += 1);
+        Ok(())
+    }
+
+    /// Runs `f` inside validation and out-of-memory error scopes and turns a captured error
+    /// into an [`Error`]. Where the scope's result is not ready at once (the browser), the
+    /// error surfaces later through the uncaptured-error check instead.
+    pub(crate) fn scoped<R>(&self, what: &str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.check_alive()?;
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let val = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let r = f();
+        let val_err = kernels_core::backend::now_or_never(val.pop()).flatten();
+        let oom_err = kernels_core::backend::now_or_never(oom.pop()).flatten();
+        self.check_alive()?;
+        if let Some(e) = oom_err {
+            return Err(map_wgpu_error(e, what));
+        }
+        if let Some(e) = val_err {
+            return Err(map_wgpu_error(e, what));
+        }
+        r
+    }
+
+    fn upload_inner(&self, t: &Tensor) -> Result<Tensor> {
+        let (bytes, host_ints): (Vec<u8>, Option<Arc<Vec<i64>>>) = match t.storage() {
+            Storage::F32(v) => (bytemuck::cast_slice(v.as_slice()).to_vec(), None),
+            Storage::I32(v) => (
+                bytemuck::cast_slice(v.as_slice()).to_vec(),
+                Some(Arc::new(v.iter().map(|&x| i64::from(x)).collect())),
+            ),
+            Storage::I64(v) => {
+                // Shaders index with i32; ids beyond it cannot address any tensor anyway.
+                let mut out = Vec::with_capacity(v.len() * 4);
+                for (i, &x) in v.iter().enumerate() {
+                    let y = i32::try_from(x).map_err(|_| Error::IndexOutOfRange {
+                        op: "upload",
+                        tensor: format!("i64 element {i}"),
+                        index: x,
+                        bound: i32::MAX as usize,
+                    })?;
+                    out.extend_from_slice(&y.to_le_bytes());
+                }
+                (out, Some(Arc::new(v.to_vec())))
+            }
+            Storage::Device(_) => {
+                return Err(Error::NotOnHost { op: "upload" });
+            }
+        };
+        let len = bytes.len() as u64;
+        self.check_binding_size("upload", len)?;
+        let (buf, class) = self.acquire(len, true)?;
+        if !bytes.is_empty() {
+            self.queue.write_buffer(&buf, 0, &bytes);
+        }
+        self.shared.count(|c| c.bytes_uploaded += len);
+        Ok(Tensor::from_device(
+            t.shape(),
+            t.dtype(),
+            Arc::new(GpuBuffer {
+                buf: Some(buf),
+                class,
+                len,
+                device: self.id,
+                shared: Arc::downgrade(&self.shared),
+                host_ints,
+            }),
+        ))
+    }
+
+    /// Records the copy of `t` into a mappable staging buffer and submits; returns the staging
+    /// buffer, its class and the byte count.
+    fn stage_download(&self, t: &Tensor) -> Result<Option<(wgpu::Buffer, u64, u64)>> {
+        let src = self.buffer_of("download", t)?;
+        let len = (t.numel() as u64) * 4;
+        if len == 0 {
+            return Ok(None);
+        }
+        let raw = src
+            .raw()
+            .ok_or_else(|| backend_err("download: buffer already released"))?;
+        let class = size_class(len);
+        let staging = match self.shared.take(PoolKind::Staging, class, false) {
+            Some(b) => b,
+            None => self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("staging"),
+                size: class,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        };
+        {
+            let mut rec = self.rec.borrow_mut();
+            let encoder = rec.encoder.get_or_insert_with(|| {
+                self.device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("kernels-batch"),
+                    })
+            });
+            encoder.copy_buffer_to_buffer(raw, 0, &staging, 0, len);
+        }
+        self.submit()?;
+        Ok(Some((staging, class, len)))
+    }
+}
+
+/// Resolves when a `map_async` callback fires. Natively it drives the device with a blocking
+/// poll; in the browser the event loop delivers the callback.
+type MapState = (
+    Option<std::result::Result<(), wgpu::BufferAsyncError>>,
+    Option<Waker>,
+);
+
+struct MapFuture {
+    state: Arc<Mutex<MapState>>,
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
+    device: wgpu::Device,
+}
+
+impl Future for MapFuture {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let take = |s: &Mutex<MapState>, cx: &Context<'_>| {
+            let mut g = s.lock().map_err(|_| backend_err("map state poisoned"))?;
+            match g.0.take() {
+                Some(r) => Ok(Some(r)),
+                None => {
+                    g.1 = Some(cx.waker().clone());
+                    Ok(None)
+                }
+            }
+        };
+        match take(&self.state, cx) {
+            Err(e) => return Poll::Ready(Err(e)),
+            Ok(Some(r)) => {
+                return Poll::Ready(r.map_err(|e| backend_err(format!("map_async: {e}"))));
+            }
+            Ok(None) => {}
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            if let Err(e) = self.device.poll(wgpu::PollType::wait_indefinitely()) {
+                return Poll::Ready(Err(backend_err(format!("poll: {e}"))));
+            }
+            match take(&self.state, cx) {
+                Err(e) => return Poll::Ready(Err(e)),
+                Ok(Some(r)) => {
+                    return Poll::Ready(r.map_err(|e| backend_err(format!("map_async: {e}"))));
+                }
+                Ok(None) => {}
+            }
+        }
+        Poll::Pending
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> String {
+        format!("wgpu ({}, {:?})", self.info.name, self.info.backend)
+    }
+    fn device(&self) -> DeviceId {
+        self.id
+    }
+    fn upload(&self, t: &Tensor) -> Result<Tensor> {
+        if !t.is_host() {
+            return Err(Error::NotOnHost { op: "upload" });
+        }
+        self.scoped("upload", || self.upload_inner(t))
+    }
+    fn download<'a>(&'a self, t: &'a Tensor) -> LocalBoxFuture<'a, Result<Tensor>> {
+        Box::pin(async move {
+            let staged = self.scoped("download", || self.stage_download(t))?;
+            let Some((staging, class, len)) = staged else {
+                return match t.dtype() {
+                    DType::F32 => Tensor::from_f32(t.shape(), Vec::new()),
+                    DType::I32 => Tensor::from_i32(t.shape(), Vec::new()),
+                    DType::I64 => Tensor::from_i64(t.shape(), Vec::new()),
+                };
+            };
+            let state: Arc<Mutex<MapState>> = Arc::new(Mutex::new((None, None)));
+            {
+                let state = state.clone();
+                staging.map_async(wgpu::MapMode::Read, 0..len, move |r| {
+                    if let Ok(mut g) = state.lock() {
+                        g.0 = Some(r);
+                        if let Some(w) = g.1.take() {
+                            w.wake();
+                        }
+                    }
+                });
+            }
+            MapFuture {
+                state,
+                device: self.device.clone(),
+            }
+            .await?;
+            self.check_alive()?;
+            let out = {
+                let view = staging
+                    .get_mapped_range(0..len)
+                    .map_err(|e| backend_err(format!("download: {e}")))?;
+                let bytes: &[u8] = &view;
+                match t.dtype() {
+                    DType::F32 => Tensor::from_f32(
+                        t.shape(),
+                        bytes
+                            .chunks_exact(4)
+                            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                            .collect(),
+                    ),
+                    DType::I32 => Tensor::from_i32(
+                        t.shape(),
+                        bytes
+                            .chunks_exact(4)
+                            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                            .collect(),
+                    ),
+                    DType::I64 => Tensor::from_i64(
+                        t.shape(),
+                        bytes
+                            .chunks_exact(4)
+                            .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                            .collect(),
+                    ),
+                }
+            };
+            staging.unmap();
+            self.shared.give_back(PoolKind::Staging, class, staging);
+            self.shared.count(|c| c.bytes_downloaded += len);
+            out
+        })
+    }
+    fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        self.scoped(op.name(), || crate::ops::run(self, op, dir, inputs))
+    }
+    fn flush(&self) -> Result<()> {
+        self.scoped("flush", || self.submit())
+    }
+}

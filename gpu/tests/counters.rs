@@ -1,0 +1,128 @@
+//! A GPU forward pass moves no tensor to the host except what the caller reads, submits in
+//! batches, and reuses pooled buffers.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use kernels_core::op::{BinaryOp, Direction, Op, UnaryOp};
+use kernels_core::{Backend, Rng, Tensor};
+
+#[test]
+fn forward_pass_downloads_only_what_is_read() {
+    let Some(gpu) = common::backend() else { return };
+    let mut rng = Rng::new(3);
+    let x = rng.normal_tensor(&[7, 13], 0.0, 1.0).unwrap();
+    let w = rng.normal_tensor(&[13, 5], 0.0, 1.0).unwrap();
+    let bias = rng.normal_tensor(&[5], 0.0, 1.0).unwrap();
+    let before = gpu.counters();
+    let (xd, wd, bd) = (
+        gpu.upload(&x).unwrap(),
+        gpu.upload(&w).unwrap(),
+        gpu.upload(&bias).unwrap(),
+    );
+    let up = gpu.counters();
+    assert_eq!(
+        up.bytes_uploaded - before.bytes_uploaded,
+        ((7 * 13 + 13 * 5 + 5) * 4) as u64
+    );
+    let h = gpu
+        .run(
+            &Op::Matmul {
+                trans_a: false,
+                trans_b: false,
+            },
+            Direction::Forward,
+            &[&xd, &wd],
+        )
+        .unwrap();
+    let h = gpu
+        .run(
+            &Op::Binary(BinaryOp::Add),
+            Direction::Forward,
+            &[&h[0], &bd],
+        )
+        .unwrap();
+    let h = gpu
+        .run(&Op::Unary(UnaryOp::Relu), Direction::Forward, &[&h[0]])
+        .unwrap();
+    let y = gpu
+        .run(&Op::Softmax { causal: false }, Direction::Forward, &[&h[0]])
+        .unwrap();
+    let mid = gpu.counters();
+    assert_eq!(mid.dispatches - up.dispatches, 4);
+    assert_eq!(
+        mid.submits, up.submits,
+        "nothing is submitted before a read"
+    );
+    assert_eq!(mid.bytes_downloaded, before.bytes_downloaded);
+    let out = gpu.download_blocking(&y[0]).unwrap();
+    let after = gpu.counters();
+    assert_eq!(
+        after.bytes_downloaded - mid.bytes_downloaded,
+        (7 * 5 * 4) as u64
+    );
+    assert_eq!(
+        after.submits - mid.submits,
+        1,
+        "one submit for the whole pass"
+    );
+    for row in out.as_f32().unwrap().chunks(5) {
+        let s: f32 = row.iter().sum();
+        assert!((s - 1.0).abs() < 1e-5, "softmax row sums to {s}");
+    }
+
+    // Dropped intermediates return to the pool; the same pass again creates no buffers.
+    drop((h, y));
+    let created = gpu.counters().buffers_created;
+    for _ in 0..3 {
+        let h = gpu
+            .run(
+                &Op::Matmul {
+                    trans_a: false,
+                    trans_b: false,
+                },
+                Direction::Forward,
+                &[&xd, &wd],
+            )
+            .unwrap();
+        let h = gpu
+            .run(
+                &Op::Binary(BinaryOp::Add),
+                Direction::Forward,
+                &[&h[0], &bd],
+            )
+            .unwrap();
+        let _ = gpu.download_blocking(&h[0]).unwrap();
+    }
+    let end = gpu.counters();
+    assert_eq!(end.buffers_created, created, "warm pool: no new buffers");
+    assert!(end.buffers_reused > 0);
+}
+
+#[test]
+fn batches_flush_after_the_dispatch_limit() {
+    let Some(_) = common::backend() else { return };
+    let gpu = kernels_gpu::WgpuBackend::with_options(kernels_gpu::WgpuOptions {
+        max_batch_dispatches: 4,
+        ..Default::default()
+    })
+    .unwrap();
+    let x = gpu.upload(&Tensor::full(&[10], 1.0).unwrap()).unwrap();
+    let mut t = x;
+    for _ in 0..10 {
+        t = gpu
+            .run(&Op::Scale { factor: 2.0 }, Direction::Forward, &[&t])
+            .unwrap()
+            .remove(0);
+    }
+    assert_eq!(
+        gpu.counters().submits,
+        2,
+        "10 dispatches with a limit of 4 submit twice before a read"
+    );
+    let out = gpu.download_blocking(&t).unwrap();
+    assert!(out.as_f32().unwrap().iter().all(|&v| v == 1024.0));
+    assert_eq!(gpu.counters().submits, 3);
+    assert_ne!(gpu.device().0, 0);
+}
