@@ -25,7 +25,7 @@ fn matmul(c: &mut Criterion) {
     group
         .sample_size(10)
         .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+        .measurement_time(Duration::from_secs(3));
     eprintln!("fast matmul kernel: {}", Kernel::best().name());
     for n in SIZES {
         let mut rng = Rng::new(n as u64);

@@ -212,9 +212,10 @@ fn drive<K: MicroKernel>(
 }
 
 /// Packs rows `i0..i0 + len` (columns `p0..p0 + kc`) of `x` into micro-panels of `R` rows:
-/// `dst[panel * R * kc + p * R + i] = x(i0 + panel * R + i, p0 + p)`, zero past `len`, so the
-/// micro-kernel reads one contiguous run and never needs a bounds check. `R` is a constant so
-/// the per-element loops unroll.
+/// `dst[panel * R * kc + p * R + i] = x(i0 + panel * R + i, p0 + p)`, so the micro-kernel reads
+/// one contiguous run and never needs a bounds check. Past `len` the panel is zero: those lanes
+/// only feed tile entries that are discarded, but stale values there (a subnormal, say) could
+/// still slow the kernel down. `R` is a constant so the per-element loops unroll.
 pub(super) fn pack<const R: usize>(
     dst: &mut [f32],
     x: MatRef,
@@ -430,8 +431,8 @@ mod tests {
 
     #[test]
     fn reused_buffers_give_the_same_answer() {
-        // A large product then a small one through one `Gemm`: stale packing data must not leak
-        // into the zero padding of the second.
+        // A large product then a small one through one `Gemm`: the second must only see its own
+        // packed values in the (larger, stale) buffers.
         for kernel in kernels() {
             let mut g = Gemm::new(kernel);
             let big = vec![1.0f32; 300 * 300];

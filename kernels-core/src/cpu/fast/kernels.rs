@@ -8,9 +8,6 @@
 
 use super::gemm::{MatRef, pack};
 
-/// Largest `MR * NR` of any kernel: the size of the edge-tile buffer.
-const MAX_TILE: usize = 128;
-
 /// A micro-kernel and the cache-block sizes tuned for it.
 pub trait MicroKernel: Copy {
     /// Rows of the register tile (rows of an `A~` micro-panel).
@@ -104,7 +101,15 @@ impl MicroKernel for Portable {
                 }
             }
         }
-        add_tile(acc.as_flattened(), NR, c, ldc, mr.min(MR), nr.min(NR));
+        if mr == MR && nr == NR && full_tile_fits(c.len(), ldc, MR, NR) {
+            for (i, row) in acc.iter().enumerate() {
+                for (d, &v) in c[i * ldc..i * ldc + NR].iter_mut().zip(row) {
+                    *d += v;
+                }
+            }
+        } else {
+            add_tile(acc.as_flattened(), NR, c, ldc, mr.min(MR), nr.min(NR));
+        }
     }
 
     packers!(4, 8);
@@ -120,7 +125,7 @@ mod avx2 {
         _mm256_setzero_ps, _mm256_storeu_ps,
     };
 
-    use super::{MAX_TILE, MatRef, MicroKernel, add_tile, full_tile_fits, pack};
+    use super::{MatRef, MicroKernel, add_tile, full_tile_fits, pack};
 
     const MR: usize = 6;
     const NR: usize = 16;
@@ -164,8 +169,8 @@ mod avx2 {
                 // stride `ldc` (checked just above).
                 unsafe { kernel_6x16(kc, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), ldc) }
             } else {
-                let mut buf = [0.0f32; MAX_TILE];
-                // SAFETY: as above, with `buf` (MAX_TILE >= MR * NR values) as a full tile at
+                let mut buf = [0.0f32; MR * NR];
+                // SAFETY: as above, with `buf` (MR * NR values) as a full tile at
                 // stride NR.
                 unsafe { kernel_6x16(kc, a.as_ptr(), b.as_ptr(), buf.as_mut_ptr(), NR) }
                 add_tile(&buf, NR, c, ldc, mr.min(MR), nr.min(NR));
@@ -227,7 +232,7 @@ pub use simd128::Simd128;
 mod simd128 {
     use core::arch::wasm32::{f32x4_add, f32x4_mul, f32x4_splat, v128, v128_load, v128_store};
 
-    use super::{MAX_TILE, MatRef, MicroKernel, add_tile, full_tile_fits, pack};
+    use super::{MatRef, MicroKernel, add_tile, full_tile_fits, pack};
 
     const MR: usize = 4;
     const NR: usize = 8;
@@ -252,8 +257,8 @@ mod simd128 {
                 // `c` holds rows 0..MR of NR values at stride `ldc` (checked just above).
                 unsafe { kernel_4x8(kc, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), ldc) }
             } else {
-                let mut buf = [0.0f32; MAX_TILE];
-                // SAFETY: as above, with `buf` (MAX_TILE >= MR * NR values) at stride NR.
+                let mut buf = [0.0f32; MR * NR];
+                // SAFETY: as above, with `buf` (MR * NR values) at stride NR.
                 unsafe { kernel_4x8(kc, a.as_ptr(), b.as_ptr(), buf.as_mut_ptr(), NR) }
                 add_tile(&buf, NR, c, ldc, mr.min(MR), nr.min(NR));
             }

@@ -106,24 +106,28 @@ impl Plan {
         let batch: usize = lead.iter().product();
         let mut out_shape = lead.to_vec();
         out_shape.extend([m, n]);
+        // m <= numel(a) and n <= numel(b), so this needs billions of elements in each input;
+        // a clear error beats an overflowing length.
         if out_shape
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
             .is_none()
         {
+            let value = out_shape
+                .iter()
+                .fold(1u128, |acc, &d| acc.saturating_mul(d as u128));
             return Err(Error::LimitExceeded {
                 what: alloc::format!("matmul output {out_shape:?} element count"),
-                value: u64::MAX,
+                value: value.min(u64::MAX as u128) as u64,
                 limit: usize::MAX as u64,
             });
         }
-        let step = |lead: &[usize]| if lead.is_empty() { 0 } else { m * k };
         Ok(Plan {
             m,
             k,
             n,
             batch,
-            a_step: step(a_lead),
+            a_step: if a_lead.is_empty() { 0 } else { m * k },
             b_step: if b_lead.is_empty() { 0 } else { k * n },
             out_shape,
         })
@@ -439,6 +443,127 @@ mod tests {
         let g = run_fast(op(false, false), Direction::Backward, &bargs).unwrap();
         assert_eq!(g[0].floats(), &[11.0, 15.0, 11.0, 15.0]);
         assert_eq!(g[1].floats(), &[4.0, 4.0, 6.0, 6.0]);
+    }
+
+    /// The reference's geometry for `Op::Matmul` (reduced length of out, grad_a, grad_b).
+    fn reduced_lengths(op: Op, a: &[usize], b: &[usize]) -> (usize, usize, usize) {
+        let Op::Matmul { trans_a, trans_b } = op else {
+            unreachable!()
+        };
+        let p = Plan::new(trans_a, trans_b, a, b).unwrap();
+        let shared = |x: &[usize]| if x.len() == 2 { p.batch } else { 1 };
+        (p.k, p.n * shared(a), p.m * shared(b))
+    }
+
+    #[test]
+    fn agrees_with_the_reference_on_parity_cases() {
+        use crate::backend::{Backend, CpuBackend};
+        use crate::parity;
+        let (fast, reference) = (CpuBackend::new(), CpuBackend::reference());
+        let spec = OpKind::Matmul.spec();
+        let mut extra = Vec::new();
+        // Sizes around the AVX2 kernel's tiles too (the parity list is for every backend).
+        let mut rng = Rng::new(3);
+        for (a, b, ta, tb) in [
+            (vec![145, 257], vec![257, 17], false, false),
+            (vec![2, 31, 6], vec![2, 16, 31], true, true),
+            (vec![7, 67], vec![3, 33, 67], false, true),
+        ] {
+            let op = Op::Matmul {
+                trans_a: ta,
+                trans_b: tb,
+            };
+            let inputs = vec![
+                rng.normal_tensor(&a, 0.0, 1.0).unwrap(),
+                rng.normal_tensor(&b, 0.0, 1.0).unwrap(),
+            ];
+            extra.push((op, inputs));
+        }
+        let cases = parity::cases(OpKind::Matmul, 11).unwrap();
+        let all = cases.into_iter().map(|c| (c.op, c.inputs)).chain(extra);
+        for (seed, (op, inputs)) in all.enumerate() {
+            let label = alloc::format!("{op:?} {:?} {:?}", inputs[0].shape(), inputs[1].shape());
+            let (k, ka, kb) = reduced_lengths(op, inputs[0].shape(), inputs[1].shape());
+            let ins: Vec<&crate::Tensor> = inputs.iter().collect();
+            let got = fast.run(&op, Direction::Forward, &ins).unwrap();
+            let want = reference.run(&op, Direction::Forward, &ins).unwrap();
+            assert_eq!(got[0].shape(), want[0].shape(), "{label}");
+            let (atol, rtol) = spec.budget.at(k);
+            let c = compare(
+                got[0].as_f32().unwrap(),
+                want[0].as_f32().unwrap(),
+                atol,
+                rtol,
+            );
+            assert!(c.pass, "{label} forward: {c:?}");
+
+            let g = parity::grad_outputs(&want, seed as u64).unwrap();
+            let bins = [ins[0], ins[1], &want[0], &g[0]];
+            let got = fast.run(&op, Direction::Backward, &bins).unwrap();
+            let want = reference.run(&op, Direction::Backward, &bins).unwrap();
+            for (i, red) in [(0, ka), (1, kb)] {
+                assert_eq!(got[i].shape(), want[i].shape(), "{label}");
+                let (atol, rtol) = spec.budget_backward.at(red);
+                let c = compare(
+                    got[i].as_f32().unwrap(),
+                    want[i].as_f32().unwrap(),
+                    atol,
+                    rtol,
+                );
+                assert!(c.pass, "{label} grad {i}: {c:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn errors_are_the_references_errors() {
+        let shapes: [(&[usize], &[usize]); 9] = [
+            (&[2, 3], &[4, 5]),
+            (&[3], &[3, 5]),
+            (&[2, 3], &[3]),
+            (&[0, 3], &[3, 5]),
+            (&[2, 3], &[3, 0]),
+            (&[2, 0], &[0, 3]),
+            (&[2, 2, 3], &[3, 3, 5]),
+            (&[2, 2, 3], &[1, 2, 3, 5]),
+            (&[1, 2, 3], &[2, 3, 5]),
+        ];
+        for (ta, tb) in TRANS {
+            let op = Op::Matmul {
+                trans_a: ta,
+                trans_b: tb,
+            };
+            for (sa, sb) in shapes {
+                let a = vec![1.0f32; sa.iter().product()];
+                let b = vec![1.0f32; sb.iter().product()];
+                let args = [View::float(sa, &a), View::float(sb, &b)];
+                let want = super::super::run(&op, Direction::Forward, &args);
+                assert!(want.is_err(), "{sa:?} {sb:?} should be rejected");
+                assert_eq!(
+                    run_fast(op, Direction::Forward, &args),
+                    want,
+                    "{sa:?} {sb:?}"
+                );
+            }
+            // Backward: grad_out and out of the wrong shape.
+            let (a, b) = ([1.0f32; 6], [1.0f32; 6]);
+            let sa: &[usize] = if ta { &[3, 2] } else { &[2, 3] };
+            let sb: &[usize] = if tb { &[2, 3] } else { &[3, 2] };
+            let (good, bad) = ([1.0f32; 4], [1.0f32; 6]);
+            for (so, sg) in [([2, 2], [3, 2]), ([2, 3], [2, 2])] {
+                let o = if so == [2, 2] { &good[..] } else { &bad[..] };
+                let g = if sg == [2, 2] { &good[..] } else { &bad[..] };
+                let args = [
+                    View::float(sa, &a),
+                    View::float(sb, &b),
+                    View::float(&so, o),
+                    View::float(&sg, g),
+                ];
+                let want = super::super::run(&op, Direction::Backward, &args);
+                assert!(want.is_err());
+                assert_eq!(run_fast(op, Direction::Backward, &args), want);
+            }
+        }
     }
 
     #[test]
