@@ -9,7 +9,7 @@ use kernels_core::{Backend, CpuBackend, DeviceId};
 use kernels_gpu::{BackendChoice, select_backend};
 
 use crate::parity::{Row, check_all};
-use crate::{CliResult, fail};
+use crate::{CliResult, emit, fail};
 
 /// Options of `kernels demo`.
 #[derive(Debug, Clone, Copy)]
@@ -128,21 +128,21 @@ pub fn table(rows: &[Row], with_backend: bool) -> String {
 pub fn run(opts: DemoOptions) -> CliResult<()> {
     let cases = all_cases(opts.seed, opts.large)?;
     let backends = backends()?;
-    println!(
-        "kernels demo: {} parity cases of {} ops, forward and backward, against the CPU reference (seed {})",
+    emit(&format!(
+        "kernels demo: {} parity cases of {} ops, forward and backward, against the CPU reference (seed {})\n\
+         (the models come later; until then the demo checks every op)\n\n",
         cases.len(),
         kernels_core::OpKind::ALL.len(),
         opts.seed
-    );
-    println!("(the models come later; until then the demo checks every op)\n");
+    ))?;
     let mut totals: Vec<(String, usize, usize, Duration)> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     for (backend, reason) in &backends {
-        println!("backend {}: {reason}", backend.name());
+        emit(&format!("backend {}: {reason}\n", backend.name()))?;
         let t0 = Instant::now();
         let rows = check_all(&cases, backend.as_ref());
         let wall = t0.elapsed();
-        print!("{}", table(&rows, false));
+        emit(&table(&rows, false))?;
         let passed = rows.iter().filter(|r| r.pass()).count();
         for r in rows.iter().filter(|r| !r.pass()) {
             failures.push(format!(
@@ -154,25 +154,26 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
                 r.failure().unwrap_or_default()
             ));
         }
-        println!();
+        emit("\n")?;
         totals.push((backend.name(), passed, rows.len(), wall));
     }
-    println!("totals:");
+    let mut s = String::from("totals:\n");
     for (name, passed, total, wall) in &totals {
-        println!(
-            "  {name}: {passed}/{total} checks within budget ({} failed), {}",
+        s.push_str(&format!(
+            "  {name}: {passed}/{total} checks within budget ({} failed), {}\n",
             total - passed,
             fmt_duration(*wall)
-        );
+        ));
     }
     if failures.is_empty() {
-        println!("all checks passed");
-        Ok(())
+        s.push_str("all checks passed\n");
+        emit(&s)
     } else {
-        println!("\nfailures:");
+        s.push_str("\nfailures:\n");
         for f in &failures {
-            println!("  {f}");
+            s.push_str(&format!("  {f}\n"));
         }
+        emit(&s)?;
         Err(fail(format!(
             "demo: {} of {} checks failed",
             failures.len(),

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use native_cli::demo::{self, DemoOptions};
 use native_cli::run_op::{self, OpRequest};
-use native_cli::{CliResult, info, op_label, ops};
+use native_cli::{CliResult, emit, info, op_label, ops};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -70,14 +70,17 @@ enum Cmd {
 
 fn run(cli: Cli) -> CliResult<()> {
     match cli.cmd {
-        Cmd::Info => print!("{}", info::report()?),
+        Cmd::Info => emit(&info::report()?)?,
         Cmd::Ops { json, markdown } => {
             if json {
-                println!("{}", serde_json::to_string_pretty(&ops::all_json())?);
+                emit(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&ops::all_json())?
+                ))?;
             } else if markdown {
-                print!("{}", ops::markdown());
+                emit(&ops::markdown())?;
             } else {
-                print!("{}", ops::text());
+                emit(&ops::text())?;
             }
         }
         Cmd::Op {
@@ -102,14 +105,14 @@ fn run(cli: Cli) -> CliResult<()> {
                 .iter()
                 .map(|(n, s, d)| format!("{n}{s:?} ({})", d.name()))
                 .collect();
-            println!(
-                "{} {} on {}: wrote {} to {}",
+            emit(&format!(
+                "{} {} on {}: wrote {} to {}\n",
                 op_label(&rep.op),
                 rep.dir.name(),
                 rep.backend,
                 written.join(", "),
                 req.output.display()
-            );
+            ))?;
         }
         Cmd::Demo { seed, large } => demo::run(DemoOptions { seed, large })?,
     }

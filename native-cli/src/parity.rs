@@ -30,7 +30,7 @@ pub struct OutputCheck {
 /// One case in one direction on one backend.
 #[derive(Debug, Clone)]
 pub struct Row {
-    /// The op with its attributes, e.g. `matmul(trans_a=false, trans_b=true)` ([`crate::op_label`]).
+    /// The op with its attributes, e.g. `matmul(trans_b=true)` (non-default attributes only, [`crate::op_label_short`]).
     pub op: String,
     /// The bare op name, e.g. `matmul`.
     pub kind: &'static str,
@@ -174,7 +174,7 @@ pub fn check(case: &Case, dir: Direction, backend: &dyn Backend, reference: &Cpu
     };
     let (atol, rtol) = budget.at(k);
     let mut row = Row {
-        op: crate::op_label(&case.op),
+        op: crate::op_label_short(&case.op),
         kind: case.op.name(),
         dir,
         shape: case.shape_label(),
