@@ -1,41 +1,751 @@
-//! (stub: to be written)
+//! GRU cell (`torch.nn.GRUCell`) and one-layer GRU over a sequence (`torch.nn.GRU`,
+//! `batch_first=False`), forward and backward.
+//!
+//! Gate order in the stacked weights is r, z, n (PyTorch's). With `gi = W_ih x + b_ih` and
+//! `gh = W_hh h + b_hh`, each `[batch, 3*hidden]`:
+//!
+//! ```text
+//! r  = sigmoid(gi_r + gh_r)
+//! z  = sigmoid(gi_z + gh_z)
+//! n  = tanh(gi_n + r * gh_n)        // b_hn sits inside r * (...), as in PyTorch
+//! h' = (1 - z) * n + z * h
+//! ```
+//!
+//! Backward recomputes the gates from the inputs rather than trusting the saved outputs, so the
+//! gradients depend only on the inputs and are bit-reproducible.
 
+use alloc::format;
+use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, View};
+use super::matmul::matmul_slices;
+use super::{Owned, View, float_arg, non_empty, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
-#[allow(unused_imports)]
-use crate::op::*;
 
-#[allow(unused_variables)]
+const CELL: &str = "gru_cell";
+const SEQ: &str = "gru_sequence";
+
+#[derive(Debug, Clone, Copy)]
+struct Dims {
+    batch: usize,
+    input: usize,
+    hidden: usize,
+}
+
+/// The four parameter tensors.
+#[derive(Debug, Clone, Copy)]
+struct Params<'a, T> {
+    w_ih: &'a [T],
+    w_hh: &'a [T],
+    b_ih: &'a [T],
+    b_hh: &'a [T],
+}
+
+/// Reads and validates `h`, the weights and the biases (args 1..=5) against `x`'s last two dims
+/// `[batch, input]`.
+fn read_params<'a, T: Real>(
+    op: &'static str,
+    args: &[View<'a, T>],
+    x_shape: &[usize],
+) -> Result<(Dims, &'a [T], Params<'a, T>)> {
+    let (h_name, h_shape, h) = {
+        let name = if op == CELL { "h" } else { "h0" };
+        let (s, d) = float_arg(op, args, 1, name)?;
+        (name, s, d)
+    };
+    let &[batch, input] = x_shape
+        .get(x_shape.len().saturating_sub(2)..)
+        .unwrap_or(&[])
+    else {
+        return Err(Error::bad_shape(op, "x", x_shape, "needs rank >= 2"));
+    };
+    let &[h_batch, hidden] = h_shape else {
+        return Err(Error::bad_shape(
+            op,
+            h_name,
+            h_shape,
+            "needs rank 2 [batch, hidden]",
+        ));
+    };
+    non_empty(op, h_name, h_shape)?;
+    if h_batch != batch {
+        return Err(Error::mismatch(op, x_shape, h_shape));
+    }
+    let gates = hidden
+        .checked_mul(3)
+        .ok_or_else(|| Error::bad_shape(op, h_name, h_shape, "3 * hidden overflows"))?;
+    let expect = |i: usize, name: &str, want: &[usize]| -> Result<&'a [T]> {
+        let (s, d) = float_arg(op, args, i, name)?;
+        if s != want {
+            return Err(Error::bad_shape(
+                op,
+                name,
+                s,
+                format!("expected {want:?} for input size {input}, hidden size {hidden}"),
+            ));
+        }
+        Ok(d)
+    };
+    let params = Params {
+        w_ih: expect(2, "weight_ih", &[gates, input])?,
+        w_hh: expect(3, "weight_hh", &[gates, hidden])?,
+        b_ih: expect(4, "bias_ih", &[gates])?,
+        b_hh: expect(5, "bias_hh", &[gates])?,
+    };
+    Ok((
+        Dims {
+            batch,
+            input,
+            hidden,
+        },
+        h,
+        params,
+    ))
+}
+
+fn sigmoid<T: Real>(x: T) -> T {
+    // Two branches so exp never overflows.
+    if x >= T::ZERO {
+        T::ONE / (T::ONE + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (T::ONE + e)
+    }
+}
+
+/// Activations of one step, each `[batch, hidden]`.
+#[derive(Debug, Clone)]
+struct Step<T> {
+    r: Vec<T>,
+    z: Vec<T>,
+    n: Vec<T>,
+    /// `W_hn h + b_hn`, needed for the gradient of r.
+    hn: Vec<T>,
+    h_next: Vec<T>,
+}
+
+/// One GRU step: x `[batch, input]`, h `[batch, hidden]`.
+fn step<T: Real>(dm: Dims, p: Params<T>, x: &[T], h: &[T]) -> Result<Step<T>> {
+    let Dims {
+        batch,
+        input,
+        hidden: hd,
+    } = dm;
+    // gi = x @ W_ih^T, gh = h @ W_hh^T: [batch, 3*hidden].
+    let gi = matmul_slices(x, p.w_ih, batch, input, 3 * hd, false, true)?;
+    let gh = matmul_slices(h, p.w_hh, batch, hd, 3 * hd, false, true)?;
+    let len = batch * hd;
+    let mut s = Step {
+        r: vec![T::ZERO; len],
+        z: vec![T::ZERO; len],
+        n: vec![T::ZERO; len],
+        hn: vec![T::ZERO; len],
+        h_next: vec![T::ZERO; len],
+    };
+    for b in 0..batch {
+        let (gi, gh) = (&gi[b * 3 * hd..], &gh[b * 3 * hd..]);
+        for j in 0..hd {
+            let o = b * hd + j;
+            let r = sigmoid(gi[j] + p.b_ih[j] + gh[j] + p.b_hh[j]);
+            let z = sigmoid(gi[hd + j] + p.b_ih[hd + j] + gh[hd + j] + p.b_hh[hd + j]);
+            let hn = gh[2 * hd + j] + p.b_hh[2 * hd + j];
+            let n = (gi[2 * hd + j] + p.b_ih[2 * hd + j] + r * hn).tanh();
+            s.r[o] = r;
+            s.z[o] = z;
+            s.n[o] = n;
+            s.hn[o] = hn;
+            s.h_next[o] = (T::ONE - z) * n + z * h[o];
+        }
+    }
+    Ok(s)
+}
+
+/// Parameter gradients, accumulated over the steps of a sequence.
+#[derive(Debug, Clone)]
+struct ParamGrads<T> {
+    w_ih: Vec<T>,
+    w_hh: Vec<T>,
+    b_ih: Vec<T>,
+    b_hh: Vec<T>,
+}
+
+impl<T: Real> ParamGrads<T> {
+    fn zeros(dm: Dims) -> Self {
+        let g = 3 * dm.hidden;
+        ParamGrads {
+            w_ih: vec![T::ZERO; g * dm.input],
+            w_hh: vec![T::ZERO; g * dm.hidden],
+            b_ih: vec![T::ZERO; g],
+            b_hh: vec![T::ZERO; g],
+        }
+    }
+}
+
+fn add_to<T: Real>(acc: &mut [T], x: &[T]) {
+    for (a, &v) in acc.iter_mut().zip(x) {
+        *a += v;
+    }
+}
+
+/// Backward of one step given `g = dL/dh_next` `[batch, hidden]`: adds the parameter gradients
+/// to `pg` and returns `(dL/dx, dL/dh)`.
+fn step_backward<T: Real>(
+    dm: Dims,
+    p: Params<T>,
+    x: &[T],
+    h: &[T],
+    s: &Step<T>,
+    g: &[T],
+    pg: &mut ParamGrads<T>,
+) -> Result<(Vec<T>, Vec<T>)> {
+    let Dims {
+        batch,
+        input,
+        hidden: hd,
+    } = dm;
+    // Gradients of the pre-activations gi and gh, [batch, 3*hidden] in gate order r, z, n.
+    let mut d_gi = vec![T::ZERO; batch * 3 * hd];
+    let mut d_gh = vec![T::ZERO; batch * 3 * hd];
+    let mut grad_h = vec![T::ZERO; batch * hd];
+    for b in 0..batch {
+        for j in 0..hd {
+            let o = b * hd + j;
+            let (r, z, n) = (s.r[o], s.z[o], s.n[o]);
+            let go = g[o];
+            // h' = (1 - z) n + z h
+            let dn = go * (T::ONE - z);
+            let dz = go * (h[o] - n);
+            grad_h[o] = go * z;
+            // n = tanh(a_n), a_n = gi_n + r * hn
+            let da_n = dn * (T::ONE - n * n);
+            let dr = da_n * s.hn[o];
+            let da_r = dr * r * (T::ONE - r);
+            let da_z = dz * z * (T::ONE - z);
+            let row = b * 3 * hd;
+            d_gi[row + j] = da_r;
+            d_gi[row + hd + j] = da_z;
+            d_gi[row + 2 * hd + j] = da_n;
+            d_gh[row + j] = da_r;
+            d_gh[row + hd + j] = da_z;
+            d_gh[row + 2 * hd + j] = da_n * r;
+        }
+    }
+    // dx = d_gi @ W_ih, dh += d_gh @ W_hh.
+    let grad_x = matmul_slices(&d_gi, p.w_ih, batch, 3 * hd, input, false, false)?;
+    add_to(
+        &mut grad_h,
+        &matmul_slices(&d_gh, p.w_hh, batch, 3 * hd, hd, false, false)?,
+    );
+    // dW_ih += d_gi^T @ x, dW_hh += d_gh^T @ h, biases += column sums.
+    add_to(
+        &mut pg.w_ih,
+        &matmul_slices(&d_gi, x, 3 * hd, batch, input, true, false)?,
+    );
+    add_to(
+        &mut pg.w_hh,
+        &matmul_slices(&d_gh, h, 3 * hd, batch, hd, true, false)?,
+    );
+    for b in 0..batch {
+        add_to(&mut pg.b_ih, &d_gi[b * 3 * hd..(b + 1) * 3 * hd]);
+        add_to(&mut pg.b_hh, &d_gh[b * 3 * hd..(b + 1) * 3 * hd]);
+    }
+    Ok((grad_x, grad_h))
+}
+
+/// The validated inputs of either op.
+#[derive(Debug, Clone, Copy)]
+struct Inputs<'a, T> {
+    dm: Dims,
+    /// Number of steps (1 for the cell).
+    seq: usize,
+    x_shape: &'a [usize],
+    x: &'a [T],
+    /// `h` for the cell, `h0` for the sequence.
+    h: &'a [T],
+    p: Params<'a, T>,
+}
+
+/// Reads a GRU cell's inputs: x `[batch, input]`, h `[batch, hidden]`, and the parameters.
+fn cell_inputs<'a, T: Real>(args: &[View<'a, T>]) -> Result<Inputs<'a, T>> {
+    let (x_shape, x) = float_arg(CELL, args, 0, "x")?;
+    if x_shape.len() != 2 {
+        return Err(Error::bad_shape(
+            CELL,
+            "x",
+            x_shape,
+            "needs rank 2 [batch, input]",
+        ));
+    }
+    non_empty(CELL, "x", x_shape)?;
+    let (dm, h, p) = read_params(CELL, args, x_shape)?;
+    Ok(Inputs {
+        dm,
+        seq: 1,
+        x_shape,
+        x,
+        h,
+        p,
+    })
+}
+
+/// Forward of `torch.nn.GRUCell`. Args: `x`, `h`, `weight_ih`, `weight_hh`, `bias_ih`,
+/// `bias_hh`. Returns `h_next [batch, hidden]`.
 pub fn cell_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "gru",
-        backend: "cpu (stub)".into(),
-    })
+    let Inputs { dm, x, h, p, .. } = cell_inputs(args)?;
+    let s = step(dm, p, x, h)?;
+    Ok(vec![Owned::float(vec![dm.batch, dm.hidden], s.h_next)])
 }
 
-#[allow(unused_variables)]
+/// Backward of the cell. Args: the six inputs, `h_next`, `grad_h_next`. Returns gradients for
+/// all six inputs, in input order.
 pub fn cell_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "gru",
-        backend: "cpu (stub)".into(),
+    let Inputs {
+        dm,
+        x_shape,
+        x,
+        h,
+        p,
+        ..
+    } = cell_inputs(args)?;
+    let hshape = [dm.batch, dm.hidden];
+    let (o_shape, _) = float_arg(CELL, args, 6, "h_next")?;
+    let (g_shape, g) = float_arg(CELL, args, 7, "grad_h_next")?;
+    same_shape(CELL, &hshape, o_shape)?;
+    same_shape(CELL, &hshape, g_shape)?;
+    let s = step(dm, p, x, h)?;
+    let mut pg = ParamGrads::zeros(dm);
+    let (gx, gh) = step_backward(dm, p, x, h, &s, g, &mut pg)?;
+    Ok(grads_out(dm, x_shape.to_vec(), gx, gh, pg))
+}
+
+fn grads_out<T: Real>(
+    dm: Dims,
+    x_shape: Vec<usize>,
+    gx: Vec<T>,
+    gh: Vec<T>,
+    pg: ParamGrads<T>,
+) -> Vec<Owned<T>> {
+    let g = 3 * dm.hidden;
+    vec![
+        Owned::float(x_shape, gx),
+        Owned::float(vec![dm.batch, dm.hidden], gh),
+        Owned::float(vec![g, dm.input], pg.w_ih),
+        Owned::float(vec![g, dm.hidden], pg.w_hh),
+        Owned::float(vec![g], pg.b_ih),
+        Owned::float(vec![g], pg.b_hh),
+    ]
+}
+
+/// Reads a sequence's inputs: x `[seq, batch, input]`, h0 `[batch, hidden]`, the parameters.
+fn seq_inputs<'a, T: Real>(args: &[View<'a, T>]) -> Result<Inputs<'a, T>> {
+    let (x_shape, x) = float_arg(SEQ, args, 0, "x")?;
+    let &[seq, _, _] = x_shape else {
+        return Err(Error::bad_shape(
+            SEQ,
+            "x",
+            x_shape,
+            "needs rank 3 [seq, batch, input]",
+        ));
+    };
+    non_empty(SEQ, "x", x_shape)?;
+    let (dm, h, p) = read_params(SEQ, args, x_shape)?;
+    Ok(Inputs {
+        dm,
+        seq,
+        x_shape,
+        x,
+        h,
+        p,
     })
 }
 
-#[allow(unused_variables)]
+/// A forward pass over a sequence, kept for backpropagation through time.
+#[derive(Debug, Clone)]
+struct Trace<T> {
+    /// Each step's activations.
+    steps: Vec<Step<T>>,
+    /// Hidden states `h_0 ..= h_seq` (`seq + 1` of them), each `[batch, hidden]`.
+    hs: Vec<Vec<T>>,
+}
+
+/// Runs the whole sequence.
+fn run_sequence<T: Real>(inp: &Inputs<T>) -> Result<Trace<T>> {
+    let Inputs {
+        dm,
+        seq,
+        x,
+        h: h0,
+        p,
+        ..
+    } = *inp;
+    let xs = dm.batch * dm.input;
+    let mut steps = Vec::with_capacity(seq);
+    let mut hs = Vec::with_capacity(seq + 1);
+    hs.push(h0.to_vec());
+    for t in 0..seq {
+        let h = hs.last().map_or(h0, |v| v.as_slice());
+        let s = step(dm, p, &x[t * xs..(t + 1) * xs], h)?;
+        hs.push(s.h_next.clone());
+        steps.push(s);
+    }
+    Ok(Trace { steps, hs })
+}
+
+/// Forward of a one-layer `torch.nn.GRU`. Args: `x [seq, batch, input]`, `h0 [batch, hidden]`,
+/// `weight_ih`, `weight_hh`, `bias_ih`, `bias_hh`. Returns `output [seq, batch, hidden]` (every
+/// step's hidden state) and `h_n [batch, hidden]` (the last one; 2-D, unlike PyTorch's
+/// `[1, batch, hidden]`).
 pub fn sequence_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "gru",
-        backend: "cpu (stub)".into(),
-    })
+    let inp = seq_inputs(args)?;
+    let (dm, seq) = (inp.dm, inp.seq);
+    let Trace { hs, .. } = run_sequence(&inp)?;
+    let output: Vec<T> = hs.iter().skip(1).flatten().copied().collect();
+    let h_n = hs.last().cloned().unwrap_or_default();
+    Ok(vec![
+        Owned::float(vec![seq, dm.batch, dm.hidden], output),
+        Owned::float(vec![dm.batch, dm.hidden], h_n),
+    ])
 }
 
-#[allow(unused_variables)]
+/// Backward through time. Args: the six inputs, `output`, `h_n`, `grad_output`, `grad_h_n`.
+/// Returns gradients for all six inputs, in input order. `grad_h_n` joins the last step's
+/// hidden-state gradient; parameter gradients are summed from the last step to the first.
 pub fn sequence_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "gru",
-        backend: "cpu (stub)".into(),
-    })
+    let inp = seq_inputs(args)?;
+    let Inputs {
+        dm,
+        seq,
+        x_shape,
+        x,
+        p,
+        ..
+    } = inp;
+    let out_shape = [seq, dm.batch, dm.hidden];
+    let h_shape = [dm.batch, dm.hidden];
+    let (o_shape, _) = float_arg(SEQ, args, 6, "output")?;
+    let (hn_shape, _) = float_arg(SEQ, args, 7, "h_n")?;
+    let (go_shape, g_out) = float_arg(SEQ, args, 8, "grad_output")?;
+    let (ghn_shape, g_hn) = float_arg(SEQ, args, 9, "grad_h_n")?;
+    same_shape(SEQ, &out_shape, o_shape)?;
+    same_shape(SEQ, &h_shape, hn_shape)?;
+    same_shape(SEQ, &out_shape, go_shape)?;
+    same_shape(SEQ, &h_shape, ghn_shape)?;
+
+    let Trace { steps, hs } = run_sequence(&inp)?;
+    let (xs, hsz) = (dm.batch * dm.input, dm.batch * dm.hidden);
+    let mut pg = ParamGrads::zeros(dm);
+    let mut grad_x = vec![T::ZERO; x.len()];
+    let mut dh = g_hn.to_vec();
+    for t in (0..seq).rev() {
+        add_to(&mut dh, &g_out[t * hsz..(t + 1) * hsz]);
+        let (Some(s), Some(h)) = (steps.get(t), hs.get(t)) else {
+            break;
+        };
+        let x_t = &x[t * xs..(t + 1) * xs];
+        let (gx, gh) = step_backward(dm, p, x_t, h, s, &dh, &mut pg)?;
+        grad_x[t * xs..(t + 1) * xs].copy_from_slice(&gx);
+        dh = gh;
+    }
+    Ok(grads_out(dm, x_shape.to_vec(), grad_x, dh, pg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::matmul::tests::{assert_close, grad_check, rand_vec, run_as};
+    use crate::cpu::run;
+    use crate::op::{Direction, Op};
+    use crate::rng::Rng;
+
+    type Arg = (Vec<usize>, Vec<f64>);
+
+    /// Random parameters for (input, hidden), scaled so gates are not saturated.
+    fn params(rng: &mut Rng, input: usize, hidden: usize) -> [Arg; 4] {
+        let g = 3 * hidden;
+        [
+            (vec![g, input], rand_vec(rng, g * input)),
+            (vec![g, hidden], rand_vec(rng, g * hidden)),
+            (vec![g], rand_vec(rng, g)),
+            (vec![g], rand_vec(rng, g)),
+        ]
+    }
+
+    fn cell_args(rng: &mut Rng, batch: usize, input: usize, hidden: usize) -> Vec<Arg> {
+        let mut v = vec![
+            (vec![batch, input], rand_vec(rng, batch * input)),
+            (vec![batch, hidden], rand_vec(rng, batch * hidden)),
+        ];
+        v.extend(params(rng, input, hidden));
+        v
+    }
+
+    fn seq_args(rng: &mut Rng, seq: usize, batch: usize, input: usize, hidden: usize) -> Vec<Arg> {
+        let mut v = vec![
+            (vec![seq, batch, input], rand_vec(rng, seq * batch * input)),
+            (vec![batch, hidden], rand_vec(rng, batch * hidden)),
+        ];
+        v.extend(params(rng, input, hidden));
+        v
+    }
+
+    #[test]
+    fn one_step_by_hand() {
+        // input 1, hidden 1, batch 1; x = 1, h = 0.5.
+        // r = sigmoid(b_ir = -ln 3) = 1/4; z = sigmoid(b_hz = ln 3) = 3/4;
+        // n = tanh(W_in x + b_in + r (W_hn h + b_hn)) = tanh(1 + 0.5 + 0.25 (2 * 0.5 + 1)) = tanh(2);
+        // h' = (1 - z) n + z h = tanh(2) / 4 + 3/8.
+        let ln3 = 3.0f64.ln();
+        let args = vec![
+            (vec![1, 1], vec![1.0]),
+            (vec![1, 1], vec![0.5]),
+            (vec![3, 1], vec![0.0, 0.0, 1.0]),
+            (vec![3, 1], vec![0.0, 0.0, 2.0]),
+            (vec![3], vec![-ln3, 0.0, 0.5]),
+            (vec![3], vec![0.0, ln3, 1.0]),
+        ];
+        let out = run_as::<f64>(&Op::GruCell, &args);
+        assert_eq!(out[0].shape, vec![1, 1]);
+        let want = 2.0f64.tanh() / 4.0 + 0.375;
+        assert_close(out[0].floats(), &[want], 1e-15, 1e-15);
+        // Moving b_hn into b_in must change the answer (b_hn is gated by r, b_in is not).
+        let mut moved = args.clone();
+        moved[4].1[2] = 1.5;
+        moved[5].1[2] = 0.0;
+        let other = run_as::<f64>(&Op::GruCell, &moved);
+        let want_moved = (1.0f64 + 1.5 + 0.25).tanh() / 4.0 + 0.375;
+        assert_close(other[0].floats(), &[want_moved], 1e-15, 1e-15);
+    }
+
+    #[test]
+    fn batch_rows_are_independent() {
+        let mut rng = Rng::new(1);
+        let args = cell_args(&mut rng, 3, 7, 13);
+        let out = run_as::<f64>(&Op::GruCell, &args);
+        assert_eq!(out[0].shape, vec![3, 13]);
+        for b in 0..3 {
+            let mut one = args.clone();
+            one[0] = (vec![1, 7], args[0].1[b * 7..(b + 1) * 7].to_vec());
+            one[1] = (vec![1, 13], args[1].1[b * 13..(b + 1) * 13].to_vec());
+            let o = run_as::<f64>(&Op::GruCell, &one);
+            assert_eq!(o[0].floats(), &out[0].floats()[b * 13..(b + 1) * 13]);
+        }
+    }
+
+    #[test]
+    fn one_step_sequence_equals_cell() {
+        let mut rng = Rng::new(2);
+        let args = seq_args(&mut rng, 1, 3, 7, 5);
+        let seq = run_as::<f64>(&Op::GruSequence, &args);
+        let mut cell_in = args.clone();
+        cell_in[0].0 = vec![3, 7];
+        let cell = run_as::<f64>(&Op::GruCell, &cell_in);
+        assert_eq!(seq[0].shape, vec![1, 3, 5]);
+        assert_eq!(seq[1].shape, vec![3, 5]);
+        assert_eq!(seq[0].floats(), cell[0].floats());
+        assert_eq!(seq[1].floats(), cell[0].floats());
+    }
+
+    #[test]
+    fn sequence_chains_cells() {
+        let mut rng = Rng::new(3);
+        let (s, b, i, h) = (7, 2, 3, 4);
+        let args = seq_args(&mut rng, s, b, i, h);
+        let out = run_as::<f64>(&Op::GruSequence, &args);
+        let mut hcur = args[1].1.clone();
+        for t in 0..s {
+            let mut cell_in = args.clone();
+            cell_in[0] = (vec![b, i], args[0].1[t * b * i..(t + 1) * b * i].to_vec());
+            cell_in[1] = (vec![b, h], hcur.clone());
+            hcur = run_as::<f64>(&Op::GruCell, &cell_in)[0].floats().to_vec();
+            assert_eq!(
+                &out[0].floats()[t * b * h..(t + 1) * b * h],
+                hcur.as_slice()
+            );
+        }
+        assert_eq!(out[1].floats(), hcur.as_slice());
+    }
+
+    #[test]
+    fn cell_backward_matches_finite_differences() {
+        let mut rng = Rng::new(4);
+        for (i, &(b, inp, hid)) in [(1, 1, 1), (3, 7, 5), (2, 2, 13)].iter().enumerate() {
+            let args = cell_args(&mut rng, b, inp, hid);
+            grad_check(&Op::GruCell, &args, i as u64);
+        }
+    }
+
+    #[test]
+    fn sequence_backward_matches_finite_differences() {
+        let mut rng = Rng::new(5);
+        for (i, &(s, b, inp, hid)) in [(1, 1, 1, 1), (3, 2, 3, 4), (7, 3, 2, 3)]
+            .iter()
+            .enumerate()
+        {
+            let args = seq_args(&mut rng, s, b, inp, hid);
+            grad_check(&Op::GruSequence, &args, 10 + i as u64);
+        }
+    }
+
+    #[test]
+    fn grad_h_n_adds_to_last_step() {
+        // With grad_output zero except the last step, passing that gradient as grad_h_n instead
+        // must give identical gradients.
+        let mut rng = Rng::new(6);
+        let (s, b, i, h) = (4, 2, 3, 5);
+        let args = seq_args(&mut rng, s, b, i, h);
+        let out = run_as::<f64>(&Op::GruSequence, &args);
+        let g_last = rand_vec(&mut rng, b * h);
+        let mut g_out = vec![0.0; s * b * h];
+        g_out[(s - 1) * b * h..].copy_from_slice(&g_last);
+        let zeros_out = vec![0.0; s * b * h];
+        let zeros_h = vec![0.0; b * h];
+        let bw = |go: &[f64], ghn: &[f64]| {
+            let mut v: Vec<View<f64>> = args.iter().map(|(s, d)| View::float(s, d)).collect();
+            v.push(out[0].view());
+            v.push(out[1].view());
+            v.push(View::float(&out[0].shape, go));
+            v.push(View::float(&out[1].shape, ghn));
+            run(&Op::GruSequence, Direction::Backward, &v).unwrap()
+        };
+        let a = bw(&g_out, &zeros_h);
+        let c = bw(&zeros_out, &g_last);
+        assert_eq!(a, c);
+        assert!(a[3].floats().iter().any(|&x| x != 0.0));
+    }
+
+    #[test]
+    fn f32_agrees_with_f64() {
+        let mut rng = Rng::new(7);
+        let args = seq_args(&mut rng, 13, 3, 7, 16);
+        let lo = run_as::<f32>(&Op::GruSequence, &args);
+        let hi = run_as::<f64>(&Op::GruSequence, &args);
+        assert_close(lo[0].floats(), hi[0].floats(), 1e-5, 1e-5);
+        assert_close(lo[1].floats(), hi[1].floats(), 1e-5, 1e-5);
+    }
+
+    #[test]
+    fn saturated_gates_stay_finite() {
+        // Huge pre-activations must saturate, not overflow into NaN.
+        let args = vec![
+            (vec![1, 1], vec![1.0]),
+            (vec![1, 1], vec![0.5]),
+            (vec![3, 1], vec![1e4, -1e4, 1e4]),
+            (vec![3, 1], vec![0.0, 0.0, 0.0]),
+            (vec![3], vec![0.0; 3]),
+            (vec![3], vec![0.0; 3]),
+        ];
+        // z = 0, n = 1: h' = 1.
+        let out = run_as::<f32>(&Op::GruCell, &args);
+        assert_eq!(out[0].floats(), &[1.0]);
+    }
+
+    #[test]
+    fn errors() {
+        let z = [0.0f32; 64];
+        let call = |op: Op, shapes: &[&[usize]]| {
+            let v: Vec<View<f32>> = shapes
+                .iter()
+                .map(|s| View::float(s, &z[..s.iter().product::<usize>()]))
+                .collect();
+            run(&op, Direction::Forward, &v).unwrap_err()
+        };
+        // Good shapes for batch 2, input 3, hidden 2: [2,3] [2,2] [6,3] [6,2] [6] [6].
+        let e = call(
+            Op::GruCell,
+            &[&[2, 3], &[3, 2], &[6, 3], &[6, 2], &[6], &[6]],
+        );
+        assert_eq!(e, Error::mismatch("gru_cell", &[2, 3], &[3, 2]));
+        let e = call(
+            Op::GruCell,
+            &[&[2, 3], &[2, 2], &[6, 2], &[6, 2], &[6], &[6]],
+        );
+        assert!(
+            matches!(&e, Error::BadShape { tensor, .. } if tensor == "weight_ih"),
+            "{e:?}"
+        );
+        let e = call(
+            Op::GruCell,
+            &[&[2, 3], &[2, 2], &[6, 3], &[6, 3], &[6], &[6]],
+        );
+        assert!(
+            matches!(&e, Error::BadShape { tensor, .. } if tensor == "weight_hh"),
+            "{e:?}"
+        );
+        let e = call(
+            Op::GruCell,
+            &[&[2, 3], &[2, 2], &[6, 3], &[6, 2], &[4], &[6]],
+        );
+        assert!(
+            matches!(&e, Error::BadShape { tensor, .. } if tensor == "bias_ih"),
+            "{e:?}"
+        );
+        let e = call(
+            Op::GruCell,
+            &[&[2, 3], &[2, 2], &[6, 3], &[6, 2], &[6], &[2, 3]],
+        );
+        assert!(
+            matches!(&e, Error::BadShape { tensor, .. } if tensor == "bias_hh"),
+            "{e:?}"
+        );
+        let e = call(Op::GruCell, &[&[6], &[2, 2], &[6, 3], &[6, 2], &[6], &[6]]);
+        assert!(
+            matches!(&e, Error::BadShape { op: "gru_cell", tensor, .. } if tensor == "x"),
+            "{e:?}"
+        );
+        let e = call(
+            Op::GruCell,
+            &[&[2, 0], &[2, 2], &[6, 0], &[6, 2], &[6], &[6]],
+        );
+        assert!(matches!(e, Error::Empty { .. }), "{e:?}");
+        let e = call(
+            Op::GruCell,
+            &[&[2, 3], &[2, 0], &[0, 3], &[0, 0], &[0], &[0]],
+        );
+        assert!(matches!(e, Error::Empty { .. }), "{e:?}");
+        // Sequence: x must be rank 3; seq 0 is empty; h0 batch must match.
+        let e = call(
+            Op::GruSequence,
+            &[&[2, 3], &[2, 2], &[6, 3], &[6, 2], &[6], &[6]],
+        );
+        assert!(
+            matches!(
+                &e,
+                Error::BadShape {
+                    op: "gru_sequence",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = call(
+            Op::GruSequence,
+            &[&[0, 2, 3], &[2, 2], &[6, 3], &[6, 2], &[6], &[6]],
+        );
+        assert!(matches!(e, Error::Empty { .. }), "{e:?}");
+        let e = call(
+            Op::GruSequence,
+            &[&[4, 2, 3], &[1, 2], &[6, 3], &[6, 2], &[6], &[6]],
+        );
+        assert_eq!(e, Error::mismatch("gru_sequence", &[4, 2, 3], &[1, 2]));
+        // Backward: grad_h_n of the wrong shape.
+        let shapes: [&[usize]; 10] = [
+            &[4, 2, 3],
+            &[2, 2],
+            &[6, 3],
+            &[6, 2],
+            &[6],
+            &[6],
+            &[4, 2, 2],
+            &[2, 2],
+            &[4, 2, 2],
+            &[1, 2, 2],
+        ];
+        let v: Vec<View<f32>> = shapes
+            .iter()
+            .map(|s| View::float(s, &z[..s.iter().product::<usize>()]))
+            .collect();
+        let e = run(&Op::GruSequence, Direction::Backward, &v).unwrap_err();
+        assert_eq!(e, Error::mismatch("gru_sequence", &[2, 2], &[1, 2, 2]));
+    }
 }

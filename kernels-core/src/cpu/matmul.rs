@@ -107,9 +107,10 @@ pub fn matmul_slices<T: Real>(
             alloc::format!("slice holds {} elements", b.len()),
         ));
     }
+    // Only reachable with k = 0, where m and n are not bounded by the slice lengths.
     let len = m.checked_mul(n).ok_or_else(|| Error::LimitExceeded {
-        what: "matmul output elements".into(),
-        value: u64::MAX,
+        what: alloc::format!("matmul output elements ({m} x {n})"),
+        value: (m as u128 * n as u128).min(u64::MAX as u128) as u64,
         limit: usize::MAX as u64,
     })?;
     let mut out = vec![T::ZERO; len];
@@ -635,6 +636,15 @@ pub(crate) mod tests {
         assert_eq!(got.as_slice(), op[0].floats(), "bit-identical to the op");
         assert!(matmul_slices(&a, &b, 5, 7, 4, true, false).is_err());
         assert!(matmul_slices(&a[..34], &b, 5, 7, 3, true, false).is_err());
+        assert!(matches!(
+            matmul_slices::<f64>(&[], &[], usize::MAX, 0, 2, false, false),
+            Err(Error::LimitExceeded { .. })
+        ));
+        // k = 0 is an empty sum: zeros.
+        assert_eq!(
+            matmul_slices::<f64>(&[], &[], 2, 0, 3, false, false).unwrap(),
+            vec![0.0; 6]
+        );
     }
 
     #[test]
