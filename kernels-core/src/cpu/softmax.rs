@@ -1,25 +1,432 @@
-//! (stub: to be written)
+//! Softmax and log-softmax over the last dim, with an optional causal mask, forward and backward.
+//!
+//! Each row subtracts its maximum before `exp`, so no finite input overflows; the row sum
+//! accumulates in f64, so the f32 result is within a couple of roundings of the exact one.
+//!
+//! Causal: x is `[..., s, t]` (queries by keys); key `j` of query row `i` is masked when
+//! `j > i + (t - s)`, i.e. the last query sees every key (the KV-cache convention, as
+//! `F.scaled_dot_product_attention(is_causal=True)` aligned to the bottom right). Masked entries
+//! give softmax 0 and log-softmax `-inf` and receive zero gradient. When `t < s` the first
+//! `s - t` rows see no key at all: they are all zeros (softmax) or all `-inf` (log-softmax), with
+//! zero gradient, rather than the NaN a `-inf`-masked PyTorch softmax would produce.
+//!
+//! NaN in a row makes the whole (visible part of the) row NaN, as in PyTorch.
 
+use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, View};
-use crate::error::{Error, Result};
+use super::{Owned, View, float_arg, min_rank, non_empty, same_shape};
+use crate::error::Result;
 use crate::numerics::Real;
-#[allow(unused_imports)]
-use crate::op::*;
+use crate::op::Op;
 
-#[allow(unused_variables)]
-pub fn forward<T: Real>(log: bool, causal: bool, args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "softmax",
-        backend: "cpu (stub)".into(),
-    })
+fn op_name(log: bool, causal: bool) -> &'static str {
+    if log {
+        Op::LogSoftmax { causal }.name()
+    } else {
+        Op::Softmax { causal }.name()
+    }
 }
 
-#[allow(unused_variables)]
+/// Validates x and returns `(s, t)`: query rows per matrix and the row length. Without the
+/// causal mask `s` is 1 (every row sees every key).
+fn geometry(name: &'static str, causal: bool, sx: &[usize]) -> Result<(usize, usize)> {
+    min_rank(name, "x", sx, if causal { 2 } else { 1 })?;
+    non_empty(name, "x", sx)?;
+    let t = sx.last().copied().unwrap_or(1);
+    let s = if causal {
+        sx.get(sx.len().wrapping_sub(2)).copied().unwrap_or(1)
+    } else {
+        1
+    };
+    Ok((s, t))
+}
+
+/// Number of keys query row `i` sees: keys `0..visible` (the rest are masked).
+fn visible(causal: bool, i: usize, s: usize, t: usize) -> usize {
+    if causal {
+        // j <= i + t - s  <=>  j < i + t + 1 - s, in unsigned arithmetic.
+        (i + t + 1).saturating_sub(s).min(t)
+    } else {
+        t
+    }
+}
+
+/// `out = softmax(x)` or `log_softmax(x)` over the last dim; x `[..., t]` (`[..., s, t]` causal).
+pub fn forward<T: Real>(log: bool, causal: bool, args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    let name = op_name(log, causal);
+    let (sx, x) = float_arg(name, args, 0, "x")?;
+    let (s, t) = geometry(name, causal, sx)?;
+    let masked = if log { T::NEG_INFINITY } else { T::ZERO };
+    let mut out = vec![masked; x.len()];
+    for (r, (row, orow)) in x.chunks_exact(t).zip(out.chunks_exact_mut(t)).enumerate() {
+        let n = visible(causal, r % s, s, t);
+        let (row, orow) = (&row[..n], &mut orow[..n]);
+        if n == 0 {
+            continue;
+        }
+        let m = row.iter().fold(T::NEG_INFINITY, |m, &v| m.max_nan(v));
+        let sum: f64 = row.iter().map(|&v| (v - m).exp().to_f64()).sum();
+        if log {
+            let lse = sum.ln();
+            for (o, &v) in orow.iter_mut().zip(row) {
+                *o = T::from_f64((v - m).to_f64() - lse);
+            }
+        } else {
+            for (o, &v) in orow.iter_mut().zip(row) {
+                *o = T::from_f64((v - m).exp().to_f64() / sum);
+            }
+        }
+    }
+    Ok(vec![Owned::float(sx.to_vec(), out)])
+}
+
+/// `grad_x`; args `(x, out, grad_out)`, all `[..., t]`.
+///
+/// softmax: `g = y * (dy - sum(dy * y))`; log-softmax: `g = dy - softmax * sum(dy)`, the sums over
+/// the visible keys only (masked outputs are constants, so their `dy` reaches nothing).
 pub fn backward<T: Real>(log: bool, causal: bool, args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "softmax",
-        backend: "cpu (stub)".into(),
-    })
+    let name = op_name(log, causal);
+    let (sx, _) = float_arg(name, args, 0, "x")?;
+    let (so, y) = float_arg(name, args, 1, "out")?;
+    let (sg, dy) = float_arg(name, args, 2, "grad_out")?;
+    let (s, t) = geometry(name, causal, sx)?;
+    same_shape(name, so, sx)?;
+    same_shape(name, sg, sx)?;
+    let mut grad = vec![T::ZERO; y.len()];
+    let rows = y.chunks_exact(t).zip(dy.chunks_exact(t));
+    for (r, ((yr, dyr), gr)) in rows.zip(grad.chunks_exact_mut(t)).enumerate() {
+        let n = visible(causal, r % s, s, t);
+        let (yr, dyr, gr) = (&yr[..n], &dyr[..n], &mut gr[..n]);
+        if log {
+            let sum: f64 = dyr.iter().map(|&d| d.to_f64()).sum();
+            for ((g, &yv), &d) in gr.iter_mut().zip(yr).zip(dyr) {
+                *g = T::from_f64(d.to_f64() - yv.exp().to_f64() * sum);
+            }
+        } else {
+            let dot: f64 = yr
+                .iter()
+                .zip(dyr)
+                .map(|(&a, &b)| a.to_f64() * b.to_f64())
+                .sum();
+            for ((g, &yv), &d) in gr.iter_mut().zip(yr).zip(dyr) {
+                *g = T::from_f64(yv.to_f64() * (d.to_f64() - dot));
+            }
+        }
+    }
+    Ok(vec![Owned::float(sx.to_vec(), grad)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu;
+    use crate::error::Error;
+    use crate::gradcheck::{Options, check_op};
+    use crate::numerics::compare;
+    use crate::op::Direction;
+    use crate::rng::Rng;
+
+    fn t(shape: &[usize], data: &[f64]) -> Owned<f64> {
+        Owned::float(shape.to_vec(), data.to_vec())
+    }
+    fn run<T: Real>(op: Op, dir: Direction, args: &[&Owned<T>]) -> Result<Vec<Owned<T>>> {
+        let v: Vec<View<T>> = args.iter().map(|a| a.view()).collect();
+        cpu::run(&op, dir, &v)
+    }
+    fn fwd(op: Op, x: &Owned<f64>) -> Vec<f64> {
+        run(op, Direction::Forward, &[x]).unwrap()[0]
+            .floats()
+            .to_vec()
+    }
+    fn rand(seed: u64, shape: &[usize], lo: f32, hi: f32) -> Owned<f64> {
+        let n = shape.iter().product();
+        let v = Rng::new(seed).uniform_vec(n, lo, hi);
+        Owned::float(shape.to_vec(), v.iter().map(|&x| x as f64).collect())
+    }
+    fn narrow(o: &Owned<f64>) -> Owned<f32> {
+        Owned::float(
+            o.shape.clone(),
+            o.floats().iter().map(|&v| v as f32).collect(),
+        )
+    }
+    fn close(got: &[f64], want: &[f64], tol: f64) {
+        let c = compare(got, want, tol, tol);
+        assert!(c.pass, "got {got:?}\nwant {want:?}\n{c:?}");
+    }
+    fn ops(causal: bool) -> [Op; 2] {
+        [Op::Softmax { causal }, Op::LogSoftmax { causal }]
+    }
+    fn f32_matches_f64(op: Op, x: &Owned<f64>, rtol: f64) {
+        let x32 = narrow(x);
+        let o64 = run(op, Direction::Forward, &[x]).unwrap();
+        let o32 = run(op, Direction::Forward, &[&x32]).unwrap();
+        let g = rand(99, &x.shape, -1., 1.);
+        let g32 = narrow(&g);
+        let r64 = run(op, Direction::Backward, &[x, &o64[0], &g]).unwrap();
+        let r32 = run(op, Direction::Backward, &[&x32, &o32[0], &g32]).unwrap();
+        for (a, b) in [(&o64[0], &o32[0]), (&r64[0], &r32[0])] {
+            let b: Vec<f64> = b.floats().iter().map(|&v| v as f64).collect();
+            let c = compare(&b, a.floats(), 1e-7, rtol);
+            assert!(c.pass, "{op}: f32 vs f64 {c:?}");
+        }
+    }
+
+    #[test]
+    fn softmax_by_hand() {
+        let x = t(&[2, 3], &[1., 2., 3., 0., 0., 0.]);
+        let y = fwd(Op::Softmax { causal: false }, &x);
+        let third = 1. / 3.;
+        close(
+            &y,
+            &[
+                0.09003057317038046,
+                0.24472847105479767,
+                0.6652409557748219,
+                third,
+                third,
+                third,
+            ],
+            1e-15,
+        );
+        let l = fwd(Op::LogSoftmax { causal: false }, &x);
+        let ln3 = 3f64.ln();
+        close(
+            &l,
+            &[
+                -2.4076059644443806,
+                -1.4076059644443806,
+                -0.4076059644443806,
+                -ln3,
+                -ln3,
+                -ln3,
+            ],
+            1e-15,
+        );
+        // Rank 1 and a single element.
+        assert_eq!(fwd(Op::Softmax { causal: false }, &t(&[1], &[-7.])), [1.]);
+        assert_eq!(
+            fwd(Op::LogSoftmax { causal: false }, &t(&[1], &[-7.])),
+            [0.]
+        );
+    }
+
+    #[test]
+    fn large_inputs_do_not_overflow() {
+        let x = t(&[3], &[1000., 1001., 1002.]);
+        let x32 = narrow(&x);
+        for op in ops(false) {
+            let y64 = fwd(op, &x);
+            let y = run(op, Direction::Forward, &[&x32]).unwrap();
+            let y32: Vec<f64> = y[0].floats().iter().map(|&v| v as f64).collect();
+            let want = fwd(op, &t(&[3], &[1., 2., 3.]));
+            close(&y64, &want, 1e-12);
+            close(&y32, &want, 1e-6);
+        }
+        // -1e30 next to 0: the small one underflows to exactly 0, no NaN.
+        let y = fwd(Op::Softmax { causal: false }, &t(&[2], &[-1e30, 0.]));
+        assert_eq!(y, [0., 1.]);
+    }
+
+    #[test]
+    fn nan_and_infinities_follow_pytorch() {
+        let x = t(&[2, 3], &[1., f64::NAN, 2., 0., f64::NEG_INFINITY, 0.]);
+        for op in ops(false) {
+            let y = fwd(op, &x);
+            assert!(y[..3].iter().all(|v| v.is_nan()), "{op}: {y:?}");
+        }
+        assert_eq!(fwd(Op::Softmax { causal: false }, &x)[3..], [0.5, 0., 0.5]);
+        let l = fwd(Op::LogSoftmax { causal: false }, &x);
+        assert_eq!(l[4], f64::NEG_INFINITY);
+        close(&[l[3], l[5]], &[-2f64.ln(), -2f64.ln()], 1e-15);
+    }
+
+    #[test]
+    fn causal_square_and_rectangular_masks() {
+        // s = t = 3: lower triangle.
+        let x = t(&[3, 3], &[1., 5., 5., 1., 1., 5., 1., 1., 1.]);
+        let y = fwd(Op::Softmax { causal: true }, &x);
+        let third = 1. / 3.;
+        close(&y, &[1., 0., 0., 0.5, 0.5, 0., third, third, third], 1e-15);
+        let l = fwd(Op::LogSoftmax { causal: true }, &x);
+        let ninf = f64::NEG_INFINITY;
+        let (h, th) = (-2f64.ln(), -3f64.ln());
+        close(&l, &[0., ninf, ninf, h, h, ninf, th, th, th], 1e-15);
+        // s = 2 < t = 4: row 0 sees keys 0..=2, row 1 sees all four.
+        let x = t(&[2, 4], &[0.; 8]);
+        let y = fwd(Op::Softmax { causal: true }, &x);
+        close(
+            &y,
+            &[third, third, third, 0., 0.25, 0.25, 0.25, 0.25],
+            1e-15,
+        );
+        // s = 3 > t = 2: row 0 sees nothing (all zeros / all -inf), row 1 key 0, row 2 both.
+        let x = t(&[3, 2], &[4., 4., 4., 4., 4., 4.]);
+        assert_eq!(
+            fwd(Op::Softmax { causal: true }, &x),
+            [0., 0., 1., 0., 0.5, 0.5]
+        );
+        let l = fwd(Op::LogSoftmax { causal: true }, &x);
+        close(&l, &[ninf, ninf, 0., ninf, h, h], 1e-15);
+        // The mask repeats per matrix of a batch [2, 3, 2]: same result twice.
+        let xb = t(&[2, 3, 2], &[4.; 12]);
+        let yb = fwd(Op::Softmax { causal: true }, &xb);
+        assert_eq!(yb[..6], yb[6..]);
+        assert_eq!(yb[..6], [0., 0., 1., 0., 0.5, 0.5]);
+        // Masked entries ignore their inputs entirely (NaN and inf included).
+        let x = t(&[2, 2], &[1., f64::NAN, 1., 1.]);
+        assert_eq!(fwd(Op::Softmax { causal: true }, &x), [1., 0., 0.5, 0.5]);
+    }
+
+    #[test]
+    fn fully_masked_rows_have_zero_gradient() {
+        let x = rand(1, &[3, 2], -1., 1.);
+        let g = rand(2, &[3, 2], -1., 1.);
+        for op in ops(true) {
+            let y = run(op, Direction::Forward, &[&x]).unwrap();
+            let d = run(op, Direction::Backward, &[&x, &y[0], &g]).unwrap();
+            let d = d[0].floats();
+            assert_eq!(d[..2], [0., 0.], "{op}");
+            // Row 1 sees a single key: softmax is constant 1 there, so its gradient is 0, and
+            // the masked key gets 0 too.
+            assert_eq!(d[2..4], [0., 0.], "{op}");
+            assert!(d[4] != 0. && d[5] != 0.);
+        }
+    }
+
+    #[test]
+    fn backward_by_hand() {
+        // y = [1/2, 1/2], dy = [1, 0]: softmax grad = y (dy - 1/2) = [1/4, -1/4].
+        let x = t(&[2], &[0., 0.]);
+        let dy = t(&[2], &[1., 0.]);
+        let op = Op::Softmax { causal: false };
+        let y = run(op, Direction::Forward, &[&x]).unwrap();
+        let d = run(op, Direction::Backward, &[&x, &y[0], &dy]).unwrap();
+        close(d[0].floats(), &[0.25, -0.25], 1e-15);
+        // log-softmax grad = dy - p sum(dy) = [1 - 1/2, 0 - 1/2].
+        let op = Op::LogSoftmax { causal: false };
+        let y = run(op, Direction::Forward, &[&x]).unwrap();
+        let d = run(op, Direction::Backward, &[&x, &y[0], &dy]).unwrap();
+        close(d[0].floats(), &[0.5, -0.5], 1e-15);
+    }
+
+    #[test]
+    fn gradcheck_every_variant() {
+        let opts = Options::default();
+        let shapes: [&[usize]; 7] = [&[2, 3, 5], &[1], &[7], &[13], &[1, 1], &[2, 4, 3], &[7, 13]];
+        for (i, shape) in shapes.into_iter().enumerate() {
+            let x = rand(i as u64, shape, -3., 3.);
+            for op in ops(false) {
+                let r = check_op(&op, core::slice::from_ref(&x), opts).unwrap();
+                assert!(r.pass(), "{op} {shape:?}: {r:?}");
+            }
+        }
+        // Causal softmax through the shared checker, every geometry (t < s included).
+        let causal: [&[usize]; 6] = [
+            &[2, 3, 5],
+            &[1, 7, 7],
+            &[3, 3],
+            &[2, 3, 4],
+            &[1, 1],
+            &[2, 5, 3],
+        ];
+        for (i, shape) in causal.into_iter().enumerate() {
+            let x = rand(i as u64 + 20, shape, -3., 3.);
+            let op = Op::Softmax { causal: true };
+            let r = check_op(&op, core::slice::from_ref(&x), opts).unwrap();
+            assert!(r.pass(), "{op} {shape:?}: {r:?}");
+            // Causal log-softmax has constant -inf outputs, which poison the shared checker's
+            // weighted sum: check it here against the sum over the finite outputs only.
+            masked_log_softmax_fd(&x);
+        }
+    }
+
+    /// Central differences of `L = sum w * y` over the finite outputs of causal log-softmax.
+    fn masked_log_softmax_fd(x: &Owned<f64>) {
+        let op = Op::LogSoftmax { causal: true };
+        let w = rand(7, &x.shape, -1., 1.);
+        let loss = |x: &Owned<f64>| -> f64 {
+            let y = fwd(op, x);
+            y.iter()
+                .zip(w.floats())
+                .filter(|(y, _)| y.is_finite())
+                .map(|(y, w)| y * w)
+                .sum()
+        };
+        let y = run(op, Direction::Forward, &[x]).unwrap();
+        let g = run(op, Direction::Backward, &[x, &y[0], &w]).unwrap();
+        let eps = 1e-6;
+        for (i, &analytic) in g[0].floats().iter().enumerate() {
+            let mut p = x.clone();
+            let mut m = x.clone();
+            if let (cpu::OwnedData::Float(pv), cpu::OwnedData::Float(mv)) =
+                (&mut p.data, &mut m.data)
+            {
+                pv[i] += eps;
+                mv[i] -= eps;
+            }
+            let numeric = (loss(&p) - loss(&m)) / (2. * eps);
+            assert!(
+                (analytic - numeric).abs() <= 1e-6 + 1e-3 * numeric.abs(),
+                "log_softmax causal {:?} at {i}: {analytic} vs {numeric}",
+                x.shape
+            );
+        }
+    }
+
+    #[test]
+    fn f32_agrees_with_f64() {
+        for (i, shape) in [&[2usize, 3, 5][..], &[13], &[7, 13], &[3, 5, 2]]
+            .into_iter()
+            .enumerate()
+        {
+            let x = rand(i as u64 + 50, shape, -5., 5.);
+            for op in ops(false) {
+                f32_matches_f64(op, &x, 2e-6);
+            }
+            if shape.len() >= 2 {
+                for op in ops(true) {
+                    f32_matches_f64(op, &x, 2e-6);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shape_errors() {
+        let scalar = t(&[], &[1.]);
+        for op in ops(false) {
+            let e = run(op, Direction::Forward, &[&scalar]).unwrap_err();
+            assert!(matches!(e, Error::BadShape { .. }), "{op}: {e:?}");
+        }
+        let row = t(&[3], &[1.; 3]);
+        for op in ops(true) {
+            let e = run(op, Direction::Forward, &[&row]).unwrap_err();
+            assert!(
+                matches!(&e, Error::BadShape { op: "softmax" | "log_softmax", shape, .. } if shape == &[3]),
+                "{e:?}"
+            );
+        }
+        let empty = t(&[2, 0], &[]);
+        for op in ops(false).into_iter().chain(ops(true)) {
+            let e = run(op, Direction::Forward, &[&empty]).unwrap_err();
+            assert!(matches!(e, Error::Empty { .. }), "{op}: {e:?}");
+        }
+        let x = t(&[2, 3], &[0.; 6]);
+        let bad = t(&[3, 2], &[0.; 6]);
+        let e = run(
+            Op::Softmax { causal: false },
+            Direction::Backward,
+            &[&x, &x, &bad],
+        )
+        .unwrap_err();
+        assert_eq!(e, Error::mismatch("softmax", &[3, 2], &[2, 3]));
+        let e = run(
+            Op::LogSoftmax { causal: true },
+            Direction::Backward,
+            &[&x, &bad, &x],
+        )
+        .unwrap_err();
+        assert_eq!(e, Error::mismatch("log_softmax", &[3, 2], &[2, 3]));
+    }
 }
