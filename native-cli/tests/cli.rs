@@ -466,3 +466,27 @@ fn demo_passes() {
         assert!(s.contains(k.name()), "demo did not run {k}");
     }
 }
+
+#[test]
+fn readme_tables_are_the_generated_ones() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let md = native_cli::ops::markdown();
+    let (ops, budgets) = md.split_at(md.find("\n| op | forward budget").unwrap() + 1);
+    let between = |begin: &str, end: &str| {
+        let i = readme.find(begin).unwrap() + begin.len();
+        let j = readme.find(end).unwrap();
+        readme[i..j].trim().to_string()
+    };
+    assert_eq!(
+        between("<!-- ops:begin -->", "<!-- ops:end -->"),
+        ops.trim(),
+        "README op table is stale: paste `kernels ops --markdown`"
+    );
+    assert_eq!(
+        between("<!-- budgets:begin -->", "<!-- budgets:end -->"),
+        budgets.trim(),
+        "README budget table is stale: paste `kernels ops --markdown`"
+    );
+}
