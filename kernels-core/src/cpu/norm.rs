@@ -1,41 +1,407 @@
-//! (stub: to be written)
+//! LayerNorm and RMSNorm over the last dim, forward and backward.
+//!
+//! Row statistics are computed in f64 with two passes (mean, then the mean of squared deviations),
+//! so a row like `[10000, 10001, 10002]` normalizes as accurately in f32 as `[0, 1, 2]`: no
+//! `E[x^2] - E[x]^2` cancellation. The variance is the biased one, as `F.layer_norm`.
+//! The backward recomputes the statistics from `x` rather than saving them, so the backward
+//! argument list stays `inputs ++ outputs ++ grad_outputs`.
 
+use alloc::format;
+use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, View};
+use super::{Owned, View, float_arg, min_rank, non_empty, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
-#[allow(unused_imports)]
-use crate::op::*;
+use crate::op::Op;
 
-#[allow(unused_variables)]
+/// Checks `eps` (finite, >= 0), x `[..., n]` (non-empty) and each parameter `[n]`; returns `n`.
+fn validate(
+    name: &'static str,
+    eps: f32,
+    sx: &[usize],
+    params: &[(&str, &[usize])],
+) -> Result<usize> {
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::BadAttr {
+            op: name,
+            attr: "eps",
+            value: format!("{eps}"),
+            why: "must be finite and >= 0".into(),
+        });
+    }
+    min_rank(name, "x", sx, 1)?;
+    non_empty(name, "x", sx)?;
+    let n = sx.last().copied().unwrap_or(1);
+    for (_, shape) in params {
+        if *shape != [n] {
+            return Err(Error::mismatch(name, shape, &[n]));
+        }
+    }
+    Ok(n)
+}
+
+/// `(mean, 1 / sqrt(var + eps))` of one row, biased variance, two passes in f64.
+fn mean_rstd<T: Real>(row: &[T], eps: f64) -> (f64, f64) {
+    let n = row.len() as f64;
+    let mean = row.iter().map(|v| v.to_f64()).sum::<f64>() / n;
+    let var = row
+        .iter()
+        .map(|v| {
+            let d = v.to_f64() - mean;
+            d * d
+        })
+        .sum::<f64>()
+        / n;
+    (mean, 1.0 / Real::sqrt(var + eps))
+}
+
+/// `1 / sqrt(mean(x^2) + eps)` of one row, in f64.
+fn inv_rms<T: Real>(row: &[T], eps: f64) -> f64 {
+    let ms = row
+        .iter()
+        .map(|v| {
+            let v = v.to_f64();
+            v * v
+        })
+        .sum::<f64>()
+        / row.len() as f64;
+    1.0 / Real::sqrt(ms + eps)
+}
+
+/// `out = (x - mean) / sqrt(var + eps) * weight + bias`; x `[..., n]`, weight and bias `[n]`.
 pub fn layer_norm_forward<T: Real>(eps: f32, args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "norm",
-        backend: "cpu (stub)".into(),
-    })
+    let name = Op::LayerNorm { eps }.name();
+    let (sx, x) = float_arg(name, args, 0, "x")?;
+    let (sw, w) = float_arg(name, args, 1, "weight")?;
+    let (sb, b) = float_arg(name, args, 2, "bias")?;
+    let n = validate(name, eps, sx, &[("weight", sw), ("bias", sb)])?;
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(n) {
+        let (mean, rstd) = mean_rstd(row, eps as f64);
+        for ((&v, &w), &b) in row.iter().zip(w).zip(b) {
+            let xhat = (v.to_f64() - mean) * rstd;
+            out.push(T::from_f64(xhat * w.to_f64() + b.to_f64()));
+        }
+    }
+    Ok(vec![Owned::float(sx.to_vec(), out)])
 }
 
-#[allow(unused_variables)]
+/// `[grad_x, grad_weight, grad_bias]`; args `(x, weight, bias, out, grad_out)`.
+///
+/// With `xhat = (x - mean) * rstd` and `h = dy * weight`:
+/// `dx = rstd * (h - mean(h) - xhat * mean(h * xhat))`, `dweight = sum_rows dy * xhat`,
+/// `dbias = sum_rows dy`.
 pub fn layer_norm_backward<T: Real>(eps: f32, args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "norm",
-        backend: "cpu (stub)".into(),
-    })
+    let name = Op::LayerNorm { eps }.name();
+    let (sx, x) = float_arg(name, args, 0, "x")?;
+    let (sw, w) = float_arg(name, args, 1, "weight")?;
+    let (sb, _) = float_arg(name, args, 2, "bias")?;
+    let (so, _) = float_arg(name, args, 3, "out")?;
+    let (sg, dy) = float_arg(name, args, 4, "grad_out")?;
+    let n = validate(name, eps, sx, &[("weight", sw), ("bias", sb)])?;
+    same_shape(name, so, sx)?;
+    same_shape(name, sg, sx)?;
+    let nf = n as f64;
+    let mut dx = Vec::with_capacity(x.len());
+    let mut dw = vec![0.0f64; n];
+    let mut db = vec![0.0f64; n];
+    let mut xhat = vec![0.0f64; n];
+    let mut h = vec![0.0f64; n];
+    for (row, dyr) in x.chunks_exact(n).zip(dy.chunks_exact(n)) {
+        let (mean, rstd) = mean_rstd(row, eps as f64);
+        let (mut mean_h, mut mean_hx) = (0.0, 0.0);
+        let cols = row
+            .iter()
+            .zip(dyr)
+            .zip(w)
+            .zip(xhat.iter_mut())
+            .zip(h.iter_mut());
+        for ((((&v, &d), &w), xh), hh) in cols {
+            *xh = (v.to_f64() - mean) * rstd;
+            *hh = d.to_f64() * w.to_f64();
+            mean_h += *hh;
+            mean_hx += *hh * *xh;
+        }
+        mean_h /= nf;
+        mean_hx /= nf;
+        let cols = dyr
+            .iter()
+            .zip(&xhat)
+            .zip(&h)
+            .zip(dw.iter_mut())
+            .zip(db.iter_mut());
+        for ((((&d, &xh), &hh), dw), db) in cols {
+            dx.push(T::from_f64(rstd * (hh - mean_h - xh * mean_hx)));
+            *dw += d.to_f64() * xh;
+            *db += d.to_f64();
+        }
+    }
+    Ok(vec![
+        Owned::float(sx.to_vec(), dx),
+        Owned::float(sw.to_vec(), dw.into_iter().map(T::from_f64).collect()),
+        Owned::float(sb.to_vec(), db.into_iter().map(T::from_f64).collect()),
+    ])
 }
 
-#[allow(unused_variables)]
+/// `out = x / sqrt(mean(x^2) + eps) * weight`; x `[..., n]`, weight `[n]`.
 pub fn rms_norm_forward<T: Real>(eps: f32, args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "norm",
-        backend: "cpu (stub)".into(),
-    })
+    let name = Op::RmsNorm { eps }.name();
+    let (sx, x) = float_arg(name, args, 0, "x")?;
+    let (sw, w) = float_arg(name, args, 1, "weight")?;
+    let n = validate(name, eps, sx, &[("weight", sw)])?;
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks_exact(n) {
+        let r = inv_rms(row, eps as f64);
+        for (&v, &w) in row.iter().zip(w) {
+            out.push(T::from_f64(v.to_f64() * r * w.to_f64()));
+        }
+    }
+    Ok(vec![Owned::float(sx.to_vec(), out)])
 }
 
-#[allow(unused_variables)]
+/// `[grad_x, grad_weight]`; args `(x, weight, out, grad_out)`.
+///
+/// With `r = 1 / sqrt(mean(x^2) + eps)` and `h = dy * weight`:
+/// `dx = r * (h - x * r^2 * mean(h * x))`, `dweight = sum_rows dy * x * r`.
 pub fn rms_norm_backward<T: Real>(eps: f32, args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "norm",
-        backend: "cpu (stub)".into(),
-    })
+    let name = Op::RmsNorm { eps }.name();
+    let (sx, x) = float_arg(name, args, 0, "x")?;
+    let (sw, w) = float_arg(name, args, 1, "weight")?;
+    let (so, _) = float_arg(name, args, 2, "out")?;
+    let (sg, dy) = float_arg(name, args, 3, "grad_out")?;
+    let n = validate(name, eps, sx, &[("weight", sw)])?;
+    same_shape(name, so, sx)?;
+    same_shape(name, sg, sx)?;
+    let nf = n as f64;
+    let mut dx = Vec::with_capacity(x.len());
+    let mut dw = vec![0.0f64; n];
+    for (row, dyr) in x.chunks_exact(n).zip(dy.chunks_exact(n)) {
+        let r = inv_rms(row, eps as f64);
+        let mean_hx = row
+            .iter()
+            .zip(dyr)
+            .zip(w)
+            .map(|((&v, &d), &w)| d.to_f64() * w.to_f64() * v.to_f64())
+            .sum::<f64>()
+            / nf;
+        for (((&v, &d), &w), dw) in row.iter().zip(dyr).zip(w).zip(dw.iter_mut()) {
+            let (v, d) = (v.to_f64(), d.to_f64());
+            let h = d * w.to_f64();
+            dx.push(T::from_f64(r * (h - v * r * r * mean_hx)));
+            *dw += d * v * r;
+        }
+    }
+    Ok(vec![
+        Owned::float(sx.to_vec(), dx),
+        Owned::float(sw.to_vec(), dw.into_iter().map(T::from_f64).collect()),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu;
+    use crate::gradcheck::{Options, check_op};
+    use crate::numerics::compare;
+    use crate::op::Direction;
+    use crate::rng::Rng;
+
+    fn t(shape: &[usize], data: &[f64]) -> Owned<f64> {
+        Owned::float(shape.to_vec(), data.to_vec())
+    }
+    fn run<T: Real>(op: Op, dir: Direction, args: &[&Owned<T>]) -> Result<Vec<Owned<T>>> {
+        let v: Vec<View<T>> = args.iter().map(|a| a.view()).collect();
+        cpu::run(&op, dir, &v)
+    }
+    fn fwd(op: Op, args: &[&Owned<f64>]) -> Vec<f64> {
+        run(op, Direction::Forward, args).unwrap()[0]
+            .floats()
+            .to_vec()
+    }
+    fn rand(seed: u64, shape: &[usize], lo: f32, hi: f32) -> Owned<f64> {
+        let n = shape.iter().product();
+        let v = Rng::new(seed).uniform_vec(n, lo, hi);
+        Owned::float(shape.to_vec(), v.iter().map(|&x| x as f64).collect())
+    }
+    fn narrow(o: &Owned<f64>) -> Owned<f32> {
+        Owned::float(
+            o.shape.clone(),
+            o.floats().iter().map(|&v| v as f32).collect(),
+        )
+    }
+    fn close(got: &[f64], want: &[f64], tol: f64) {
+        let c = compare(got, want, tol, tol);
+        assert!(c.pass, "got {got:?}\nwant {want:?}\n{c:?}");
+    }
+    fn f32_matches_f64(op: Op, inputs: &[&Owned<f64>], rtol: f64) {
+        let n32: Vec<Owned<f32>> = inputs.iter().map(|o| narrow(o)).collect();
+        let i32s: Vec<&Owned<f32>> = n32.iter().collect();
+        let o64 = run(op, Direction::Forward, inputs).unwrap();
+        let o32 = run(op, Direction::Forward, &i32s).unwrap();
+        let g = rand(77, &o64[0].shape, -1., 1.);
+        let g32 = narrow(&g);
+        let mut b64 = inputs.to_vec();
+        b64.extend([&o64[0], &g]);
+        let mut b32 = i32s.clone();
+        b32.extend([&o32[0], &g32]);
+        let r64 = run(op, Direction::Backward, &b64).unwrap();
+        let r32 = run(op, Direction::Backward, &b32).unwrap();
+        for (a, b) in o64.iter().chain(&r64).zip(o32.iter().chain(&r32)) {
+            let b: Vec<f64> = b.floats().iter().map(|&v| v as f64).collect();
+            let c = compare(&b, a.floats(), 1e-6, rtol);
+            assert!(c.pass, "{op}: f32 vs f64 {c:?}");
+        }
+    }
+    const LN: Op = Op::LayerNorm { eps: 1e-5 };
+    const RMS: Op = Op::RmsNorm { eps: 1e-6 };
+
+    #[test]
+    fn layer_norm_by_hand() {
+        // [1, 2, 3]: mean 2, biased var 2/3, so xhat = [-1, 0, 1] * sqrt(3/2).
+        let k = 1.5f64.sqrt();
+        let x = t(&[2, 3], &[1., 2., 3., 5., 5., 5.]);
+        let ones = t(&[3], &[1.; 3]);
+        let zeros = t(&[3], &[0.; 3]);
+        let op0 = Op::LayerNorm { eps: 0.0 };
+        let y = fwd(op0, &[&t(&[3], &[1., 2., 3.]), &ones, &zeros]);
+        close(&y, &[-k, 0., k], 1e-15);
+        // weight and bias apply per column; a constant row normalizes to the bias.
+        let w = t(&[3], &[1., 2., 3.]);
+        let b = t(&[3], &[0.5, -0.5, 1.]);
+        let y = fwd(LN, &[&x, &w, &b]);
+        // eps is an f32 attribute: 1e-5 as f32, widened.
+        let k5 = 1. / (2. / 3. + 1e-5f32 as f64).sqrt();
+        close(&y, &[-k5 + 0.5, -0.5, 3. * k5 + 1., 0.5, -0.5, 1.], 1e-14);
+        // A single column is all bias.
+        let y = fwd(
+            LN,
+            &[
+                &t(&[3, 1], &[7., -2., 4.]),
+                &t(&[1], &[3.]),
+                &t(&[1], &[0.25]),
+            ],
+        );
+        assert_eq!(y, [0.25; 3]);
+    }
+
+    #[test]
+    fn layer_norm_is_accurate_far_from_zero_in_f32() {
+        let x = narrow(&t(&[3], &[10000., 10001., 10002.]));
+        let w = narrow(&t(&[3], &[1.; 3]));
+        let b = narrow(&t(&[3], &[0.; 3]));
+        let y = run(LN, Direction::Forward, &[&x, &w, &b]).unwrap();
+        let y: Vec<f64> = y[0].floats().iter().map(|&v| v as f64).collect();
+        let k = 1. / (2. / 3. + 1e-5f64).sqrt();
+        close(&y, &[-k, 0., k], 1e-6);
+    }
+
+    #[test]
+    fn rms_norm_by_hand() {
+        // [3, 4]: mean square 12.5.
+        let r = 1. / 12.5f64.sqrt();
+        let y = fwd(
+            Op::RmsNorm { eps: 0.0 },
+            &[&t(&[1, 2], &[3., 4.]), &t(&[2], &[1., -2.])],
+        );
+        close(&y, &[3. * r, -8. * r], 1e-15);
+        // eps enters under the root: x = [0, 0] gives 0, not NaN.
+        let y = fwd(RMS, &[&t(&[2], &[0., 0.]), &t(&[2], &[1., 1.])]);
+        assert_eq!(y, [0., 0.]);
+        // One column: x / sqrt(x^2 + eps) ~ sign(x).
+        let y = fwd(RMS, &[&t(&[2, 1], &[2., -3.]), &t(&[1], &[1.])]);
+        close(&y, &[1., -1.], 1e-6);
+    }
+
+    #[test]
+    fn backward_by_hand() {
+        // dbias = column sums of dy; dweight = column sums of dy * xhat.
+        let x = t(&[2, 2], &[0., 2., 5., 1.]);
+        let w = t(&[2], &[1., 1.]);
+        let b = t(&[2], &[0., 0.]);
+        let op0 = Op::LayerNorm { eps: 0.0 };
+        let y = run(op0, Direction::Forward, &[&x, &w, &b]).unwrap();
+        let dy = t(&[2, 2], &[1., 2., 3., 4.]);
+        let g = run(op0, Direction::Backward, &[&x, &w, &b, &y[0], &dy]).unwrap();
+        // xhat rows: [-1, 1] and [1, -1].
+        close(g[1].floats(), &[-1. + 3., 2. - 4.], 1e-15);
+        close(g[2].floats(), &[4., 6.], 1e-15);
+        // With two columns xhat is +-1 regardless of x, so dx = 0.
+        close(g[0].floats(), &[0.; 4], 1e-15);
+        assert_eq!(g[1].shape, [2]);
+        assert_eq!(g[2].shape, [2]);
+    }
+
+    #[test]
+    fn gradcheck_both_norms() {
+        let opts = Options::default();
+        let shapes: [&[usize]; 6] = [&[2, 3, 5], &[1], &[7], &[13], &[1, 13], &[7, 2]];
+        for (i, shape) in shapes.into_iter().enumerate() {
+            let n = *shape.last().unwrap();
+            let s = i as u64 * 3;
+            let x = rand(s, shape, -2., 2.);
+            let w = rand(s + 1, &[n], 0.5, 1.5);
+            let b = rand(s + 2, &[n], -1., 1.);
+            let r = check_op(&LN, &[x.clone(), w.clone(), b.clone()], opts).unwrap();
+            assert!(r.pass(), "layer_norm {shape:?}: {r:?}");
+            let r = check_op(&RMS, &[x.clone(), w.clone()], opts).unwrap();
+            assert!(r.pass(), "rms_norm {shape:?}: {r:?}");
+            f32_matches_f64(LN, &[&x, &w, &b], 2e-6);
+            f32_matches_f64(RMS, &[&x, &w], 2e-6);
+        }
+    }
+
+    #[test]
+    fn shape_and_attr_errors() {
+        let x = t(&[2, 3], &[1.; 6]);
+        let w3 = t(&[3], &[1.; 3]);
+        let w2 = t(&[2], &[1.; 2]);
+        let w13 = t(&[1, 3], &[1.; 3]);
+        let e = run(LN, Direction::Forward, &[&x, &w2, &w3]).unwrap_err();
+        assert_eq!(e, Error::mismatch("layer_norm", &[2], &[3]));
+        let e = run(LN, Direction::Forward, &[&x, &w3, &w13]).unwrap_err();
+        assert_eq!(e, Error::mismatch("layer_norm", &[1, 3], &[3]));
+        let e = run(RMS, Direction::Forward, &[&x, &w13]).unwrap_err();
+        assert_eq!(e, Error::mismatch("rms_norm", &[1, 3], &[3]));
+        let scalar = t(&[], &[1.]);
+        let w1 = t(&[1], &[1.]);
+        let e = run(RMS, Direction::Forward, &[&scalar, &w1]).unwrap_err();
+        assert!(matches!(e, Error::BadShape { op: "rms_norm", .. }), "{e:?}");
+        let empty = t(&[0, 3], &[]);
+        let e = run(LN, Direction::Forward, &[&empty, &w3, &w3]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Empty {
+                    op: "layer_norm",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        for eps in [-1e-5, f32::NAN, f32::INFINITY] {
+            let e = run(Op::LayerNorm { eps }, Direction::Forward, &[&x, &w3, &w3]).unwrap_err();
+            assert!(matches!(e, Error::BadAttr { attr: "eps", .. }), "{e:?}");
+            let e = run(Op::RmsNorm { eps }, Direction::Forward, &[&x, &w3]).unwrap_err();
+            assert!(matches!(e, Error::BadAttr { attr: "eps", .. }), "{e:?}");
+        }
+        let bad = t(&[3, 2], &[1.; 6]);
+        let e = run(LN, Direction::Backward, &[&x, &w3, &w3, &x, &bad]).unwrap_err();
+        assert_eq!(e, Error::mismatch("layer_norm", &[3, 2], &[2, 3]));
+        let e = run(RMS, Direction::Backward, &[&x, &w3, &bad, &x]).unwrap_err();
+        assert_eq!(e, Error::mismatch("rms_norm", &[3, 2], &[2, 3]));
+    }
+
+    #[test]
+    fn nan_propagates_within_its_row() {
+        let x = t(&[2, 2], &[f64::NAN, 1., 1., 3.]);
+        let w = t(&[2], &[1., 1.]);
+        let b = t(&[2], &[0., 0.]);
+        let y = fwd(LN, &[&x, &w, &b]);
+        assert!(y[0].is_nan() && y[1].is_nan());
+        assert!(y[2].is_finite() && y[3].is_finite());
+        let y = fwd(RMS, &[&x, &w]);
+        assert!(y[0].is_nan() && y[1].is_nan());
+        assert!(y[2].is_finite() && y[3].is_finite());
+    }
 }

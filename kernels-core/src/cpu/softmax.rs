@@ -68,7 +68,7 @@ pub fn forward<T: Real>(log: bool, causal: bool, args: &[View<T>]) -> Result<Vec
         let m = row.iter().fold(T::NEG_INFINITY, |m, &v| m.max_nan(v));
         let sum: f64 = row.iter().map(|&v| (v - m).exp().to_f64()).sum();
         if log {
-            let lse = sum.ln();
+            let lse = Real::ln(sum);
             for (o, &v) in orow.iter_mut().zip(row) {
                 *o = T::from_f64((v - m).to_f64() - lse);
             }
