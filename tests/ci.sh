@@ -88,7 +88,7 @@ step "lints"
 run cargo clippy --workspace --all-targets -- -D warnings
 
 step "tests (WGPU_BACKEND=$WGPU_BACKEND)"
-run cargo test --workspace
+run cargo test --workspace --no-fail-fast
 
 step "no_std builds of kernels-core"
 for t in "${NO_STD_TARGETS[@]}"; do
