@@ -361,6 +361,14 @@ mod tests {
         let out = run(add, Direction::Forward, &[&s, &s]).unwrap();
         assert_eq!(out[0].shape, Vec::<usize>::new());
         assert_eq!(out[0].floats(), [4.]);
+        // a [2, 3, 4] with b [3, 4]: b repeats every 12 elements.
+        let a3 = t(&[2, 3, 4], &(0..24).map(|i| i as f64).collect::<Vec<_>>());
+        let b2 = t(
+            &[3, 4],
+            &(0..12).map(|i| 100. * i as f64).collect::<Vec<_>>(),
+        );
+        let want: Vec<f64> = (0..24).map(|i| (i + 100 * (i % 12)) as f64).collect();
+        assert_eq!(fwd(add, &[&a3, &b2]), want);
         // Division by zero and NaN follow IEEE, no error.
         let z = t(&[3], &[0., 0., 0.]);
         let num = t(&[3], &[1., -1., 0.]);

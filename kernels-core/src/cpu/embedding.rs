@@ -1,25 +1,250 @@
-//! (stub: to be written)
+//! Embedding lookup (`F.embedding`) and its backward, a scatter-add into the table's gradient.
+//!
+//! Every id is checked against the vocabulary before it is used: an id outside `0..vocab` is an
+//! [`Error::IndexOutOfRange`] naming `ids`, the id and the bound (PyTorch raises too; a GPU
+//! would read garbage). The backward walks the ids in flat order and accumulates in f64, so
+//! repeated ids sum deterministically, whatever a device's atomics do.
 
+use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, View};
+use super::{Owned, View, float_arg, int_arg, non_empty, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
-#[allow(unused_imports)]
-use crate::op::*;
+use crate::op::Op;
 
-#[allow(unused_variables)]
-pub fn forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "embedding",
-        backend: "cpu (stub)".into(),
-    })
+/// Checks ids (non-empty, any shape) and weight `[vocab, dim]` (non-empty); returns
+/// `(vocab, dim, out shape = ids.shape ++ [dim], ids as row indices)`.
+fn lookup_plan(
+    name: &'static str,
+    sids: &[usize],
+    ids: &[i64],
+    sw: &[usize],
+) -> Result<(usize, Vec<usize>, Vec<usize>)> {
+    let (vocab, dim) = match sw {
+        [v, d] => (*v, *d),
+        _ => {
+            return Err(Error::bad_shape(
+                name,
+                "weight",
+                sw,
+                "needs rank 2 [vocab, dim]",
+            ));
+        }
+    };
+    non_empty(name, "ids", sids)?;
+    non_empty(name, "weight", sw)?;
+    let rows = ids
+        .iter()
+        .map(|&id| match usize::try_from(id) {
+            Ok(r) if r < vocab => Ok(r),
+            _ => Err(Error::IndexOutOfRange {
+                op: name,
+                tensor: "ids".into(),
+                index: id,
+                bound: vocab,
+            }),
+        })
+        .collect::<Result<Vec<usize>>>()?;
+    let mut shape = sids.to_vec();
+    shape.push(dim);
+    Ok((dim, shape, rows))
 }
 
-#[allow(unused_variables)]
+/// `out[..., :] = weight[ids[...], :]`; ids any shape (i32 or i64), weight `[vocab, dim]`,
+/// out `ids.shape ++ [dim]`.
+pub fn forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    let name = Op::Embedding.name();
+    let (sids, ids) = int_arg(name, args, 0, "ids")?;
+    let (sw, w) = float_arg(name, args, 1, "weight")?;
+    let (dim, shape, rows) = lookup_plan(name, sids, &ids, sw)?;
+    let mut out = Vec::with_capacity(rows.len() * dim);
+    for r in rows {
+        // In range: r < vocab was checked and w holds vocab * dim elements.
+        if let Some(row) = w.get(r * dim..(r + 1) * dim) {
+            out.extend_from_slice(row);
+        }
+    }
+    Ok(vec![Owned::float(shape, out)])
+}
+
+/// `[grad_weight]` `[vocab, dim]`: row `v` sums `grad_out` over every position whose id is `v`;
+/// args `(ids, weight, out, grad_out)`.
 pub fn backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "embedding",
-        backend: "cpu (stub)".into(),
-    })
+    let name = Op::Embedding.name();
+    let (sids, ids) = int_arg(name, args, 0, "ids")?;
+    let (sw, w) = float_arg(name, args, 1, "weight")?;
+    let (so, _) = float_arg(name, args, 2, "out")?;
+    let (sg, g) = float_arg(name, args, 3, "grad_out")?;
+    let (dim, shape, rows) = lookup_plan(name, sids, &ids, sw)?;
+    same_shape(name, so, &shape)?;
+    same_shape(name, sg, &shape)?;
+    let mut grad = vec![0.0f64; w.len()];
+    for (r, grow) in rows.into_iter().zip(g.chunks_exact(dim)) {
+        if let Some(acc) = grad.get_mut(r * dim..(r + 1) * dim) {
+            for (a, &v) in acc.iter_mut().zip(grow) {
+                *a += v.to_f64();
+            }
+        }
+    }
+    Ok(vec![Owned::float(
+        sw.to_vec(),
+        grad.into_iter().map(T::from_f64).collect(),
+    )])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::{self, Data, OwnedData};
+    use crate::gradcheck::{Options, check_op};
+    use crate::op::Direction;
+    use crate::rng::Rng;
+
+    fn t(shape: &[usize], data: &[f64]) -> Owned<f64> {
+        Owned::float(shape.to_vec(), data.to_vec())
+    }
+    fn ids(shape: &[usize], v: &[i32]) -> Owned<f64> {
+        Owned {
+            shape: shape.to_vec(),
+            data: OwnedData::I32(v.to_vec()),
+        }
+    }
+    fn run<T: Real>(dir: Direction, args: &[&Owned<T>]) -> Result<Vec<Owned<T>>> {
+        let v: Vec<View<T>> = args.iter().map(|a| a.view()).collect();
+        cpu::run(&Op::Embedding, dir, &v)
+    }
+    fn table() -> Owned<f64> {
+        t(&[3, 2], &[0., 1., 10., 11., 20., 21.])
+    }
+
+    #[test]
+    fn lookup_by_hand() {
+        let y = run(Direction::Forward, &[&ids(&[3], &[2, 0, 2]), &table()]).unwrap();
+        assert_eq!(y[0].shape, [3, 2]);
+        assert_eq!(y[0].floats(), [20., 21., 0., 1., 20., 21.]);
+        // Rank-0 ids give one row; [2, 2] ids give [2, 2, dim].
+        let y = run(Direction::Forward, &[&ids(&[], &[1]), &table()]).unwrap();
+        assert_eq!(y[0].shape, [2]);
+        assert_eq!(y[0].floats(), [10., 11.]);
+        let y = run(
+            Direction::Forward,
+            &[&ids(&[2, 2], &[0, 1, 2, 1]), &table()],
+        )
+        .unwrap();
+        assert_eq!(y[0].shape, [2, 2, 2]);
+        assert_eq!(y[0].floats(), [0., 1., 10., 11., 20., 21., 10., 11.]);
+    }
+
+    #[test]
+    fn i64_ids_work_like_i32() {
+        let w = table();
+        let id64 = [2i64, 1];
+        let args = [
+            View {
+                shape: &[2],
+                data: Data::I64(&id64),
+            },
+            w.view(),
+        ];
+        let y = cpu::run(&Op::Embedding, Direction::Forward, &args).unwrap();
+        assert_eq!(y[0].floats(), [20., 21., 10., 11.]);
+        // An i64 id that does not even fit i32 is reported as it was given.
+        let huge = [1i64 << 40];
+        let args = [
+            View {
+                shape: &[1],
+                data: Data::I64(&huge),
+            },
+            w.view(),
+        ];
+        let e = cpu::run(&Op::Embedding, Direction::Forward, &args).unwrap_err();
+        assert_eq!(
+            e,
+            Error::IndexOutOfRange {
+                op: "embedding",
+                tensor: "ids".into(),
+                index: 1 << 40,
+                bound: 3
+            }
+        );
+    }
+
+    #[test]
+    fn bad_ids_and_shapes() {
+        for bad in [-1, 3, i32::MIN, i32::MAX] {
+            let e = run(Direction::Forward, &[&ids(&[2], &[0, bad]), &table()]).unwrap_err();
+            assert_eq!(
+                e,
+                Error::IndexOutOfRange {
+                    op: "embedding",
+                    tensor: "ids".into(),
+                    index: bad as i64,
+                    bound: 3
+                }
+            );
+        }
+        // The backward checks too.
+        let g = t(&[1, 2], &[1., 1.]);
+        let e = run(Direction::Backward, &[&ids(&[1], &[5]), &table(), &g, &g]).unwrap_err();
+        assert!(
+            matches!(e, Error::IndexOutOfRange { index: 5, .. }),
+            "{e:?}"
+        );
+        let e = run(Direction::Forward, &[&ids(&[1], &[0]), &t(&[6], &[0.; 6])]).unwrap_err();
+        assert!(matches!(e, Error::BadShape { .. }), "{e:?}");
+        let e = run(Direction::Forward, &[&ids(&[0], &[]), &table()]).unwrap_err();
+        assert!(matches!(e, Error::Empty { .. }), "{e:?}");
+        let e = run(Direction::Forward, &[&ids(&[1], &[0]), &t(&[3, 0], &[])]).unwrap_err();
+        assert!(matches!(e, Error::Empty { .. }), "{e:?}");
+        // Float ids are a dtype error.
+        let e = run(Direction::Forward, &[&t(&[1], &[0.]), &table()]).unwrap_err();
+        assert!(matches!(e, Error::DTypeMismatch { .. }), "{e:?}");
+        // grad_out must be ids.shape ++ [dim].
+        let g = t(&[2], &[1., 1.]);
+        let e = run(Direction::Backward, &[&ids(&[1], &[0]), &table(), &g, &g]).unwrap_err();
+        assert_eq!(e, Error::mismatch("embedding", &[2], &[1, 2]));
+    }
+
+    #[test]
+    fn repeated_ids_accumulate() {
+        let i = ids(&[4], &[2, 0, 2, 2]);
+        let out = t(&[4, 2], &[0.; 8]);
+        let g = t(&[4, 2], &[1., 2., 3., 4., 5., 6., 7., 8.]);
+        let d = run(Direction::Backward, &[&i, &table(), &out, &g]).unwrap();
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].shape, [3, 2]);
+        assert_eq!(d[0].floats(), [3., 4., 0., 0., 1. + 5. + 7., 2. + 6. + 8.]);
+    }
+
+    #[test]
+    fn gradcheck_and_f32() {
+        let mut rng = Rng::new(5);
+        for (shape, vocab, dim) in [
+            (&[2usize, 3, 5][..], 7usize, 13usize),
+            (&[1], 1, 1),
+            (&[13], 7, 3),
+        ] {
+            let n: usize = shape.iter().product();
+            let id: Vec<i32> = (0..n).map(|_| rng.below(vocab as u64) as i32).collect();
+            let wv = rng.uniform_vec(vocab * dim, -1., 1.);
+            let w = t(
+                &[vocab, dim],
+                &wv.iter().map(|&v| v as f64).collect::<Vec<_>>(),
+            );
+            let i = ids(shape, &id);
+            let r = check_op(&Op::Embedding, &[i.clone(), w.clone()], Options::default()).unwrap();
+            assert!(r.pass(), "{shape:?}: {r:?}");
+            // f32 lookup moves the same values.
+            let w32 = Owned::float(w.shape.clone(), wv.clone());
+            let i32_ = Owned::<f32> {
+                shape: shape.to_vec(),
+                data: OwnedData::I32(id.clone()),
+            };
+            let y32 = run(Direction::Forward, &[&i32_, &w32]).unwrap();
+            let y64 = run(Direction::Forward, &[&i, &w]).unwrap();
+            let y32: Vec<f64> = y32[0].floats().iter().map(|&v| v as f64).collect();
+            assert_eq!(y32, y64[0].floats());
+        }
+    }
 }

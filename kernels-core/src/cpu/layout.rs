@@ -1,41 +1,309 @@
-//! (stub: to be written)
+//! Data movement: transpose of the last two dims and concatenation on the last dim, forward and
+//! backward. Pure copies, so every backend must match these bit for bit.
 
+use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, View};
+use super::{Owned, View, float_arg, min_rank, non_empty, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
-#[allow(unused_imports)]
-use crate::op::*;
+use crate::op::Op;
 
-#[allow(unused_variables)]
+/// `[..., m, n]` with its batch count and the two swapped dims; needs rank >= 2 and no zero dim.
+fn matrices(name: &'static str, tensor: &str, s: &[usize]) -> Result<(usize, usize, usize)> {
+    min_rank(name, tensor, s, 2)?;
+    non_empty(name, tensor, s)?;
+    match s {
+        [lead @ .., m, n] => Ok((lead.iter().product(), *m, *n)),
+        _ => Err(Error::bad_shape(name, tensor, s, "needs rank >= 2")),
+    }
+}
+
+/// x `[..., m, n]` -> `[..., n, m]`.
+fn transpose<T: Real>(x: &[T], m: usize, n: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(x.len());
+    for mat in x.chunks_exact(m * n) {
+        for j in 0..n {
+            out.extend(mat.iter().skip(j).step_by(n));
+        }
+    }
+    out
+}
+
+fn swapped(s: &[usize]) -> Vec<usize> {
+    let mut t = s.to_vec();
+    let r = t.len();
+    if r >= 2 {
+        t.swap(r - 2, r - 1);
+    }
+    t
+}
+
+/// `out[..., j, i] = x[..., i, j]`; x `[..., m, n]`, out `[..., n, m]`.
 pub fn transpose_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "layout",
-        backend: "cpu (stub)".into(),
-    })
+    let name = Op::Transpose.name();
+    let (sx, x) = float_arg(name, args, 0, "x")?;
+    let (_, m, n) = matrices(name, "x", sx)?;
+    Ok(vec![Owned::float(swapped(sx), transpose(x, m, n))])
 }
 
-#[allow(unused_variables)]
+/// `grad_x` is `grad_out` `[..., n, m]` transposed back; args `(x, out, grad_out)`.
 pub fn transpose_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "layout",
-        backend: "cpu (stub)".into(),
-    })
+    let name = Op::Transpose.name();
+    let (sx, _) = float_arg(name, args, 0, "x")?;
+    let (so, _) = float_arg(name, args, 1, "out")?;
+    let (sg, g) = float_arg(name, args, 2, "grad_out")?;
+    let (_, m, n) = matrices(name, "x", sx)?;
+    let st = swapped(sx);
+    same_shape(name, so, &st)?;
+    same_shape(name, sg, &st)?;
+    Ok(vec![Owned::float(sx.to_vec(), transpose(g, n, m))])
 }
 
-#[allow(unused_variables)]
+/// Checks a `[..., p]` and b `[..., q]` (same rank >= 1, equal leading dims, non-empty) and
+/// returns `(p, q)`.
+fn concat_dims(name: &'static str, sa: &[usize], sb: &[usize]) -> Result<(usize, usize)> {
+    min_rank(name, "a", sa, 1)?;
+    min_rank(name, "b", sb, 1)?;
+    non_empty(name, "a", sa)?;
+    non_empty(name, "b", sb)?;
+    match (sa.split_last(), sb.split_last()) {
+        (Some((&p, la)), Some((&q, lb))) if la == lb => Ok((p, q)),
+        _ => Err(Error::mismatch(name, sa, sb)),
+    }
+}
+
+/// `out = cat([a, b], -1)`; a `[..., p]`, b `[..., q]`, out `[..., p + q]`.
 pub fn concat_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "layout",
-        backend: "cpu (stub)".into(),
-    })
+    let name = Op::Concat.name();
+    let (sa, a) = float_arg(name, args, 0, "a")?;
+    let (sb, b) = float_arg(name, args, 1, "b")?;
+    let (p, q) = concat_dims(name, sa, sb)?;
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    for (ra, rb) in a.chunks_exact(p).zip(b.chunks_exact(q)) {
+        out.extend_from_slice(ra);
+        out.extend_from_slice(rb);
+    }
+    let mut shape = sa.to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = p + q;
+    }
+    Ok(vec![Owned::float(shape, out)])
 }
 
-#[allow(unused_variables)]
+/// `[grad_a, grad_b]`: `grad_out` `[..., p + q]` split back; args `(a, b, out, grad_out)`.
 pub fn concat_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
-    Err(Error::UnsupportedOnBackend {
-        op: "layout",
-        backend: "cpu (stub)".into(),
-    })
+    let name = Op::Concat.name();
+    let (sa, a) = float_arg(name, args, 0, "a")?;
+    let (sb, b) = float_arg(name, args, 1, "b")?;
+    let (so, _) = float_arg(name, args, 2, "out")?;
+    let (sg, g) = float_arg(name, args, 3, "grad_out")?;
+    let (p, q) = concat_dims(name, sa, sb)?;
+    let mut shape = sa.to_vec();
+    if let Some(last) = shape.last_mut() {
+        *last = p + q;
+    }
+    same_shape(name, so, &shape)?;
+    same_shape(name, sg, &shape)?;
+    let mut ga = Vec::with_capacity(a.len());
+    let mut gb = Vec::with_capacity(b.len());
+    for row in g.chunks_exact(p + q) {
+        let (x, y) = row.split_at(p);
+        ga.extend_from_slice(x);
+        gb.extend_from_slice(y);
+    }
+    Ok(vec![
+        Owned::float(sa.to_vec(), ga),
+        Owned::float(sb.to_vec(), gb),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu;
+    use crate::gradcheck::{Options, check_op};
+    use crate::op::Direction;
+    use crate::rng::Rng;
+
+    fn t(shape: &[usize], data: &[f64]) -> Owned<f64> {
+        Owned::float(shape.to_vec(), data.to_vec())
+    }
+    fn run<T: Real>(op: Op, dir: Direction, args: &[&Owned<T>]) -> Result<Vec<Owned<T>>> {
+        let v: Vec<View<T>> = args.iter().map(|a| a.view()).collect();
+        cpu::run(&op, dir, &v)
+    }
+    fn rand(seed: u64, shape: &[usize]) -> Owned<f64> {
+        let n = shape.iter().product();
+        let v = Rng::new(seed).uniform_vec(n, -1., 1.);
+        Owned::float(shape.to_vec(), v.iter().map(|&x| x as f64).collect())
+    }
+    fn narrow(o: &Owned<f64>) -> Owned<f32> {
+        Owned::float(
+            o.shape.clone(),
+            o.floats().iter().map(|&v| v as f32).collect(),
+        )
+    }
+    fn iota(shape: &[usize]) -> Owned<f64> {
+        let n: usize = shape.iter().product();
+        t(shape, &(0..n).map(|i| i as f64).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn transpose_by_hand() {
+        let y = run(Op::Transpose, Direction::Forward, &[&iota(&[2, 3])]).unwrap();
+        assert_eq!(y[0].shape, [3, 2]);
+        assert_eq!(y[0].floats(), [0., 3., 1., 4., 2., 5.]);
+        // Batched: each [2, 2] matrix on its own.
+        let y = run(Op::Transpose, Direction::Forward, &[&iota(&[2, 2, 2])]).unwrap();
+        assert_eq!(y[0].floats(), [0., 2., 1., 3., 4., 6., 5., 7.]);
+        // [1, 7] -> [7, 1] is the same data; [1, 1] too.
+        let y = run(Op::Transpose, Direction::Forward, &[&iota(&[1, 7])]).unwrap();
+        assert_eq!(y[0].shape, [7, 1]);
+        assert_eq!(y[0].floats(), iota(&[7]).floats());
+        // Transposing twice is the identity, on an awkward [2, 3, 7, 13].
+        let x = rand(1, &[2, 3, 7, 13]);
+        let y = run(Op::Transpose, Direction::Forward, &[&x]).unwrap();
+        assert_eq!(y[0].shape, [2, 3, 13, 7]);
+        let z = run(Op::Transpose, Direction::Forward, &[&y[0]]).unwrap();
+        assert_eq!(z[0], x);
+        // Spot check one element: x[1, 2, 5, 11] == y[1, 2, 11, 5].
+        let (b0, b1, i, j) = (1, 2, 5, 11);
+        let xi = ((b0 * 3 + b1) * 7 + i) * 13 + j;
+        let yi = ((b0 * 3 + b1) * 13 + j) * 7 + i;
+        assert_eq!(x.floats()[xi], y[0].floats()[yi]);
+        // f32 moves the same bits.
+        let y32 = run(Op::Transpose, Direction::Forward, &[&narrow(&x)]).unwrap();
+        assert_eq!(y32[0], narrow(&y[0]));
+    }
+
+    #[test]
+    fn transpose_backward_and_gradcheck() {
+        let x = iota(&[2, 3]);
+        let y = run(Op::Transpose, Direction::Forward, &[&x]).unwrap();
+        let g = t(&[3, 2], &[10., 11., 12., 13., 14., 15.]);
+        let d = run(Op::Transpose, Direction::Backward, &[&x, &y[0], &g]).unwrap();
+        assert_eq!(d[0].shape, [2, 3]);
+        assert_eq!(d[0].floats(), [10., 12., 14., 11., 13., 15.]);
+        for (i, shape) in [&[2usize, 3, 5][..], &[1, 1], &[7, 13], &[13, 1]]
+            .into_iter()
+            .enumerate()
+        {
+            let r = check_op(&Op::Transpose, &[rand(i as u64, shape)], Options::default()).unwrap();
+            assert!(r.pass(), "{shape:?}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn transpose_errors() {
+        let e = run(Op::Transpose, Direction::Forward, &[&iota(&[5])]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::BadShape {
+                    op: "transpose",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let e = run(Op::Transpose, Direction::Forward, &[&t(&[3, 0], &[])]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Empty {
+                    op: "transpose",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // grad_out must have the transposed shape.
+        let x = iota(&[2, 3]);
+        let e = run(
+            Op::Transpose,
+            Direction::Backward,
+            &[&x, &iota(&[3, 2]), &x],
+        )
+        .unwrap_err();
+        assert_eq!(e, Error::mismatch("transpose", &[2, 3], &[3, 2]));
+    }
+
+    #[test]
+    fn concat_by_hand() {
+        let a = iota(&[2, 1]);
+        let b = t(&[2, 2], &[10., 11., 12., 13.]);
+        let y = run(Op::Concat, Direction::Forward, &[&a, &b]).unwrap();
+        assert_eq!(y[0].shape, [2, 3]);
+        assert_eq!(y[0].floats(), [0., 10., 11., 1., 12., 13.]);
+        // Rank 1.
+        let y = run(Op::Concat, Direction::Forward, &[&iota(&[2]), &iota(&[3])]).unwrap();
+        assert_eq!(y[0].shape, [5]);
+        assert_eq!(y[0].floats(), [0., 1., 0., 1., 2.]);
+        // Backward splits grad_out back.
+        let g = iota(&[2, 3]);
+        let d = run(Op::Concat, Direction::Backward, &[&a, &b, &g, &g]).unwrap();
+        assert_eq!(d[0].shape, [2, 1]);
+        assert_eq!(d[0].floats(), [0., 3.]);
+        assert_eq!(d[1].shape, [2, 2]);
+        assert_eq!(d[1].floats(), [1., 2., 4., 5.]);
+    }
+
+    #[test]
+    fn concat_awkward_shapes_and_gradcheck() {
+        for (i, (sa, sb)) in [
+            (&[2usize, 3, 5][..], &[2usize, 3, 7][..]),
+            (&[1], &[1]),
+            (&[13, 1], &[13, 7]),
+            (&[7], &[13]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (a, b) = (rand(i as u64, sa), rand(i as u64 + 9, sb));
+            let y = run(Op::Concat, Direction::Forward, &[&a, &b]).unwrap();
+            let (p, q) = (sa[sa.len() - 1], sb[sb.len() - 1]);
+            for (r, row) in y[0].floats().chunks(p + q).enumerate() {
+                assert_eq!(row[..p], a.floats()[r * p..(r + 1) * p]);
+                assert_eq!(row[p..], b.floats()[r * q..(r + 1) * q]);
+            }
+            let r = check_op(&Op::Concat, &[a.clone(), b.clone()], Options::default()).unwrap();
+            assert!(r.pass(), "{sa:?} {sb:?}: {r:?}");
+            let y32 = run(Op::Concat, Direction::Forward, &[&narrow(&a), &narrow(&b)]).unwrap();
+            assert_eq!(y32[0], narrow(&y[0]));
+        }
+    }
+
+    #[test]
+    fn concat_errors() {
+        let a = iota(&[2, 3]);
+        for sb in [&[3usize, 3][..], &[3], &[1, 2, 3]] {
+            let e = run(Op::Concat, Direction::Forward, &[&a, &iota(sb)]).unwrap_err();
+            assert_eq!(e, Error::mismatch("concat", &[2, 3], sb), "{sb:?}");
+        }
+        let e = run(
+            Op::Concat,
+            Direction::Forward,
+            &[&t(&[], &[1.]), &iota(&[1])],
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::BadShape { op: "concat", .. }), "{e:?}");
+        let e = run(Op::Concat, Direction::Forward, &[&a, &t(&[2, 0], &[])]).unwrap_err();
+        assert_eq!(
+            e,
+            Error::Empty {
+                op: "concat",
+                tensor: "b".into()
+            }
+        );
+        let b = iota(&[2, 1]);
+        let g = iota(&[2, 3]);
+        let e = run(
+            Op::Concat,
+            Direction::Backward,
+            &[&a, &b, &iota(&[2, 4]), &g],
+        )
+        .unwrap_err();
+        assert_eq!(e, Error::mismatch("concat", &[2, 3], &[2, 4]));
+    }
 }
