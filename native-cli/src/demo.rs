@@ -60,7 +60,14 @@ fn fmt_budget(r: &Row) -> String {
     if r.atol == 0.0 && r.rtol == 0.0 {
         "exact".into()
     } else {
-        format!("{:.1e} + {:.1e}|ref|", r.atol, r.rtol)
+        let num = |x: f64| {
+            if x == 0.0 {
+                "0".to_string()
+            } else {
+                format!("{x:.1e}")
+            }
+        };
+        format!("{} + {}|ref|", num(r.atol), num(r.rtol))
     }
 }
 
