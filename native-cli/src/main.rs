@@ -1,3 +1,131 @@
-fn main() {
-    println!("kernels: CLI under construction");
+//! `kernels`: list ops, run one op on safetensors files, check every op against the CPU
+//! reference, report the build and backend. Errors go to stderr with a non-zero exit.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use native_cli::demo::{self, DemoOptions};
+use native_cli::run_op::{self, OpRequest};
+use native_cli::{CliResult, emit, info, op_label, ops};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kernels",
+    version,
+    about = "Tensor kernels with trusted numerics, from a terminal"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Build, CPU features, and the backend `KERNELS_BACKEND` selects, with the reason.
+    Info,
+    /// Every op: inputs, attributes with defaults, outputs, gradients, error budgets.
+    Ops {
+        /// A JSON list of {"name","inputs","attrs","outputs","grad_inputs","budget","doc"}.
+        #[arg(long, conflicts_with = "markdown")]
+        json: bool,
+        /// The op table and the budget table in Markdown (as in the README).
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Run one op on the tensors of a safetensors file; write the results to another.
+    ///
+    /// IN holds the op's inputs by name (see `kernels ops`); with --backward also `grad_<output>`
+    /// for each output, and OUT receives `grad_<input>` for each differentiable input. Nothing is
+    /// written unless the op succeeds.
+    Op {
+        /// The op's name, e.g. `matmul`.
+        name: String,
+        /// Input safetensors file.
+        #[arg(long = "in", value_name = "IN.safetensors")]
+        input: PathBuf,
+        /// Output safetensors file (replaced atomically on success).
+        #[arg(long, value_name = "OUT.safetensors")]
+        out: PathBuf,
+        /// An attribute, e.g. `--attr trans_b=true`; repeatable.
+        #[arg(long = "attr", value_name = "NAME=VALUE")]
+        attrs: Vec<String>,
+        /// Run the backward instead of the forward.
+        #[arg(long)]
+        backward: bool,
+        /// cpu, wgpu, cuda or auto (default: $KERNELS_BACKEND, else auto).
+        #[arg(long)]
+        backend: Option<String>,
+    },
+    /// Every op, forward and backward, on the available backends against the CPU reference.
+    Demo {
+        /// Seed of the random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Include the cases above 65,535 workgroups (slow on software GPUs).
+        #[arg(long)]
+        large: bool,
+    },
+}
+
+fn run(cli: Cli) -> CliResult<()> {
+    match cli.cmd {
+        Cmd::Info => emit(&info::report()?)?,
+        Cmd::Ops { json, markdown } => {
+            if json {
+                emit(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&ops::all_json())?
+                ))?;
+            } else if markdown {
+                emit(&ops::markdown())?;
+            } else {
+                emit(&ops::text())?;
+            }
+        }
+        Cmd::Op {
+            name,
+            input,
+            out,
+            attrs,
+            backward,
+            backend,
+        } => {
+            let req = OpRequest {
+                name,
+                input,
+                output: out,
+                attrs,
+                backward,
+                backend,
+            };
+            let rep = run_op::run(&req)?;
+            let written: Vec<String> = rep
+                .written
+                .iter()
+                .map(|(n, s, d)| format!("{n}{s:?} ({})", d.name()))
+                .collect();
+            emit(&format!(
+                "{} {} on {}: wrote {} to {}\n",
+                op_label(&rep.op),
+                rep.dir.name(),
+                rep.backend,
+                written.join(", "),
+                req.output.display()
+            ))?;
+        }
+        Cmd::Demo { seed, large } => demo::run(DemoOptions { seed, large })?,
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,295 @@
+//! The parity runner: one parity case, in one direction, on one backend, compared output by
+//! output against the CPU reference under the op's published budget.
+//!
+//! `kernels demo`, the cross-backend parity tests in `tests/` and (later) the gpu crate's tests
+//! all run cases through here, so "within budget" means the same thing everywhere.
+//!
+//! Backward runs take `inputs ++ outputs ++ grad_outputs`. The forward outputs fed to both sides
+//! come from the reference, so a forward discrepancy cannot hide in (or masquerade as) a backward
+//! one; the grad outputs are seeded ([`kernels_core::parity::grad_outputs`]).
+
+use std::time::{Duration, Instant};
+
+use kernels_core::backend::now_or_never;
+use kernels_core::numerics::{Comparison, compare};
+use kernels_core::parity::{Case, grad_outputs};
+use kernels_core::{Backend, CpuBackend, DType, Direction, Error, Result, Tensor};
+
+/// Seed of the grad outputs of backward runs.
+pub const GRAD_SEED: u64 = 0x006B_6572_6E65_6C73;
+
+/// One output of one case, in one direction, on one backend.
+#[derive(Debug, Clone)]
+pub struct OutputCheck {
+    /// The output's name (`out`, `grad_a`...).
+    pub name: String,
+    /// Max error, violations and pass.
+    pub comparison: Comparison,
+}
+
+/// One case in one direction on one backend.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// The op with its attributes, e.g. `matmul(trans_b=true)` (non-default attributes only, [`crate::op_label_short`]).
+    pub op: String,
+    /// The bare op name, e.g. `matmul`.
+    pub kind: &'static str,
+    pub dir: Direction,
+    /// Inputs with shapes, e.g. `a[7,13] b[13,5]`.
+    pub shape: String,
+    /// The backend's name.
+    pub backend: String,
+    /// Reduced length that scales the budget.
+    pub k: usize,
+    /// Budget at `k`: `(atol, rtol)`.
+    pub atol: f64,
+    pub rtol: f64,
+    /// One entry per result (empty when the run failed).
+    pub outputs: Vec<OutputCheck>,
+    /// Why the backend or the reference could not run the case.
+    pub error: Option<String>,
+    /// Wall time of the backend's run, uploads and downloads included.
+    pub time: Duration,
+}
+
+impl Row {
+    /// Ran, and every output is within budget.
+    pub fn pass(&self) -> bool {
+        self.error.is_none()
+            && !self.outputs.is_empty()
+            && self.outputs.iter().all(|o| o.comparison.pass)
+    }
+    /// Largest absolute error over the outputs (infinite when NaN/Inf positions differ).
+    pub fn max_abs_err(&self) -> f64 {
+        self.outputs
+            .iter()
+            .map(|o| o.comparison.max_abs_err)
+            .fold(0.0, f64::max)
+    }
+    /// A one-line description of what failed, if anything.
+    pub fn failure(&self) -> Option<String> {
+        if let Some(e) = &self.error {
+            return Some(e.clone());
+        }
+        if self.outputs.is_empty() {
+            return Some("no outputs".into());
+        }
+        let bad: Vec<String> = self
+            .outputs
+            .iter()
+            .filter(|o| !o.comparison.pass)
+            .map(|o| {
+                format!(
+                    "{}: {} element(s) outside atol {:.1e} + rtol {:.1e}, max abs err {:.3e} (worst at flat index {:?})",
+                    o.name,
+                    o.comparison.violations,
+                    self.atol,
+                    self.rtol,
+                    o.comparison.max_abs_err,
+                    o.comparison.worst_index
+                )
+            })
+            .collect();
+        if bad.is_empty() {
+            None
+        } else {
+            Some(bad.join("; "))
+        }
+    }
+}
+
+/// Blocks on a backend download. CPU downloads are ready at once; device downloads are driven by
+/// `pollster`.
+pub fn download(backend: &dyn Backend, t: &Tensor) -> Result<Tensor> {
+    let fut = backend.download(t);
+    match now_or_never(fut) {
+        Some(r) => r,
+        None => pollster::block_on(backend.download(t)),
+    }
+}
+
+/// Uploads `args`, runs `op` in `dir` on `backend`, downloads the results.
+pub fn run_on(
+    backend: &dyn Backend,
+    op: &kernels_core::Op,
+    dir: Direction,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    let dev: Vec<Tensor> = args
+        .iter()
+        .map(|t| backend.upload(t))
+        .collect::<Result<_>>()?;
+    let refs: Vec<&Tensor> = dev.iter().collect();
+    let outs = backend.run(op, dir, &refs)?;
+    backend.flush()?;
+    outs.iter().map(|t| download(backend, t)).collect()
+}
+
+/// The arguments of `case` in `dir`: the inputs, plus (backward) the reference's forward outputs
+/// and seeded grad outputs.
+pub fn args_for(case: &Case, dir: Direction, reference: &CpuBackend) -> Result<Vec<Tensor>> {
+    let mut args = case.inputs.clone();
+    if dir == Direction::Backward {
+        let refs: Vec<&Tensor> = case.inputs.iter().collect();
+        let outs = reference.run(&case.op, Direction::Forward, &refs)?;
+        let grads = grad_outputs(&outs, GRAD_SEED)?;
+        args.extend(outs);
+        args.extend(grads);
+    }
+    Ok(args)
+}
+
+/// Compares two host tensors of the same dtype; integers must be equal.
+pub fn compare_tensors(
+    got: &Tensor,
+    reference: &Tensor,
+    atol: f64,
+    rtol: f64,
+) -> Result<Comparison> {
+    let shape_ok = got.shape() == reference.shape() && got.dtype() == reference.dtype();
+    let mut c = match reference.dtype() {
+        DType::F32 => compare(got.as_f32()?, reference.as_f32()?, atol, rtol),
+        DType::I32 | DType::I64 => {
+            let g: Vec<f64> = got.to_i64_vec()?.iter().map(|&x| x as f64).collect();
+            let r: Vec<f64> = reference.to_i64_vec()?.iter().map(|&x| x as f64).collect();
+            compare(&g, &r, 0.0, 0.0)
+        }
+    };
+    if !shape_ok {
+        c.pass = false;
+        c.violations = c.violations.max(1);
+    }
+    Ok(c)
+}
+
+/// Runs `case` in `dir` on `backend` and on the reference, and compares every result.
+/// Failures to run are reported in the row, not as an `Err`.
+pub fn check(case: &Case, dir: Direction, backend: &dyn Backend, reference: &CpuBackend) -> Row {
+    let spec = case.op.spec();
+    let shapes: Vec<&[usize]> = case.inputs.iter().map(|t| t.shape()).collect();
+    let k = case.op.reduced_len(&shapes);
+    let budget = match dir {
+        Direction::Forward => spec.budget,
+        Direction::Backward => spec.budget_backward,
+    };
+    let (atol, rtol) = budget.at(k);
+    let mut row = Row {
+        op: crate::op_label_short(&case.op),
+        kind: case.op.name(),
+        dir,
+        shape: case.shape_label(),
+        backend: backend.name(),
+        k,
+        atol,
+        rtol,
+        outputs: Vec::new(),
+        error: None,
+        time: Duration::ZERO,
+    };
+    let names = spec.result_names(dir);
+    let result = (|| -> Result<Vec<OutputCheck>> {
+        let args = args_for(case, dir, reference)?;
+        let refs: Vec<&Tensor> = args.iter().collect();
+        let want = reference
+            .run(&case.op, dir, &refs)
+            .map_err(|e| Error::Backend {
+                backend: reference.name(),
+                why: e.to_string(),
+            })?;
+        let t0 = Instant::now();
+        let got = run_on(backend, &case.op, dir, &refs)?;
+        row.time = t0.elapsed();
+        if got.len() != want.len() {
+            return Err(Error::Backend {
+                backend: backend.name(),
+                why: format!(
+                    "{} {}: returned {} results, the reference {}",
+                    case.op.name(),
+                    dir.name(),
+                    got.len(),
+                    want.len()
+                ),
+            });
+        }
+        got.iter()
+            .zip(&want)
+            .enumerate()
+            .map(|(i, (g, w))| {
+                Ok(OutputCheck {
+                    name: names.get(i).cloned().unwrap_or_else(|| format!("#{i}")),
+                    comparison: compare_tensors(g, w, atol, rtol)?,
+                })
+            })
+            .collect()
+    })();
+    match result {
+        Ok(outputs) => row.outputs = outputs,
+        Err(e) => row.error = Some(e.to_string()),
+    }
+    row
+}
+
+/// Both directions of `case` (backward only for differentiable ops).
+pub fn check_both(case: &Case, backend: &dyn Backend, reference: &CpuBackend) -> Vec<Row> {
+    let mut rows = vec![check(case, Direction::Forward, backend, reference)];
+    if case.op.spec().differentiable() {
+        rows.push(check(case, Direction::Backward, backend, reference));
+    }
+    rows
+}
+
+/// Every case, both directions, on `backend`.
+pub fn check_all(cases: &[Case], backend: &dyn Backend) -> Vec<Row> {
+    let reference = CpuBackend::reference();
+    cases
+        .iter()
+        .flat_map(|c| check_both(c, backend, &reference))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_results_must_match_exactly() {
+        let a = Tensor::from_i32(&[3], vec![1, 2, 3]).unwrap();
+        let b = Tensor::from_i32(&[3], vec![1, 2, 4]).unwrap();
+        assert!(compare_tensors(&a, &a, 1.0, 1.0).unwrap().pass);
+        assert!(!compare_tensors(&a, &b, 1.0, 1.0).unwrap().pass);
+    }
+
+    #[test]
+    fn shape_or_dtype_differences_fail() {
+        let a = Tensor::from_f32(&[2, 3], vec![0.0; 6]).unwrap();
+        let b = Tensor::from_f32(&[3, 2], vec![0.0; 6]).unwrap();
+        assert!(!compare_tensors(&a, &b, 1.0, 1.0).unwrap().pass);
+        let c = Tensor::from_f32(&[3], vec![1.0, 2.0, 3.0]).unwrap();
+        let d = Tensor::from_f32(&[3], vec![1.0, 2.0, 3.5]).unwrap();
+        let cmp = compare_tensors(&c, &d, 0.0, 0.1).unwrap();
+        assert!(!cmp.pass);
+        assert_eq!(cmp.worst_index, Some(2));
+    }
+
+    #[test]
+    fn a_failing_run_is_a_failing_row() {
+        // An input of the wrong dtype makes the reference itself fail: the row records the error.
+        let case = Case {
+            op: kernels_core::Op::Reduce(kernels_core::op::ReduceOp::Sum),
+            inputs: vec![Tensor::from_i32(&[2], vec![1, 2]).unwrap()],
+            large: false,
+        };
+        let row = check(
+            &case,
+            Direction::Forward,
+            &CpuBackend::new(),
+            &CpuBackend::reference(),
+        );
+        assert!(!row.pass());
+        assert!(
+            row.failure().unwrap().contains("sum"),
+            "{:?}",
+            row.failure()
+        );
+    }
+}

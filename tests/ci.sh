@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Runs every check CI runs, on a fresh machine or a developer's: installs what is missing
+# (rustup components and targets, the Mesa software Vulkan driver), then format, lints, all
+# tests, the no_std builds and a benchmark compile check. Safe to run again and again: nothing
+# is installed twice. Usage: tests/ci.sh   (from anywhere in the repository)
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-always}"
+# GPU tests run on Mesa lavapipe (software Vulkan) when no other adapter is present.
+export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
+
+NO_STD_TARGETS=(thumbv7em-none-eabihf wasm32-unknown-unknown)
+
+START=$(date +%s)
+step() {
+    local now
+    now=$(date +%s)
+    printf '\n==> [%4ss] %s\n' "$((now - START))" "$*"
+}
+
+run() {
+    local t0 t1
+    t0=$(date +%s)
+    echo "+ $*"
+    "$@"
+    t1=$(date +%s)
+    printf '    (%ss)\n' "$((t1 - t0))"
+}
+
+# --- installs, only when missing -------------------------------------------------------------
+
+step "toolchain"
+command -v cargo >/dev/null || {
+    echo "cargo not found: install Rust from https://rustup.rs" >&2
+    exit 1
+}
+cargo --version
+rustc --version
+
+if command -v rustup >/dev/null; then
+    installed_components=$(rustup component list --installed)
+    for c in rustfmt clippy; do
+        if ! grep -q "^$c" <<<"$installed_components"; then
+            run rustup component add "$c"
+        fi
+    done
+    installed_targets=$(rustup target list --installed)
+    for t in "${NO_STD_TARGETS[@]}"; do
+        if ! grep -qx "$t" <<<"$installed_targets"; then
+            run rustup target add "$t"
+        fi
+    done
+else
+    echo "rustup not found: assuming rustfmt, clippy and the targets ${NO_STD_TARGETS[*]} are installed"
+fi
+
+step "system packages"
+apt_install() {
+    # Installs Debian packages that are not installed yet; sudo only when not root.
+    local missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ "${#missing[@]}" -eq 0 ]; then
+        echo "already installed: $*"
+        return
+    fi
+    local sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    run "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    run "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+}
+if command -v dpkg-query >/dev/null && command -v apt-get >/dev/null; then
+    # Software Vulkan (lavapipe): the GPU tests run for real without a GPU.
+    apt_install mesa-vulkan-drivers
+else
+    echo "not a Debian-like system: install a Vulkan driver (e.g. Mesa lavapipe) yourself for the GPU tests"
+fi
+
+# --- checks ----------------------------------------------------------------------------------
+
+step "format"
+run cargo fmt --all --check
+
+step "lints"
+run cargo clippy --workspace --all-targets -- -D warnings
+
+step "tests (WGPU_BACKEND=$WGPU_BACKEND)"
+run cargo test --workspace --no-fail-fast
+
+step "no_std builds of kernels-core"
+for t in "${NO_STD_TARGETS[@]}"; do
+    run cargo build -p kernels-core --no-default-features --target "$t"
+    run cargo clippy -p kernels-core --no-default-features --target "$t" -- -D warnings
+done
+
+step "benchmarks compile"
+run cargo bench --no-run -p kernels-core
+
+step "all checks passed"
