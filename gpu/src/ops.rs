@@ -7,6 +7,9 @@ use kernels_core::{DType, Error, Result, Tensor};
 use crate::shapes;
 use crate::wgpu_backend::{Family, Params, WgpuBackend};
 
+mod loss;
+mod rope;
+
 const WG: u64 = 256;
 
 fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
@@ -154,12 +157,44 @@ pub(crate) fn run(
             let p = Params::u(&[0, u32::from(nesterov)]).with_f(&[lr, momentum, weight_decay]);
             optim(be, name, "sgd_step", p, args, 2)
         }
-        (Op::Rope { .. }, _)
-        | (Op::Attention { .. }, _)
+        (
+            Op::Rope {
+                theta,
+                offset,
+                interleaved,
+            },
+            F,
+        ) => Ok(vec![rope::rope(
+            be,
+            name,
+            theta,
+            offset,
+            interleaved,
+            false,
+            arg(args, 0),
+        )?]),
+        (
+            Op::Rope {
+                theta,
+                offset,
+                interleaved,
+            },
+            B,
+        ) => Ok(vec![rope::rope_backward(
+            be,
+            name,
+            theta,
+            offset,
+            interleaved,
+            args,
+        )?]),
+        (Op::CrossEntropy, F) => Ok(vec![loss::cross_entropy_forward(be, name, args)?]),
+        (Op::CrossEntropy, B) => Ok(vec![loss::cross_entropy_backward(be, name, args)?]),
+        (Op::Mse, F) => Ok(vec![loss::mse_forward(be, name, args)?]),
+        (Op::Mse, B) => loss::mse_backward(be, name, args),
+        (Op::Attention { .. }, _)
         | (Op::GruCell, _)
         | (Op::GruSequence, _)
-        | (Op::CrossEntropy, _)
-        | (Op::Mse, _)
         | (Op::SvdLowrank { .. }, _) => Err(unsupported(op, be)),
         // Non-differentiable ops: rejected by `check_args` above.
         (Op::Argmax | Op::AdamwStep { .. } | Op::SgdStep { .. }, B) => {
