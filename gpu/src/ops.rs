@@ -7,6 +7,7 @@ use kernels_core::{DType, Error, Result, Tensor};
 use crate::shapes;
 use crate::wgpu_backend::{Family, Params, WgpuBackend};
 
+mod attention;
 mod loss;
 mod rope;
 
@@ -192,10 +193,13 @@ pub(crate) fn run(
         (Op::CrossEntropy, B) => Ok(vec![loss::cross_entropy_backward(be, name, args)?]),
         (Op::Mse, F) => Ok(vec![loss::mse_forward(be, name, args)?]),
         (Op::Mse, B) => loss::mse_backward(be, name, args),
-        (Op::Attention { .. }, _)
-        | (Op::GruCell, _)
-        | (Op::GruSequence, _)
-        | (Op::SvdLowrank { .. }, _) => Err(unsupported(op, be)),
+        (Op::Attention { causal, scale }, F) => {
+            Ok(vec![attention::forward(be, name, causal, scale, args)?])
+        }
+        (Op::Attention { causal, scale }, B) => attention::backward(be, name, causal, scale, args),
+        (Op::GruCell, _) | (Op::GruSequence, _) | (Op::SvdLowrank { .. }, _) => {
+            Err(unsupported(op, be))
+        }
         // Non-differentiable ops: rejected by `check_args` above.
         (Op::Argmax | Op::AdamwStep { .. } | Op::SgdStep { .. }, B) => {
             Err(Error::NoBackward { op: name })

@@ -78,6 +78,7 @@ pub enum Family {
     Optim,
     Loss,
     Rope,
+    Attention,
 }
 
 impl Family {
@@ -92,6 +93,7 @@ impl Family {
         Family::Optim,
         Family::Loss,
         Family::Rope,
+        Family::Attention,
     ];
     /// File stem of the family's shader.
     pub fn name(self) -> &'static str {
@@ -105,6 +107,7 @@ impl Family {
             Family::Optim => "optim",
             Family::Loss => "loss",
             Family::Rope => "rope",
+            Family::Attention => "attention",
         }
     }
     /// The embedded WGSL source.
@@ -119,6 +122,7 @@ impl Family {
             Family::Optim => include_str!("shaders/optim.wgsl"),
             Family::Loss => include_str!("shaders/loss.wgsl"),
             Family::Rope => include_str!("shaders/rope.wgsl"),
+            Family::Attention => include_str!("shaders/attention.wgsl"),
         }
     }
 }
