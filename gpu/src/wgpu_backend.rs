@@ -79,6 +79,7 @@ pub enum Family {
     Loss,
     Rope,
     Attention,
+    Gru,
 }
 
 impl Family {
@@ -94,6 +95,7 @@ impl Family {
         Family::Loss,
         Family::Rope,
         Family::Attention,
+        Family::Gru,
     ];
     /// File stem of the family's shader.
     pub fn name(self) -> &'static str {
@@ -108,6 +110,7 @@ impl Family {
             Family::Loss => "loss",
             Family::Rope => "rope",
             Family::Attention => "attention",
+            Family::Gru => "gru",
         }
     }
     /// The embedded WGSL source.
@@ -123,6 +126,7 @@ impl Family {
             Family::Loss => include_str!("shaders/loss.wgsl"),
             Family::Rope => include_str!("shaders/rope.wgsl"),
             Family::Attention => include_str!("shaders/attention.wgsl"),
+            Family::Gru => include_str!("shaders/gru.wgsl"),
         }
     }
 }
