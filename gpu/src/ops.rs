@@ -11,6 +11,7 @@ mod attention;
 mod gru;
 mod loss;
 mod rope;
+mod svd;
 
 const WG: u64 = 256;
 
@@ -49,14 +50,6 @@ fn check_args(op: &Op, dir: Direction, args: &[&Tensor]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn unsupported(op: &Op, be: &WgpuBackend) -> Error {
-    use kernels_core::Backend;
-    Error::UnsupportedOnBackend {
-        op: op.name(),
-        backend: be.name(),
-    }
 }
 
 fn arg<'a>(args: &[&'a Tensor], i: usize) -> &'a Tensor {
@@ -202,9 +195,16 @@ pub(crate) fn run(
         (Op::GruCell, B) => gru::backward(be, name, false, args),
         (Op::GruSequence, F) => gru::sequence_forward(be, name, args),
         (Op::GruSequence, B) => gru::backward(be, name, true, args),
-        (Op::SvdLowrank { .. }, _) => Err(unsupported(op, be)),
+        (
+            Op::SvdLowrank {
+                rank,
+                power_iters,
+                seed,
+            },
+            F,
+        ) => svd::forward(be, name, rank, power_iters, seed, arg(args, 0)),
         // Non-differentiable ops: rejected by `check_args` above.
-        (Op::Argmax | Op::AdamwStep { .. } | Op::SgdStep { .. }, B) => {
+        (Op::Argmax | Op::AdamwStep { .. } | Op::SgdStep { .. } | Op::SvdLowrank { .. }, B) => {
             Err(Error::NoBackward { op: name })
         }
     }
