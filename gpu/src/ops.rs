@@ -7,6 +7,12 @@ use kernels_core::{DType, Error, Result, Tensor};
 use crate::shapes;
 use crate::wgpu_backend::{Family, Params, WgpuBackend};
 
+mod attention;
+mod gru;
+mod loss;
+mod rope;
+mod svd;
+
 const WG: u64 = 256;
 
 fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
@@ -44,14 +50,6 @@ fn check_args(op: &Op, dir: Direction, args: &[&Tensor]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn unsupported(op: &Op, be: &WgpuBackend) -> Error {
-    use kernels_core::Backend;
-    Error::UnsupportedOnBackend {
-        op: op.name(),
-        backend: be.name(),
-    }
 }
 
 fn arg<'a>(args: &[&'a Tensor], i: usize) -> &'a Tensor {
@@ -154,15 +152,59 @@ pub(crate) fn run(
             let p = Params::u(&[0, u32::from(nesterov)]).with_f(&[lr, momentum, weight_decay]);
             optim(be, name, "sgd_step", p, args, 2)
         }
-        (Op::Rope { .. }, _)
-        | (Op::Attention { .. }, _)
-        | (Op::GruCell, _)
-        | (Op::GruSequence, _)
-        | (Op::CrossEntropy, _)
-        | (Op::Mse, _)
-        | (Op::SvdLowrank { .. }, _) => Err(unsupported(op, be)),
+        (
+            Op::Rope {
+                theta,
+                offset,
+                interleaved,
+            },
+            F,
+        ) => Ok(vec![rope::rope(
+            be,
+            name,
+            theta,
+            offset,
+            interleaved,
+            false,
+            arg(args, 0),
+        )?]),
+        (
+            Op::Rope {
+                theta,
+                offset,
+                interleaved,
+            },
+            B,
+        ) => Ok(vec![rope::rope_backward(
+            be,
+            name,
+            theta,
+            offset,
+            interleaved,
+            args,
+        )?]),
+        (Op::CrossEntropy, F) => Ok(vec![loss::cross_entropy_forward(be, name, args)?]),
+        (Op::CrossEntropy, B) => Ok(vec![loss::cross_entropy_backward(be, name, args)?]),
+        (Op::Mse, F) => Ok(vec![loss::mse_forward(be, name, args)?]),
+        (Op::Mse, B) => loss::mse_backward(be, name, args),
+        (Op::Attention { causal, scale }, F) => {
+            Ok(vec![attention::forward(be, name, causal, scale, args)?])
+        }
+        (Op::Attention { causal, scale }, B) => attention::backward(be, name, causal, scale, args),
+        (Op::GruCell, F) => Ok(vec![gru::cell_forward(be, name, args)?]),
+        (Op::GruCell, B) => gru::backward(be, name, false, args),
+        (Op::GruSequence, F) => gru::sequence_forward(be, name, args),
+        (Op::GruSequence, B) => gru::backward(be, name, true, args),
+        (
+            Op::SvdLowrank {
+                rank,
+                power_iters,
+                seed,
+            },
+            F,
+        ) => svd::forward(be, name, rank, power_iters, seed, arg(args, 0)),
         // Non-differentiable ops: rejected by `check_args` above.
-        (Op::Argmax | Op::AdamwStep { .. } | Op::SgdStep { .. }, B) => {
+        (Op::Argmax | Op::AdamwStep { .. } | Op::SgdStep { .. } | Op::SvdLowrank { .. }, B) => {
             Err(Error::NoBackward { op: name })
         }
     }
@@ -360,6 +402,63 @@ fn matmul(
         first += count;
     }
     Ok(out)
+}
+
+/// `out [m, n] = op(a) @ op(b)` for one matrix each, read from element offsets `off_a` and
+/// `off_b` of larger buffers (one step of a sequence, say), written into `out`.
+#[allow(clippy::too_many_arguments)]
+fn matmul_at(
+    be: &WgpuBackend,
+    name: &'static str,
+    (a, off_a, trans_a): (&Tensor, usize, bool),
+    (b, off_b, trans_b): (&Tensor, usize, bool),
+    out: &Tensor,
+    (m, n, k): (usize, usize, usize),
+) -> Result<()> {
+    let fits =
+        |t: &Tensor, off: usize, len: usize| off.checked_add(len).is_some_and(|e| e <= t.numel());
+    if !fits(a, off_a, m * k) || !fits(b, off_b, k * n) || out.numel() != m * n {
+        return Err(Error::bad_shape(
+            name,
+            "matmul operand",
+            a.shape(),
+            format!("[{m}, {k}] @ [{k}, {n}] at offsets {off_a}, {off_b} does not fit"),
+        ));
+    }
+    let gx = u32_of(name, "tiles", n.div_ceil(64))?;
+    let gy = u32_of(name, "tiles", m.div_ceil(64))?;
+    let max = be.max_groups();
+    if gx > max || gy > max {
+        return Err(Error::LimitExceeded {
+            what: format!("{name}: 64x64 tiles per grid dimension"),
+            value: u64::from(gx.max(gy)),
+            limit: u64::from(max),
+        });
+    }
+    let consts = [
+        ("TA", if trans_a { 1.0 } else { 0.0 }),
+        ("TB", if trans_b { 1.0 } else { 0.0 }),
+    ];
+    let p = Params::u(&[
+        u32_of(name, "m", m)?,
+        u32_of(name, "n", n)?,
+        u32_of(name, "k", k)?,
+        0,
+        0,
+        0,
+        u32_of(name, "offset", off_a)?,
+        u32_of(name, "offset", off_b)?,
+    ]);
+    be.launch(
+        name,
+        Family::Matmul,
+        "matmul",
+        &consts,
+        p,
+        &[a, b],
+        &[out],
+        (gx, gy, 1),
+    )
 }
 
 /// The gradient of a matmul operand: `mm(x, y, tx, ty)`, summed over the batch when the operand

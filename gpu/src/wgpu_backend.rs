@@ -76,6 +76,10 @@ pub enum Family {
     Norm,
     Layout,
     Optim,
+    Loss,
+    Rope,
+    Attention,
+    Gru,
 }
 
 impl Family {
@@ -88,6 +92,10 @@ impl Family {
         Family::Norm,
         Family::Layout,
         Family::Optim,
+        Family::Loss,
+        Family::Rope,
+        Family::Attention,
+        Family::Gru,
     ];
     /// File stem of the family's shader.
     pub fn name(self) -> &'static str {
@@ -99,6 +107,10 @@ impl Family {
             Family::Norm => "norm",
             Family::Layout => "layout",
             Family::Optim => "optim",
+            Family::Loss => "loss",
+            Family::Rope => "rope",
+            Family::Attention => "attention",
+            Family::Gru => "gru",
         }
     }
     /// The embedded WGSL source.
@@ -111,6 +123,10 @@ impl Family {
             Family::Norm => include_str!("shaders/norm.wgsl"),
             Family::Layout => include_str!("shaders/layout.wgsl"),
             Family::Optim => include_str!("shaders/optim.wgsl"),
+            Family::Loss => include_str!("shaders/loss.wgsl"),
+            Family::Rope => include_str!("shaders/rope.wgsl"),
+            Family::Attention => include_str!("shaders/attention.wgsl"),
+            Family::Gru => include_str!("shaders/gru.wgsl"),
         }
     }
 }
@@ -300,6 +316,8 @@ pub struct WgpuBackend {
     pipeline_layout: wgpu::PipelineLayout,
     modules: RefCell<HashMap<Family, wgpu::ShaderModule>>,
     pipelines: RefCell<HashMap<PipelineKey, wgpu::ComputePipeline>>,
+    /// Small constant tables uploaded once and kept (e.g. rope frequencies), by key.
+    tables: RefCell<HashMap<String, Tensor>>,
     rec: RefCell<Recording>,
     arena: wgpu::Buffer,
     slot: usize,
@@ -470,6 +488,7 @@ impl WgpuBackend {
             pipeline_layout,
             modules: RefCell::new(HashMap::new()),
             pipelines: RefCell::new(HashMap::new()),
+            tables: RefCell::new(HashMap::new()),
             rec: RefCell::new(Recording {
                 encoder: None,
                 dispatches: 0,
@@ -514,6 +533,20 @@ impl WgpuBackend {
             free.clear();
         }
         self.shared.count(|c| c.pool_bytes = 0);
+    }
+
+    /// A constant table uploaded on first use and kept for the backend's lifetime.
+    pub(crate) fn table(
+        &self,
+        key: String,
+        make: impl FnOnce() -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        if let Some(t) = self.tables.borrow().get(&key) {
+            return Ok(t.clone());
+        }
+        let t = self.upload_inner(&make()?)?;
+        self.tables.borrow_mut().insert(key, t.clone());
+        Ok(t)
     }
 
     /// Downloads a tensor, blocking until it is on the host (native only).

@@ -86,6 +86,9 @@ fn wgpu_matches_the_cpu_reference() {
     let mut by_oracle = Vec::new();
     let mut no_reference = Vec::new();
     let mut unsupported = Vec::new();
+    // Op kinds with at least one GPU case compared against a reference, per direction.
+    let mut ran_forward = std::collections::BTreeSet::new();
+    let mut ran_backward = std::collections::BTreeSet::new();
     for kind in OpKind::ALL {
         let spec = kind.spec();
         for (ci, case) in parity::cases(*kind, 7).unwrap().into_iter().enumerate() {
@@ -122,6 +125,7 @@ fn wgpu_matches_the_cpu_reference() {
             };
             let (atol, rtol) = spec.budget.at(k);
             let want_v = reference_values(&want);
+            ran_forward.insert(kind.name());
             assert_eq!(got.len(), want_v.len(), "{label}: output count");
             for (g, w) in got.iter().zip(&want_v) {
                 match same_values(&label, g, w, atol, rtol) {
@@ -162,6 +166,7 @@ fn wgpu_matches_the_cpu_reference() {
             };
             let (atol, rtol) = spec.budget_backward.at(k);
             let want_b = reference_values(&want_b);
+            ran_backward.insert(kind.name());
             assert_eq!(got_b.len(), want_b.len(), "{label}: gradient count");
             for (i, (g, w)) in got_b.iter().zip(&want_b).enumerate() {
                 let g = gpu.download_blocking(g).unwrap();
@@ -185,6 +190,25 @@ fn wgpu_matches_the_cpu_reference() {
     println!("no reference yet: {no_reference:?}");
     println!("unsupported on wgpu: {unsupported:?}");
     println!("counters: {:?}", gpu.counters());
+    // Coverage: every op ran on wgpu forward and, if differentiable, backward.
+    let missing: Vec<String> = OpKind::ALL
+        .iter()
+        .flat_map(|kind| {
+            let name = kind.name();
+            let mut m = Vec::new();
+            if !ran_forward.contains(name) {
+                m.push(format!("{name} forward"));
+            }
+            if kind.spec().differentiable() && !ran_backward.contains(name) {
+                m.push(format!("{name} backward"));
+            }
+            m
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ops without a wgpu parity case run: {missing:?}"
+    );
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",

@@ -46,7 +46,8 @@ fn load_b(base: u32, k: u32, n: u32) -> f32 {
 }
 
 // p.u0 = M, p.u1 = N, p.u2 = K, p.u3 = batch stride of a, p.u4 = batch stride of b,
-// p.u5 = first batch of this dispatch.
+// p.u5 = first batch of this dispatch, p.u6 / p.u7 = element offsets of a / b (row blocks of a
+// larger buffer, e.g. one step of a sequence).
 @compute @workgroup_size(16, 16, 1)
 fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
           @builtin(local_invocation_index) lidx: u32) {
@@ -54,8 +55,8 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
     let n_len = p.u1;
     let k_len = p.u2;
     let batch = wid.z + p.u5;
-    let base_a = batch * p.u3;
-    let base_b = batch * p.u4;
+    let base_a = batch * p.u3 + p.u6;
+    let base_b = batch * p.u4 + p.u7;
     let base_c = batch * m_len * n_len;
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;

@@ -1,0 +1,120 @@
+//! rope on wgpu (`shaders/rope.wgsl`). The host gives each frequency as a 64-bit fixed-point
+//! fraction of a turn (computed in f64, uploaded once per `(theta, head_dim)` and cached); the
+//! shader reduces `position * frequency` modulo a turn exactly in integer arithmetic, so
+//! accuracy does not decay with the position. See the shader for the details.
+
+use kernels_core::{DType, Error, Result, Tensor};
+
+use super::{arg, grid_elems, u32_of};
+use crate::shapes;
+use crate::wgpu_backend::{Family, Params, WgpuBackend};
+
+/// `[half, 2]` words `(high, low)` of `frac(inv_freq_i / 2pi) * 2^64`, bit-cast to i32.
+fn turn_table(theta: f32, head_dim: usize) -> Result<Tensor> {
+    let half = head_dim / 2;
+    let theta = f64::from(theta);
+    let mut words = Vec::with_capacity(2 * half);
+    for i in 0..half {
+        let inv_freq = theta.powf(-((2 * i) as f64) / head_dim as f64);
+        let turns = inv_freq / std::f64::consts::TAU;
+        let frac = turns - turns.floor();
+        // frac < 1, so the product is below 2^64 (the cast saturates on rounding up).
+        let fixed = (frac * 18_446_744_073_709_551_616.0) as u64;
+        words.push((fixed >> 32) as u32 as i32);
+        words.push(fixed as u32 as i32);
+    }
+    Tensor::from_i32(&[half, 2], words)
+}
+
+/// Checks attributes and shape; returns `(rows, seq, half)`.
+fn check(
+    name: &'static str,
+    theta: f32,
+    offset: usize,
+    shape: &[usize],
+) -> Result<(usize, usize, usize)> {
+    if !(theta.is_finite() && theta > 0.0) {
+        return Err(Error::BadAttr {
+            op: name,
+            attr: "theta",
+            value: format!("{theta}"),
+            why: "must be finite and > 0".into(),
+        });
+    }
+    let &[b, h, seq, head_dim] = shape else {
+        return Err(Error::bad_shape(
+            name,
+            "x",
+            shape,
+            "needs rank 4 [batch, heads, seq, head_dim]",
+        ));
+    };
+    shapes::non_empty(name, "x", shape)?;
+    if head_dim % 2 != 0 {
+        return Err(Error::bad_shape(name, "x", shape, "head_dim must be even"));
+    }
+    // Positions are u32 on the device.
+    let last = offset.checked_add(seq - 1);
+    if last.is_none_or(|p| p > u32::MAX as usize) {
+        return Err(Error::LimitExceeded {
+            what: format!("{name}: position offset + seq - 1 (offset {offset}, seq {seq})"),
+            value: last.map_or(u64::MAX, |p| p as u64),
+            limit: u64::from(u32::MAX),
+        });
+    }
+    Ok((b * h * seq, seq, head_dim / 2))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn rope(
+    be: &WgpuBackend,
+    name: &'static str,
+    theta: f32,
+    offset: usize,
+    interleaved: bool,
+    inverse: bool,
+    x: &Tensor,
+) -> Result<Tensor> {
+    let (rows, seq, half) = check(name, theta, offset, x.shape())?;
+    let table = be.table(format!("rope {:08x} {}", theta.to_bits(), 2 * half), || {
+        turn_table(theta, 2 * half)
+    })?;
+    let pairs = rows * half;
+    let p = Params::u(&[
+        u32_of(name, "pairs", pairs)?,
+        u32_of(name, "seq", seq)?,
+        u32_of(name, "half", half)?,
+        u32_of(name, "offset", offset)?,
+    ]);
+    let consts = [
+        ("INTERLEAVED", if interleaved { 1.0 } else { 0.0 }),
+        ("INVERSE", if inverse { 1.0 } else { 0.0 }),
+    ];
+    let out = be.alloc(name, x.shape(), DType::F32)?;
+    be.launch(
+        name,
+        Family::Rope,
+        "rope",
+        &consts,
+        p,
+        &[x, x, x, &table],
+        &[&out],
+        grid_elems(be, pairs)?,
+    )?;
+    Ok(out)
+}
+
+pub(super) fn rope_backward(
+    be: &WgpuBackend,
+    name: &'static str,
+    theta: f32,
+    offset: usize,
+    interleaved: bool,
+    args: &[&Tensor],
+) -> Result<Tensor> {
+    let (x, out, g) = (arg(args, 0), arg(args, 1), arg(args, 2));
+    check(name, theta, offset, x.shape())?;
+    shapes::same(name, x.shape(), out.shape())?;
+    shapes::same(name, x.shape(), g.shape())?;
+    rope(be, name, theta, offset, interleaved, true, g)
+}

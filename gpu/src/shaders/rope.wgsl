@@ -1,0 +1,90 @@
+// Rotary position embedding over x [batch, heads, seq, head_dim], forward and backward (the
+// backward rotates grad_out by the negated angle). One thread per rotated pair.
+//
+// Accuracy: the angle p * inv_freq reaches thousands of radians at long positions, where an f32
+// product has already lost the bits that decide the rotation, and WGSL's sin/cos only promise
+// an absolute error of 2^-11 on [-pi, pi]. So the angle is never formed in f32: the host gives
+// each frequency as a 64-bit fixed-point fraction of a turn, U = frac(inv_freq / 2pi) * 2^64
+// (computed in f64), the shader takes frac(p * U) exactly in integer arithmetic (mod 2^64, so
+// whole turns drop out), splits off the nearest quarter turn, and evaluates minimax sin/cos
+// polynomials (Cephes sinf/cosf) on the remaining [-pi/4, pi/4].
+
+struct Params {
+    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
+    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
+}
+
+override INTERLEAVED: bool = false;
+override INVERSE: bool = false;
+const WG: u32 = 256u;
+// 2 pi / 2^32: radians per unit of a 32-bit turn fraction.
+const RAD_PER_UNIT: f32 = 1.4629180792671596e-9;
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+// [half, 2]: (high, low) 32-bit words of each frequency's turn fraction.
+@group(0) @binding(4) var<storage, read> turns: array<u32>;
+@group(0) @binding(5) var<storage, read_write> out0: array<f32>;
+
+// High 32 bits of the 64-bit product a * b.
+fn mul_hi(a: u32, b: u32) -> u32 {
+    let a0 = a & 0xffffu;
+    let a1 = a >> 16u;
+    let b0 = b & 0xffffu;
+    let b1 = b >> 16u;
+    let p00 = a0 * b0;
+    let p01 = a0 * b1;
+    let p10 = a1 * b0;
+    let p11 = a1 * b1;
+    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+    return p11 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u);
+}
+
+// (cos, sin) of the angle pos * inv_freq[i].
+fn cos_sin(pos: u32, i: u32) -> vec2<f32> {
+    let hi = turns[2u * i];
+    let lo = turns[2u * i + 1u];
+    // frac(pos * U) in units of 2^-32 turns (wrapping arithmetic is the mod 1).
+    let t = pos * hi + mul_hi(pos, lo);
+    // Nearest quarter turn and the signed remainder, |r| <= 2^29 (an eighth of a turn).
+    let q = (t + 0x20000000u) >> 30u;
+    let r = bitcast<i32>(t - (q << 30u));
+    let a = f32(r) * RAD_PER_UNIT;
+    let z = a * a;
+    let s = a + a * z * (-1.6666654611e-1 + z * (8.3321608736e-3 + z * -1.9515295891e-4));
+    let c = 1.0 - 0.5 * z
+        + z * z * (4.166664568298827e-2 + z * (-1.388731625493765e-3 + z * 2.443315711809948e-5));
+    switch q {
+        case 0u: { return vec2<f32>(c, s); }
+        case 1u: { return vec2<f32>(-s, c); }
+        case 2u: { return vec2<f32>(-c, -s); }
+        default: { return vec2<f32>(s, -c); }
+    }
+}
+
+// x [rows, head_dim] with rows = batch * heads * seq; out0 same shape.
+// p.u0 = rows * half (pairs), p.u1 = seq, p.u2 = half, p.u3 = offset
+@compute @workgroup_size(256)
+fn rope(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let idx = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (idx >= p.u0) { return; }
+    let half = p.u2;
+    let row = idx / half;
+    let i = idx % half;
+    let pos = p.u3 + row % p.u1;
+    let cs = cos_sin(pos, i);
+    let c = cs.x;
+    let sn = select(cs.y, -cs.y, INVERSE);
+    let base = row * 2u * half;
+    var ia = base + i;
+    var ib = base + i + half;
+    if (INTERLEAVED) {
+        ia = base + 2u * i;
+        ib = ia + 1u;
+    }
+    let a = x[ia];
+    let b = x[ib];
+    out0[ia] = a * c - b * sn;
+    out0[ib] = b * c + a * sn;
+}
