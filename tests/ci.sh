@@ -10,6 +10,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-always}"
 # GPU tests run on Mesa lavapipe (software Vulkan) when no other adapter is present.
 export WGPU_BACKEND="${WGPU_BACKEND:-vulkan}"
+# Mesa warns on every adapter probe without it.
+if [ -z "${XDG_RUNTIME_DIR:-}" ]; then
+    export XDG_RUNTIME_DIR="${TMPDIR:-/tmp}/xdg-runtime-$(id -u)"
+    mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
+fi
 
 NO_STD_TARGETS=(thumbv7em-none-eabihf wasm32-unknown-unknown)
 
