@@ -5,6 +5,7 @@
 //! and submitted in batches, and counters report dispatches, submits and bytes moved. WGSL lives
 //! in `src/shaders/<family>.wgsl`, one file per op family, specialized with override constants.
 
+pub mod adapters;
 mod ops;
 pub mod select;
 pub mod shapes;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use native_cli::demo::{self, DemoOptions};
+use native_cli::parity_cmd::{self, ParityOptions};
 use native_cli::run_op::{self, OpRequest};
 use native_cli::{CliResult, emit, info, op_label, ops};
 
@@ -66,6 +67,35 @@ enum Cmd {
         #[arg(long)]
         large: bool,
     },
+    /// Every parity case, forward and backward, on one backend against the CPU reference.
+    ///
+    /// Per op and direction: input shapes, max abs error, max relative error, the budget
+    /// (atol + rtol * |ref| at the case's reduced length k) and pass. Ops the backend does not
+    /// support are failed rows carrying the error. Exits non-zero if any check fails.
+    ///
+    /// --json prints ONE JSON document:
+    /// {"backend": str, "reason": str, "reference": "cpu-reference", "seed": n,
+    ///  "rows": [{"op", "dir", "shape", "max_abs_err", "max_rel_err",
+    ///            "budget": {"atol", "rtol", "k"}, "pass", "error"}, ...],
+    ///  "passed": n, "failed": n,
+    ///  "counters": {"dispatches", "submits", "bytes_uploaded", "bytes_downloaded",
+    ///               "buffers_created", "buffers_reused", "pool_bytes"} | null (CPU)}.
+    /// Errors are null when the run failed or NaN/Inf positions differ; "error" is null on pass.
+    #[command(verbatim_doc_comment)]
+    Parity {
+        /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
+        #[arg(long)]
+        backend: Option<String>,
+        /// One JSON document instead of the table (format above).
+        #[arg(long)]
+        json: bool,
+        /// Seed of the random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Include the cases above 65,535 workgroups (slow on software GPUs).
+        #[arg(long)]
+        large: bool,
+    },
 }
 
 fn run(cli: Cli) -> CliResult<()> {
@@ -115,6 +145,17 @@ fn run(cli: Cli) -> CliResult<()> {
             ))?;
         }
         Cmd::Demo { seed, large } => demo::run(DemoOptions { seed, large })?,
+        Cmd::Parity {
+            backend,
+            json,
+            seed,
+            large,
+        } => parity_cmd::run(&ParityOptions {
+            backend,
+            json,
+            seed,
+            large,
+        })?,
     }
     Ok(())
 }
