@@ -25,6 +25,12 @@ impl AdapterSummary {
     }
 }
 
+/// True for software rasterizers (lavapipe, SwiftShader, WARP): their timings say nothing about
+/// GPU speed.
+pub fn is_software(info: &wgpu::AdapterInfo) -> bool {
+    info.device_type == wgpu::DeviceType::Cpu
+}
+
 /// `SHADER_F16` -> `shader-f16`.
 pub fn feature_names(f: wgpu::Features) -> Vec<String> {
     f.iter_names()

@@ -6,6 +6,7 @@
 //! in `src/shaders/<family>.wgsl`, one file per op family, specialized with override constants.
 
 pub mod adapters;
+pub mod bench;
 mod ops;
 pub mod select;
 pub mod shapes;

@@ -3,6 +3,7 @@
 //! above all).
 
 pub mod backends;
+pub mod bench;
 pub mod demo;
 pub mod info;
 pub mod ops;

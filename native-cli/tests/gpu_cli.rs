@@ -299,3 +299,75 @@ fn op_on_wgpu_matches_the_cpu_within_budget() {
     }
     assert!(ran >= 12, "only {ran} round trips");
 }
+
+/// `kernels bench --quick --json`: the documented JSON shape (not the timings).
+#[test]
+fn bench_quick_json_has_the_documented_shape() {
+    let gpu = gpu_available("bench");
+    let o = kernels(&["bench", "--quick", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc = parse_json(&o);
+    let rows = doc.as_array().expect("a JSON list");
+    let num_or_null = |v: &serde_json::Value| v.is_number() || v.is_null();
+    for r in rows {
+        for k in ["bench", "backend", "size"] {
+            assert!(r[k].is_string(), "{k} in {r}");
+        }
+        for k in ["median_ms", "gflops", "gbps"] {
+            assert!(num_or_null(&r[k]), "{k} in {r}");
+        }
+        if r["error"].is_null() {
+            assert!(r["median_ms"].as_f64().is_some_and(|m| m > 0.0), "{r}");
+            // Exactly one of the throughput figures applies.
+            assert!(r["gflops"].is_null() != r["gbps"].is_null(), "{r}");
+        } else {
+            assert!(r["median_ms"].is_null() && r["gflops"].is_null(), "{r}");
+        }
+    }
+    let has = |bench: &str, backend: &str, size: &str| {
+        rows.iter().any(|r| {
+            r["bench"] == bench
+                && r["backend"].as_str().unwrap().starts_with(backend)
+                && r["size"].as_str().unwrap().starts_with(size)
+        })
+    };
+    let mut backends = vec!["cpu"];
+    if gpu {
+        backends.push("wgpu");
+    }
+    for be in &backends {
+        for n in ["128x", "256x", "512x"] {
+            assert!(has("matmul", be, n), "matmul {n} on {be}");
+        }
+        for b in ["softmax", "layer_norm", "rms_norm"] {
+            assert!(has(b, be, "1024x1024"), "{b} on {be}");
+        }
+        assert!(has("attention_prefill", be, "b1"), "attention on {be}");
+    }
+    // CPU rows never carry counters; matmul rows on the CPU ran (the fast path).
+    for r in rows.iter().filter(|r| r["backend"] == "cpu") {
+        assert!(r["dispatches"].is_null(), "{r}");
+        if r["bench"] == "matmul" {
+            assert!(r["gflops"].as_f64().is_some_and(|g| g > 0.0), "{r}");
+        }
+    }
+    if gpu {
+        assert!(has("matmul_naive", "wgpu", "256x"));
+        assert!(has("matmul_naive", "wgpu", "512x"));
+        for r in rows
+            .iter()
+            .filter(|r| r["backend"].as_str().unwrap().starts_with("wgpu") && r["error"].is_null())
+        {
+            assert!(r["dispatches"].as_u64().is_some_and(|d| d >= 1), "{r}");
+            assert_eq!(r["submits"], 1, "{r}");
+        }
+        assert!(
+            stderr(&o).contains("--quick"),
+            "the smaller sizes are said: {}",
+            stderr(&o)
+        );
+    }
+    let bad = kernels(&["bench", "--backend", "tpu", "--quick"]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("tpu"));
+}
