@@ -102,6 +102,6 @@ for t in "${NO_STD_TARGETS[@]}"; do
 done
 
 step "benchmarks compile"
-run cargo bench --no-run -p kernels-core
+run cargo bench --no-run -p kernels-core -p kernels-gpu
 
 step "all checks passed"

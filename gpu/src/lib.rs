@@ -5,6 +5,8 @@
 //! and submitted in batches, and counters report dispatches, submits and bytes moved. WGSL lives
 //! in `src/shaders/<family>.wgsl`, one file per op family, specialized with override constants.
 
+pub mod adapters;
+pub mod bench;
 mod ops;
 pub mod select;
 pub mod shapes;

@@ -58,6 +58,11 @@ fn embedded_shader_list_matches_the_directory() {
     let mut embedded: Vec<String> = kernels_gpu::wgpu_backend::Family::ALL
         .iter()
         .map(|f| format!("{}.wgsl", f.name()))
+        .chain(
+            kernels_gpu::bench::SHADERS
+                .iter()
+                .map(|(n, _)| n.to_string()),
+        )
         .collect();
     embedded.sort();
     assert_eq!(on_disk, embedded);

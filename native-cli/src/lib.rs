@@ -2,10 +2,13 @@
 //! calls in here, and the integration tests and other crates reuse the pieces (the parity runner
 //! above all).
 
+pub mod backends;
+pub mod bench;
 pub mod demo;
 pub mod info;
 pub mod ops;
 pub mod parity;
+pub mod parity_cmd;
 pub mod run_op;
 
 /// Errors of the CLI: a message naming the op, the tensor and the values.

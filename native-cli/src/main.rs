@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use native_cli::bench::{self, BenchOptions};
 use native_cli::demo::{self, DemoOptions};
+use native_cli::parity_cmd::{self, ParityOptions};
 use native_cli::run_op::{self, OpRequest};
 use native_cli::{CliResult, emit, info, op_label, ops};
 
@@ -66,6 +68,60 @@ enum Cmd {
         #[arg(long)]
         large: bool,
     },
+    /// Every parity case, forward and backward, on one backend against the CPU reference.
+    ///
+    /// Per op and direction: input shapes, max abs error, max relative error, the budget
+    /// (atol + rtol * |ref| at the case's reduced length k) and pass. Ops the backend does not
+    /// support are failed rows carrying the error. Exits non-zero if any check fails.
+    ///
+    /// --json prints ONE JSON document:
+    /// {"backend": str, "reason": str, "reference": "cpu-reference", "seed": n,
+    ///  "rows": [{"op", "dir", "shape", "max_abs_err", "max_rel_err",
+    ///            "budget": {"atol", "rtol", "k"}, "pass", "error"}, ...],
+    ///  "passed": n, "failed": n,
+    ///  "counters": {"dispatches", "submits", "bytes_uploaded", "bytes_downloaded",
+    ///               "buffers_created", "buffers_reused", "pool_bytes"} | null (CPU)}.
+    /// Errors are null when the run failed or NaN/Inf positions differ; "error" is null on pass.
+    #[command(verbatim_doc_comment)]
+    Parity {
+        /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
+        #[arg(long)]
+        backend: Option<String>,
+        /// One JSON document instead of the table (format above).
+        #[arg(long)]
+        json: bool,
+        /// Seed of the random inputs.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Include the cases above 65,535 workgroups (slow on software GPUs).
+        #[arg(long)]
+        large: bool,
+    },
+    /// Benchmarks on every backend in one run: matmul 128..1024 (GFLOPS), softmax, layer_norm,
+    /// rms_norm on 4096 x 4096 (GB/s), causal attention prefill, and the tiled WGSL matmul
+    /// against a naive one-thread-per-output one at 256 and 512.
+    ///
+    /// Median wall time of several runs with inputs resident; wgpu rows add the counters of one
+    /// run (dispatches, submits, bytes up/down; each run ends with a 4-byte read that submits and
+    /// waits) and the least bytes the op must move. CPU rows use the fast paths of kernels-core.
+    /// Software adapters (lavapipe, SwiftShader) are flagged: their timings say nothing about
+    /// GPU speed.
+    ///
+    /// --json prints a JSON list: [{"bench", "backend", "size", "median_ms", "gflops", "gbps",
+    /// "runs", "dispatches", "submits", "bytes_uploaded", "bytes_downloaded", "min_bytes",
+    /// "error"}, ...], null where a figure does not apply; notes go to stderr.
+    #[command(verbatim_doc_comment)]
+    Bench {
+        /// Comma-separated: cpu, wgpu (default: cpu, plus wgpu when an adapter exists).
+        #[arg(long)]
+        backend: Option<String>,
+        /// A JSON list instead of the table (format above).
+        #[arg(long)]
+        json: bool,
+        /// Smaller sizes (norms on 1024 x 1024, matmul up to 512) and 3 runs.
+        #[arg(long)]
+        quick: bool,
+    },
 }
 
 fn run(cli: Cli) -> CliResult<()> {
@@ -115,6 +171,26 @@ fn run(cli: Cli) -> CliResult<()> {
             ))?;
         }
         Cmd::Demo { seed, large } => demo::run(DemoOptions { seed, large })?,
+        Cmd::Bench {
+            backend,
+            json,
+            quick,
+        } => bench::run(&BenchOptions {
+            backends: backend,
+            json,
+            quick,
+        })?,
+        Cmd::Parity {
+            backend,
+            json,
+            seed,
+            large,
+        } => parity_cmd::run(&ParityOptions {
+            backend,
+            json,
+            seed,
+            large,
+        })?,
     }
     Ok(())
 }

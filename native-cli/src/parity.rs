@@ -66,6 +66,13 @@ impl Row {
             .map(|o| o.comparison.max_abs_err)
             .fold(0.0, f64::max)
     }
+    /// Largest relative error over the outputs (`|got - ref| / |ref|`, nonzero references).
+    pub fn max_rel_err(&self) -> f64 {
+        self.outputs
+            .iter()
+            .map(|o| o.comparison.max_rel_err)
+            .fold(0.0, f64::max)
+    }
     /// A one-line description of what failed, if anything.
     pub fn failure(&self) -> Option<String> {
         if let Some(e) = &self.error {

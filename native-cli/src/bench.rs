@@ -1,0 +1,512 @@
+//! `kernels bench`: matmul (GFLOPS), softmax / layer_norm / rms_norm (GB/s) and causal attention
+//! prefill on every requested backend in one run, the median of several runs, with the wgpu
+//! counters per op (dispatches, submits, bytes moved), and the tiled WGSL matmul against a naive
+//! one-thread-per-output one on the same adapter.
+//!
+//! Timing: inputs are uploaded once; a timed run is the op plus, on wgpu, a 4-byte read of a
+//! resident scalar that submits the recorded work and waits for the device. That read is the
+//! one submit and the 4 downloaded bytes every wgpu row shows. CPU rows use
+//! `CpuBackend::new()` (the fast paths of kernels-core).
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use kernels_core::op::{Direction, Op};
+use kernels_core::{Backend, CpuBackend, Rng, Tensor};
+use kernels_gpu::adapters::is_software;
+use kernels_gpu::bench::{NaiveMatmul, median, time_runs};
+use kernels_gpu::{Counters, WgpuBackend};
+
+use crate::backends::counters_delta;
+use crate::demo::fmt_duration;
+use crate::parity::download;
+use crate::{CliResult, emit, fail};
+
+/// Options of `kernels bench`.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Comma-separated backends (`cpu`, `wgpu`); None: the CPU and wgpu when an adapter exists.
+    pub backends: Option<String>,
+    pub json: bool,
+    /// Smaller sizes and fewer runs (for software adapters and smoke tests).
+    pub quick: bool,
+}
+
+/// One benchmark on one backend.
+#[derive(Debug, Clone, Default)]
+pub struct BenchRow {
+    pub bench: String,
+    pub backend: String,
+    pub size: String,
+    pub median_ms: Option<f64>,
+    pub gflops: Option<f64>,
+    pub gbps: Option<f64>,
+    pub runs: usize,
+    /// Counters of one timed run (wgpu only).
+    pub counters: Option<Counters>,
+    /// Least bytes the op must move (read inputs once, write outputs once).
+    pub min_bytes: Option<u64>,
+    pub error: Option<String>,
+}
+
+impl BenchRow {
+    /// `{"bench","backend","size","median_ms","gflops","gbps"}` plus `runs`, `dispatches`,
+    /// `submits`, `bytes_uploaded`, `bytes_downloaded`, `min_bytes` and `error` (null where a
+    /// figure does not apply).
+    pub fn json(&self) -> serde_json::Value {
+        let c = self.counters.as_ref();
+        serde_json::json!({
+            "bench": self.bench,
+            "backend": self.backend,
+            "size": self.size,
+            "median_ms": self.median_ms,
+            "gflops": self.gflops,
+            "gbps": self.gbps,
+            "runs": self.runs,
+            "dispatches": c.map(|c| c.dispatches),
+            "submits": c.map(|c| c.submits),
+            "bytes_uploaded": c.map(|c| c.bytes_uploaded),
+            "bytes_downloaded": c.map(|c| c.bytes_downloaded),
+            "min_bytes": self.min_bytes,
+            "error": self.error,
+        })
+    }
+}
+
+/// A backend under test, with the wgpu backend again for its counters.
+struct Target {
+    backend: Rc<dyn Backend>,
+    gpu: Option<Rc<WgpuBackend>>,
+    /// A resident scalar whose read waits for the device.
+    fence: Option<Tensor>,
+}
+
+impl Target {
+    fn sync(&self) -> kernels_core::Result<()> {
+        if let Some(f) = &self.fence {
+            download(self.backend.as_ref(), f)?;
+        }
+        Ok(())
+    }
+}
+
+/// The sizes a run uses.
+struct Sizes {
+    matmul: Vec<usize>,
+    naive: Vec<usize>,
+    rows: usize,
+    cols: usize,
+    /// Attention prefill: batch, heads, sequence, head dim.
+    attn: [usize; 4],
+    runs: usize,
+}
+
+fn sizes(quick: bool) -> Sizes {
+    if quick {
+        Sizes {
+            matmul: vec![128, 256, 512],
+            naive: vec![256, 512],
+            rows: 1024,
+            cols: 1024,
+            attn: [1, 4, 128, 64],
+            runs: 3,
+        }
+    } else {
+        Sizes {
+            matmul: vec![128, 256, 512, 1024],
+            naive: vec![256, 512],
+            rows: 4096,
+            cols: 4096,
+            attn: [1, 8, 512, 64],
+            runs: 5,
+        }
+    }
+}
+
+fn targets(spec: Option<&str>) -> CliResult<(Vec<Target>, Vec<String>)> {
+    let mut notes = Vec::new();
+    let names: Vec<String> = match spec {
+        Some(s) => s
+            .split(',')
+            .map(|x| x.trim().to_ascii_lowercase())
+            .filter(|x| !x.is_empty())
+            .collect(),
+        None => vec!["cpu".into(), "auto-wgpu".into()],
+    };
+    let mut out = Vec::new();
+    for n in names {
+        match n.as_str() {
+            "cpu" => out.push(Target {
+                backend: Rc::new(CpuBackend::new()),
+                gpu: None,
+                fence: None,
+            }),
+            "wgpu" | "gpu" | "auto-wgpu" => match WgpuBackend::new() {
+                Ok(g) => {
+                    let g = Rc::new(g);
+                    let fence = g.upload(&Tensor::zeros(&[1])?)?;
+                    if is_software(g.adapter_info()) {
+                        notes.push(format!(
+                            "{} is a software adapter: its timings say nothing about GPU speed; \
+                             the counters, the bytes moved and tiled vs naive carry over",
+                            g.adapter_info().name
+                        ));
+                    }
+                    out.push(Target {
+                        backend: g.clone(),
+                        gpu: Some(g),
+                        fence: Some(fence),
+                    });
+                }
+                Err(e) if n == "auto-wgpu" => notes.push(format!("no wgpu rows: {e}")),
+                Err(e) => return Err(fail(format!("requested wgpu, but it is unavailable: {e}"))),
+            },
+            other => {
+                return Err(fail(format!(
+                    "bench: unknown backend `{other}`; expected a comma-separated list of cpu, wgpu"
+                )));
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(fail("bench: no backend to run"));
+    }
+    Ok((out, notes))
+}
+
+/// What one run of a benchmark must do: FLOPs (compute-bound ops: GFLOPS are reported) or
+/// none (memory-bound ops: GB/s of `min_bytes`), and the least bytes it must move.
+#[derive(Debug, Clone, Copy)]
+struct Work {
+    flops: Option<f64>,
+    min_bytes: u64,
+}
+
+/// Times `op` on `args` (host tensors, uploaded once) on `t`.
+fn bench_op(
+    t: &Target,
+    bench: &str,
+    size: String,
+    op: &Op,
+    args: &[&Tensor],
+    runs: usize,
+    work: Work,
+) -> BenchRow {
+    let Work { flops, min_bytes } = work;
+    let mut row = BenchRow {
+        bench: bench.into(),
+        backend: t.backend.name(),
+        size,
+        runs,
+        min_bytes: Some(min_bytes),
+        ..Default::default()
+    };
+    let result = (|| -> kernels_core::Result<(Duration, Option<Counters>)> {
+        let dev: Vec<Tensor> = args
+            .iter()
+            .map(|a| t.backend.upload(a))
+            .collect::<kernels_core::Result<_>>()?;
+        let refs: Vec<&Tensor> = dev.iter().collect();
+        let mut once = || -> kernels_core::Result<()> {
+            let outs = t.backend.run(op, Direction::Forward, &refs)?;
+            t.sync()?;
+            drop(outs);
+            Ok(())
+        };
+        let samples = time_runs(runs, &mut once)?;
+        let counters = match &t.gpu {
+            Some(g) => {
+                let before = g.counters();
+                once()?;
+                Some(counters_delta(&before, &g.counters()))
+            }
+            None => None,
+        };
+        Ok((median(&samples), counters))
+    })();
+    match result {
+        Ok((m, c)) => {
+            let s = m.as_secs_f64().max(1e-12);
+            row.median_ms = Some(s * 1e3);
+            row.gflops = flops.map(|f| f / s / 1e9);
+            row.gbps = if flops.is_none() {
+                Some(min_bytes as f64 / s / 1e9)
+            } else {
+                None
+            };
+            row.counters = c;
+        }
+        Err(e) => row.error = Some(e.to_string()),
+    }
+    row
+}
+
+fn naive_rows(sz: &Sizes, rng: &mut Rng) -> Vec<BenchRow> {
+    let naive = match NaiveMatmul::new() {
+        Ok(n) => n,
+        Err(e) => {
+            return vec![BenchRow {
+                bench: "matmul_naive".into(),
+                backend: "wgpu".into(),
+                error: Some(e.to_string()),
+                ..Default::default()
+            }];
+        }
+    };
+    sz.naive
+        .iter()
+        .map(|&n| {
+            let mut row = BenchRow {
+                bench: "matmul_naive".into(),
+                backend: format!("wgpu ({}, naive WGSL)", naive.adapter_name()),
+                size: format!("{n}x{n}x{n}"),
+                runs: sz.runs,
+                min_bytes: Some((3 * n * n * 4) as u64),
+                counters: Some(Counters {
+                    dispatches: 1,
+                    submits: 1,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let a = rng.uniform_vec(n * n, -1.0, 1.0);
+            let b = rng.uniform_vec(n * n, -1.0, 1.0);
+            let r = naive
+                .problem(&a, &b, n, n, n)
+                .and_then(|p| time_runs(sz.runs, || naive.run(&p)));
+            match r {
+                Ok(samples) => {
+                    let s = median(&samples).as_secs_f64().max(1e-12);
+                    row.median_ms = Some(s * 1e3);
+                    row.gflops = Some(2.0 * (n as f64).powi(3) / s / 1e9);
+                }
+                Err(e) => {
+                    row.error = Some(e.to_string());
+                    row.counters = None;
+                }
+            }
+            row
+        })
+        .collect()
+}
+
+/// Every benchmark on every target.
+pub fn measure(opts: &BenchOptions) -> CliResult<(Vec<BenchRow>, Vec<String>)> {
+    let sz = sizes(opts.quick);
+    let (targets, mut notes) = targets(opts.backends.as_deref())?;
+    if opts.quick {
+        notes.push(format!(
+            "--quick: matmul up to {}, norms on {} x {} instead of 4096 x 4096, attention S = {}, median of {} runs",
+            sz.matmul.last().copied().unwrap_or(0),
+            sz.rows,
+            sz.cols,
+            sz.attn[2],
+            sz.runs
+        ));
+    }
+    let mut rng = Rng::new(0x6265_6e63);
+    let mut rows = Vec::new();
+    let mm = Op::Matmul {
+        trans_a: false,
+        trans_b: false,
+    };
+    for &n in &sz.matmul {
+        let a = rng.uniform_tensor(&[n, n], -1.0, 1.0)?;
+        let b = rng.uniform_tensor(&[n, n], -1.0, 1.0)?;
+        for t in &targets {
+            rows.push(bench_op(
+                t,
+                "matmul",
+                format!("{n}x{n}x{n}"),
+                &mm,
+                &[&a, &b],
+                sz.runs,
+                Work {
+                    flops: Some(2.0 * (n as f64).powi(3)),
+                    min_bytes: (3 * n * n * 4) as u64,
+                },
+            ));
+        }
+    }
+    if targets.iter().any(|t| t.gpu.is_some()) {
+        rows.extend(naive_rows(&sz, &mut rng));
+    }
+    let (r, c) = (sz.rows, sz.cols);
+    let x = rng.normal_tensor(&[r, c], 0.0, 1.0)?;
+    let w = rng.uniform_tensor(&[c], 0.5, 1.5)?;
+    let bias = rng.uniform_tensor(&[c], -0.5, 0.5)?;
+    let rowwise: [(&str, Op, Vec<&Tensor>); 3] = [
+        ("softmax", Op::Softmax { causal: false }, vec![&x]),
+        (
+            "layer_norm",
+            Op::LayerNorm { eps: 1e-5 },
+            vec![&x, &w, &bias],
+        ),
+        ("rms_norm", Op::RmsNorm { eps: 1e-6 }, vec![&x, &w]),
+    ];
+    for (name, op, args) in &rowwise {
+        for t in &targets {
+            rows.push(bench_op(
+                t,
+                name,
+                format!("{r}x{c}"),
+                op,
+                args,
+                sz.runs,
+                Work {
+                    flops: None,
+                    min_bytes: (2 * r * c * 4) as u64,
+                },
+            ));
+        }
+    }
+    let [b, h, s, d] = sz.attn;
+    let q = rng.normal_tensor(&[b, h, s, d], 0.0, 1.0)?;
+    let k = rng.normal_tensor(&[b, h, s, d], 0.0, 1.0)?;
+    let v = rng.normal_tensor(&[b, h, s, d], 0.0, 1.0)?;
+    let attn = Op::Attention {
+        causal: true,
+        scale: None,
+    };
+    // Causal: only the lower half of QK^T and PV is work.
+    let flops = 2.0 * (b * h * s * s * d) as f64;
+    for t in &targets {
+        rows.push(bench_op(
+            t,
+            "attention_prefill",
+            format!("b{b} h{h} s{s} d{d} causal"),
+            &attn,
+            &[&q, &k, &v],
+            sz.runs,
+            Work {
+                flops: Some(flops),
+                min_bytes: (4 * b * h * s * d * 4) as u64,
+            },
+        ));
+    }
+    Ok((rows, notes))
+}
+
+fn fmt_opt(v: Option<f64>, prec: usize) -> String {
+    match v {
+        Some(x) => format!("{x:.prec$}"),
+        None => "-".into(),
+    }
+}
+
+/// The rows as an aligned table.
+pub fn table(rows: &[BenchRow]) -> String {
+    let mut cells: Vec<Vec<String>> = vec![
+        [
+            "bench", "backend", "size", "median", "GFLOPS", "GB/s", "disp", "submits", "up B",
+            "down B", "min B",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect(),
+    ];
+    for r in rows {
+        let c = r.counters.as_ref();
+        let cnt = |f: fn(&Counters) -> u64| c.map(|c| f(c).to_string()).unwrap_or("-".into());
+        cells.push(vec![
+            r.bench.clone(),
+            r.backend.clone(),
+            r.size.clone(),
+            match (r.median_ms, &r.error) {
+                (Some(ms), _) => fmt_duration(Duration::from_secs_f64(ms / 1e3)),
+                (None, Some(_)) => "error".into(),
+                (None, None) => "-".into(),
+            },
+            fmt_opt(r.gflops, 2),
+            fmt_opt(r.gbps, 2),
+            cnt(|c| c.dispatches),
+            cnt(|c| c.submits),
+            cnt(|c| c.bytes_uploaded),
+            cnt(|c| c.bytes_downloaded),
+            r.min_bytes.map(|b| b.to_string()).unwrap_or("-".into()),
+        ]);
+    }
+    let ncol = cells[0].len();
+    let widths: Vec<usize> = (0..ncol)
+        .map(|i| {
+            cells
+                .iter()
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut s = String::new();
+    for (i, row) in cells.iter().enumerate() {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        s.push_str(line.join("  ").trim_end());
+        s.push('\n');
+        if i == 0 {
+            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+            s.push_str(&rule.join("  "));
+            s.push('\n');
+        }
+    }
+    s
+}
+
+/// `tiled vs naive at 256: 3.1x` lines for the sizes both ran.
+pub fn tiled_vs_naive(rows: &[BenchRow]) -> Vec<String> {
+    rows.iter()
+        .filter(|r| r.bench == "matmul_naive")
+        .filter_map(|nv| {
+            let tiled = rows.iter().find(|r| {
+                r.bench == "matmul" && r.size == nv.size && r.backend.starts_with("wgpu")
+            })?;
+            let (t, n) = (tiled.median_ms?, nv.median_ms?);
+            Some(format!(
+                "tiled vs naive WGSL matmul at {}: {:.2} ms vs {:.2} ms, {:.1}x",
+                nv.size,
+                t,
+                n,
+                n / t
+            ))
+        })
+        .collect()
+}
+
+/// Runs `kernels bench`.
+pub fn run(opts: &BenchOptions) -> CliResult<()> {
+    let (rows, notes) = measure(opts)?;
+    if opts.json {
+        for n in &notes {
+            eprintln!("note: {n}");
+        }
+        let list: Vec<serde_json::Value> = rows.iter().map(BenchRow::json).collect();
+        emit(&format!("{}\n", serde_json::to_string_pretty(&list)?))?;
+    } else {
+        let mut s = String::from("kernels bench: median wall time per op (inputs resident)\n");
+        for n in &notes {
+            s.push_str(&format!("note: {n}\n"));
+        }
+        s.push('\n');
+        s.push_str(&table(&rows));
+        s.push('\n');
+        for l in tiled_vs_naive(&rows) {
+            s.push_str(&l);
+            s.push('\n');
+        }
+        s.push_str(
+            "wgpu rows: each run is the op plus a 4-byte read that submits and waits (1 submit, 4 B down)\n",
+        );
+        for r in rows.iter().filter(|r| r.error.is_some()) {
+            s.push_str(&format!(
+                "{} on {}: {}\n",
+                r.bench,
+                r.backend,
+                r.error.as_deref().unwrap_or_default()
+            ));
+        }
+        emit(&s)?;
+    }
+    Ok(())
+}
