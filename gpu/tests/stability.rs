@@ -11,7 +11,7 @@ mod common;
 
 use std::rc::Rc;
 
-use kernels_core::autograd::{Graph, Var};
+use kernels_core::autograd::Graph;
 use kernels_core::backend::now_or_never;
 use kernels_core::nn::{Linear, ParamStore};
 use kernels_core::optim::AdamW;
@@ -36,7 +36,7 @@ struct Mlp {
     fc1: Linear,
     fc2: Linear,
     opt: AdamW,
-    /// Device-resident inputs `[BATCH, IN]` and one-hot targets `[BATCH, CLASSES]`.
+    /// Device-resident inputs `[BATCH, IN]` and class targets `[BATCH]` (i32).
     data: Vec<(Tensor, Tensor)>,
 }
 
@@ -50,11 +50,10 @@ impl Mlp {
         let data = (0..BATCHES)
             .map(|_| {
                 let x = rng.normal_tensor(&[BATCH, IN], 0.0, 1.0).unwrap();
-                let mut onehot = vec![0.0f32; BATCH * CLASSES];
-                for row in onehot.chunks_mut(CLASSES) {
-                    row[rng.below(CLASSES as u64) as usize] = 1.0;
-                }
-                let y = Tensor::from_f32(&[BATCH, CLASSES], onehot).unwrap();
+                let targets: Vec<i32> = (0..BATCH)
+                    .map(|_| rng.below(CLASSES as u64) as i32)
+                    .collect();
+                let y = Tensor::from_i32(&[BATCH], targets).unwrap();
                 (backend.upload(&x).unwrap(), backend.upload(&y).unwrap())
             })
             .collect();
@@ -67,15 +66,6 @@ impl Mlp {
         }
     }
 
-    /// Cross-entropy `-mean_b sum_c onehot * log_softmax(logits)`, composed from ops every
-    /// backend runs (log_softmax, mul, sum, mean, scale).
-    fn loss(g: &Graph, logits: &Var, onehot: &Var) -> Var {
-        let ls = g.log_softmax(logits, false).unwrap();
-        let picked = g.sum(&g.mul(&ls, onehot).unwrap()).unwrap(); // [BATCH]
-        let row = g.reshape(&picked, &[1, BATCH]).unwrap();
-        g.scale(&g.mean(&row).unwrap(), -1.0).unwrap() // [1]
-    }
-
     /// One step (forward, backward, AdamW) on batch `i`; returns the loss, read back.
     fn step(&mut self, i: usize) -> f32 {
         let backend = self.store.backend().clone();
@@ -86,7 +76,7 @@ impl Mlp {
         let y = g.constant(y.clone()).unwrap();
         let h = g.relu(&self.fc1.forward(&g, &p, &x).unwrap()).unwrap();
         let logits = self.fc2.forward(&g, &p, &h).unwrap();
-        let loss = Self::loss(&g, &logits, &y);
+        let loss = g.cross_entropy(&logits, &y).unwrap();
         let grads = g.backward(&loss).unwrap();
         self.opt.step(&mut self.store, &grads).unwrap();
         read(&*backend, loss.tensor()).as_f32().unwrap()[0]
