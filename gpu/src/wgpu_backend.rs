@@ -76,8 +76,10 @@ pub struct Counters {
     pub buffers_created: u64,
     /// Storage buffers taken from the pool (pool hits).
     pub buffers_reused: u64,
-    /// Bytes currently held by free buffers in the pool.
+    /// Bytes currently held by free storage buffers in the pool.
     pub pool_bytes: u64,
+    /// Free buffers released because the pool was above [`WgpuOptions::max_pool_bytes`].
+    pub buffers_evicted: u64,
 }
 
 /// The op families, one WGSL file each.
@@ -237,44 +239,103 @@ enum PoolKind {
 struct Pooled {
     buf: wgpu::Buffer,
     freed_in_batch: u64,
+    /// Order of freeing, for least-recently-freed eviction.
+    stamp: u64,
+}
+
+/// The free lists and what they hold.
+#[derive(Default)]
+struct FreeLists {
+    lists: HashMap<(PoolKind, u64), Vec<Pooled>>,
+    /// Bytes in every list (storage and staging).
+    held: u64,
+    next_stamp: u64,
 }
 
 /// State shared between the backend and its buffers (which return themselves on drop).
 struct Shared {
-    free: Mutex<HashMap<(PoolKind, u64), Vec<Pooled>>>,
+    free: Mutex<FreeLists>,
+    /// Most bytes the free lists may hold.
+    max_bytes: u64,
     counters: Mutex<Counters>,
     batch: AtomicU64,
 }
 
 impl Shared {
     fn give_back(&self, kind: PoolKind, class: u64, buf: wgpu::Buffer) {
-        let freed_in_batch = self.batch.load(Ordering::Relaxed);
-        if let Ok(mut free) = self.free.lock() {
-            free.entry((kind, class)).or_default().push(Pooled {
-                buf,
-                freed_in_batch,
-            });
-            if kind == PoolKind::Storage
-                && let Ok(mut c) = self.counters.lock()
-            {
-                c.pool_bytes += class;
-            }
+        if class > self.max_bytes {
+            // Keeping it would evict everything else and still not fit.
+            drop(buf);
+            self.count(|c| c.buffers_evicted += 1);
+            return;
         }
+        let freed_in_batch = self.batch.load(Ordering::Relaxed);
+        let Ok(mut free) = self.free.lock() else {
+            return;
+        };
+        let stamp = free.next_stamp;
+        free.next_stamp += 1;
+        free.lists.entry((kind, class)).or_default().push(Pooled {
+            buf,
+            freed_in_batch,
+            stamp,
+        });
+        free.held += class;
+        let mut storage_delta: i64 = if kind == PoolKind::Storage {
+            class as i64
+        } else {
+            0
+        };
+        let mut evicted = 0;
+        // Above the cap, release the least recently freed buffers (the ones the current
+        // workload has stopped asking for) until the pool fits again.
+        while free.held > self.max_bytes {
+            let oldest = free
+                .lists
+                .iter()
+                .flat_map(|(key, list)| {
+                    list.iter()
+                        .enumerate()
+                        .map(move |(i, p)| (p.stamp, *key, i))
+                })
+                .min_by_key(|(stamp, _, _)| *stamp);
+            let Some((_, key, i)) = oldest else { break };
+            let Some(list) = free.lists.get_mut(&key) else {
+                break;
+            };
+            let victim = list.remove(i);
+            if list.is_empty() {
+                free.lists.remove(&key);
+            }
+            free.held = free.held.saturating_sub(key.1);
+            if key.0 == PoolKind::Storage {
+                storage_delta -= key.1 as i64;
+            }
+            evicted += 1;
+            drop(victim);
+        }
+        drop(free);
+        self.count(|c| {
+            c.pool_bytes = c.pool_bytes.saturating_add_signed(storage_delta);
+            c.buffers_evicted += evicted;
+        });
     }
 
     fn take(&self, kind: PoolKind, class: u64, for_upload: bool) -> Option<wgpu::Buffer> {
         let batch = self.batch.load(Ordering::Relaxed);
         let mut free = self.free.lock().ok()?;
-        let list = free.get_mut(&(kind, class))?;
+        let list = free.lists.get_mut(&(kind, class))?;
         let pos = list
             .iter()
             .rposition(|p| !for_upload || p.freed_in_batch < batch)?;
         let p = list.swap_remove(pos);
-        if kind == PoolKind::Storage
-            && let Ok(mut c) = self.counters.lock()
-        {
-            c.pool_bytes = c.pool_bytes.saturating_sub(class);
-            c.buffers_reused += 1;
+        free.held = free.held.saturating_sub(class);
+        drop(free);
+        if kind == PoolKind::Storage {
+            self.count(|c| {
+                c.pool_bytes = c.pool_bytes.saturating_sub(class);
+                c.buffers_reused += 1;
+            });
         }
         Some(p.buf)
     }
@@ -553,7 +614,8 @@ async fn open(
         device,
         queue,
         shared: Arc::new(Shared {
-            free: Mutex::new(HashMap::new()),
+            free: Mutex::new(FreeLists::default()),
+            max_bytes: options.max_pool_bytes,
             counters: Mutex::new(counters),
             batch: AtomicU64::new(0),
         }),
@@ -694,7 +756,8 @@ impl WgpuBackend {
     pub fn trim_pool(&self) {
         let g = self.gpu();
         if let Ok(mut free) = g.shared.free.lock() {
-            free.clear();
+            free.lists.clear();
+            free.held = 0;
         }
         g.shared.count(|c| c.pool_bytes = 0);
     }
