@@ -133,10 +133,8 @@ impl Family {
     /// variant (a prelude defining `row_sum` / `row_max`).
     pub fn has_subgroup_variant(self) -> bool {
         match self {
+            Family::Reduce | Family::Softmax | Family::Norm => true,
             Family::Elementwise
-            | Family::Reduce
-            | Family::Softmax
-            | Family::Norm
             | Family::Matmul
             | Family::Layout
             | Family::Optim
