@@ -353,6 +353,23 @@ fn sum_rows(be: &WgpuBackend, name: &'static str, x: &Tensor, shape: &[usize]) -
     Ok(out)
 }
 
+/// The matmul entry point: `matmul_vec4` when each operand's contiguous dim, batch stride and
+/// offset are multiples of 4 (whole vec4 loads), else the scalar `matmul`.
+fn matmul_entry(
+    (m, n, k): (usize, usize, usize),
+    trans_a: bool,
+    trans_b: bool,
+    strides: (usize, usize),
+    offsets: (usize, usize),
+) -> &'static str {
+    let a_inner = if trans_a { m } else { k };
+    let b_inner = if trans_b { k } else { n };
+    let aligned = [a_inner, b_inner, strides.0, strides.1, offsets.0, offsets.1]
+        .iter()
+        .all(|v| v % 4 == 0);
+    if aligned { "matmul_vec4" } else { "matmul" }
+}
+
 fn matmul(
     be: &WgpuBackend,
     name: &'static str,
@@ -377,6 +394,13 @@ fn matmul(
         ("TA", if trans_a { 1.0 } else { 0.0 }),
         ("TB", if trans_b { 1.0 } else { 0.0 }),
     ];
+    let entry = matmul_entry(
+        (d.m, d.n, d.k),
+        trans_a,
+        trans_b,
+        (d.stride_a, d.stride_b),
+        (0, 0),
+    );
     // Batches above the z limit go in several dispatches, each told its first batch.
     let mut first = 0usize;
     while first < d.batch {
@@ -392,7 +416,7 @@ fn matmul(
         be.launch(
             name,
             Family::Matmul,
-            "matmul",
+            entry,
             &consts,
             p,
             &[a, b],
@@ -449,10 +473,11 @@ fn matmul_at(
         u32_of(name, "offset", off_a)?,
         u32_of(name, "offset", off_b)?,
     ]);
+    let entry = matmul_entry((m, n, k), trans_a, trans_b, (0, 0), (off_a, off_b));
     be.launch(
         name,
         Family::Matmul,
-        "matmul",
+        entry,
         &consts,
         p,
         &[a, b],
