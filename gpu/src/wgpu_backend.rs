@@ -376,12 +376,17 @@ impl GpuBuffer {
     pub(crate) fn host_ints(&self) -> Option<&Arc<Vec<i64>>> {
         self.host_ints.as_ref()
     }
-    pub(crate) fn binding(&self) -> Option<wgpu::BufferBinding<'_>> {
+    /// The whole tensor, or elements `start..start + len` of it, as a binding.
+    pub(crate) fn binding(&self, range: Option<(usize, usize)>) -> Option<wgpu::BufferBinding<'_>> {
         let buf = self.buf.as_ref()?;
+        let (offset, size) = match range {
+            Some((start, len)) => ((start as u64) * 4, (len as u64) * 4),
+            None => (0, self.len),
+        };
         Some(wgpu::BufferBinding {
             buffer: buf,
-            offset: 0,
-            size: NonZeroU64::new(self.len.max(4)),
+            offset,
+            size: NonZeroU64::new(size.max(4)),
         })
     }
 }
@@ -860,19 +865,28 @@ impl WgpuBackend {
         }
     }
 
-    fn check_binding_size(&self, what: &str, bytes: u64) -> Result<()> {
-        let limit = self
-            .limits
-            .max_storage_buffer_binding_size
-            .min(self.limits.max_buffer_size);
+    /// A tensor's buffer must fit the device; binding it whole must also fit the storage
+    /// binding limit, which `launch` checks (elementwise ops bind chunks instead).
+    fn check_buffer_size(&self, what: &str, bytes: u64) -> Result<()> {
+        let limit = self.limits.max_buffer_size;
         if bytes > limit {
             return Err(Error::LimitExceeded {
-                what: format!("{what}: bytes in one storage binding"),
+                what: format!("{what}: bytes in one buffer"),
                 value: bytes,
                 limit,
             });
         }
         Ok(())
+    }
+
+    /// Elements per chunk when an elementwise op splits a tensor over several bindings: the
+    /// binding limit, rounded down to the storage offset alignment so every chunk starts on
+    /// an aligned offset.
+    pub(crate) fn chunk_elems(&self) -> usize {
+        let align = u64::from(self.limits.min_storage_buffer_offset_alignment.max(4));
+        let limit = self.limits.max_storage_buffer_binding_size;
+        let bytes = ((limit / align) * align).max(align);
+        usize::try_from(bytes / 4).unwrap_or(usize::MAX)
     }
 
     /// A storage buffer of at least `bytes`, from the pool when possible.
@@ -906,7 +920,7 @@ impl WgpuBackend {
         let n = kernels_core::tensor::numel(shape)
             .ok_or_else(|| Error::bad_shape(op, "out", shape, "element count overflows"))?;
         let bytes = (n as u64).saturating_mul(4);
-        self.check_binding_size(op, bytes)?;
+        self.check_buffer_size(op, bytes)?;
         let (buf, class) = self.acquire(bytes, false)?;
         Ok(Tensor::from_device(
             shape,
@@ -1047,17 +1061,64 @@ impl WgpuBackend {
         outputs: &[&Tensor],
         grid: (u32, u32, u32),
     ) -> Result<()> {
+        let ins: Vec<_> = inputs.iter().map(|t| (*t, None)).collect();
+        let outs: Vec<_> = outputs.iter().map(|t| (*t, None)).collect();
+        self.launch_ranges(op, family, entry, constants, params, &ins, &outs, grid)
+    }
+
+    /// One storage binding, checked against the binding limit.
+    fn bind_one<'t>(
+        &self,
+        op: &'static str,
+        t: &'t Tensor,
+        range: Option<(usize, usize)>,
+    ) -> Result<wgpu::BufferBinding<'t>> {
+        let buf = self.buffer_of(op, t)?;
+        let limit = self.limits.max_storage_buffer_binding_size;
+        let bytes = match range {
+            Some((_, len)) => (len as u64) * 4,
+            None => buf.len,
+        };
+        if bytes > limit {
+            return Err(Error::LimitExceeded {
+                what: format!(
+                    "{op}: bytes of a {:?} tensor in one storage binding (only elementwise ops split it)",
+                    t.shape()
+                ),
+                value: bytes,
+                limit,
+            });
+        }
+        buf.binding(range)
+            .ok_or_else(|| backend_err(format!("{op}: buffer already released")))
+    }
+
+    /// As [`WgpuBackend::launch`], each tensor bound whole (`None`) or as the element range
+    /// `(start, len)`; `start * 4` must be a multiple of the storage offset alignment. A
+    /// binding above the storage binding limit is `LimitExceeded` naming the op.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch_ranges(
+        &self,
+        op: &'static str,
+        family: Family,
+        entry: &'static str,
+        constants: &[(&'static str, f64)],
+        params: Params,
+        inputs: &[(&Tensor, Option<(usize, usize)>)],
+        outputs: &[(&Tensor, Option<(usize, usize)>)],
+        grid: (u32, u32, u32),
+    ) -> Result<()> {
         let g = self.gpu();
         if inputs.len() > RO_SLOTS || outputs.len() > RW_SLOTS {
             return Err(backend_err(format!("{op}: too many bindings for {entry}")));
         }
         let in_bufs = inputs
             .iter()
-            .map(|t| self.buffer_of(op, t))
+            .map(|(t, r)| self.bind_one(op, t, *r))
             .collect::<Result<Vec<_>>>()?;
         let out_bufs = outputs
             .iter()
-            .map(|t| self.buffer_of(op, t))
+            .map(|(t, r)| self.bind_one(op, t, *r))
             .collect::<Result<Vec<_>>>()?;
         let pipeline = self.pipeline(&g, family, entry, constants);
 
@@ -1081,8 +1142,8 @@ impl WgpuBackend {
             }),
         }];
         for i in 0..RO_SLOTS {
-            let resource = match in_bufs.get(i).and_then(|b| b.binding()) {
-                Some(b) => wgpu::BindingResource::Buffer(b),
+            let resource = match in_bufs.get(i) {
+                Some(b) => wgpu::BindingResource::Buffer(b.clone()),
                 None => g.dummy_ro.as_entire_binding(),
             };
             entries.push(wgpu::BindGroupEntry {
@@ -1091,8 +1152,8 @@ impl WgpuBackend {
             });
         }
         for (i, dummy) in g.dummy_rw.iter().enumerate() {
-            let resource = match out_bufs.get(i).and_then(|b| b.binding()) {
-                Some(b) => wgpu::BindingResource::Buffer(b),
+            let resource = match out_bufs.get(i) {
+                Some(b) => wgpu::BindingResource::Buffer(b.clone()),
                 None => dummy.as_entire_binding(),
             };
             entries.push(wgpu::BindGroupEntry {
@@ -1198,7 +1259,7 @@ impl WgpuBackend {
             }
         };
         let len = bytes.len() as u64;
-        self.check_binding_size("upload", len)?;
+        self.check_buffer_size("upload", len)?;
         let (buf, class) = self.acquire(len, true)?;
         if !bytes.is_empty() {
             g.queue.write_buffer(&buf, 0, &bytes);
