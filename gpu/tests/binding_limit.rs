@@ -39,7 +39,7 @@ fn elementwise_ops_chunk_over_the_binding_limit() {
     })
     .unwrap();
     let limit = capped.limits().max_storage_buffer_binding_size;
-    assert!(limit <= CAP && limit >= 4, "cap applied: {limit}");
+    assert!((4..=CAP).contains(&limit), "cap applied: {limit}");
     // 1,037 elements (prime-ish, several chunks and a ragged last one).
     let shape = [61, 17];
     let n: usize = shape.iter().product();
