@@ -220,6 +220,17 @@ fn grid_rows(be: &WgpuBackend, rows: usize) -> Result<(u32, u32, u32)> {
     be.grid_1d(rows as u64)
 }
 
+/// Element ranges `(start, len)` covering `n` elements, each within one storage binding and
+/// starting on the storage offset alignment (one range when the tensor fits).
+fn elem_chunks(be: &WgpuBackend, n: usize) -> Vec<(usize, usize)> {
+    let step = be.chunk_elems().max(1);
+    (0..n.div_ceil(step))
+        .map(|c| (c * step, step.min(n - c * step)))
+        .collect()
+}
+
+/// Unary ops, scale and gelu, forward and backward: one thread per element, chunked over
+/// tensors above the storage binding limit.
 fn unary(
     be: &WgpuBackend,
     name: &'static str,
@@ -231,35 +242,41 @@ fn unary(
     let x = arg(args, 0);
     shapes::non_empty(name, "x", x.shape())?;
     let n = x.numel();
-    let nu = u32_of(name, "elements", n)?;
+    u32_of(name, "elements", n)?;
     let consts = [("OP", f64::from(code))];
-    let p = Params::u(&[nu]).with_f(&[factor]);
     let out = be.alloc(name, x.shape(), DType::F32)?;
     if backward {
         let (y, g) = (arg(args, 1), arg(args, 2));
         shapes::same(name, x.shape(), y.shape())?;
         shapes::same(name, x.shape(), g.shape())?;
-        be.launch(
-            name,
-            Family::Elementwise,
-            "unary_backward",
-            &consts,
-            p,
-            &[x, y, g],
-            &[&out],
-            grid_elems(be, n)?,
-        )?;
-    } else {
-        be.launch(
-            name,
-            Family::Elementwise,
-            "unary_forward",
-            &consts,
-            p,
-            &[x],
-            &[&out],
-            grid_elems(be, n)?,
-        )?;
+    }
+    for (start, len) in elem_chunks(be, n) {
+        let r = Some((start, len));
+        let p = Params::u(&[u32_of(name, "elements", len)?]).with_f(&[factor]);
+        if backward {
+            let (y, g) = (arg(args, 1), arg(args, 2));
+            be.launch_ranges(
+                name,
+                Family::Elementwise,
+                "unary_backward",
+                &consts,
+                p,
+                &[(x, r), (y, r), (g, r)],
+                &[(&out, r)],
+                grid_elems(be, len)?,
+            )?;
+        } else {
+            be.launch_ranges(
+                name,
+                Family::Elementwise,
+                "unary_forward",
+                &consts,
+                p,
+                &[(x, r)],
+                &[(&out, r)],
+                grid_elems(be, len)?,
+            )?;
+        }
     }
     Ok(out)
 }
@@ -273,6 +290,32 @@ fn bop_code(b: BinaryOp) -> f64 {
     }
 }
 
+/// A binding's element range: `Some((start, len))`, or `None` for the whole tensor.
+type ElemRange = Option<(usize, usize)>;
+
+/// Binds `b` for the chunk `(start, len)` of `a`: the same chunk when `b` has `a`'s size,
+/// else whole (it repeats every `nb`, and the kernel is told where the chunk starts).
+fn b_chunk(
+    name: &'static str,
+    n: usize,
+    nb: usize,
+    (start, len): (usize, usize),
+) -> Result<(ElemRange, [u32; 3])> {
+    if nb == n {
+        let l = u32_of(name, "elements", len)?;
+        Ok((Some((start, len)), [l, l, 0]))
+    } else {
+        Ok((
+            None,
+            [
+                u32_of(name, "elements", len)?,
+                u32_of(name, "elements", nb)?,
+                u32_of(name, "elements", start)?,
+            ],
+        ))
+    }
+}
+
 fn binary_forward(
     be: &WgpuBackend,
     name: &'static str,
@@ -281,18 +324,21 @@ fn binary_forward(
 ) -> Result<Tensor> {
     let (a, bt) = (arg(args, 0), arg(args, 1));
     let (n, nb) = shapes::broadcast_suffix(name, a.shape(), bt.shape())?;
-    let p = Params::u(&[u32_of(name, "elements", n)?, u32_of(name, "elements", nb)?]);
     let out = be.alloc(name, a.shape(), DType::F32)?;
-    be.launch(
-        name,
-        Family::Elementwise,
-        "binary_forward",
-        &[("BOP", bop_code(b))],
-        p,
-        &[a, bt],
-        &[&out],
-        grid_elems(be, n)?,
-    )?;
+    for chunk in elem_chunks(be, n) {
+        let r = Some(chunk);
+        let (rb, u) = b_chunk(name, n, nb, chunk)?;
+        be.launch_ranges(
+            name,
+            Family::Elementwise,
+            "binary_forward",
+            &[("BOP", bop_code(b))],
+            Params::u(&u),
+            &[(a, r), (bt, rb)],
+            &[(&out, r)],
+            grid_elems(be, chunk.1)?,
+        )?;
+    }
     Ok(out)
 }
 
@@ -305,30 +351,53 @@ fn binary_backward(
     let (a, bt, g) = (arg(args, 0), arg(args, 1), arg(args, 3));
     let (n, nb) = shapes::broadcast_suffix(name, a.shape(), bt.shape())?;
     shapes::same(name, a.shape(), g.shape())?;
-    let p = Params::u(&[u32_of(name, "elements", n)?, u32_of(name, "elements", nb)?]);
     let consts = [("BOP", bop_code(b))];
     let ga = be.alloc(name, a.shape(), DType::F32)?;
-    be.launch(
-        name,
-        Family::Elementwise,
-        "binary_backward_a",
-        &consts,
-        p,
-        &[a, bt, g],
-        &[&ga],
-        grid_elems(be, n)?,
-    )?;
+    for chunk in elem_chunks(be, n) {
+        let r = Some(chunk);
+        let (rb, u) = b_chunk(name, n, nb, chunk)?;
+        be.launch_ranges(
+            name,
+            Family::Elementwise,
+            "binary_backward_a",
+            &consts,
+            Params::u(&u),
+            &[(a, r), (bt, rb), (g, r)],
+            &[(&ga, r)],
+            grid_elems(be, chunk.1)?,
+        )?;
+    }
     let gb = be.alloc(name, bt.shape(), DType::F32)?;
-    be.launch(
-        name,
-        Family::Elementwise,
-        "binary_backward_b",
-        &consts,
-        p,
-        &[a, bt, g],
-        &[&gb],
-        grid_elems(be, nb)?,
-    )?;
+    if nb == n {
+        // No broadcast: grad_b is elementwise too, and chunks like grad_a.
+        for chunk in elem_chunks(be, n) {
+            let r = Some(chunk);
+            let l = u32_of(name, "elements", chunk.1)?;
+            be.launch_ranges(
+                name,
+                Family::Elementwise,
+                "binary_backward_b",
+                &consts,
+                Params::u(&[l, l]),
+                &[(a, r), (bt, r), (g, r)],
+                &[(&gb, r)],
+                grid_elems(be, chunk.1)?,
+            )?;
+        }
+    } else {
+        // A sum over the broadcast rows: needs `a` and `grad_out` whole.
+        let p = Params::u(&[u32_of(name, "elements", n)?, u32_of(name, "elements", nb)?]);
+        be.launch(
+            name,
+            Family::Elementwise,
+            "binary_backward_b",
+            &consts,
+            p,
+            &[a, bt, g],
+            &[&gb],
+            grid_elems(be, nb)?,
+        )?;
+    }
     Ok(vec![ga, gb])
 }
 
@@ -351,6 +420,23 @@ fn sum_rows(be: &WgpuBackend, name: &'static str, x: &Tensor, shape: &[usize]) -
         grid_elems(be, cols)?,
     )?;
     Ok(out)
+}
+
+/// The matmul entry point: `matmul_vec4` when each operand's contiguous dim, batch stride and
+/// offset are multiples of 4 (whole vec4 loads), else the scalar `matmul`.
+fn matmul_entry(
+    (m, n, k): (usize, usize, usize),
+    trans_a: bool,
+    trans_b: bool,
+    strides: (usize, usize),
+    offsets: (usize, usize),
+) -> &'static str {
+    let a_inner = if trans_a { m } else { k };
+    let b_inner = if trans_b { k } else { n };
+    let aligned = [a_inner, b_inner, strides.0, strides.1, offsets.0, offsets.1]
+        .iter()
+        .all(|v| v % 4 == 0);
+    if aligned { "matmul_vec4" } else { "matmul" }
 }
 
 fn matmul(
@@ -377,6 +463,13 @@ fn matmul(
         ("TA", if trans_a { 1.0 } else { 0.0 }),
         ("TB", if trans_b { 1.0 } else { 0.0 }),
     ];
+    let entry = matmul_entry(
+        (d.m, d.n, d.k),
+        trans_a,
+        trans_b,
+        (d.stride_a, d.stride_b),
+        (0, 0),
+    );
     // Batches above the z limit go in several dispatches, each told its first batch.
     let mut first = 0usize;
     while first < d.batch {
@@ -392,7 +485,7 @@ fn matmul(
         be.launch(
             name,
             Family::Matmul,
-            "matmul",
+            entry,
             &consts,
             p,
             &[a, b],
@@ -449,10 +542,11 @@ fn matmul_at(
         u32_of(name, "offset", off_a)?,
         u32_of(name, "offset", off_b)?,
     ]);
+    let entry = matmul_entry((m, n, k), trans_a, trans_b, (0, 0), (off_a, off_b));
     be.launch(
         name,
         Family::Matmul,
-        "matmul",
+        entry,
         &consts,
         p,
         &[a, b],

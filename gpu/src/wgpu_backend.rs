@@ -12,11 +12,12 @@
 //! Compute outputs may take any pooled buffer: commands run in recording order.
 
 use std::any::Any;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
 use std::num::NonZeroU64;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::{Context, Poll, Waker};
@@ -35,6 +36,16 @@ pub struct WgpuOptions {
     pub backends: Option<wgpu::Backends>,
     /// Submit after this many recorded dispatches even without a download or flush.
     pub max_batch_dispatches: usize,
+    /// Most bytes the buffer pool keeps in free buffers; freeing beyond it releases the least
+    /// recently freed buffers first.
+    pub max_pool_bytes: u64,
+    /// Use subgroup operations in the row reductions where the adapter has them; `false`
+    /// forces the workgroup-memory path.
+    pub subgroups: bool,
+    /// Caps the max storage binding size the backend works within (for testing the
+    /// chunked and `LimitExceeded` paths on a real device); rounded down to the storage
+    /// offset alignment.
+    pub max_storage_binding_cap: Option<u64>,
 }
 
 impl Default for WgpuOptions {
@@ -43,6 +54,9 @@ impl Default for WgpuOptions {
             power_preference: wgpu::PowerPreference::HighPerformance,
             backends: None,
             max_batch_dispatches: 256,
+            max_pool_bytes: 256 << 20,
+            subgroups: true,
+            max_storage_binding_cap: None,
         }
     }
 }
@@ -62,8 +76,10 @@ pub struct Counters {
     pub buffers_created: u64,
     /// Storage buffers taken from the pool (pool hits).
     pub buffers_reused: u64,
-    /// Bytes currently held by free buffers in the pool.
+    /// Bytes currently held by free storage buffers in the pool.
     pub pool_bytes: u64,
+    /// Free buffers released because the pool was above [`WgpuOptions::max_pool_bytes`].
+    pub buffers_evicted: u64,
 }
 
 /// The op families, one WGSL file each.
@@ -113,6 +129,35 @@ impl Family {
             Family::Gru => "gru",
         }
     }
+    /// Whether the family's row reductions come in a subgroup and a workgroup-memory
+    /// variant (a prelude defining `row_sum` / `row_max`).
+    pub fn has_subgroup_variant(self) -> bool {
+        match self {
+            Family::Reduce | Family::Softmax | Family::Norm => true,
+            Family::Elementwise
+            | Family::Matmul
+            | Family::Layout
+            | Family::Optim
+            | Family::Loss
+            | Family::Rope
+            | Family::Attention
+            | Family::Gru => false,
+        }
+    }
+    /// The source of the family's shader module: the family file, preceded for families
+    /// with row reductions by the prelude of the chosen variant (subgroup operations, or
+    /// the workgroup-memory fallback).
+    pub fn module_source(self, subgroups: bool) -> String {
+        if !self.has_subgroup_variant() {
+            return self.source().to_string();
+        }
+        let prelude = if subgroups {
+            ROW_REDUCE_SUBGROUP
+        } else {
+            ROW_REDUCE_WORKGROUP
+        };
+        format!("{prelude}\n{}", self.source())
+    }
     /// The embedded WGSL source.
     pub fn source(self) -> &'static str {
         match self {
@@ -130,6 +175,11 @@ impl Family {
         }
     }
 }
+
+/// Row-reduction preludes (`row_sum`, `row_max` over a 256-thread workgroup).
+pub const ROW_REDUCE_WORKGROUP: &str = include_str!("shaders/row_reduce_workgroup.wgsl");
+/// The subgroup variant (needs `Features::SUBGROUP`).
+pub const ROW_REDUCE_SUBGROUP: &str = include_str!("shaders/row_reduce_subgroup.wgsl");
 
 /// Every shader uses one bind group layout: binding 0 the params uniform, 1..=4 read-only
 /// storage, 5..=7 read-write storage. Unused slots get small dummy buffers.
@@ -187,44 +237,103 @@ enum PoolKind {
 struct Pooled {
     buf: wgpu::Buffer,
     freed_in_batch: u64,
+    /// Order of freeing, for least-recently-freed eviction.
+    stamp: u64,
+}
+
+/// The free lists and what they hold.
+#[derive(Default)]
+struct FreeLists {
+    lists: HashMap<(PoolKind, u64), Vec<Pooled>>,
+    /// Bytes in every list (storage and staging).
+    held: u64,
+    next_stamp: u64,
 }
 
 /// State shared between the backend and its buffers (which return themselves on drop).
 struct Shared {
-    free: Mutex<HashMap<(PoolKind, u64), Vec<Pooled>>>,
+    free: Mutex<FreeLists>,
+    /// Most bytes the free lists may hold.
+    max_bytes: u64,
     counters: Mutex<Counters>,
     batch: AtomicU64,
 }
 
 impl Shared {
     fn give_back(&self, kind: PoolKind, class: u64, buf: wgpu::Buffer) {
-        let freed_in_batch = self.batch.load(Ordering::Relaxed);
-        if let Ok(mut free) = self.free.lock() {
-            free.entry((kind, class)).or_default().push(Pooled {
-                buf,
-                freed_in_batch,
-            });
-            if kind == PoolKind::Storage
-                && let Ok(mut c) = self.counters.lock()
-            {
-                c.pool_bytes += class;
-            }
+        if class > self.max_bytes {
+            // Keeping it would evict everything else and still not fit.
+            drop(buf);
+            self.count(|c| c.buffers_evicted += 1);
+            return;
         }
+        let freed_in_batch = self.batch.load(Ordering::Relaxed);
+        let Ok(mut free) = self.free.lock() else {
+            return;
+        };
+        let stamp = free.next_stamp;
+        free.next_stamp += 1;
+        free.lists.entry((kind, class)).or_default().push(Pooled {
+            buf,
+            freed_in_batch,
+            stamp,
+        });
+        free.held += class;
+        let mut storage_delta: i64 = if kind == PoolKind::Storage {
+            class as i64
+        } else {
+            0
+        };
+        let mut evicted = 0;
+        // Above the cap, release the least recently freed buffers (the ones the current
+        // workload has stopped asking for) until the pool fits again.
+        while free.held > self.max_bytes {
+            let oldest = free
+                .lists
+                .iter()
+                .flat_map(|(key, list)| {
+                    list.iter()
+                        .enumerate()
+                        .map(move |(i, p)| (p.stamp, *key, i))
+                })
+                .min_by_key(|(stamp, _, _)| *stamp);
+            let Some((_, key, i)) = oldest else { break };
+            let Some(list) = free.lists.get_mut(&key) else {
+                break;
+            };
+            let victim = list.remove(i);
+            if list.is_empty() {
+                free.lists.remove(&key);
+            }
+            free.held = free.held.saturating_sub(key.1);
+            if key.0 == PoolKind::Storage {
+                storage_delta -= key.1 as i64;
+            }
+            evicted += 1;
+            drop(victim);
+        }
+        drop(free);
+        self.count(|c| {
+            c.pool_bytes = c.pool_bytes.saturating_add_signed(storage_delta);
+            c.buffers_evicted += evicted;
+        });
     }
 
     fn take(&self, kind: PoolKind, class: u64, for_upload: bool) -> Option<wgpu::Buffer> {
         let batch = self.batch.load(Ordering::Relaxed);
         let mut free = self.free.lock().ok()?;
-        let list = free.get_mut(&(kind, class))?;
+        let list = free.lists.get_mut(&(kind, class))?;
         let pos = list
             .iter()
             .rposition(|p| !for_upload || p.freed_in_batch < batch)?;
         let p = list.swap_remove(pos);
-        if kind == PoolKind::Storage
-            && let Ok(mut c) = self.counters.lock()
-        {
-            c.pool_bytes = c.pool_bytes.saturating_sub(class);
-            c.buffers_reused += 1;
+        free.held = free.held.saturating_sub(class);
+        drop(free);
+        if kind == PoolKind::Storage {
+            self.count(|c| {
+                c.pool_bytes = c.pool_bytes.saturating_sub(class);
+                c.buffers_reused += 1;
+            });
         }
         Some(p.buf)
     }
@@ -267,12 +376,17 @@ impl GpuBuffer {
     pub(crate) fn host_ints(&self) -> Option<&Arc<Vec<i64>>> {
         self.host_ints.as_ref()
     }
-    pub(crate) fn binding(&self) -> Option<wgpu::BufferBinding<'_>> {
+    /// The whole tensor, or elements `start..start + len` of it, as a binding.
+    pub(crate) fn binding(&self, range: Option<(usize, usize)>) -> Option<wgpu::BufferBinding<'_>> {
         let buf = self.buf.as_ref()?;
+        let (offset, size) = match range {
+            Some((start, len)) => ((start as u64) * 4, (len as u64) * 4),
+            None => (0, self.len),
+        };
         Some(wgpu::BufferBinding {
             buffer: buf,
-            offset: 0,
-            size: NonZeroU64::new(self.len.max(4)),
+            offset,
+            size: NonZeroU64::new(size.max(4)),
         })
     }
 }
@@ -303,18 +417,16 @@ struct Recording {
     params: Vec<u8>,
 }
 
-/// The wgpu backend. See the module docs.
-pub struct WgpuBackend {
+/// Everything that belongs to one wgpu device: replaced wholesale when the device is lost and
+/// the backend recovers.
+struct Gpu {
     id: DeviceId,
-    info: wgpu::AdapterInfo,
-    limits: wgpu::Limits,
     device: wgpu::Device,
     queue: wgpu::Queue,
     shared: Arc<Shared>,
-    options: WgpuOptions,
     layout: wgpu::BindGroupLayout,
     pipeline_layout: wgpu::PipelineLayout,
-    modules: RefCell<HashMap<Family, wgpu::ShaderModule>>,
+    modules: RefCell<HashMap<(Family, bool), wgpu::ShaderModule>>,
     pipelines: RefCell<HashMap<PipelineKey, wgpu::ComputePipeline>>,
     /// Small constant tables uploaded once and kept (e.g. rope frequencies), by key.
     tables: RefCell<HashMap<String, Tensor>>,
@@ -325,6 +437,25 @@ pub struct WgpuBackend {
     dummy_rw: [wgpu::Buffer; RW_SLOTS],
     lost: Arc<Mutex<Option<String>>>,
     uncaptured: Arc<Mutex<Option<String>>>,
+}
+
+/// The wgpu backend. See the module docs.
+pub struct WgpuBackend {
+    info: wgpu::AdapterInfo,
+    /// The limits the backend works within (the device's, with the testing caps of
+    /// [`WgpuOptions`] applied).
+    limits: wgpu::Limits,
+    options: WgpuOptions,
+    instance: wgpu::Instance,
+    /// Subgroup reductions are in use (adapter has them and the options allow them).
+    subgroups: bool,
+    /// Smallest subgroup size the adapter reports (sizes the subgroup reduction's levels).
+    subgroup_min: u32,
+    gpu: RefCell<Rc<Gpu>>,
+    /// Devices this backend lost, with the reason: their tensors fail with `DeviceLost`.
+    lost_devices: RefCell<Vec<(DeviceId, String)>>,
+    /// The current device's loss has been returned to a caller once; the next call recovers.
+    loss_reported: Cell<bool>,
 }
 
 impl std::fmt::Debug for WgpuBackend {
@@ -355,6 +486,163 @@ fn map_wgpu_error(e: wgpu::Error, what: &str) -> Error {
     }
 }
 
+/// Opens a device on the preferred adapter of `instance`. Returns the adapter info, the limits
+/// requested, whether subgroups were enabled, the smallest subgroup size, and the device state
+/// (starting from `counters`).
+async fn open(
+    instance: &wgpu::Instance,
+    options: &WgpuOptions,
+    counters: Counters,
+) -> Result<(wgpu::AdapterInfo, wgpu::Limits, bool, u32, Gpu)> {
+    let adapter = instance
+        .request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: options.power_preference,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| backend_err(format!("no adapter: {e}")))?;
+    let info = adapter.get_info();
+    let adapter_limits = adapter.limits();
+    let required_limits = wgpu::Limits::default().or_better_values_from(&adapter_limits);
+    // `or_better_values_from` may still ask for a default the adapter lacks (downlevel
+    // adapters); fall back to exactly what the adapter has.
+    let required_limits = if required_limits.check_limits(&adapter_limits) {
+        required_limits
+    } else {
+        adapter_limits.clone()
+    };
+    // Subgroup reductions need at least 4 lanes (WebGPU's guaranteed minimum); below that
+    // the workgroup-memory path is as good.
+    let subgroups = options.subgroups
+        && adapter.features().contains(wgpu::Features::SUBGROUP)
+        && info.subgroup_min_size >= 4;
+    let required_features = if subgroups {
+        wgpu::Features::SUBGROUP
+    } else {
+        wgpu::Features::empty()
+    };
+    let (device, queue) = adapter
+        .request_device(&wgpu::DeviceDescriptor {
+            label: Some("kernels"),
+            required_features,
+            required_limits: required_limits.clone(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| backend_err(format!("device request failed on {}: {e}", info.name)))?;
+
+    let lost = Arc::new(Mutex::new(None));
+    {
+        let lost = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut l) = lost.lock() {
+                *l = Some(format!("{reason:?}: {msg}"));
+            }
+        });
+    }
+    let uncaptured = Arc::new(Mutex::new(None));
+    {
+        let u = uncaptured.clone();
+        // The default handler panics; keep the first message and report it as an Error.
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut slot) = u.lock()
+                && slot.is_none()
+            {
+                *slot = Some(e.to_string());
+            }
+        }));
+    }
+
+    let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    };
+    let mut entries = vec![wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: false,
+            min_binding_size: NonZeroU64::new(PARAMS_BYTES as u64),
+        },
+        count: None,
+    }];
+    for i in 0..RO_SLOTS {
+        entries.push(storage(1 + i as u32, true));
+    }
+    for i in 0..RW_SLOTS {
+        entries.push(storage((1 + RO_SLOTS + i) as u32, false));
+    }
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some("kernels-layout"),
+        entries: &entries,
+    });
+    let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some("kernels-pipeline-layout"),
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    let slot = (required_limits.min_uniform_buffer_offset_alignment as usize).max(PARAMS_BYTES);
+    let max_batch = options.max_batch_dispatches.max(1);
+    let arena = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("params-arena"),
+        size: (slot * max_batch) as u64,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mk = |label: &'static str| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: 16,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        })
+    };
+    let dummy_ro = mk("dummy-ro");
+    let dummy_rw = [mk("dummy-rw0"), mk("dummy-rw1"), mk("dummy-rw2")];
+    let counters = Counters {
+        pool_bytes: 0,
+        ..counters
+    };
+    let gpu = Gpu {
+        id: DeviceId(NEXT_DEVICE.fetch_add(1, Ordering::Relaxed)),
+        device,
+        queue,
+        shared: Arc::new(Shared {
+            free: Mutex::new(FreeLists::default()),
+            max_bytes: options.max_pool_bytes,
+            counters: Mutex::new(counters),
+            batch: AtomicU64::new(0),
+        }),
+        layout,
+        pipeline_layout,
+        modules: RefCell::new(HashMap::new()),
+        pipelines: RefCell::new(HashMap::new()),
+        tables: RefCell::new(HashMap::new()),
+        rec: RefCell::new(Recording {
+            encoder: None,
+            dispatches: 0,
+            params: Vec::new(),
+        }),
+        arena,
+        slot,
+        dummy_ro,
+        dummy_rw,
+        lost,
+        uncaptured,
+    };
+    let min_sg = info.subgroup_min_size;
+    Ok((info, required_limits, subgroups, min_sg, gpu))
+}
+
 impl WgpuBackend {
     /// Finds an adapter and creates a device, requesting the adapter's own limits (they are at
     /// least wgpu's defaults on any WebGPU-capable adapter, and often far above them).
@@ -364,143 +652,82 @@ impl WgpuBackend {
             desc.backends = b;
         }
         let instance = wgpu::Instance::new(desc);
-        let adapter = instance
-            .request_adapter(&wgpu::RequestAdapterOptions {
-                power_preference: options.power_preference,
-                force_fallback_adapter: false,
-                compatible_surface: None,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| backend_err(format!("no adapter: {e}")))?;
-        let info = adapter.get_info();
-        let adapter_limits = adapter.limits();
-        let required_limits = wgpu::Limits::default().or_better_values_from(&adapter_limits);
-        // `or_better_values_from` may still ask for a default the adapter lacks (downlevel
-        // adapters); fall back to exactly what the adapter has.
-        let required_limits = if required_limits.check_limits(&adapter_limits) {
-            required_limits
-        } else {
-            adapter_limits.clone()
-        };
-        let (device, queue) = adapter
-            .request_device(&wgpu::DeviceDescriptor {
-                label: Some("kernels"),
-                required_features: wgpu::Features::empty(),
-                required_limits: required_limits.clone(),
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| backend_err(format!("device request failed on {}: {e}", info.name)))?;
-
-        let lost = Arc::new(Mutex::new(None));
-        {
-            let lost = lost.clone();
-            device.set_device_lost_callback(move |reason, msg| {
-                if let Ok(mut l) = lost.lock() {
-                    *l = Some(format!("{reason:?}: {msg}"));
-                }
-            });
-        }
-        let uncaptured = Arc::new(Mutex::new(None));
-        {
-            let u = uncaptured.clone();
-            // The default handler panics; keep the first message and report it as an Error.
-            device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-                if let Ok(mut slot) = u.lock()
-                    && slot.is_none()
-                {
-                    *slot = Some(e.to_string());
-                }
-            }));
-        }
-
-        let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
-            binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Storage { read_only },
-                has_dynamic_offset: false,
-                min_binding_size: None,
-            },
-            count: None,
-        };
-        let mut entries = vec![wgpu::BindGroupLayoutEntry {
-            binding: 0,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty: wgpu::BufferBindingType::Uniform,
-                has_dynamic_offset: false,
-                min_binding_size: NonZeroU64::new(PARAMS_BYTES as u64),
-            },
-            count: None,
-        }];
-        for i in 0..RO_SLOTS {
-            entries.push(storage(1 + i as u32, true));
-        }
-        for i in 0..RW_SLOTS {
-            entries.push(storage((1 + RO_SLOTS + i) as u32, false));
-        }
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some("kernels-layout"),
-            entries: &entries,
-        });
-        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some("kernels-pipeline-layout"),
-            bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
-        });
-        let slot = (required_limits.min_uniform_buffer_offset_alignment as usize).max(PARAMS_BYTES);
-        let max_batch = options.max_batch_dispatches.max(1);
-        let arena = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("params-arena"),
-            size: (slot * max_batch) as u64,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mk = |label: &'static str| {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(label),
-                size: 16,
-                usage: wgpu::BufferUsages::STORAGE,
-                mapped_at_creation: false,
-            })
-        };
-        let dummy_ro = mk("dummy-ro");
-        let dummy_rw = [mk("dummy-rw0"), mk("dummy-rw1"), mk("dummy-rw2")];
         let options = WgpuOptions {
-            max_batch_dispatches: max_batch,
+            max_batch_dispatches: options.max_batch_dispatches.max(1),
             ..options
         };
+        let (info, device_limits, subgroups, subgroup_min, gpu) =
+            open(&instance, &options, Counters::default()).await?;
+        let mut limits = device_limits.clone();
+        if let Some(cap) = options.max_storage_binding_cap {
+            // Keep the cap a multiple of the offset alignment so chunks can start anywhere
+            // on a chunk boundary.
+            let align = u64::from(limits.min_storage_buffer_offset_alignment.max(4));
+            let cap = (cap / align).max(1) * align;
+            limits.max_storage_buffer_binding_size =
+                limits.max_storage_buffer_binding_size.min(cap);
+        }
         Ok(WgpuBackend {
-            id: DeviceId(NEXT_DEVICE.fetch_add(1, Ordering::Relaxed)),
             info,
-            limits: required_limits,
-            device,
-            queue,
-            shared: Arc::new(Shared {
-                free: Mutex::new(HashMap::new()),
-                counters: Mutex::new(Counters::default()),
-                batch: AtomicU64::new(0),
-            }),
+            limits,
             options,
-            layout,
-            pipeline_layout,
-            modules: RefCell::new(HashMap::new()),
-            pipelines: RefCell::new(HashMap::new()),
-            tables: RefCell::new(HashMap::new()),
-            rec: RefCell::new(Recording {
-                encoder: None,
-                dispatches: 0,
-                params: Vec::new(),
-            }),
-            arena,
-            slot,
-            dummy_ro,
-            dummy_rw,
-            lost,
-            uncaptured,
+            instance,
+            subgroups,
+            subgroup_min,
+            gpu: RefCell::new(Rc::new(gpu)),
+            lost_devices: RefCell::new(Vec::new()),
+            loss_reported: Cell::new(false),
         })
+    }
+
+    /// Replaces the device with a fresh one on the same adapter, after a device loss (or at
+    /// any time). Tensors of the old device fail with [`Error::DeviceLost`] from then on;
+    /// counters carry over. Natively, the call after a reported loss does this by itself.
+    pub async fn recover_async(&self) -> Result<()> {
+        let old = self.gpu();
+        let why = old
+            .lost
+            .lock()
+            .ok()
+            .and_then(|l| l.clone())
+            .unwrap_or_else(|| "replaced by recover()".into());
+        let counters = old.shared.counters.lock().map(|c| *c).unwrap_or_default();
+        let (info, _, subgroups, _, gpu) = open(&self.instance, &self.options, counters).await?;
+        if info.name != self.info.name
+            || info.backend != self.info.backend
+            || subgroups != self.subgroups
+        {
+            return Err(backend_err(format!(
+                "recovery found a different adapter ({} on {:?}) than the lost device's ({} on {:?})",
+                info.name, info.backend, self.info.name, self.info.backend
+            )));
+        }
+        self.lost_devices.borrow_mut().push((old.id, why));
+        *self.gpu.borrow_mut() = Rc::new(gpu);
+        self.loss_reported.set(false);
+        // The old device's state (pool, pipelines, tables) drops with the last `Rc`.
+        drop(old);
+        Ok(())
+    }
+
+    /// Blocking [`WgpuBackend::recover_async`] (native only).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn recover(&self) -> Result<()> {
+        pollster::block_on(self.recover_async())
+    }
+
+    /// Whether the row reductions use subgroup operations on this device.
+    pub fn uses_subgroups(&self) -> bool {
+        self.subgroups
+    }
+
+    /// The wgpu device (for tests that need to poke it, e.g. force a loss with `destroy`).
+    pub fn wgpu_device(&self) -> wgpu::Device {
+        self.gpu().device.clone()
+    }
+
+    fn gpu(&self) -> Rc<Gpu> {
+        self.gpu.borrow().clone()
     }
 
     /// Blocking constructor (native only).
@@ -525,14 +752,17 @@ impl WgpuBackend {
     }
     /// A snapshot of the counters.
     pub fn counters(&self) -> Counters {
-        self.shared.counters.lock().map(|c| *c).unwrap_or_default()
+        let g = self.gpu();
+        g.shared.counters.lock().map(|c| *c).unwrap_or_default()
     }
     /// Frees every buffer held by the pool.
     pub fn trim_pool(&self) {
-        if let Ok(mut free) = self.shared.free.lock() {
-            free.clear();
+        let g = self.gpu();
+        if let Ok(mut free) = g.shared.free.lock() {
+            free.lists.clear();
+            free.held = 0;
         }
-        self.shared.count(|c| c.pool_bytes = 0);
+        g.shared.count(|c| c.pool_bytes = 0);
     }
 
     /// A constant table uploaded on first use and kept for the backend's lifetime.
@@ -541,11 +771,12 @@ impl WgpuBackend {
         key: String,
         make: impl FnOnce() -> Result<Tensor>,
     ) -> Result<Tensor> {
-        if let Some(t) = self.tables.borrow().get(&key) {
+        let g = self.gpu();
+        if let Some(t) = g.tables.borrow().get(&key) {
             return Ok(t.clone());
         }
         let t = self.upload_inner(&make()?)?;
-        self.tables.borrow_mut().insert(key, t.clone());
+        g.tables.borrow_mut().insert(key, t.clone());
         Ok(t)
     }
 
@@ -555,13 +786,39 @@ impl WgpuBackend {
         pollster::block_on(self.download(t))
     }
 
+    /// After a device loss was returned to a caller, the next call gets a fresh device
+    /// (natively; in the browser, where that cannot block, call `recover_async`).
+    fn recover_if_reported(&self) -> Result<()> {
+        if !self.loss_reported.get() {
+            return Ok(());
+        }
+        let lost = self.gpu().lost.lock().ok().and_then(|l| l.clone());
+        let Some(why) = lost else {
+            self.loss_reported.set(false);
+            return Ok(());
+        };
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let _ = why;
+            self.recover()
+        }
+        #[cfg(target_arch = "wasm32")]
+        {
+            Err(Error::DeviceLost {
+                why: format!("{why}; call WgpuBackend::recover_async() for a fresh device"),
+            })
+        }
+    }
+
     pub(crate) fn check_alive(&self) -> Result<()> {
-        if let Ok(l) = self.lost.lock()
+        let g = self.gpu();
+        if let Ok(l) = g.lost.lock()
             && let Some(why) = l.as_ref()
         {
+            self.loss_reported.set(true);
             return Err(Error::DeviceLost { why: why.clone() });
         }
-        if let Ok(mut u) = self.uncaptured.lock()
+        if let Ok(mut u) = g.uncaptured.lock()
             && let Some(why) = u.take()
         {
             return Err(backend_err(format!("uncaptured device error: {why}")));
@@ -571,12 +828,28 @@ impl WgpuBackend {
 
     /// The device buffer of a tensor of this backend.
     pub(crate) fn buffer_of<'t>(&self, op: &'static str, t: &'t Tensor) -> Result<&'t GpuBuffer> {
+        let g = self.gpu();
         match t.storage() {
             Storage::Device(b) => {
-                if b.device() != self.id {
+                if let Some((_, why)) = self
+                    .lost_devices
+                    .borrow()
+                    .iter()
+                    .find(|(id, _)| *id == b.device())
+                {
+                    return Err(Error::DeviceLost {
+                        why: format!(
+                            "{op}: a tensor lives on device {} of this backend, which was lost \
+                             ({why}); the backend now runs on device {}: upload the tensor again",
+                            b.device().0,
+                            g.id.0
+                        ),
+                    });
+                }
+                if b.device() != g.id {
                     return Err(Error::DeviceMismatch {
                         op,
-                        expected: self.id.0,
+                        expected: g.id.0,
                         got: b.device().0,
                     });
                 }
@@ -586,20 +859,19 @@ impl WgpuBackend {
             }
             _ => Err(Error::DeviceMismatch {
                 op,
-                expected: self.id.0,
+                expected: g.id.0,
                 got: DeviceId::CPU.0,
             }),
         }
     }
 
-    fn check_binding_size(&self, what: &str, bytes: u64) -> Result<()> {
-        let limit = self
-            .limits
-            .max_storage_buffer_binding_size
-            .min(self.limits.max_buffer_size);
+    /// A tensor's buffer must fit the device; binding it whole must also fit the storage
+    /// binding limit, which `launch` checks (elementwise ops bind chunks instead).
+    fn check_buffer_size(&self, what: &str, bytes: u64) -> Result<()> {
+        let limit = self.limits.max_buffer_size;
         if bytes > limit {
             return Err(Error::LimitExceeded {
-                what: format!("{what}: bytes in one storage binding"),
+                what: format!("{what}: bytes in one buffer"),
                 value: bytes,
                 limit,
             });
@@ -607,8 +879,19 @@ impl WgpuBackend {
         Ok(())
     }
 
+    /// Elements per chunk when an elementwise op splits a tensor over several bindings: the
+    /// binding limit, rounded down to the storage offset alignment so every chunk starts on
+    /// an aligned offset.
+    pub(crate) fn chunk_elems(&self) -> usize {
+        let align = u64::from(self.limits.min_storage_buffer_offset_alignment.max(4));
+        let limit = self.limits.max_storage_buffer_binding_size;
+        let bytes = ((limit / align) * align).max(align);
+        usize::try_from(bytes / 4).unwrap_or(usize::MAX)
+    }
+
     /// A storage buffer of at least `bytes`, from the pool when possible.
     fn acquire(&self, bytes: u64, for_upload: bool) -> Result<(wgpu::Buffer, u64)> {
+        let g = self.gpu();
         let class = size_class(bytes);
         // Classes above the device's buffer size fall back to the exact (4-aligned) size.
         let class = if class > self.limits.max_buffer_size {
@@ -616,10 +899,10 @@ impl WgpuBackend {
         } else {
             class
         };
-        if let Some(b) = self.shared.take(PoolKind::Storage, class, for_upload) {
+        if let Some(b) = g.shared.take(PoolKind::Storage, class, for_upload) {
             return Ok((b, class));
         }
-        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+        let buf = g.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tensor"),
             size: class,
             usage: wgpu::BufferUsages::STORAGE
@@ -627,16 +910,17 @@ impl WgpuBackend {
                 | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        self.shared.count(|c| c.buffers_created += 1);
+        g.shared.count(|c| c.buffers_created += 1);
         Ok((buf, class))
     }
 
     /// A fresh output tensor of `shape` (contents undefined until a kernel writes them).
     pub(crate) fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let g = self.gpu();
         let n = kernels_core::tensor::numel(shape)
             .ok_or_else(|| Error::bad_shape(op, "out", shape, "element count overflows"))?;
         let bytes = (n as u64).saturating_mul(4);
-        self.check_binding_size(op, bytes)?;
+        self.check_buffer_size(op, bytes)?;
         let (buf, class) = self.acquire(bytes, false)?;
         Ok(Tensor::from_device(
             shape,
@@ -645,57 +929,97 @@ impl WgpuBackend {
                 buf: Some(buf),
                 class,
                 len: bytes,
-                device: self.id,
-                shared: Arc::downgrade(&self.shared),
+                device: g.id,
+                shared: Arc::downgrade(&g.shared),
                 host_ints: None,
             }),
         ))
     }
 
-    fn module(&self, family: Family) -> wgpu::ShaderModule {
-        let mut modules = self.modules.borrow_mut();
+    fn module(&self, g: &Gpu, family: Family, subgroups: bool) -> wgpu::ShaderModule {
+        let mut modules = g.modules.borrow_mut();
         modules
-            .entry(family)
+            .entry((family, subgroups))
             .or_insert_with(|| {
-                self.device
-                    .create_shader_module(wgpu::ShaderModuleDescriptor {
-                        label: Some(family.name()),
-                        source: wgpu::ShaderSource::Wgsl(family.source().into()),
-                    })
+                g.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(family.name()),
+                    source: wgpu::ShaderSource::Wgsl(family.module_source(subgroups).into()),
+                })
             })
             .clone()
     }
 
+    /// Levels of the subgroup tree that cover a 256-thread workgroup at the smallest
+    /// subgroup size.
+    fn subgroup_levels(&self) -> u32 {
+        let size = u64::from(self.subgroup_min.max(2));
+        let mut levels = 1;
+        let mut covered = size;
+        while covered < 256 {
+            covered *= size;
+            levels += 1;
+        }
+        levels
+    }
+
     fn pipeline(
         &self,
+        g: &Gpu,
         family: Family,
         entry: &'static str,
         constants: &[(&'static str, f64)],
     ) -> wgpu::ComputePipeline {
+        let subgroups = self.subgroups && family.has_subgroup_variant();
+        let mut constants = constants.to_vec();
+        if subgroups {
+            constants.push(("SG_LEVELS", f64::from(self.subgroup_levels())));
+        }
         let key: PipelineKey = (
             family,
             entry,
             constants.iter().map(|(k, v)| (*k, v.to_bits())).collect(),
         );
-        if let Some(p) = self.pipelines.borrow().get(&key) {
+        if let Some(p) = g.pipelines.borrow().get(&key) {
             return p.clone();
         }
-        let module = self.module(family);
-        let p = self
+        let module = self.module(g, family, subgroups);
+        let p = g
             .device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(entry),
-                layout: Some(&self.pipeline_layout),
+                layout: Some(&g.pipeline_layout),
                 module: &module,
                 entry_point: Some(entry),
                 compilation_options: wgpu::PipelineCompilationOptions {
-                    constants,
+                    constants: &constants,
                     zero_initialize_workgroup_memory: false,
                 },
                 cache: None,
             });
-        self.pipelines.borrow_mut().insert(key, p.clone());
+        g.pipelines.borrow_mut().insert(key, p.clone());
         p
+    }
+
+    /// The pipelines built so far, as `family/entry` plus `+subgroup` for subgroup variants
+    /// (lets tests check which kernel variant ran).
+    pub fn pipelines_built(&self) -> Vec<String> {
+        let g = self.gpu();
+        let mut out: Vec<String> = g
+            .pipelines
+            .borrow()
+            .keys()
+            .map(|(f, e, c)| {
+                let sg = if c.iter().any(|(k, _)| *k == "SG_LEVELS") {
+                    "+subgroup"
+                } else {
+                    ""
+                };
+                format!("{}/{e}{sg}", f.name())
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// Splits `groups` workgroups into a 2-D grid within the per-dimension limit; kernels
@@ -737,26 +1061,74 @@ impl WgpuBackend {
         outputs: &[&Tensor],
         grid: (u32, u32, u32),
     ) -> Result<()> {
+        let ins: Vec<_> = inputs.iter().map(|t| (*t, None)).collect();
+        let outs: Vec<_> = outputs.iter().map(|t| (*t, None)).collect();
+        self.launch_ranges(op, family, entry, constants, params, &ins, &outs, grid)
+    }
+
+    /// One storage binding, checked against the binding limit.
+    fn bind_one<'t>(
+        &self,
+        op: &'static str,
+        t: &'t Tensor,
+        range: Option<(usize, usize)>,
+    ) -> Result<wgpu::BufferBinding<'t>> {
+        let buf = self.buffer_of(op, t)?;
+        let limit = self.limits.max_storage_buffer_binding_size;
+        let bytes = match range {
+            Some((_, len)) => (len as u64) * 4,
+            None => buf.len,
+        };
+        if bytes > limit {
+            return Err(Error::LimitExceeded {
+                what: format!(
+                    "{op}: bytes of a {:?} tensor in one storage binding (only elementwise ops split it)",
+                    t.shape()
+                ),
+                value: bytes,
+                limit,
+            });
+        }
+        buf.binding(range)
+            .ok_or_else(|| backend_err(format!("{op}: buffer already released")))
+    }
+
+    /// As [`WgpuBackend::launch`], each tensor bound whole (`None`) or as the element range
+    /// `(start, len)`; `start * 4` must be a multiple of the storage offset alignment. A
+    /// binding above the storage binding limit is `LimitExceeded` naming the op.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn launch_ranges(
+        &self,
+        op: &'static str,
+        family: Family,
+        entry: &'static str,
+        constants: &[(&'static str, f64)],
+        params: Params,
+        inputs: &[(&Tensor, Option<(usize, usize)>)],
+        outputs: &[(&Tensor, Option<(usize, usize)>)],
+        grid: (u32, u32, u32),
+    ) -> Result<()> {
+        let g = self.gpu();
         if inputs.len() > RO_SLOTS || outputs.len() > RW_SLOTS {
             return Err(backend_err(format!("{op}: too many bindings for {entry}")));
         }
         let in_bufs = inputs
             .iter()
-            .map(|t| self.buffer_of(op, t))
+            .map(|(t, r)| self.bind_one(op, t, *r))
             .collect::<Result<Vec<_>>>()?;
         let out_bufs = outputs
             .iter()
-            .map(|t| self.buffer_of(op, t))
+            .map(|(t, r)| self.bind_one(op, t, *r))
             .collect::<Result<Vec<_>>>()?;
-        let pipeline = self.pipeline(family, entry, constants);
+        let pipeline = self.pipeline(&g, family, entry, constants);
 
-        let mut rec = self.rec.borrow_mut();
+        let mut rec = g.rec.borrow_mut();
         if rec.dispatches >= self.options.max_batch_dispatches {
             drop(rec);
             self.submit()?;
-            rec = self.rec.borrow_mut();
+            rec = g.rec.borrow_mut();
         }
-        let offset = rec.dispatches * self.slot;
+        let offset = rec.dispatches * g.slot;
         rec.params.resize(offset, 0);
         rec.params.extend_from_slice(&params.bytes());
         rec.dispatches += 1;
@@ -764,24 +1136,24 @@ impl WgpuBackend {
         let mut entries = vec![wgpu::BindGroupEntry {
             binding: 0,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &self.arena,
+                buffer: &g.arena,
                 offset: offset as u64,
                 size: NonZeroU64::new(PARAMS_BYTES as u64),
             }),
         }];
         for i in 0..RO_SLOTS {
-            let resource = match in_bufs.get(i).and_then(|b| b.binding()) {
-                Some(b) => wgpu::BindingResource::Buffer(b),
-                None => self.dummy_ro.as_entire_binding(),
+            let resource = match in_bufs.get(i) {
+                Some(b) => wgpu::BindingResource::Buffer(b.clone()),
+                None => g.dummy_ro.as_entire_binding(),
             };
             entries.push(wgpu::BindGroupEntry {
                 binding: 1 + i as u32,
                 resource,
             });
         }
-        for (i, dummy) in self.dummy_rw.iter().enumerate() {
-            let resource = match out_bufs.get(i).and_then(|b| b.binding()) {
-                Some(b) => wgpu::BindingResource::Buffer(b),
+        for (i, dummy) in g.dummy_rw.iter().enumerate() {
+            let resource = match out_bufs.get(i) {
+                Some(b) => wgpu::BindingResource::Buffer(b.clone()),
                 None => dummy.as_entire_binding(),
             };
             entries.push(wgpu::BindGroupEntry {
@@ -789,13 +1161,13 @@ impl WgpuBackend {
                 resource,
             });
         }
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        let bind_group = g.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(entry),
-            layout: &self.layout,
+            layout: &g.layout,
             entries: &entries,
         });
         let encoder = rec.encoder.get_or_insert_with(|| {
-            self.device
+            g.device
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                     label: Some("kernels-batch"),
                 })
@@ -809,25 +1181,26 @@ impl WgpuBackend {
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(grid.0, grid.1, grid.2);
         }
-        self.shared.count(|c| c.dispatches += 1);
+        g.shared.count(|c| c.dispatches += 1);
         Ok(())
     }
 
     /// Submits the recorded batch (if any).
     fn submit(&self) -> Result<()> {
-        let mut rec = self.rec.borrow_mut();
+        let g = self.gpu();
+        let mut rec = g.rec.borrow_mut();
         let Some(encoder) = rec.encoder.take() else {
             return Ok(());
         };
         if !rec.params.is_empty() {
-            self.queue.write_buffer(&self.arena, 0, &rec.params);
+            g.queue.write_buffer(&g.arena, 0, &rec.params);
         }
         rec.params.clear();
         rec.dispatches = 0;
         drop(rec);
-        self.queue.submit(Some(encoder.finish()));
-        self.shared.batch.fetch_add(1, Ordering::Relaxed);
-        self.shared.count(|c| c.submits += 1);
+        g.queue.submit(Some(encoder.finish()));
+        g.shared.batch.fetch_add(1, Ordering::Relaxed);
+        g.shared.count(|c| c.submits += 1);
         Ok(())
     }
 
@@ -835,12 +1208,20 @@ impl WgpuBackend {
     /// into an [`Error`]. Where the scope's result is not ready at once (the browser), the
     /// error surfaces later through the uncaptured-error check instead.
     pub(crate) fn scoped<R>(&self, what: &str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        self.recover_if_reported()?;
+        let g = self.gpu();
         self.check_alive()?;
-        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
-        let val = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let oom = g.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let val = g.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let r = f();
         let val_err = kernels_core::backend::now_or_never(val.pop()).flatten();
         let oom_err = kernels_core::backend::now_or_never(oom.pop()).flatten();
+        if val_err.is_some() || oom_err.is_some() || r.is_err() {
+            // Errors on a destroyed device come before its lost callback; a poll delivers
+            // the callback so the caller sees `DeviceLost` rather than the symptom.
+            #[cfg(not(target_arch = "wasm32"))]
+            let _ = g.device.poll(wgpu::PollType::Poll);
+        }
         self.check_alive()?;
         if let Some(e) = oom_err {
             return Err(map_wgpu_error(e, what));
@@ -852,6 +1233,7 @@ impl WgpuBackend {
     }
 
     fn upload_inner(&self, t: &Tensor) -> Result<Tensor> {
+        let g = self.gpu();
         let (bytes, host_ints): (Vec<u8>, Option<Arc<Vec<i64>>>) = match t.storage() {
             Storage::F32(v) => (bytemuck::cast_slice(v.as_slice()).to_vec(), None),
             Storage::I32(v) => (
@@ -877,12 +1259,12 @@ impl WgpuBackend {
             }
         };
         let len = bytes.len() as u64;
-        self.check_binding_size("upload", len)?;
+        self.check_buffer_size("upload", len)?;
         let (buf, class) = self.acquire(len, true)?;
         if !bytes.is_empty() {
-            self.queue.write_buffer(&buf, 0, &bytes);
+            g.queue.write_buffer(&buf, 0, &bytes);
         }
-        self.shared.count(|c| c.bytes_uploaded += len);
+        g.shared.count(|c| c.bytes_uploaded += len);
         Ok(Tensor::from_device(
             t.shape(),
             t.dtype(),
@@ -890,8 +1272,8 @@ impl WgpuBackend {
                 buf: Some(buf),
                 class,
                 len,
-                device: self.id,
-                shared: Arc::downgrade(&self.shared),
+                device: g.id,
+                shared: Arc::downgrade(&g.shared),
                 host_ints,
             }),
         ))
@@ -900,6 +1282,7 @@ impl WgpuBackend {
     /// Records the copy of `t` into a mappable staging buffer and submits; returns the staging
     /// buffer, its class and the byte count.
     fn stage_download(&self, t: &Tensor) -> Result<Option<(wgpu::Buffer, u64, u64)>> {
+        let g = self.gpu();
         let src = self.buffer_of("download", t)?;
         let len = (t.numel() as u64) * 4;
         if len == 0 {
@@ -909,9 +1292,9 @@ impl WgpuBackend {
             .raw()
             .ok_or_else(|| backend_err("download: buffer already released"))?;
         let class = size_class(len);
-        let staging = match self.shared.take(PoolKind::Staging, class, false) {
+        let staging = match g.shared.take(PoolKind::Staging, class, false) {
             Some(b) => b,
-            None => self.device.create_buffer(&wgpu::BufferDescriptor {
+            None => g.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("staging"),
                 size: class,
                 usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
@@ -919,9 +1302,9 @@ impl WgpuBackend {
             }),
         };
         {
-            let mut rec = self.rec.borrow_mut();
+            let mut rec = g.rec.borrow_mut();
             let encoder = rec.encoder.get_or_insert_with(|| {
-                self.device
+                g.device
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                         label: Some("kernels-batch"),
                     })
@@ -988,7 +1371,8 @@ impl Backend for WgpuBackend {
         format!("wgpu ({}, {:?})", self.info.name, self.info.backend)
     }
     fn device(&self) -> DeviceId {
-        self.id
+        let g = self.gpu();
+        g.id
     }
     fn upload(&self, t: &Tensor) -> Result<Tensor> {
         if !t.is_host() {
@@ -997,6 +1381,7 @@ impl Backend for WgpuBackend {
         self.scoped("upload", || self.upload_inner(t))
     }
     fn download<'a>(&'a self, t: &'a Tensor) -> LocalBoxFuture<'a, Result<Tensor>> {
+        let g = self.gpu();
         Box::pin(async move {
             let staged = self.scoped("download", || self.stage_download(t))?;
             let Some((staging, class, len)) = staged else {
@@ -1018,11 +1403,19 @@ impl Backend for WgpuBackend {
                     }
                 });
             }
-            MapFuture {
+            let mapped = MapFuture {
                 state,
-                device: self.device.clone(),
+                device: g.device.clone(),
             }
-            .await?;
+            .await;
+            if let Err(e) = mapped {
+                // A lost device fails the map before its lost callback has run; one more
+                // poll delivers the callback, so the caller gets `DeviceLost`, not a map error.
+                #[cfg(not(target_arch = "wasm32"))]
+                let _ = g.device.poll(wgpu::PollType::Poll);
+                self.check_alive()?;
+                return Err(e);
+            }
             self.check_alive()?;
             let out = {
                 let view = staging
@@ -1054,8 +1447,8 @@ impl Backend for WgpuBackend {
                 }
             };
             staging.unmap();
-            self.shared.give_back(PoolKind::Staging, class, staging);
-            self.shared.count(|c| c.bytes_downloaded += len);
+            g.shared.give_back(PoolKind::Staging, class, staging);
+            g.shared.count(|c| c.bytes_downloaded += len);
             out
         })
     }

@@ -126,3 +126,52 @@ fn batches_flush_after_the_dispatch_limit() {
     assert_eq!(gpu.counters().submits, 3);
     assert_ne!(gpu.device().0, 0);
 }
+
+#[test]
+fn pool_is_capped_and_evicts_least_recently_freed() {
+    let Some(_) = common::backend() else { return };
+    // 4 KiB cap: a 1 KiB and a 2 KiB tensor fit; freeing a third (2 KiB) evicts the oldest.
+    let gpu = kernels_gpu::WgpuBackend::with_options(kernels_gpu::WgpuOptions {
+        max_pool_bytes: 4096,
+        ..Default::default()
+    })
+    .unwrap();
+    let t = |n: usize| gpu.upload(&Tensor::full(&[n], 1.0).unwrap()).unwrap();
+    let (a, b, c) = (t(256), t(512), t(512)); // classes 1 KiB, 2 KiB, 2 KiB
+    let e = t(512);
+    assert_eq!(gpu.counters().pool_bytes, 0);
+    drop(a);
+    drop(b);
+    let c1 = gpu.counters();
+    assert_eq!(c1.pool_bytes, 1024 + 2048);
+    assert_eq!(c1.buffers_evicted, 0);
+    drop(c);
+    let c2 = gpu.counters();
+    assert_eq!(c2.buffers_evicted, 1, "5 KiB > 4 KiB: one eviction");
+    assert_eq!(
+        c2.pool_bytes,
+        2048 + 2048,
+        "the 1 KiB buffer, freed first, went"
+    );
+    assert!(c2.pool_bytes <= 4096);
+    // A buffer larger than the whole cap is never kept.
+    drop(t(2048)); // 8 KiB
+    let c3 = gpu.counters();
+    assert_eq!(c3.pool_bytes, 4096);
+    assert_eq!(c3.buffers_evicted, 2);
+    // The survivors are reused: a 2 KiB op output needs no new buffer.
+    let created = gpu.counters().buffers_created;
+    let _d = gpu
+        .run(&Op::Scale { factor: 2.0 }, Direction::Forward, &[&e])
+        .unwrap();
+    assert_eq!(gpu.counters().buffers_created, created);
+    assert_eq!(gpu.counters().pool_bytes, 2048);
+}
+
+#[test]
+fn default_pool_cap_is_256_mib() {
+    assert_eq!(
+        kernels_gpu::WgpuOptions::default().max_pool_bytes,
+        256 << 20
+    );
+}

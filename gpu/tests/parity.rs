@@ -81,6 +81,48 @@ fn reference_values(r: &Reference) -> Vec<Vec<f64>> {
 #[test]
 fn wgpu_matches_the_cpu_reference() {
     let Some(gpu) = common::backend() else { return };
+    // Lavapipe has subgroups: the default run takes the subgroup path there.
+    if gpu.adapter_info().name.contains("llvmpipe") {
+        assert!(gpu.uses_subgroups(), "lavapipe reports subgroups");
+    }
+    suite(&gpu, OpKind::ALL);
+    let built = gpu.pipelines_built();
+    let sg = built.iter().filter(|p| p.ends_with("+subgroup")).count();
+    assert_eq!(sg > 0, gpu.uses_subgroups(), "{built:?}");
+}
+
+/// The row-reduction ops again with subgroups turned off, so the workgroup-memory fallback is
+/// tested on adapters that have subgroups too.
+#[test]
+fn row_reductions_match_without_subgroups() {
+    let Some(_) = common::backend() else { return };
+    let gpu = kernels_gpu::WgpuBackend::with_options(kernels_gpu::WgpuOptions {
+        subgroups: false,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(!gpu.uses_subgroups());
+    suite(
+        &gpu,
+        &[
+            OpKind::Softmax,
+            OpKind::LogSoftmax,
+            OpKind::LayerNorm,
+            OpKind::RmsNorm,
+            OpKind::Sum,
+            OpKind::Mean,
+            OpKind::Max,
+        ],
+    );
+    let built = gpu.pipelines_built();
+    assert!(
+        built.iter().any(|p| p == "softmax/softmax_forward"),
+        "{built:?}"
+    );
+    assert!(!built.iter().any(|p| p.ends_with("+subgroup")), "{built:?}");
+}
+
+fn suite(gpu: &kernels_gpu::WgpuBackend, kinds: &[OpKind]) {
     let mut failures = Vec::new();
     let mut passed = Vec::new();
     let mut by_oracle = Vec::new();
@@ -89,7 +131,7 @@ fn wgpu_matches_the_cpu_reference() {
     // Op kinds with at least one GPU case compared against a reference, per direction.
     let mut ran_forward = std::collections::BTreeSet::new();
     let mut ran_backward = std::collections::BTreeSet::new();
-    for kind in OpKind::ALL {
+    for kind in kinds {
         let spec = kind.spec();
         for (ci, case) in parity::cases(*kind, 7).unwrap().into_iter().enumerate() {
             let label = format!("{} {}", case.op, case.shape_label());
@@ -191,7 +233,7 @@ fn wgpu_matches_the_cpu_reference() {
     println!("unsupported on wgpu: {unsupported:?}");
     println!("counters: {:?}", gpu.counters());
     // Coverage: every op ran on wgpu forward and, if differentiable, backward.
-    let missing: Vec<String> = OpKind::ALL
+    let missing: Vec<String> = kinds
         .iter()
         .flat_map(|kind| {
             let name = kind.name();

@@ -4,44 +4,63 @@
 
 use std::path::Path;
 
+fn validate(label: &str, src: &str, caps: naga::valid::Capabilities) -> Result<usize, String> {
+    let module = naga::front::wgsl::parse_str(src)
+        .map_err(|e| format!("{label}: {}", e.emit_to_string(src)))?;
+    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+        .validate(&module)
+        .map_err(|e| format!("{label}: {}", e.emit_to_string(src)))?;
+    Ok(module.entry_points.len())
+}
+
+/// Every shader module the backend can build (each family, in each row-reduction variant it
+/// has) parses and validates; the subgroup variants with only the subgroup capability added.
 #[test]
 fn every_wgsl_file_parses_and_validates() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/shaders");
-    let mut seen = 0;
+    use kernels_gpu::wgpu_backend::{Family, ROW_REDUCE_SUBGROUP, ROW_REDUCE_WORKGROUP};
     let mut failures = Vec::new();
-    let mut entries: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "wgsl"))
-        .collect();
-    entries.sort();
-    for path in entries {
-        seen += 1;
-        let src = std::fs::read_to_string(&path).unwrap();
-        let module = match naga::front::wgsl::parse_str(&src) {
-            Ok(m) => m,
-            Err(e) => {
-                failures.push(format!("{}: {}", path.display(), e.emit_to_string(&src)));
-                continue;
-            }
-        };
-        let mut validator = naga::valid::Validator::new(
-            naga::valid::ValidationFlags::all(),
-            naga::valid::Capabilities::empty(),
-        );
-        if let Err(e) = validator.validate(&module) {
-            failures.push(format!("{}: {}", path.display(), e.emit_to_string(&src)));
+    let mut seen = 0;
+    for family in Family::ALL {
+        let mut variants = vec![(false, naga::valid::Capabilities::empty())];
+        if family.has_subgroup_variant() {
+            variants.push((true, naga::valid::Capabilities::SUBGROUP));
         }
-        assert!(
-            !module.entry_points.is_empty(),
-            "{} has no entry point",
-            path.display()
-        );
+        for (sg, caps) in variants {
+            seen += 1;
+            let label = format!("{}.wgsl (subgroups: {sg})", family.name());
+            match validate(&label, &family.module_source(sg), caps) {
+                Ok(0) => failures.push(format!("{label} has no entry point")),
+                Ok(_) => {}
+                Err(e) => failures.push(e),
+            }
+        }
     }
-    assert!(
-        seen >= 7,
-        "expected the seven shader families, found {seen}"
-    );
+    // The preludes on their own, so a variant no family uses yet is still checked.
+    for (label, src, caps) in [
+        (
+            "row_reduce_workgroup.wgsl",
+            ROW_REDUCE_WORKGROUP,
+            naga::valid::Capabilities::empty(),
+        ),
+        (
+            "row_reduce_subgroup.wgsl",
+            ROW_REDUCE_SUBGROUP,
+            naga::valid::Capabilities::SUBGROUP,
+        ),
+    ] {
+        if let Err(e) = validate(label, src, caps) {
+            failures.push(e);
+        }
+    }
+    // The benchmark-only shaders (the naive matmul baseline).
+    for (name, src) in kernels_gpu::bench::SHADERS {
+        match validate(name, src, naga::valid::Capabilities::empty()) {
+            Ok(0) => failures.push(format!("{name} has no entry point")),
+            Ok(_) => {}
+            Err(e) => failures.push(e),
+        }
+    }
+    assert!(seen >= 7, "expected the shader families, found {seen}");
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
@@ -58,6 +77,11 @@ fn embedded_shader_list_matches_the_directory() {
     let mut embedded: Vec<String> = kernels_gpu::wgpu_backend::Family::ALL
         .iter()
         .map(|f| format!("{}.wgsl", f.name()))
+        .chain(
+            ["row_reduce_workgroup.wgsl", "row_reduce_subgroup.wgsl"]
+                .iter()
+                .map(|s| s.to_string()),
+        )
         .chain(
             kernels_gpu::bench::SHADERS
                 .iter()

@@ -184,16 +184,17 @@ fn binary(a: f32, b: f32) -> f32 {
     }
 }
 
-// in0 = a [n], in1 = b [nb] (repeats every nb); out0 [n]. p.u0 = n, p.u1 = nb
+// in0 = a [n], in1 = b [nb] (repeats every nb); out0 [n]. p.u0 = n, p.u1 = nb, p.u2 = index of
+// element 0 of this chunk in the whole tensor (the host splits tensors above the binding limit).
 @compute @workgroup_size(WG)
 fn binary_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
     let i = flat_index(wid, nwg, lid);
     if (i >= p.u0) { return; }
-    out0[i] = binary(in0[i], in1[i % p.u1]);
+    out0[i] = binary(in0[i], in1[(i + p.u2) % p.u1]);
 }
 
-// grad_a: in0 = a, in1 = b, in2 = grad_out; out0 = grad_a [n]. p.u0 = n, p.u1 = nb
+// grad_a: in0 = a, in1 = b, in2 = grad_out; out0 = grad_a [n]. p as binary_forward.
 @compute @workgroup_size(WG)
 fn binary_backward_a(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                      @builtin(local_invocation_index) lid: u32) {
@@ -202,8 +203,8 @@ fn binary_backward_a(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     let g = in2[i];
     switch BOP {
         case 0u, 1u: { out0[i] = g; }
-        case 2u: { out0[i] = g * in1[i % p.u1]; }
-        default: { out0[i] = g / in1[i % p.u1]; }
+        case 2u: { out0[i] = g * in1[(i + p.u2) % p.u1]; }
+        default: { out0[i] = g / in1[(i + p.u2) % p.u1]; }
     }
 }
 

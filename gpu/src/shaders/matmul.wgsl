@@ -1,6 +1,8 @@
 // Batched matmul out[z] = op(a[z]) @ op(b[z]), op = optional transpose (TA, TB) read through the
 // index math, never materialized. A 64x64 output tile per workgroup of 16x16 threads, staged
 // through workgroup memory in K-slices of 16; each thread keeps a 4x4 block in registers.
+// `matmul_vec4` stages the tiles with one vec4 load per thread and operand when both operands'
+// contiguous dims (and offsets) are multiples of 4; the host picks it, else `matmul`.
 // Batch is the z grid dimension (plus p.u5 when the host splits a batch above the z limit); a
 // shared 2-D operand has batch stride 0.
 
@@ -23,6 +25,9 @@ const THREADS: u32 = 256u;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(5) var<storage, read_write> c: array<f32>;
+// The same operands as vec4s, for `matmul_vec4` (no entry point uses both views).
+@group(0) @binding(1) var<storage, read> a4: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> b4: array<vec4<f32>>;
 
 var<workgroup> a_tile: array<f32, 1024>; // [BK][BM]
 var<workgroup> b_tile: array<f32, 1024>; // [BK][BN]
@@ -79,28 +84,110 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
             b_tile[kj * BN + ni] = load_b(base_b, k0 + kj, col0 + ni);
         }
         workgroupBarrier();
-        for (var kk: u32 = 0u; kk < BK; kk = kk + 1u) {
-            var ar: array<f32, 4>;
-            var br: array<f32, 4>;
-            for (var i: u32 = 0u; i < TM; i = i + 1u) { ar[i] = a_tile[kk * BM + lid.y * TM + i]; }
-            for (var j: u32 = 0u; j < TN; j = j + 1u) { br[j] = b_tile[kk * BN + lid.x * TN + j]; }
-            for (var i: u32 = 0u; i < TM; i = i + 1u) {
-                for (var j: u32 = 0u; j < TN; j = j + 1u) {
-                    acc[i * TN + j] = acc[i * TN + j] + ar[i] * br[j];
-                }
-            }
-        }
+        tile_fma(&acc, lid);
         workgroupBarrier();
     }
+    store_tile(&acc, lid, base_c, row0, col0);
+}
 
+// acc += this thread's 4x4 block of a_tile^T b_tile.
+fn tile_fma(acc: ptr<function, array<f32, 16>>, lid: vec3<u32>) {
+    for (var kk: u32 = 0u; kk < BK; kk = kk + 1u) {
+        var ar: array<f32, 4>;
+        var br: array<f32, 4>;
+        for (var i: u32 = 0u; i < TM; i = i + 1u) { ar[i] = a_tile[kk * BM + lid.y * TM + i]; }
+        for (var j: u32 = 0u; j < TN; j = j + 1u) { br[j] = b_tile[kk * BN + lid.x * TN + j]; }
+        for (var i: u32 = 0u; i < TM; i = i + 1u) {
+            for (var j: u32 = 0u; j < TN; j = j + 1u) {
+                (*acc)[i * TN + j] = (*acc)[i * TN + j] + ar[i] * br[j];
+            }
+        }
+    }
+}
+
+fn store_tile(acc: ptr<function, array<f32, 16>>, lid: vec3<u32>, base_c: u32, row0: u32, col0: u32) {
+    let m_len = p.u0;
+    let n_len = p.u1;
     for (var i: u32 = 0u; i < TM; i = i + 1u) {
         let r = row0 + lid.y * TM + i;
         if (r >= m_len) { continue; }
         for (var j: u32 = 0u; j < TN; j = j + 1u) {
             let col = col0 + lid.x * TN + j;
             if (col < n_len) {
-                c[base_c + r * n_len + col] = acc[i * TN + j];
+                c[base_c + r * n_len + col] = (*acc)[i * TN + j];
             }
         }
     }
+}
+
+// Four consecutive elements of a (`i` a multiple of 4), or zeros past the operand.
+fn a_vec(i: u32, valid: bool) -> vec4<f32> {
+    if (!valid) { return vec4<f32>(0.0); }
+    return a4[i / 4u];
+}
+
+fn b_vec(i: u32, valid: bool) -> vec4<f32> {
+    if (!valid) { return vec4<f32>(0.0); }
+    return b4[i / 4u];
+}
+
+// As `matmul`, with each operand's contiguous dim (K for a, or M when TA; N for b, or K when
+// TB), its batch stride and its offset multiples of 4: every thread stages one vec4 of each
+// tile, and a vec4 is either wholly inside the operand or wholly outside.
+@compute @workgroup_size(16, 16, 1)
+fn matmul_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+               @builtin(local_invocation_index) lidx: u32) {
+    let m_len = p.u0;
+    let n_len = p.u1;
+    let k_len = p.u2;
+    let batch = wid.z + p.u5;
+    let base_a = batch * p.u3 + p.u6;
+    let base_b = batch * p.u4 + p.u7;
+    let base_c = batch * m_len * n_len;
+    let row0 = wid.y * BM;
+    let col0 = wid.x * BN;
+
+    var acc: array<f32, 16>;
+    for (var i: u32 = 0u; i < 16u; i = i + 1u) { acc[i] = 0.0; }
+
+    for (var k0: u32 = 0u; k0 < k_len; k0 = k0 + BK) {
+        if (TA) {
+            // a is [K, M]: 16 k-rows of 16 vec4s along m.
+            let ki = lidx / 16u;
+            let mi = (lidx % 16u) * 4u;
+            let k = k0 + ki;
+            let m = row0 + mi;
+            let v = a_vec(base_a + k * m_len + m, k < k_len && m < m_len);
+            for (var e: u32 = 0u; e < 4u; e = e + 1u) { a_tile[ki * BM + mi + e] = v[e]; }
+        } else {
+            // a is [M, K]: 64 rows of 4 vec4s along k.
+            let mi = lidx / 4u;
+            let ki = (lidx % 4u) * 4u;
+            let k = k0 + ki;
+            let m = row0 + mi;
+            let v = a_vec(base_a + m * k_len + k, k < k_len && m < m_len);
+            for (var e: u32 = 0u; e < 4u; e = e + 1u) { a_tile[(ki + e) * BM + mi] = v[e]; }
+        }
+        if (TB) {
+            // b is [N, K]: 64 rows of 4 vec4s along k.
+            let ni = lidx / 4u;
+            let kj = (lidx % 4u) * 4u;
+            let k = k0 + kj;
+            let n = col0 + ni;
+            let v = b_vec(base_b + n * k_len + k, k < k_len && n < n_len);
+            for (var e: u32 = 0u; e < 4u; e = e + 1u) { b_tile[(kj + e) * BN + ni] = v[e]; }
+        } else {
+            // b is [K, N]: 16 k-rows of 16 vec4s along n.
+            let kj = lidx / 16u;
+            let ni = (lidx % 16u) * 4u;
+            let k = k0 + kj;
+            let n = col0 + ni;
+            let v = b_vec(base_b + k * n_len + n, k < k_len && n < n_len);
+            for (var e: u32 = 0u; e < 4u; e = e + 1u) { b_tile[kj * BN + ni + e] = v[e]; }
+        }
+        workgroupBarrier();
+        tile_fma(&acc, lid);
+        workgroupBarrier();
+    }
+    store_tile(&acc, lid, base_c, row0, col0);
 }

@@ -1,7 +1,7 @@
 // layer_norm and rms_norm over the last dim (RMS selects), forward and backward. One workgroup
 // per row with workgroup reductions; the backward writes grad_x and per-row statistics in one
 // pass, then a second kernel sums grad_weight / grad_bias over rows, one thread per column, in
-// row order.
+// row order. `row_sum` comes from the row-reduction prelude the backend prepends.
 
 struct Params {
     u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
@@ -19,22 +19,8 @@ const WG: u32 = 256u;
 @group(0) @binding(5) var<storage, read_write> out0: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out1: array<f32>;
 
-var<workgroup> sh: array<f32, 256>;
-
 fn row_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.y * nwg.x + wid.x;
-}
-
-fn wg_sum(lid: u32, v: f32) -> f32 {
-    sh[lid] = v;
-    workgroupBarrier();
-    for (var s: u32 = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { sh[lid] = sh[lid] + sh[lid + s]; }
-        workgroupBarrier();
-    }
-    let total = sh[0];
-    workgroupBarrier();
-    return total;
 }
 
 // (mean, 1/sqrt(var + eps)) of a layer_norm row, or (0, 1/sqrt(mean(x^2) + eps)) for rms_norm.
@@ -45,14 +31,14 @@ fn row_stats(lid: u32, base: u32, n: u32) -> vec2<f32> {
     if (!RMS) {
         var acc: f32 = 0.0;
         for (var j: u32 = lid; j < n; j = j + WG) { acc = acc + in0[base + j]; }
-        mean = wg_sum(lid, acc) / f32(n);
+        mean = row_sum(lid, acc) / f32(n);
     }
     var sq: f32 = 0.0;
     for (var j: u32 = lid; j < n; j = j + WG) {
         let d = in0[base + j] - mean;
         sq = sq + d * d;
     }
-    let var_ = wg_sum(lid, sq) / f32(n);
+    let var_ = row_sum(lid, sq) / f32(n);
     return vec2<f32>(mean, 1.0 / sqrt(var_ + eps));
 }
 
@@ -93,8 +79,8 @@ fn norm_backward_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
         s1 = s1 + gh;
         s2 = s2 + gh * xhat;
     }
-    let m1 = wg_sum(lid, s1) / f32(n);
-    let m2 = wg_sum(lid, s2) / f32(n);
+    let m1 = row_sum(lid, s1) / f32(n);
+    let m2 = row_sum(lid, s2) / f32(n);
     for (var j: u32 = lid; j < n; j = j + WG) {
         let gh = in2[base + j] * in1[j];
         let xhat = (in0[base + j] - mean) * rstd;

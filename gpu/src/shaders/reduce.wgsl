@@ -1,6 +1,7 @@
 // Reductions over the last dim: sum, mean, max (op code OP) and argmax, forward and backward.
 // One workgroup per row, a strided pass per thread, then a tree reduction in workgroup memory.
-// The grid is 2-D so more than 65,535 rows can be launched.
+// The grid is 2-D so more than 65,535 rows can be launched. `row_sum` / `row_max` come from
+// the row-reduction prelude the backend prepends; argmax keeps its own (value, index) tree.
 
 struct Params {
     u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
@@ -20,21 +21,14 @@ const WG: u32 = 256u;
 var<workgroup> sh_v: array<f32, 256>;
 var<workgroup> sh_i: array<u32, 256>;
 
-fn row_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return wid.y * nwg.x + wid.x;
+// A start value for a row max that is an element of the row (threads past the row's end
+// contribute it without changing the result, and no -inf constant is needed).
+fn row_first(base: u32, n: u32) -> f32 {
+    return in0[base];
 }
 
-// Workgroup sum of each thread's `v`; every thread gets the total.
-fn wg_sum(lid: u32, v: f32) -> f32 {
-    sh_v[lid] = v;
-    workgroupBarrier();
-    for (var s: u32 = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { sh_v[lid] = sh_v[lid] + sh_v[lid + s]; }
-        workgroupBarrier();
-    }
-    let total = sh_v[0];
-    workgroupBarrier();
-    return total;
+fn row_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.y * nwg.x + wid.x;
 }
 
 // Index of the first maximum of row `base..base+n` (ties go to the lower index).
@@ -77,13 +71,15 @@ fn reduce_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let n = p.u1;
     let base = row * n;
     if (OP == 2u) {
-        let i = wg_argmax(lid, base, n);
-        if (lid == 0u) { out0[row] = in0[base + i]; }
+        var m = row_first(base, n);
+        for (var j: u32 = lid; j < n; j = j + WG) { m = max(m, in0[base + j]); }
+        let total = row_max(lid, m);
+        if (lid == 0u) { out0[row] = total; }
         return;
     }
     var acc: f32 = 0.0;
     for (var j: u32 = lid; j < n; j = j + WG) { acc = acc + in0[base + j]; }
-    let total = wg_sum(lid, acc);
+    let total = row_sum(lid, acc);
     if (lid == 0u) {
         if (OP == 1u) { out0[row] = total / f32(n); } else { out0[row] = total; }
     }

@@ -1,7 +1,8 @@
 // softmax / log_softmax over the last dim, forward and backward. One workgroup per row with a
 // workgroup reduction for the max and the sums. CAUSAL masks key j > i + (t - s) for x
 // [..., s, t] (row i of each [s, t] block); masked outputs are 0 (softmax) or -inf (log_softmax)
-// and get zero gradient.
+// and get zero gradient. `row_sum` / `row_max` come from the row-reduction prelude the backend
+// prepends (subgroup operations where the adapter has them, else workgroup memory).
 
 struct Params {
     u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
@@ -18,8 +19,6 @@ const WG: u32 = 256u;
 @group(0) @binding(3) var<storage, read> in2: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out0: array<f32>;
 
-var<workgroup> sh: array<f32, 256>;
-
 fn neg_inf() -> f32 {
     // A `var` keeps the constant evaluator from rejecting the non-finite value.
     var bits: u32 = 0xff800000u;
@@ -28,30 +27,6 @@ fn neg_inf() -> f32 {
 
 fn row_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.y * nwg.x + wid.x;
-}
-
-fn wg_sum(lid: u32, v: f32) -> f32 {
-    sh[lid] = v;
-    workgroupBarrier();
-    for (var s: u32 = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { sh[lid] = sh[lid] + sh[lid + s]; }
-        workgroupBarrier();
-    }
-    let total = sh[0];
-    workgroupBarrier();
-    return total;
-}
-
-fn wg_max(lid: u32, v: f32) -> f32 {
-    sh[lid] = v;
-    workgroupBarrier();
-    for (var s: u32 = WG / 2u; s > 0u; s = s >> 1u) {
-        if (lid < s) { sh[lid] = max(sh[lid], sh[lid + s]); }
-        workgroupBarrier();
-    }
-    let total = sh[0];
-    workgroupBarrier();
-    return total;
 }
 
 // Number of unmasked keys of this row: keys 0..valid are visible.
@@ -76,10 +51,10 @@ fn softmax_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     let valid = valid_len(row);
     var m = neg_inf();
     for (var j: u32 = lid; j < valid; j = j + WG) { m = max(m, in0[base + j]); }
-    m = wg_max(lid, m);
+    m = row_max(lid, m);
     var acc: f32 = 0.0;
     for (var j: u32 = lid; j < valid; j = j + WG) { acc = acc + exp(in0[base + j] - m); }
-    let total = wg_sum(lid, acc);
+    let total = row_sum(lid, acc);
     let log_total = log(total);
     for (var j: u32 = lid; j < t; j = j + WG) {
         let x = in0[base + j];
@@ -104,7 +79,7 @@ fn softmax_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgrou
     for (var j: u32 = lid; j < valid; j = j + WG) {
         if (LOG) { acc = acc + in2[base + j]; } else { acc = acc + in2[base + j] * in1[base + j]; }
     }
-    let dot = wg_sum(lid, acc);
+    let dot = row_sum(lid, acc);
     for (var j: u32 = lid; j < t; j = j + WG) {
         var gx: f32 = 0.0;
         if (j < valid) {
