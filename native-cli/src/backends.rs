@@ -77,6 +77,7 @@ pub fn counters_json(c: &Counters) -> serde_json::Value {
         "buffers_created": c.buffers_created,
         "buffers_reused": c.buffers_reused,
         "pool_bytes": c.pool_bytes,
+        "buffers_evicted": c.buffers_evicted,
     })
 }
 
@@ -90,19 +91,21 @@ pub fn counters_delta(a: &Counters, b: &Counters) -> Counters {
         buffers_created: b.buffers_created.saturating_sub(a.buffers_created),
         buffers_reused: b.buffers_reused.saturating_sub(a.buffers_reused),
         pool_bytes: b.pool_bytes,
+        buffers_evicted: b.buffers_evicted.saturating_sub(a.buffers_evicted),
     }
 }
 
 /// The counters as one line of text.
 pub fn counters_text(c: &Counters) -> String {
     format!(
-        "dispatches {}, submits {}, uploaded {} B, downloaded {} B, buffers created {}, reused {}, pool {} B",
+        "dispatches {}, submits {}, uploaded {} B, downloaded {} B, buffers created {}, reused {}, evicted {}, pool {} B",
         c.dispatches,
         c.submits,
         c.bytes_uploaded,
         c.bytes_downloaded,
         c.buffers_created,
         c.buffers_reused,
+        c.buffers_evicted,
         c.pool_bytes
     )
 }
