@@ -1,7 +1,7 @@
 //! Op dispatch for the wgpu backend: one generic launcher per family, an exhaustive `match` over
 //! the op vocabulary (a new op is a compile error here until handled).
 
-use kernels_core::op::{BinaryOp, Direction, GeluApprox, InputKind, Op, ReduceOp, UnaryOp};
+use kernels_core::op::{BinaryOp, Direction, GeluApprox, Op, ReduceOp, UnaryOp};
 use kernels_core::{DType, Error, Result, Tensor};
 
 use crate::shapes;
@@ -23,35 +23,6 @@ fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
     })
 }
 
-/// Arity, dtype and direction checks, as the CPU dispatcher does them.
-fn check_args(op: &Op, dir: Direction, args: &[&Tensor]) -> Result<()> {
-    let spec = op.spec();
-    let name = op.name();
-    if dir == Direction::Backward && !spec.differentiable() {
-        return Err(Error::NoBackward { op: name });
-    }
-    let names = spec.arg_names(dir);
-    if args.len() != names.len() {
-        return Err(Error::Arity {
-            op: name,
-            expected: names.len(),
-            got: args.len(),
-        });
-    }
-    for (i, (arg, arg_name)) in args.iter().zip(names.iter()).enumerate() {
-        let want_int = spec.inputs.get(i).is_some_and(|s| s.kind == InputKind::Int);
-        if arg.dtype().is_int() != want_int {
-            return Err(Error::DTypeMismatch {
-                op: name,
-                tensor: arg_name.clone(),
-                expected: if want_int { "i32 or i64" } else { "f32" },
-                got: arg.dtype(),
-            });
-        }
-    }
-    Ok(())
-}
-
 fn arg<'a>(args: &[&'a Tensor], i: usize) -> &'a Tensor {
     // Arity was checked against the spec before any family runner indexes.
     args[i]
@@ -64,7 +35,8 @@ pub(crate) fn run(
     dir: Direction,
     args: &[&Tensor],
 ) -> Result<Vec<Tensor>> {
-    check_args(op, dir, args)?;
+    let dtypes: Vec<DType> = args.iter().map(|t| t.dtype()).collect();
+    op.check_signature(dir, &dtypes)?;
     use Direction::{Backward as B, Forward as F};
     let name = op.name();
     match (*op, dir) {
@@ -467,7 +439,7 @@ fn matmul(
         (d.m, d.n, d.k),
         trans_a,
         trans_b,
-        (d.stride_a, d.stride_b),
+        (d.a_step, d.b_step),
         (0, 0),
     );
     // Batches above the z limit go in several dispatches, each told its first batch.
@@ -478,8 +450,8 @@ fn matmul(
             u32_of(name, "m", d.m)?,
             u32_of(name, "n", d.n)?,
             u32_of(name, "k", d.k)?,
-            u32_of(name, "batch stride", d.stride_a)?,
-            u32_of(name, "batch stride", d.stride_b)?,
+            u32_of(name, "batch stride", d.a_step)?,
+            u32_of(name, "batch stride", d.b_step)?,
             u32_of(name, "batch", first)?,
         ]);
         be.launch(

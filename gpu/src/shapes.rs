@@ -1,47 +1,11 @@
 //! Shape checks for the GPU launchers, mirroring the CPU reference's errors: the op and the
 //! offending shapes are named before anything is recorded on the device.
 
+use kernels_core::cpu::matmul::MatmulShape;
 use kernels_core::{Error, Result};
 
-/// Fails with [`Error::Empty`] when the shape holds no elements.
-pub fn non_empty(op: &'static str, name: &str, shape: &[usize]) -> Result<()> {
-    if shape.contains(&0) {
-        return Err(Error::Empty {
-            op,
-            tensor: name.into(),
-        });
-    }
-    Ok(())
-}
-
-/// Fails unless the rank is at least `min`.
-pub fn min_rank(op: &'static str, name: &str, shape: &[usize], min: usize) -> Result<()> {
-    if shape.len() < min {
-        return Err(Error::bad_shape(
-            op,
-            name,
-            shape,
-            format!("needs rank >= {min}"),
-        ));
-    }
-    Ok(())
-}
-
-/// Fails with [`Error::ShapeMismatch`] unless the shapes are equal.
-pub fn same(op: &'static str, lhs: &[usize], rhs: &[usize]) -> Result<()> {
-    if lhs != rhs {
-        return Err(Error::mismatch(op, lhs, rhs));
-    }
-    Ok(())
-}
-
-/// `(rows, last)`: product of the leading dims and the last dim.
-pub fn rows_last(shape: &[usize]) -> (usize, usize) {
-    match shape.split_last() {
-        Some((&last, lead)) => (lead.iter().product(), last),
-        None => (1, 1),
-    }
-}
+// The basic checks are the CPU reference's own, so both backends fail with the same errors.
+pub use kernels_core::cpu::{min_rank, non_empty, rows_last, same_shape as same};
 
 /// Binary ops: `b.shape` must be a suffix of `a.shape`. Returns `(n, nb)` element counts.
 pub fn broadcast_suffix(op: &'static str, a: &[usize], b: &[usize]) -> Result<(usize, usize)> {
@@ -53,66 +17,16 @@ pub fn broadcast_suffix(op: &'static str, a: &[usize], b: &[usize]) -> Result<(u
     Ok((a.iter().product(), b.iter().product()))
 }
 
-/// A matmul problem: `batch` products of `[m, k] @ [k, n]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MatmulDims {
-    pub batch: usize,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    /// Elements between consecutive batches of a (0: shared 2-D operand).
-    pub stride_a: usize,
-    pub stride_b: usize,
-    pub out_shape: Vec<usize>,
-}
-
-/// Checks `a @ b` with transpose flags: ranks >= 2, inner dims equal, leading dims equal or one
-/// operand 2-D (shared across the other's batch).
+/// Matmul geometry: the CPU reference's own checks and errors (`batch` products of
+/// `op(a)[m, k] @ op(b)[k, n]`, batch steps 0 for a shared 2-D operand).
 pub fn matmul(
     op: &'static str,
     a: &[usize],
     b: &[usize],
     trans_a: bool,
     trans_b: bool,
-) -> Result<MatmulDims> {
-    min_rank(op, "a", a, 2)?;
-    min_rank(op, "b", b, 2)?;
-    non_empty(op, "a", a)?;
-    non_empty(op, "b", b)?;
-    let (ra, rb) = (a.len(), b.len());
-    let (a0, a1) = (a[ra - 2], a[ra - 1]);
-    let (b0, b1) = (b[rb - 2], b[rb - 1]);
-    let (m, ka) = if trans_a { (a1, a0) } else { (a0, a1) };
-    let (kb, n) = if trans_b { (b1, b0) } else { (b0, b1) };
-    if ka != kb {
-        return Err(Error::mismatch(op, a, b));
-    }
-    let lead_a = &a[..ra - 2];
-    let lead_b = &b[..rb - 2];
-    let lead: Vec<usize> = if lead_a == lead_b {
-        lead_a.to_vec()
-    } else if lead_a.is_empty() {
-        lead_b.to_vec()
-    } else if lead_b.is_empty() {
-        lead_a.to_vec()
-    } else {
-        return Err(Error::mismatch(op, a, b));
-    };
-    let batch: usize = lead.iter().product();
-    let stride_a = if lead_a.is_empty() { 0 } else { a0 * a1 };
-    let stride_b = if lead_b.is_empty() { 0 } else { b0 * b1 };
-    let mut out_shape = lead;
-    out_shape.push(m);
-    out_shape.push(n);
-    Ok(MatmulDims {
-        batch,
-        m,
-        n,
-        k: ka,
-        stride_a,
-        stride_b,
-        out_shape,
-    })
+) -> Result<MatmulShape> {
+    MatmulShape::new(op, trans_a, trans_b, a, b)
 }
 
 /// Norm parameters: `x [..., n]`, `weight [n]` (and `bias [n]`). Returns `(rows, n)`.
@@ -176,7 +90,7 @@ mod tests {
         ));
         let d = matmul("matmul", &[5, 2, 3], &[3, 4], false, false).unwrap();
         assert_eq!(d.out_shape, vec![5, 2, 4]);
-        assert_eq!((d.batch, d.stride_a, d.stride_b), (5, 6, 0));
+        assert_eq!((d.batch, d.a_step, d.b_step), (5, 6, 0));
         let d = matmul("matmul", &[3, 2], &[4, 3], true, true).unwrap();
         assert_eq!(d.out_shape, vec![2, 4]);
         assert!(matmul("matmul", &[2, 3], &[2, 3], false, false).is_err());

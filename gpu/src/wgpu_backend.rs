@@ -82,6 +82,25 @@ pub struct Counters {
     pub buffers_evicted: u64,
 }
 
+impl Counters {
+    /// What happened between `earlier` and `self`, field by field; `pool_bytes` is a level, not a
+    /// count, so it keeps `self`'s value.
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            dispatches: self.dispatches.saturating_sub(earlier.dispatches),
+            submits: self.submits.saturating_sub(earlier.submits),
+            bytes_uploaded: self.bytes_uploaded.saturating_sub(earlier.bytes_uploaded),
+            bytes_downloaded: self
+                .bytes_downloaded
+                .saturating_sub(earlier.bytes_downloaded),
+            buffers_created: self.buffers_created.saturating_sub(earlier.buffers_created),
+            buffers_reused: self.buffers_reused.saturating_sub(earlier.buffers_reused),
+            pool_bytes: self.pool_bytes,
+            buffers_evicted: self.buffers_evicted.saturating_sub(earlier.buffers_evicted),
+        }
+    }
+}
+
 /// The op families, one WGSL file each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {

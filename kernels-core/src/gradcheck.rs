@@ -140,7 +140,14 @@ pub fn check_op(op: &Op, inputs: &[Owned<f64>], opts: Options) -> Result<Report>
             .ok_or_else(|| Error::Autograd {
                 why: alloc::format!("{}: grad input {name} is not an input", op.name()),
             })?;
-        let analytic = grads.get(gi).map(|g| g.floats()).unwrap_or(&[]);
+        let grad = grads.get(gi).ok_or_else(|| Error::Autograd {
+            why: alloc::format!("{}: backward returned no grad_{name}", op.name()),
+        })?;
+        // A gradient has its input's shape, not merely its element count.
+        if grad.shape != inputs[idx].shape {
+            return Err(Error::mismatch(op.name(), &grad.shape, &inputs[idx].shape));
+        }
+        let analytic = grad.floats();
         let base = inputs[idx].floats();
         if analytic.len() != base.len() {
             return Err(Error::mismatch(op.name(), &[analytic.len()], &[base.len()]));

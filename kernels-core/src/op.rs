@@ -16,6 +16,7 @@ use core::fmt;
 
 use crate::error::{Error, Result};
 use crate::numerics::Budget;
+use crate::tensor::DType;
 
 /// Forward or backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -876,6 +877,38 @@ impl Attrs<'_> {
 }
 
 impl Op {
+    /// Checks a call's signature before any kernel runs, on any backend: the direction exists
+    /// (backward only for differentiable ops), the argument count follows the backward convention,
+    /// and each argument has the dtype its slot takes (integers for `ids` and `targets`, f32
+    /// everywhere else). `dtypes` are the arguments' dtypes in order.
+    pub fn check_signature(&self, dir: Direction, dtypes: &[DType]) -> Result<()> {
+        let spec = self.spec();
+        let name = self.name();
+        if dir == Direction::Backward && !spec.differentiable() {
+            return Err(Error::NoBackward { op: name });
+        }
+        let names = spec.arg_names(dir);
+        if dtypes.len() != names.len() {
+            return Err(Error::Arity {
+                op: name,
+                expected: names.len(),
+                got: dtypes.len(),
+            });
+        }
+        for (i, (dtype, arg_name)) in dtypes.iter().zip(names).enumerate() {
+            let want_int = spec.inputs.get(i).is_some_and(|s| s.kind == InputKind::Int);
+            if dtype.is_int() != want_int {
+                return Err(Error::DTypeMismatch {
+                    op: name,
+                    tensor: arg_name,
+                    expected: if want_int { "i32 or i64" } else { "f32" },
+                    got: *dtype,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The op's kind.
     pub fn kind(&self) -> OpKind {
         use OpKind as K;

@@ -81,20 +81,6 @@ pub fn counters_json(c: &Counters) -> serde_json::Value {
     })
 }
 
-/// `b` minus `a`, field by field (`pool_bytes` is a level, not a count: `b`'s value).
-pub fn counters_delta(a: &Counters, b: &Counters) -> Counters {
-    Counters {
-        dispatches: b.dispatches.saturating_sub(a.dispatches),
-        submits: b.submits.saturating_sub(a.submits),
-        bytes_uploaded: b.bytes_uploaded.saturating_sub(a.bytes_uploaded),
-        bytes_downloaded: b.bytes_downloaded.saturating_sub(a.bytes_downloaded),
-        buffers_created: b.buffers_created.saturating_sub(a.buffers_created),
-        buffers_reused: b.buffers_reused.saturating_sub(a.buffers_reused),
-        pool_bytes: b.pool_bytes,
-        buffers_evicted: b.buffers_evicted.saturating_sub(a.buffers_evicted),
-    }
-}
-
 /// The counters as one line of text.
 pub fn counters_text(c: &Counters) -> String {
     format!(

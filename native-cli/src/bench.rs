@@ -17,7 +17,6 @@ use kernels_gpu::adapters::is_software;
 use kernels_gpu::bench::{NaiveMatmul, median, time_runs};
 use kernels_gpu::{Counters, WgpuBackend};
 
-use crate::backends::counters_delta;
 use crate::demo::fmt_duration;
 use crate::parity::download;
 use crate::{CliResult, emit, fail};
@@ -218,7 +217,7 @@ fn bench_op(
             Some(g) => {
                 let before = g.counters();
                 once()?;
-                Some(counters_delta(&before, &g.counters()))
+                Some(g.counters().since(&before))
             }
             None => None,
         };

@@ -262,66 +262,10 @@ pub fn gelu_backward<T: Real>(approximate: GeluApprox, args: &[View<T>]) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::testutil::*;
     use crate::cpu::{self, Data, OwnedData};
-    use crate::gradcheck::{Options, check_op};
-    use crate::numerics::compare;
-    use crate::op::Direction;
-    use crate::rng::Rng;
 
-    fn t(shape: &[usize], data: &[f64]) -> Owned<f64> {
-        Owned::float(shape.to_vec(), data.to_vec())
-    }
-    fn run<T: Real>(op: Op, dir: Direction, args: &[&Owned<T>]) -> Result<Vec<Owned<T>>> {
-        let v: Vec<View<T>> = args.iter().map(|a| a.view()).collect();
-        cpu::run(&op, dir, &v)
-    }
-    fn fwd(op: Op, args: &[&Owned<f64>]) -> Vec<f64> {
-        run(op, Direction::Forward, args).unwrap()[0]
-            .floats()
-            .to_vec()
-    }
-    fn rand(seed: u64, shape: &[usize], lo: f32, hi: f32) -> Owned<f64> {
-        let n = shape.iter().product();
-        let v = Rng::new(seed).uniform_vec(n, lo, hi);
-        Owned::float(shape.to_vec(), v.iter().map(|&x| x as f64).collect())
-    }
-    fn narrow(o: &Owned<f64>) -> Owned<f32> {
-        Owned::float(
-            o.shape.clone(),
-            o.floats().iter().map(|&v| v as f32).collect(),
-        )
-    }
-    fn close(got: &[f64], want: &[f64], tol: f64) {
-        let c = compare(got, want, tol, tol);
-        assert!(c.pass, "got {got:?}\nwant {want:?}\n{c:?}");
-    }
-    fn gradcheck(op: Op, inputs: &[Owned<f64>]) {
-        let r = check_op(&op, inputs, Options::default()).unwrap();
-        assert!(r.pass(), "{op}: {r:?}");
-    }
-    /// Runs forward and backward in f32 and f64 on the same (f32-representable) inputs.
-    fn f32_matches_f64(op: Op, inputs: &[Owned<f64>], rtol: f64) {
-        let i64s: Vec<&Owned<f64>> = inputs.iter().collect();
-        let n32: Vec<Owned<f32>> = inputs.iter().map(narrow).collect();
-        let i32s: Vec<&Owned<f32>> = n32.iter().collect();
-        let o64 = run(op, Direction::Forward, &i64s).unwrap();
-        let o32 = run(op, Direction::Forward, &i32s).unwrap();
-        let mut b64 = i64s.clone();
-        b64.extend(o64.iter());
-        let g = t(&o64[0].shape, &vec![0.75; o64[0].floats().len()]);
-        b64.push(&g);
-        let mut b32 = i32s.clone();
-        b32.extend(o32.iter());
-        let g32 = narrow(&g);
-        b32.push(&g32);
-        let r64 = run(op, Direction::Backward, &b64).unwrap();
-        let r32 = run(op, Direction::Backward, &b32).unwrap();
-        for (x, y) in o64.iter().chain(&r64).zip(o32.iter().chain(&r32)) {
-            let y: Vec<f64> = y.floats().iter().map(|&v| v as f64).collect();
-            let c = compare(&y, x.floats(), 1e-7, rtol);
-            assert!(c.pass, "{op}: f32 vs f64 {c:?}");
-        }
-    }
+    use crate::op::Direction;
 
     const BIN: [BinaryOp; 4] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div];
     const UN: [UnaryOp; 8] = [
@@ -453,7 +397,7 @@ mod tests {
                 // Keep divisors away from zero.
                 let b = rand(seed + 100, sb, 0.5, 2.);
                 gradcheck(Op::Binary(op), &[a.clone(), b.clone()]);
-                f32_matches_f64(Op::Binary(op), &[a, b], 1e-6);
+                f32_matches_f64(Op::Binary(op), &[&a, &b], 1e-7, 1e-6);
             }
             // Awkward sizes: 1, 7, 13.
             for n in [1usize, 7, 13] {
@@ -471,7 +415,7 @@ mod tests {
         assert_eq!(fwd(op, &[&x]), [-2.5, 5., -1.25]);
         gradcheck(op, &[rand(3, &[2, 3, 5], -1., 1.)]);
         gradcheck(op, &[rand(4, &[7], -1., 1.)]);
-        f32_matches_f64(op, &[rand(5, &[13], -1., 1.)], 1e-7);
+        f32_matches_f64(op, &[&rand(5, &[13], -1., 1.)], 1e-7, 1e-7);
         let e = run(op, Direction::Forward, &[&t(&[7, 0], &[])]).unwrap_err();
         assert!(matches!(e, Error::Empty { op: "scale", .. }));
     }
@@ -599,7 +543,7 @@ mod tests {
                     x
                 };
                 gradcheck(Op::Unary(op), core::slice::from_ref(&x));
-                f32_matches_f64(Op::Unary(op), &[x], 1e-6);
+                f32_matches_f64(Op::Unary(op), &[&x], 1e-7, 1e-6);
             }
         }
     }
@@ -680,7 +624,7 @@ mod tests {
             {
                 let x = rand(j as u64 + 40, shape, -4., 4.);
                 gradcheck(op, core::slice::from_ref(&x));
-                f32_matches_f64(op, &[x], 2e-6);
+                f32_matches_f64(op, &[&x], 1e-7, 2e-6);
             }
             // Far tails: no NaN, saturates to x and 0.
             let x = narrow(&t(&[2], &[-30., 30.]));

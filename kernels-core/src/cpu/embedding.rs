@@ -96,20 +96,12 @@ pub fn backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::testutil::*;
     use crate::cpu::{self, Data, OwnedData};
     use crate::gradcheck::{Options, check_op};
     use crate::op::Direction;
     use crate::rng::Rng;
 
-    fn t(shape: &[usize], data: &[f64]) -> Owned<f64> {
-        Owned::float(shape.to_vec(), data.to_vec())
-    }
-    fn ids(shape: &[usize], v: &[i32]) -> Owned<f64> {
-        Owned {
-            shape: shape.to_vec(),
-            data: OwnedData::I32(v.to_vec()),
-        }
-    }
     fn run<T: Real>(dir: Direction, args: &[&Owned<T>]) -> Result<Vec<Owned<T>>> {
         let v: Vec<View<T>> = args.iter().map(|a| a.view()).collect();
         cpu::run(&Op::Embedding, dir, &v)
@@ -120,16 +112,16 @@ mod tests {
 
     #[test]
     fn lookup_by_hand() {
-        let y = run(Direction::Forward, &[&ids(&[3], &[2, 0, 2]), &table()]).unwrap();
+        let y = run(Direction::Forward, &[&ints(&[3], &[2, 0, 2]), &table()]).unwrap();
         assert_eq!(y[0].shape, [3, 2]);
         assert_eq!(y[0].floats(), [20., 21., 0., 1., 20., 21.]);
         // Rank-0 ids give one row; [2, 2] ids give [2, 2, dim].
-        let y = run(Direction::Forward, &[&ids(&[], &[1]), &table()]).unwrap();
+        let y = run(Direction::Forward, &[&ints(&[], &[1]), &table()]).unwrap();
         assert_eq!(y[0].shape, [2]);
         assert_eq!(y[0].floats(), [10., 11.]);
         let y = run(
             Direction::Forward,
-            &[&ids(&[2, 2], &[0, 1, 2, 1]), &table()],
+            &[&ints(&[2, 2], &[0, 1, 2, 1]), &table()],
         )
         .unwrap();
         assert_eq!(y[0].shape, [2, 2, 2]);
@@ -173,7 +165,7 @@ mod tests {
     #[test]
     fn bad_ids_and_shapes() {
         for bad in [-1, 3, i32::MIN, i32::MAX] {
-            let e = run(Direction::Forward, &[&ids(&[2], &[0, bad]), &table()]).unwrap_err();
+            let e = run(Direction::Forward, &[&ints(&[2], &[0, bad]), &table()]).unwrap_err();
             assert_eq!(
                 e,
                 Error::IndexOutOfRange {
@@ -186,29 +178,29 @@ mod tests {
         }
         // The backward checks too.
         let g = t(&[1, 2], &[1., 1.]);
-        let e = run(Direction::Backward, &[&ids(&[1], &[5]), &table(), &g, &g]).unwrap_err();
+        let e = run(Direction::Backward, &[&ints(&[1], &[5]), &table(), &g, &g]).unwrap_err();
         assert!(
             matches!(e, Error::IndexOutOfRange { index: 5, .. }),
             "{e:?}"
         );
-        let e = run(Direction::Forward, &[&ids(&[1], &[0]), &t(&[6], &[0.; 6])]).unwrap_err();
+        let e = run(Direction::Forward, &[&ints(&[1], &[0]), &t(&[6], &[0.; 6])]).unwrap_err();
         assert!(matches!(e, Error::BadShape { .. }), "{e:?}");
-        let e = run(Direction::Forward, &[&ids(&[0], &[]), &table()]).unwrap_err();
+        let e = run(Direction::Forward, &[&ints(&[0], &[]), &table()]).unwrap_err();
         assert!(matches!(e, Error::Empty { .. }), "{e:?}");
-        let e = run(Direction::Forward, &[&ids(&[1], &[0]), &t(&[3, 0], &[])]).unwrap_err();
+        let e = run(Direction::Forward, &[&ints(&[1], &[0]), &t(&[3, 0], &[])]).unwrap_err();
         assert!(matches!(e, Error::Empty { .. }), "{e:?}");
         // Float ids are a dtype error.
         let e = run(Direction::Forward, &[&t(&[1], &[0.]), &table()]).unwrap_err();
         assert!(matches!(e, Error::DTypeMismatch { .. }), "{e:?}");
         // grad_out must be ids.shape ++ [dim].
         let g = t(&[2], &[1., 1.]);
-        let e = run(Direction::Backward, &[&ids(&[1], &[0]), &table(), &g, &g]).unwrap_err();
+        let e = run(Direction::Backward, &[&ints(&[1], &[0]), &table(), &g, &g]).unwrap_err();
         assert_eq!(e, Error::mismatch("embedding", &[2], &[1, 2]));
     }
 
     #[test]
     fn repeated_ids_accumulate() {
-        let i = ids(&[4], &[2, 0, 2, 2]);
+        let i = ints(&[4], &[2, 0, 2, 2]);
         let out = t(&[4, 2], &[0.; 8]);
         let g = t(&[4, 2], &[1., 2., 3., 4., 5., 6., 7., 8.]);
         let d = run(Direction::Backward, &[&i, &table(), &out, &g]).unwrap();
@@ -232,7 +224,7 @@ mod tests {
                 &[vocab, dim],
                 &wv.iter().map(|&v| v as f64).collect::<Vec<_>>(),
             );
-            let i = ids(shape, &id);
+            let i = ints(shape, &id);
             let r = check_op(&Op::Embedding, &[i.clone(), w.clone()], Options::default()).unwrap();
             assert!(r.pass(), "{shape:?}: {r:?}");
             // f32 lookup moves the same values.

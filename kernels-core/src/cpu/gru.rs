@@ -453,8 +453,8 @@ pub fn sequence_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::matmul::tests::{assert_close, grad_check, rand_vec, run_as};
     use crate::cpu::run;
+    use crate::cpu::testutil::{assert_close, grad_check, rand_vec, run_as};
     use crate::op::{Direction, Op};
     use crate::rng::Rng;
 

@@ -121,28 +121,13 @@ pub fn concat_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu;
+
+    use crate::cpu::testutil::*;
     use crate::gradcheck::{Options, check_op};
     use crate::op::Direction;
-    use crate::rng::Rng;
 
-    fn t(shape: &[usize], data: &[f64]) -> Owned<f64> {
-        Owned::float(shape.to_vec(), data.to_vec())
-    }
-    fn run<T: Real>(op: Op, dir: Direction, args: &[&Owned<T>]) -> Result<Vec<Owned<T>>> {
-        let v: Vec<View<T>> = args.iter().map(|a| a.view()).collect();
-        cpu::run(&op, dir, &v)
-    }
     fn rand(seed: u64, shape: &[usize]) -> Owned<f64> {
-        let n = shape.iter().product();
-        let v = Rng::new(seed).uniform_vec(n, -1., 1.);
-        Owned::float(shape.to_vec(), v.iter().map(|&x| x as f64).collect())
-    }
-    fn narrow(o: &Owned<f64>) -> Owned<f32> {
-        Owned::float(
-            o.shape.clone(),
-            o.floats().iter().map(|&v| v as f32).collect(),
-        )
+        crate::cpu::testutil::rand(seed, shape, -1., 1.)
     }
     fn iota(shape: &[usize]) -> Owned<f64> {
         let n: usize = shape.iter().product();

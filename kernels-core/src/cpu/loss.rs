@@ -148,45 +148,17 @@ pub fn mse_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::{self, OwnedData};
+    use crate::cpu::testutil::*;
+
     use crate::gradcheck::{Options, check_op};
-    use crate::numerics::compare;
+
     use crate::op::Direction;
     use crate::rng::Rng;
 
-    fn t(shape: &[usize], data: &[f64]) -> Owned<f64> {
-        Owned::float(shape.to_vec(), data.to_vec())
-    }
-    fn tg(shape: &[usize], v: &[i32]) -> Owned<f64> {
-        Owned {
-            shape: shape.to_vec(),
-            data: OwnedData::I32(v.to_vec()),
-        }
-    }
-    fn run<T: Real>(op: Op, dir: Direction, args: &[&Owned<T>]) -> Result<Vec<Owned<T>>> {
-        let v: Vec<View<T>> = args.iter().map(|a| a.view()).collect();
-        cpu::run(&op, dir, &v)
-    }
     fn loss(op: Op, args: &[&Owned<f64>]) -> f64 {
         let y = run(op, Direction::Forward, args).unwrap();
         assert_eq!(y[0].shape, Vec::<usize>::new(), "losses are rank-0");
         y[0].floats()[0]
-    }
-    fn rand(seed: u64, shape: &[usize], lo: f32, hi: f32) -> Owned<f64> {
-        let n = shape.iter().product();
-        let v = Rng::new(seed).uniform_vec(n, lo, hi);
-        Owned::float(shape.to_vec(), v.iter().map(|&x| x as f64).collect())
-    }
-    fn narrow(o: &Owned<f64>) -> Owned<f32> {
-        match &o.data {
-            OwnedData::Float(v) => {
-                Owned::float(o.shape.clone(), v.iter().map(|&v| v as f32).collect())
-            }
-            OwnedData::I32(v) => Owned {
-                shape: o.shape.clone(),
-                data: OwnedData::I32(v.clone()),
-            },
-        }
     }
     fn close(got: f64, want: f64, tol: f64) {
         assert!(
@@ -194,62 +166,42 @@ mod tests {
             "{got} vs {want}"
         );
     }
-    /// Forward and backward in f32 and f64 agree (grad_out = 0.75).
-    fn f32_matches_f64(op: Op, inputs: &[&Owned<f64>]) {
-        let n32: Vec<Owned<f32>> = inputs.iter().map(|o| narrow(o)).collect();
-        let i32s: Vec<&Owned<f32>> = n32.iter().collect();
-        let o64 = run(op, Direction::Forward, inputs).unwrap();
-        let o32 = run(op, Direction::Forward, &i32s).unwrap();
-        let g = t(&[], &[0.75]);
-        let g32 = narrow(&g);
-        let mut b64 = inputs.to_vec();
-        b64.extend([&o64[0], &g]);
-        let mut b32 = i32s.clone();
-        b32.extend([&o32[0], &g32]);
-        let r64 = run(op, Direction::Backward, &b64).unwrap();
-        let r32 = run(op, Direction::Backward, &b32).unwrap();
-        for (a, b) in o64.iter().chain(&r64).zip(o32.iter().chain(&r32)) {
-            let b: Vec<f64> = b.floats().iter().map(|&v| v as f64).collect();
-            let c = compare(&b, a.floats(), 1e-7, 1e-6);
-            assert!(c.pass, "{op}: f32 vs f64 {c:?}");
-        }
-    }
     const CE: Op = Op::CrossEntropy;
 
     #[test]
     fn cross_entropy_by_hand() {
         // Uniform logits: ln(c) whatever the target.
         let x = t(&[2, 2], &[0., 0., 5., 5.]);
-        close(loss(CE, &[&x, &tg(&[2], &[0, 1])]), 2f64.ln(), 1e-15);
+        close(loss(CE, &[&x, &ints(&[2], &[0, 1])]), 2f64.ln(), 1e-15);
         // -log_softmax([1, 2, 3])[2], also as rank-1 logits with a rank-0 target.
         let want = 0.4076059644443806;
         close(
-            loss(CE, &[&t(&[1, 3], &[1., 2., 3.]), &tg(&[1], &[2])]),
+            loss(CE, &[&t(&[1, 3], &[1., 2., 3.]), &ints(&[1], &[2])]),
             want,
             1e-15,
         );
         close(
-            loss(CE, &[&t(&[3], &[1., 2., 3.]), &tg(&[], &[2])]),
+            loss(CE, &[&t(&[3], &[1., 2., 3.]), &ints(&[], &[2])]),
             want,
             1e-15,
         );
         // Mean over rows: (2.4076... + 0.4076...) / 2.
         let x = t(&[2, 3], &[1., 2., 3., 1., 2., 3.]);
         close(
-            loss(CE, &[&x, &tg(&[2], &[0, 2])]),
+            loss(CE, &[&x, &ints(&[2], &[0, 2])]),
             (2.4076059644443806 + want) / 2.,
             1e-15,
         );
         // [2, 3, c] logits with [2, 3] targets: all rows uniform over 5 classes.
         let x = t(&[2, 3, 5], &[0.; 30]);
         close(
-            loss(CE, &[&x, &tg(&[2, 3], &[0, 1, 2, 3, 4, 0])]),
+            loss(CE, &[&x, &ints(&[2, 3], &[0, 1, 2, 3, 4, 0])]),
             5f64.ln(),
             1e-15,
         );
         // One class: loss 0.
         close(
-            loss(CE, &[&t(&[3, 1], &[7., -1., 0.]), &tg(&[3], &[0; 3])]),
+            loss(CE, &[&t(&[3, 1], &[7., -1., 0.]), &ints(&[3], &[0; 3])]),
             0.,
             0.,
         );
@@ -258,21 +210,21 @@ mod tests {
     #[test]
     fn cross_entropy_is_stable_for_large_logits() {
         let x = t(&[2, 3], &[1001., 1002., 1003., -1e30, 0., -1e30]);
-        let targets = tg(&[2], &[2, 1]);
+        let targets = ints(&[2], &[2, 1]);
         close(loss(CE, &[&x, &targets]), 0.4076059644443806 / 2., 1e-12);
         let y = run(CE, Direction::Forward, &[&narrow(&x), &narrow(&targets)]).unwrap();
         close(y[0].floats()[0] as f64, 0.4076059644443806 / 2., 1e-6);
         // The target at -inf-like logit: a huge but finite loss, no NaN.
-        let l = loss(CE, &[&t(&[2], &[-1e30, 0.]), &tg(&[], &[0])]);
+        let l = loss(CE, &[&t(&[2], &[-1e30, 0.]), &ints(&[], &[0])]);
         close(l, 1e30, 1e-12);
         // NaN logits propagate.
-        assert!(loss(CE, &[&t(&[2], &[f64::NAN, 0.]), &tg(&[], &[1])]).is_nan());
+        assert!(loss(CE, &[&t(&[2], &[f64::NAN, 0.]), &ints(&[], &[1])]).is_nan());
     }
 
     #[test]
     fn cross_entropy_backward_by_hand() {
         let x = t(&[2, 2], &[0., 0., 0., 0.]);
-        let tgt = tg(&[2], &[0, 1]);
+        let tgt = ints(&[2], &[0, 1]);
         let y = run(
             CE,
             Direction::Backward,
@@ -303,10 +255,10 @@ mod tests {
             let n: usize = lead.iter().product();
             let targets: Vec<i32> = (0..n).map(|_| rng.below(c[0] as u64) as i32).collect();
             let x = rand(i as u64, shape, -4., 4.);
-            let tgt = tg(lead, &targets);
+            let tgt = ints(lead, &targets);
             let r = check_op(&CE, &[x.clone(), tgt.clone()], Options::default()).unwrap();
             assert!(r.pass(), "{shape:?}: {r:?}");
-            f32_matches_f64(CE, &[&x, &tgt]);
+            f32_matches_f64(CE, &[&x, &tgt], 1e-7, 1e-6);
         }
     }
 
@@ -314,7 +266,7 @@ mod tests {
     fn cross_entropy_errors() {
         let x = t(&[2, 3], &[0.; 6]);
         for bad in [3, -1, -100] {
-            let e = run(CE, Direction::Forward, &[&x, &tg(&[2], &[0, bad])]).unwrap_err();
+            let e = run(CE, Direction::Forward, &[&x, &ints(&[2], &[0, bad])]).unwrap_err();
             assert_eq!(
                 e,
                 Error::IndexOutOfRange {
@@ -327,19 +279,24 @@ mod tests {
         }
         for st in [&[3usize][..], &[2, 1], &[1], &[]] {
             let n: usize = st.iter().product();
-            let e = run(CE, Direction::Forward, &[&x, &tg(st, &vec![0; n])]).unwrap_err();
+            let e = run(CE, Direction::Forward, &[&x, &ints(st, &vec![0; n])]).unwrap_err();
             assert_eq!(e, Error::mismatch("cross_entropy", st, &[2]), "{st:?}");
         }
-        let e = run(CE, Direction::Forward, &[&t(&[], &[1.]), &tg(&[], &[0])]).unwrap_err();
+        let e = run(CE, Direction::Forward, &[&t(&[], &[1.]), &ints(&[], &[0])]).unwrap_err();
         assert!(matches!(e, Error::BadShape { .. }), "{e:?}");
         let e = run(
             CE,
             Direction::Forward,
-            &[&t(&[2, 0], &[]), &tg(&[2], &[0, 0])],
+            &[&t(&[2, 0], &[]), &ints(&[2], &[0, 0])],
         )
         .unwrap_err();
         assert!(matches!(e, Error::Empty { .. }), "{e:?}");
-        let e = run(CE, Direction::Forward, &[&t(&[0, 3], &[]), &tg(&[0], &[])]).unwrap_err();
+        let e = run(
+            CE,
+            Direction::Forward,
+            &[&t(&[0, 3], &[]), &ints(&[0], &[])],
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::Empty { .. }), "{e:?}");
         // Float targets: dtype error.
         let e = run(CE, Direction::Forward, &[&x, &t(&[2], &[0., 1.])]).unwrap_err();
@@ -347,7 +304,12 @@ mod tests {
         // grad_out must be rank-0.
         let s = t(&[], &[0.]);
         let g1 = t(&[1], &[1.]);
-        let e = run(CE, Direction::Backward, &[&x, &tg(&[2], &[0, 1]), &s, &g1]).unwrap_err();
+        let e = run(
+            CE,
+            Direction::Backward,
+            &[&x, &ints(&[2], &[0, 1]), &s, &g1],
+        )
+        .unwrap_err();
         assert_eq!(e, Error::mismatch("cross_entropy", &[1], &[]));
     }
 
@@ -377,7 +339,7 @@ mod tests {
             let b = rand(i as u64 + 50, shape, -2., 2.);
             let r = check_op(&Op::Mse, &[a.clone(), b.clone()], Options::default()).unwrap();
             assert!(r.pass(), "{shape:?}: {r:?}");
-            f32_matches_f64(Op::Mse, &[&a, &b]);
+            f32_matches_f64(Op::Mse, &[&a, &b], 1e-7, 1e-6);
         }
         let a = t(&[2, 3], &[0.; 6]);
         let e = run(Op::Mse, Direction::Forward, &[&a, &t(&[3], &[0.; 3])]).unwrap_err();

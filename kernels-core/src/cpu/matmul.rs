@@ -11,6 +11,7 @@ use alloc::vec::Vec;
 use super::{Owned, View, float_arg, min_rank, non_empty, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
+use crate::tensor::numel;
 
 const OP: &str = "matmul";
 
@@ -129,21 +130,37 @@ enum Batching {
     SharedB,
 }
 
-/// The validated geometry of one matmul call.
-#[derive(Debug, Clone)]
-struct Plan {
-    gemm: Gemm,
-    batching: Batching,
-    batch: usize,
-    out_shape: Vec<usize>,
+/// The validated geometry of one matmul call, shared by every backend: `batch` products of
+/// `op(a)[m, k] @ op(b)[k, n]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MatmulShape {
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    /// Product of the leading (batch) dims of the output.
+    pub batch: usize,
+    /// Elements between consecutive batch entries of `a` (0: a 2-D `a` shared by the batch).
+    pub a_step: usize,
+    /// Elements between consecutive batch entries of `b` (0: a 2-D `b` shared by the batch).
+    pub b_step: usize,
+    /// `[batch dims..., m, n]`.
+    pub out_shape: Vec<usize>,
 }
 
-impl Plan {
-    fn new(trans_a: bool, trans_b: bool, a: &[usize], b: &[usize]) -> Result<Plan> {
-        min_rank(OP, "a", a, 2)?;
-        min_rank(OP, "b", b, 2)?;
-        non_empty(OP, "a", a)?;
-        non_empty(OP, "b", b)?;
+impl MatmulShape {
+    /// Checks `op(a) @ op(b)` for shapes `a`, `b`: ranks >= 2, no empty operand, equal inner
+    /// dims, leading dims equal or one operand 2-D. Errors name `op` and both shapes.
+    pub fn new(
+        op: &'static str,
+        trans_a: bool,
+        trans_b: bool,
+        a: &[usize],
+        b: &[usize],
+    ) -> Result<Self> {
+        min_rank(op, "a", a, 2)?;
+        min_rank(op, "b", b, 2)?;
+        non_empty(op, "a", a)?;
+        non_empty(op, "b", b)?;
         let (lead_a, mat_a) = a.split_at(a.len() - 2);
         let (lead_b, mat_b) = b.split_at(b.len() - 2);
         // op(a) is [m, k], op(b) is [k2, n].
@@ -158,32 +175,70 @@ impl Plan {
             (mat_b[0], mat_b[1])
         };
         if k != k2 {
-            return Err(Error::mismatch(OP, a, b));
+            return Err(Error::mismatch(op, a, b));
         }
-        let (batching, lead) = if lead_a == lead_b {
-            (Batching::Both, lead_a)
+        let lead = if lead_a == lead_b || lead_b.is_empty() {
+            lead_a
         } else if lead_a.is_empty() {
-            (Batching::SharedA, lead_b)
-        } else if lead_b.is_empty() {
-            (Batching::SharedB, lead_a)
+            lead_b
         } else {
-            return Err(Error::mismatch(OP, a, b));
+            return Err(Error::mismatch(op, a, b));
         };
         let mut out_shape = lead.to_vec();
-        out_shape.push(m);
-        out_shape.push(n);
+        out_shape.extend([m, n]);
+        // m <= numel(a) and n <= numel(b), so this needs billions of elements in each input;
+        // a clear error beats an overflowing length.
+        if numel(&out_shape).is_none() {
+            let value = out_shape
+                .iter()
+                .fold(1u128, |acc, &d| acc.saturating_mul(d as u128));
+            return Err(Error::LimitExceeded {
+                what: alloc::format!("{op} output {out_shape:?} element count"),
+                value: value.min(u64::MAX as u128) as u64,
+                limit: usize::MAX as u64,
+            });
+        }
+        Ok(MatmulShape {
+            m,
+            k,
+            n,
+            // Element counts were checked against the data, so these products cannot overflow.
+            batch: lead.iter().product(),
+            a_step: if lead_a.is_empty() { 0 } else { m * k },
+            b_step: if lead_b.is_empty() { 0 } else { k * n },
+            out_shape,
+        })
+    }
+}
+
+/// The reference's view of a [`MatmulShape`]: the 2-D product and how the batch is laid out.
+#[derive(Debug, Clone)]
+struct Plan {
+    gemm: Gemm,
+    batching: Batching,
+    batch: usize,
+    out_shape: Vec<usize>,
+}
+
+impl Plan {
+    fn new(trans_a: bool, trans_b: bool, a: &[usize], b: &[usize]) -> Result<Plan> {
+        let sh = MatmulShape::new(OP, trans_a, trans_b, a, b)?;
+        let batching = match (sh.a_step, sh.b_step) {
+            (0, s) if s != 0 => Batching::SharedA,
+            (s, 0) if s != 0 => Batching::SharedB,
+            _ => Batching::Both,
+        };
         Ok(Plan {
             gemm: Gemm {
-                m,
-                k,
-                n,
+                m: sh.m,
+                k: sh.k,
+                n: sh.n,
                 trans_a,
                 trans_b,
             },
             batching,
-            // Element counts were checked against the data, so these products cannot overflow.
-            batch: lead.iter().product(),
-            out_shape,
+            batch: sh.batch,
+            out_shape: sh.out_shape,
         })
     }
 
@@ -301,99 +356,13 @@ pub fn backward<T: Real>(trans_a: bool, trans_b: bool, args: &[View<T>]) -> Resu
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use crate::cpu::run;
+    use crate::cpu::testutil::*;
     use crate::op::{Direction, Op};
     use crate::rng::Rng;
     use alloc::vec::Vec;
-
-    /// Seeded values in [-1, 1).
-    pub(crate) fn rand_vec(rng: &mut Rng, n: usize) -> Vec<f64> {
-        (0..n).map(|_| rng.uniform_f64() * 2.0 - 1.0).collect()
-    }
-
-    /// Runs `op` forward in `T` on f64 inputs (converted), returning f64 outputs.
-    pub(crate) fn run_as<T: Real>(op: &Op, inputs: &[(Vec<usize>, Vec<f64>)]) -> Vec<Owned<f64>> {
-        let data: Vec<Vec<T>> = inputs
-            .iter()
-            .map(|(_, d)| d.iter().map(|&x| T::from_f64(x)).collect())
-            .collect();
-        let views: Vec<View<T>> = inputs
-            .iter()
-            .zip(data.iter())
-            .map(|((s, _), d)| View::float(s, d))
-            .collect();
-        run(op, Direction::Forward, &views)
-            .unwrap()
-            .into_iter()
-            .map(|o| {
-                let d = o.floats().iter().map(|x| x.to_f64()).collect();
-                Owned::float(o.shape.clone(), d)
-            })
-            .collect()
-    }
-
-    /// Central-difference gradient check in f64 (eps 1e-6, rtol 1e-3) of every input that
-    /// `op` differentiates, against the backward run through the dispatcher, for a seeded
-    /// random upstream gradient on every output.
-    pub(crate) fn grad_check(op: &Op, inputs: &[(Vec<usize>, Vec<f64>)], seed: u64) {
-        let mut rng = Rng::new(seed);
-        let outs = run_as::<f64>(op, inputs);
-        let upstream: Vec<Vec<f64>> = outs
-            .iter()
-            .map(|o| rand_vec(&mut rng, o.floats().len()))
-            .collect();
-        let mut bw_args: Vec<View<f64>> = inputs
-            .iter()
-            .map(|(s, d)| View::float(s.as_slice(), d.as_slice()))
-            .collect();
-        bw_args.extend(outs.iter().map(|o| o.view()));
-        bw_args.extend(
-            outs.iter()
-                .zip(upstream.iter())
-                .map(|(o, u)| View::float(o.shape.as_slice(), u.as_slice())),
-        );
-        let grads = run(op, Direction::Backward, &bw_args).unwrap();
-        let spec = op.spec();
-        assert_eq!(grads.len(), spec.grad_inputs.len());
-        let loss = |xs: &[(Vec<usize>, Vec<f64>)]| -> f64 {
-            run_as::<f64>(op, xs)
-                .iter()
-                .zip(upstream.iter())
-                .map(|(o, u)| o.floats().iter().zip(u).map(|(a, b)| a * b).sum::<f64>())
-                .sum()
-        };
-        let eps = 1e-6;
-        for (gi, name) in spec.grad_inputs.iter().enumerate() {
-            let idx = spec.inputs.iter().position(|s| s.name == *name).unwrap();
-            assert_eq!(grads[gi].shape, inputs[idx].0, "grad_{name} shape");
-            let analytic = grads[gi].floats();
-            for (e, &a) in analytic.iter().enumerate() {
-                let mut plus = inputs.to_vec();
-                plus[idx].1[e] += eps;
-                let mut minus = inputs.to_vec();
-                minus[idx].1[e] -= eps;
-                let numeric = (loss(&plus) - loss(&minus)) / (2.0 * eps);
-                assert!(
-                    (a - numeric).abs() <= 1e-6 + 1e-3 * numeric.abs(),
-                    "{}: grad_{name}[{e}] analytic {a} vs numeric {numeric}",
-                    op.name()
-                );
-            }
-        }
-    }
-
-    /// Asserts `|got - want| <= atol + rtol |want|` elementwise.
-    pub(crate) fn assert_close(got: &[f64], want: &[f64], atol: f64, rtol: f64) {
-        assert_eq!(got.len(), want.len(), "lengths");
-        for (i, (g, w)) in got.iter().zip(want).enumerate() {
-            assert!(
-                (g - w).abs() <= atol + rtol * w.abs(),
-                "element {i}: got {g}, want {w}"
-            );
-        }
-    }
 
     fn mm(ta: bool, tb: bool) -> Op {
         Op::Matmul {

@@ -8,12 +8,11 @@
 //! A fast f32 path for matmul lives in [`fast`], beside the reference and tested against it.
 
 use alloc::format;
-use alloc::string::String;
 use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
 use crate::numerics::Real;
-use crate::op::{Direction, InputKind, Op};
+use crate::op::{Direction, Op};
 use crate::tensor::{DType, numel};
 
 pub mod attention;
@@ -30,6 +29,8 @@ pub mod reduce;
 pub mod rope;
 pub mod softmax;
 pub mod svd;
+#[cfg(test)]
+pub(crate) mod testutil;
 
 /// Borrowed elements of one argument.
 #[derive(Debug, Clone, Copy)]
@@ -83,6 +84,14 @@ impl<'a, T: Real> View<'a, T> {
                 expected: "i32 or i64",
                 got: DType::F32,
             }),
+        }
+    }
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        match self.data {
+            Data::Float(_) => DType::F32,
+            Data::I32(_) => DType::I32,
+            Data::I64(_) => DType::I64,
         }
     }
     /// Number of elements the data holds.
@@ -231,42 +240,13 @@ pub fn rows_last(shape: &[usize]) -> (usize, usize) {
 }
 
 fn check_args<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<()> {
-    let spec = op.spec();
-    let name = op.name();
-    if dir == Direction::Backward && !spec.differentiable() {
-        return Err(Error::NoBackward { op: name });
-    }
-    let names = spec.arg_names(dir);
-    if args.len() != names.len() {
-        return Err(Error::Arity {
-            op: name,
-            expected: names.len(),
-            got: args.len(),
-        });
-    }
-    for (i, (arg, arg_name)) in args.iter().zip(names.iter()).enumerate() {
-        let want_int = spec.inputs.get(i).is_some_and(|s| s.kind == InputKind::Int);
-        let ok = match arg.data {
-            Data::Float(_) => !want_int,
-            Data::I32(_) | Data::I64(_) => want_int,
-        };
-        if !ok {
-            let got = match arg.data {
-                Data::Float(_) => DType::F32,
-                Data::I32(_) => DType::I32,
-                Data::I64(_) => DType::I64,
-            };
-            let expected = if want_int { "i32 or i64" } else { "f32" };
-            return Err(Error::DTypeMismatch {
-                op: name,
-                tensor: String::from(arg_name.as_str()),
-                expected,
-                got,
-            });
-        }
+    let dtypes: Vec<DType> = args.iter().map(View::dtype).collect();
+    op.check_signature(dir, &dtypes)?;
+    let names = op.spec().arg_names(dir);
+    for (arg, arg_name) in args.iter().zip(names.iter()) {
         if numel(arg.shape) != Some(arg.len()) {
             return Err(Error::bad_shape(
-                name,
+                op.name(),
                 arg_name,
                 arg.shape,
                 format!("shape does not match {} elements", arg.len()),

@@ -117,19 +117,12 @@ pub fn argmax<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu;
+
+    use crate::cpu::testutil::*;
     use crate::gradcheck::{Options, check_op};
     use crate::numerics::compare;
     use crate::op::Direction;
-    use crate::rng::Rng;
 
-    fn t(shape: &[usize], data: &[f64]) -> Owned<f64> {
-        Owned::float(shape.to_vec(), data.to_vec())
-    }
-    fn run<T: Real>(op: Op, dir: Direction, args: &[&Owned<T>]) -> Result<Vec<Owned<T>>> {
-        let v: Vec<View<T>> = args.iter().map(|a| a.view()).collect();
-        cpu::run(&op, dir, &v)
-    }
     fn fwd(op: Op, x: &Owned<f64>) -> Owned<f64> {
         run(op, Direction::Forward, &[x]).unwrap().remove(0)
     }
@@ -146,17 +139,6 @@ mod tests {
             OwnedData::I32(v) => (o.shape, v),
             OwnedData::Float(_) => panic!("argmax must return i32"),
         }
-    }
-    fn rand(seed: u64, shape: &[usize], lo: f32, hi: f32) -> Owned<f64> {
-        let n = shape.iter().product();
-        let v = Rng::new(seed).uniform_vec(n, lo, hi);
-        Owned::float(shape.to_vec(), v.iter().map(|&x| x as f64).collect())
-    }
-    fn narrow(o: &Owned<f64>) -> Owned<f32> {
-        Owned::float(
-            o.shape.clone(),
-            o.floats().iter().map(|&v| v as f32).collect(),
-        )
     }
     const SUM: Op = Op::Reduce(ReduceOp::Sum);
     const MEAN: Op = Op::Reduce(ReduceOp::Mean);

@@ -148,8 +148,8 @@ pub fn backward<T: Real>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::matmul::tests::{assert_close, grad_check, rand_vec, run_as};
     use crate::cpu::run;
+    use crate::cpu::testutil::{assert_close, grad_check, rand_vec, run_as};
     use crate::op::{Direction, Op};
     use crate::rng::Rng;
 

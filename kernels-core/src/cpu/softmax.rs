@@ -121,55 +121,19 @@ pub fn backward<T: Real>(log: bool, causal: bool, args: &[View<T>]) -> Result<Ve
 mod tests {
     use super::*;
     use crate::cpu;
+    use crate::cpu::testutil::*;
     use crate::error::Error;
     use crate::gradcheck::{Options, check_op};
-    use crate::numerics::compare;
-    use crate::op::Direction;
-    use crate::rng::Rng;
 
-    fn t(shape: &[usize], data: &[f64]) -> Owned<f64> {
-        Owned::float(shape.to_vec(), data.to_vec())
-    }
-    fn run<T: Real>(op: Op, dir: Direction, args: &[&Owned<T>]) -> Result<Vec<Owned<T>>> {
-        let v: Vec<View<T>> = args.iter().map(|a| a.view()).collect();
-        cpu::run(&op, dir, &v)
-    }
+    use crate::op::Direction;
+
     fn fwd(op: Op, x: &Owned<f64>) -> Vec<f64> {
         run(op, Direction::Forward, &[x]).unwrap()[0]
             .floats()
             .to_vec()
     }
-    fn rand(seed: u64, shape: &[usize], lo: f32, hi: f32) -> Owned<f64> {
-        let n = shape.iter().product();
-        let v = Rng::new(seed).uniform_vec(n, lo, hi);
-        Owned::float(shape.to_vec(), v.iter().map(|&x| x as f64).collect())
-    }
-    fn narrow(o: &Owned<f64>) -> Owned<f32> {
-        Owned::float(
-            o.shape.clone(),
-            o.floats().iter().map(|&v| v as f32).collect(),
-        )
-    }
-    fn close(got: &[f64], want: &[f64], tol: f64) {
-        let c = compare(got, want, tol, tol);
-        assert!(c.pass, "got {got:?}\nwant {want:?}\n{c:?}");
-    }
     fn ops(causal: bool) -> [Op; 2] {
         [Op::Softmax { causal }, Op::LogSoftmax { causal }]
-    }
-    fn f32_matches_f64(op: Op, x: &Owned<f64>, rtol: f64) {
-        let x32 = narrow(x);
-        let o64 = run(op, Direction::Forward, &[x]).unwrap();
-        let o32 = run(op, Direction::Forward, &[&x32]).unwrap();
-        let g = rand(99, &x.shape, -1., 1.);
-        let g32 = narrow(&g);
-        let r64 = run(op, Direction::Backward, &[x, &o64[0], &g]).unwrap();
-        let r32 = run(op, Direction::Backward, &[&x32, &o32[0], &g32]).unwrap();
-        for (a, b) in [(&o64[0], &o32[0]), (&r64[0], &r32[0])] {
-            let b: Vec<f64> = b.floats().iter().map(|&v| v as f64).collect();
-            let c = compare(&b, a.floats(), 1e-7, rtol);
-            assert!(c.pass, "{op}: f32 vs f64 {c:?}");
-        }
     }
 
     #[test]
@@ -382,11 +346,11 @@ mod tests {
         {
             let x = rand(i as u64 + 50, shape, -5., 5.);
             for op in ops(false) {
-                f32_matches_f64(op, &x, 2e-6);
+                f32_matches_f64(op, &[&x], 1e-7, 2e-6);
             }
             if shape.len() >= 2 {
                 for op in ops(true) {
-                    f32_matches_f64(op, &x, 2e-6);
+                    f32_matches_f64(op, &[&x], 1e-7, 2e-6);
                 }
             }
         }

@@ -15,7 +15,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use self::gemm::{Gemm, Kernel, MatRef};
-use super::{Owned, View, float_arg, min_rank, non_empty, same_shape};
+use super::{Owned, View, float_arg, same_shape};
 use crate::error::{Error, Result};
 use crate::op::{Direction, Op};
 
@@ -62,77 +62,10 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
     }
 }
 
-/// A validated matmul: `out[b] = op(A)[b] . op(B)[b]` for `b` in `0..batch`.
-#[derive(Debug, Clone, PartialEq)]
-struct Plan {
-    m: usize,
-    k: usize,
-    n: usize,
-    batch: usize,
-    /// Elements between consecutive batch entries of `a` (0: shared 2-D operand).
-    a_step: usize,
-    b_step: usize,
-    out_shape: Vec<usize>,
-}
+/// The fast path shares the reference's validated geometry (same checks, same errors).
+use super::matmul::MatmulShape as Plan;
 
 impl Plan {
-    fn new(ta: bool, tb: bool, a: &[usize], b: &[usize]) -> Result<Plan> {
-        min_rank(NAME, "a", a, 2)?;
-        min_rank(NAME, "b", b, 2)?;
-        non_empty(NAME, "a", a)?;
-        non_empty(NAME, "b", b)?;
-        let (a_lead, a_mat) = a.split_at(a.len() - 2);
-        let (b_lead, b_mat) = b.split_at(b.len() - 2);
-        // a [..., m, k] or [..., k, m]; b [..., k, n] or [..., n, k]
-        let (m, k) = if ta {
-            (a_mat[1], a_mat[0])
-        } else {
-            (a_mat[0], a_mat[1])
-        };
-        let (kb, n) = if tb {
-            (b_mat[1], b_mat[0])
-        } else {
-            (b_mat[0], b_mat[1])
-        };
-        if k != kb {
-            return Err(Error::mismatch(NAME, a, b));
-        }
-        let lead = match (a_lead.is_empty(), b_lead.is_empty()) {
-            (_, true) => a_lead,
-            (true, false) => b_lead,
-            (false, false) if a_lead == b_lead => a_lead,
-            (false, false) => return Err(Error::mismatch(NAME, a, b)),
-        };
-        let batch: usize = lead.iter().product();
-        let mut out_shape = lead.to_vec();
-        out_shape.extend([m, n]);
-        // m <= numel(a) and n <= numel(b), so this needs billions of elements in each input;
-        // a clear error beats an overflowing length.
-        if out_shape
-            .iter()
-            .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-            .is_none()
-        {
-            let value = out_shape
-                .iter()
-                .fold(1u128, |acc, &d| acc.saturating_mul(d as u128));
-            return Err(Error::LimitExceeded {
-                what: alloc::format!("matmul output {out_shape:?} element count"),
-                value: value.min(u64::MAX as u128) as u64,
-                limit: usize::MAX as u64,
-            });
-        }
-        Ok(Plan {
-            m,
-            k,
-            n,
-            batch,
-            a_step: if a_lead.is_empty() { 0 } else { m * k },
-            b_step: if b_lead.is_empty() { 0 } else { k * n },
-            out_shape,
-        })
-    }
-
     /// `a [batch, m, k]` times a shared `b` is one `[batch * m, k] . op(b)` product: fold the
     /// batch into `m` so the kernel sees one tall matrix (and, backward, sums `grad_b` over the
     /// batch inside the reduction) instead of many short ones.
@@ -190,7 +123,7 @@ fn forward(kernel: Kernel, ta: bool, tb: bool, args: &[View<f32>]) -> Result<Vec
     arity(args, 2)?;
     let (a_shape, a) = float_arg(NAME, args, 0, "a")?;
     let (b_shape, b) = float_arg(NAME, args, 1, "b")?;
-    let full = Plan::new(ta, tb, a_shape, b_shape)?;
+    let full = Plan::new(NAME, ta, tb, a_shape, b_shape)?;
     let p = full.clone().fold(ta);
     let (m, k, n) = (p.m, p.k, p.n);
     let mut out = zeros(p.out_len())?;
@@ -213,7 +146,7 @@ fn backward(kernel: Kernel, ta: bool, tb: bool, args: &[View<f32>]) -> Result<Ve
     let (b_shape, b) = float_arg(NAME, args, 1, "b")?;
     let (out_shape, _) = float_arg(NAME, args, 2, "out")?;
     let (g_shape, g) = float_arg(NAME, args, 3, "grad_out")?;
-    let full = Plan::new(ta, tb, a_shape, b_shape)?;
+    let full = Plan::new(NAME, ta, tb, a_shape, b_shape)?;
     same_shape(NAME, &full.out_shape, out_shape)?;
     same_shape(NAME, &full.out_shape, g_shape)?;
     let p = full.fold(ta);
@@ -450,7 +383,7 @@ mod tests {
         let Op::Matmul { trans_a, trans_b } = op else {
             unreachable!()
         };
-        let p = Plan::new(trans_a, trans_b, a, b).unwrap();
+        let p = Plan::new(NAME, trans_a, trans_b, a, b).unwrap();
         let shared = |x: &[usize]| if x.len() == 2 { p.batch } else { 1 };
         (p.k, p.n * shared(a), p.m * shared(b))
     }
