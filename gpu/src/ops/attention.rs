@@ -8,54 +8,17 @@ use kernels_core::{DType, Error, Result, Tensor};
 use super::{arg, u32_of};
 use crate::shapes;
 use crate::wgpu_backend::{Family, Params, WgpuBackend};
+use kernels_core::cpu::attention::{Dims, scale_value};
 
 /// Query rows per forward workgroup (`BQ` in the shader).
 const BQ: usize = 16;
 /// Largest head dim the kernels hold in registers (`DMAX` in the shader).
 const DMAX: usize = 128;
 
-struct Dims {
-    batch: usize,
-    hq: usize,
-    hkv: usize,
-    s: usize,
-    t: usize,
-    d: usize,
-    dv: usize,
-}
-
 fn dims(name: &'static str, q: &[usize], k: &[usize], v: &[usize]) -> Result<Dims> {
-    let rank4 = |what: &str, shape: &[usize], layout: &str| -> Result<[usize; 4]> {
-        match *shape {
-            [a, b, c, d] => {
-                shapes::non_empty(name, what, shape)?;
-                Ok([a, b, c, d])
-            }
-            _ => Err(Error::bad_shape(
-                name,
-                what,
-                shape,
-                format!("needs rank 4 {layout}"),
-            )),
-        }
-    };
-    let [batch, hq, s, d] = rank4("q", q, "[batch, heads_q, seq_q, head_dim]")?;
-    let [kb, hkv, t, kd] = rank4("k", k, "[batch, heads_kv, seq_kv, head_dim]")?;
-    let [vb, vh, vt, dv] = rank4("v", v, "[batch, heads_kv, seq_kv, head_dim_v]")?;
-    if kb != batch || kd != d {
-        return Err(Error::mismatch(name, q, k));
-    }
-    if vb != kb || vh != hkv || vt != t {
-        return Err(Error::mismatch(name, k, v));
-    }
-    if hq % hkv != 0 {
-        return Err(Error::bad_shape(
-            name,
-            "q",
-            q,
-            format!("query heads {hq} are not a multiple of key/value heads {hkv}"),
-        ));
-    }
+    // The reference's geometry checks, then the kernel's own register limit.
+    let dm = Dims::new(q, k, v)?;
+    let Dims { d, dv, .. } = dm;
     for (what, x) in [("head_dim", d), ("head_dim_v", dv)] {
         if x > DMAX {
             return Err(Error::LimitExceeded {
@@ -65,28 +28,7 @@ fn dims(name: &'static str, q: &[usize], k: &[usize], v: &[usize]) -> Result<Dim
             });
         }
     }
-    Ok(Dims {
-        batch,
-        hq,
-        hkv,
-        s,
-        t,
-        d,
-        dv,
-    })
-}
-
-fn scale_value(name: &'static str, scale: Option<f32>, d: usize) -> Result<f32> {
-    match scale {
-        Some(f) if f.is_finite() => Ok(f),
-        Some(f) => Err(Error::BadAttr {
-            op: name,
-            attr: "scale",
-            value: format!("{f}"),
-            why: "must be finite".into(),
-        }),
-        None => Ok((1.0 / (d as f64).sqrt()) as f32),
-    }
+    Ok(dm)
 }
 
 fn params(
@@ -118,7 +60,7 @@ pub(super) fn forward(
 ) -> Result<Tensor> {
     let (q, k, v) = (arg(args, 0), arg(args, 1), arg(args, 2));
     let dm = dims(name, q.shape(), k.shape(), v.shape())?;
-    let scale = scale_value(name, scale, dm.d)?;
+    let scale = scale_value::<f32>(scale, dm.d)?;
     let blocks = dm.s.div_ceil(BQ);
     let items = dm.batch * dm.hq * blocks;
     let p = params(name, &dm, items, blocks, scale)?;
@@ -155,7 +97,7 @@ pub(super) fn backward(
     let out_shape = [dm.batch, dm.hq, dm.s, dm.dv];
     shapes::same(name, &out_shape, out.shape())?;
     shapes::same(name, &out_shape, g.shape())?;
-    let scale = scale_value(name, scale, dm.d)?;
+    let scale = scale_value::<f32>(scale, dm.d)?;
     let consts = [("CAUSAL", if causal { 1.0 } else { 0.0 })];
     let rows = dm.batch * dm.hq * dm.s;
     let gq = be.alloc(name, q.shape(), DType::F32)?;

@@ -33,26 +33,9 @@ fn check(
     offset: usize,
     shape: &[usize],
 ) -> Result<(usize, usize, usize)> {
-    if !(theta.is_finite() && theta > 0.0) {
-        return Err(Error::BadAttr {
-            op: name,
-            attr: "theta",
-            value: format!("{theta}"),
-            why: "must be finite and > 0".into(),
-        });
-    }
-    let &[b, h, seq, head_dim] = shape else {
-        return Err(Error::bad_shape(
-            name,
-            "x",
-            shape,
-            "needs rank 4 [batch, heads, seq, head_dim]",
-        ));
-    };
-    shapes::non_empty(name, "x", shape)?;
-    if head_dim % 2 != 0 {
-        return Err(Error::bad_shape(name, "x", shape, "head_dim must be even"));
-    }
+    // The reference's checks, then the device's own position limit.
+    let (seq, head_dim) = kernels_core::cpu::rope::check(theta, offset, shape)?;
+    let rows: usize = shape.iter().product::<usize>() / head_dim;
     // Positions are u32 on the device.
     let last = offset.checked_add(seq - 1);
     if last.is_none_or(|p| p > u32::MAX as usize) {
@@ -62,7 +45,7 @@ fn check(
             limit: u64::from(u32::MAX),
         });
     }
-    Ok((b * h * seq, seq, head_dim / 2))
+    Ok((rows, seq, head_dim / 2))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -19,20 +19,22 @@ use crate::numerics::Real;
 
 const OP: &str = "attention";
 
-/// Validated geometry.
-#[derive(Debug, Clone, Copy)]
-struct Dims {
-    batch: usize,
-    hq: usize,
-    hkv: usize,
-    s: usize,
-    t: usize,
-    d: usize,
-    dv: usize,
+/// Validated attention geometry, shared by every backend: q `[batch, hq, s, d]`, k
+/// `[batch, hkv, t, d]`, v `[batch, hkv, t, dv]`, `hq` a multiple of `hkv`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    pub batch: usize,
+    pub hq: usize,
+    pub hkv: usize,
+    pub s: usize,
+    pub t: usize,
+    pub d: usize,
+    pub dv: usize,
 }
 
 impl Dims {
-    fn new(q: &[usize], k: &[usize], v: &[usize]) -> Result<Dims> {
+    /// Checks the shapes of q, k and v (errors name the op `attention` and the shapes).
+    pub fn new(q: &[usize], k: &[usize], v: &[usize]) -> Result<Dims> {
         let rank4 = |name: &str, shape: &[usize], layout: &str| -> Result<[usize; 4]> {
             match *shape {
                 [a, b, c, d] => {
@@ -90,7 +92,8 @@ impl Dims {
     }
 }
 
-fn scale_value<T: Real>(scale: Option<f32>, d: usize) -> Result<T> {
+/// The softmax scale: the `scale` attribute when given (finite), else `1/sqrt(d)` computed in f64.
+pub fn scale_value<T: Real>(scale: Option<f32>, d: usize) -> Result<T> {
     match scale {
         Some(f) if f.is_finite() => Ok(T::from_f32(f)),
         Some(f) => Err(Error::BadAttr {

@@ -19,8 +19,8 @@ use crate::numerics::Real;
 
 const OP: &str = "rope";
 
-/// Validates the attributes and x's shape; returns `(seq, head_dim)`.
-fn check(theta: f32, offset: usize, shape: &[usize]) -> Result<(usize, usize)> {
+/// Validates the attributes and x's shape (every backend's checks); returns `(seq, head_dim)`.
+pub fn check(theta: f32, offset: usize, shape: &[usize]) -> Result<(usize, usize)> {
     if !(theta.is_finite() && theta > 0.0) {
         return Err(Error::BadAttr {
             op: OP,
