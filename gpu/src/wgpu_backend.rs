@@ -1204,6 +1204,31 @@ impl WgpuBackend {
         Ok(())
     }
 
+    /// An f32 tensor of zeros made on the device: a pooled buffer cleared by a command in the
+    /// current batch (ordered after any recorded work that used the buffer before), with no
+    /// host allocation and no upload.
+    fn zeros_inner(&self, shape: &[usize]) -> Result<Tensor> {
+        let t = self.alloc("zeros", shape, DType::F32)?;
+        let bytes = (t.numel() as u64) * 4;
+        if bytes == 0 {
+            return Ok(t);
+        }
+        let g = self.gpu();
+        let raw = self
+            .buffer_of("zeros", &t)?
+            .raw()
+            .ok_or_else(|| backend_err(String::from("zeros: buffer already released")))?;
+        let mut rec = g.rec.borrow_mut();
+        let encoder = rec.encoder.get_or_insert_with(|| {
+            g.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("kernels-batch"),
+                })
+        });
+        encoder.clear_buffer(raw, 0, Some(bytes));
+        Ok(t)
+    }
+
     /// Submits the recorded batch (if any).
     fn submit(&self) -> Result<()> {
         let g = self.gpu();
@@ -1398,6 +1423,9 @@ impl Backend for WgpuBackend {
             return Err(Error::NotOnHost { op: "upload" });
         }
         self.scoped("upload", || self.upload_inner(t))
+    }
+    fn zeros(&self, shape: &[usize]) -> Result<Tensor> {
+        self.scoped("zeros", || self.zeros_inner(shape))
     }
     fn download<'a>(&'a self, t: &'a Tensor) -> LocalBoxFuture<'a, Result<Tensor>> {
         let g = self.gpu();

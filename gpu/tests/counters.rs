@@ -175,3 +175,30 @@ fn default_pool_cap_is_256_mib() {
         256 << 20
     );
 }
+
+#[test]
+fn zeros_are_made_on_the_device_without_an_upload() {
+    let Some(gpu) = common::backend() else { return };
+    // Leave a freed buffer of the same size class with non-zero contents in the pool, so the
+    // zeros below must really be cleared, not just freshly allocated.
+    let junk = gpu.upload(&Tensor::full(&[7, 13], 3.5).unwrap()).unwrap();
+    drop(junk);
+    let before = gpu.counters();
+    let z = gpu.zeros(&[7, 13]).unwrap();
+    let after = gpu.counters();
+    assert_eq!(
+        after.bytes_uploaded, before.bytes_uploaded,
+        "zeros uploaded data"
+    );
+    let host = gpu.download_blocking(&z).unwrap();
+    assert_eq!(host.shape(), &[7, 13]);
+    assert!(host.as_f32().unwrap().iter().all(|&v| v == 0.0));
+    // A cleared buffer also feeds later kernels correctly.
+    let one = gpu.upload(&Tensor::full(&[7, 13], 1.0).unwrap()).unwrap();
+    let z2 = gpu.zeros(&[7, 13]).unwrap();
+    let sum = gpu
+        .run(&Op::Binary(BinaryOp::Add), Direction::Forward, &[&one, &z2])
+        .unwrap();
+    let host = gpu.download_blocking(&sum[0]).unwrap();
+    assert!(host.as_f32().unwrap().iter().all(|&v| v == 1.0));
+}
