@@ -407,6 +407,30 @@ impl OpKind {
             })
     }
 
+    /// Whether this op rejects NaN and infinities in its float inputs (`Error::NonFinite`)
+    /// rather than propagating them as IEEE arithmetic does. Every backend and the CLI's input
+    /// checks follow it; exhaustive, so a new op has to decide.
+    pub fn rejects_non_finite(self) -> bool {
+        use OpKind as K;
+        match self {
+            // An iterative factorization of a matrix with a NaN is NaN everywhere: refuse it.
+            K::SvdLowrank => true,
+            K::Matmul | K::Add | K::Sub | K::Mul | K::Div | K::Scale | K::Neg | K::Exp | K::Log => {
+                false
+            }
+            K::Sqrt | K::Relu | K::Sigmoid | K::Tanh | K::Silu | K::Gelu | K::Softmax => false,
+            K::LogSoftmax
+            | K::LayerNorm
+            | K::RmsNorm
+            | K::Rope
+            | K::Embedding
+            | K::Sum
+            | K::Mean => false,
+            K::Max | K::Transpose | K::Concat | K::Attention | K::GruCell | K::GruSequence => false,
+            K::CrossEntropy | K::Mse | K::Argmax | K::AdamwStep | K::SgdStep => false,
+        }
+    }
+
     /// Inputs, attributes, outputs, gradients and budgets of this op.
     pub fn spec(self) -> OpSpec {
         use OpKind as K;

@@ -621,4 +621,32 @@ mod tests {
                 .any(|c| c.large && c.inputs[0].numel() > 65_535 * 256)
         );
     }
+
+    #[test]
+    fn ops_that_reject_non_finite_inputs_do_so_in_the_reference() {
+        use crate::backend::{Backend, CpuBackend};
+        use crate::error::Error;
+        use crate::op::{Direction, InputKind};
+        let mut checked = 0;
+        for k in OpKind::ALL.iter().filter(|k| k.rejects_non_finite()) {
+            let case = cases(*k, 0).unwrap().remove(0);
+            let spec = k.spec();
+            for (i, input) in spec.inputs.iter().enumerate() {
+                if input.kind != InputKind::Float {
+                    continue;
+                }
+                let mut inputs = case.inputs.clone();
+                let mut v = inputs[i].to_f32_vec().unwrap();
+                v[0] = f32::NAN;
+                inputs[i] = Tensor::from_f32(inputs[i].shape(), v).unwrap();
+                let refs: Vec<&Tensor> = inputs.iter().collect();
+                let e = CpuBackend::reference()
+                    .run(&case.op, Direction::Forward, &refs)
+                    .unwrap_err();
+                assert!(matches!(e, Error::NonFinite { .. }), "{k}: {e}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 0);
+    }
 }

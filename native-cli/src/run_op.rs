@@ -40,25 +40,6 @@ pub struct OpReport {
     pub written: Vec<(String, Vec<usize>, DType)>,
 }
 
-/// Whether `kind` rejects NaN and infinities in its float inputs (rather than propagating them as
-/// IEEE arithmetic does). Exhaustive, so a new op has to decide.
-pub fn rejects_non_finite(kind: OpKind) -> bool {
-    use OpKind as K;
-    match kind {
-        // An iterative factorization of a matrix with a NaN is NaN everywhere: refuse it instead.
-        K::SvdLowrank => true,
-        K::Matmul | K::Add | K::Sub | K::Mul | K::Div | K::Scale | K::Neg | K::Exp | K::Log => {
-            false
-        }
-        K::Sqrt | K::Relu | K::Sigmoid | K::Tanh | K::Silu | K::Gelu | K::Softmax => false,
-        K::LogSoftmax | K::LayerNorm | K::RmsNorm | K::Rope | K::Embedding | K::Sum | K::Mean => {
-            false
-        }
-        K::Max | K::Transpose | K::Concat | K::Attention | K::GruCell | K::GruSequence => false,
-        K::CrossEntropy | K::Mse | K::Argmax | K::AdamwStep | K::SgdStep => false,
-    }
-}
-
 /// Splits `name=value` attribute strings and builds the op. Duplicates are an error.
 pub fn parse_op(kind: OpKind, attrs: &[String]) -> CliResult<Op> {
     let mut pairs: Vec<(&str, &str)> = Vec::new();
@@ -241,7 +222,7 @@ pub fn run(req: &OpRequest) -> CliResult<OpReport> {
     expected.extend(grad_names.iter().cloned());
     let mut map = read_inputs(name, &req.input, &expected)?;
 
-    let finite = rejects_non_finite(kind);
+    let finite = kind.rejects_non_finite();
     let mut inputs: Vec<Tensor> = Vec::new();
     for s in spec.inputs {
         let t = map
