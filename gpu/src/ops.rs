@@ -421,51 +421,15 @@ fn matmul(
 ) -> Result<Tensor> {
     let d = shapes::matmul(name, a.shape(), b.shape(), trans_a, trans_b)?;
     let out = be.alloc(name, &d.out_shape, DType::F32)?;
-    let gx = u32_of(name, "tiles", d.n.div_ceil(64))?;
-    let gy = u32_of(name, "tiles", d.m.div_ceil(64))?;
-    let max = be.max_groups();
-    if gx > max || gy > max {
-        return Err(Error::LimitExceeded {
-            what: format!("{name}: 64x64 tiles per grid dimension"),
-            value: u64::from(gx.max(gy)),
-            limit: u64::from(max),
-        });
-    }
-    let consts = [
-        ("TA", if trans_a { 1.0 } else { 0.0 }),
-        ("TB", if trans_b { 1.0 } else { 0.0 }),
-    ];
-    let entry = matmul_entry(
+    launch_matmul(
+        be,
+        name,
+        (a, 0, trans_a),
+        (b, 0, trans_b),
+        &out,
         (d.m, d.n, d.k),
-        trans_a,
-        trans_b,
-        (d.a_step, d.b_step),
-        (0, 0),
-    );
-    // Batches above the z limit go in several dispatches, each told its first batch.
-    let mut first = 0usize;
-    while first < d.batch {
-        let count = (d.batch - first).min(max as usize);
-        let p = Params::u(&[
-            u32_of(name, "m", d.m)?,
-            u32_of(name, "n", d.n)?,
-            u32_of(name, "k", d.k)?,
-            u32_of(name, "batch stride", d.a_step)?,
-            u32_of(name, "batch stride", d.b_step)?,
-            u32_of(name, "batch", first)?,
-        ]);
-        be.launch(
-            name,
-            Family::Matmul,
-            entry,
-            &consts,
-            p,
-            &[a, b],
-            &[&out],
-            (gx, gy, count as u32),
-        )?;
-        first += count;
-    }
+        (d.a_step, d.b_step, d.batch),
+    )?;
     Ok(out)
 }
 
@@ -490,6 +454,29 @@ fn matmul_at(
             format!("[{m}, {k}] @ [{k}, {n}] at offsets {off_a}, {off_b} does not fit"),
         ));
     }
+    launch_matmul(
+        be,
+        name,
+        (a, off_a, trans_a),
+        (b, off_b, trans_b),
+        out,
+        (m, n, k),
+        (0, 0, 1),
+    )
+}
+
+/// The matmul family's one launcher: `batch` products `op(a) @ op(b)` into `out`, operands read
+/// from element offsets with batch steps (0: shared), 64x64 output tiles per workgroup, batches
+/// above the z limit in several dispatches, each told its first batch.
+fn launch_matmul(
+    be: &WgpuBackend,
+    name: &'static str,
+    (a, off_a, trans_a): (&Tensor, usize, bool),
+    (b, off_b, trans_b): (&Tensor, usize, bool),
+    out: &Tensor,
+    (m, n, k): (usize, usize, usize),
+    (step_a, step_b, batch): (usize, usize, usize),
+) -> Result<()> {
     let gx = u32_of(name, "tiles", n.div_ceil(64))?;
     let gy = u32_of(name, "tiles", m.div_ceil(64))?;
     let max = be.max_groups();
@@ -504,27 +491,39 @@ fn matmul_at(
         ("TA", if trans_a { 1.0 } else { 0.0 }),
         ("TB", if trans_b { 1.0 } else { 0.0 }),
     ];
-    let p = Params::u(&[
-        u32_of(name, "m", m)?,
-        u32_of(name, "n", n)?,
-        u32_of(name, "k", k)?,
-        0,
-        0,
-        0,
-        u32_of(name, "offset", off_a)?,
-        u32_of(name, "offset", off_b)?,
-    ]);
-    let entry = matmul_entry((m, n, k), trans_a, trans_b, (0, 0), (off_a, off_b));
-    be.launch(
-        name,
-        Family::Matmul,
-        entry,
-        &consts,
-        p,
-        &[a, b],
-        &[out],
-        (gx, gy, 1),
-    )
+    let entry = matmul_entry(
+        (m, n, k),
+        trans_a,
+        trans_b,
+        (step_a, step_b),
+        (off_a, off_b),
+    );
+    let mut first = 0usize;
+    while first < batch {
+        let count = (batch - first).min(max as usize);
+        let p = Params::u(&[
+            u32_of(name, "m", m)?,
+            u32_of(name, "n", n)?,
+            u32_of(name, "k", k)?,
+            u32_of(name, "batch stride", step_a)?,
+            u32_of(name, "batch stride", step_b)?,
+            u32_of(name, "batch", first)?,
+            u32_of(name, "offset", off_a)?,
+            u32_of(name, "offset", off_b)?,
+        ]);
+        be.launch(
+            name,
+            Family::Matmul,
+            entry,
+            &consts,
+            p,
+            &[a, b],
+            &[out],
+            (gx, gy, count as u32),
+        )?;
+        first += count;
+    }
+    Ok(())
 }
 
 /// The gradient of a matmul operand: `mm(x, y, tx, ty)`, summed over the batch when the operand
