@@ -4,10 +4,13 @@
 //! natively): tensors stay in pooled device buffers, ops are recorded into one command encoder
 //! and submitted in batches, and counters report dispatches, submits and bytes moved. WGSL lives
 //! in `src/shaders/<family>.wgsl`, one file per op family, specialized with override constants.
+//!
+//! [`parity`] is the shared harness that checks any backend against the CPU reference.
 
 pub mod adapters;
 pub mod bench;
 mod ops;
+pub mod parity;
 pub mod select;
 pub mod shapes;
 pub mod wgpu_backend;

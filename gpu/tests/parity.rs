@@ -6,77 +6,9 @@
 
 mod common;
 
-use kernels_core::numerics::compare;
 use kernels_core::op::Direction;
-use kernels_core::{Backend, CpuBackend, DType, Error, OpKind, Tensor, parity};
-
-/// Elements as f64 (floats, or integer results widened).
-fn values(t: &Tensor) -> Vec<f64> {
-    if t.dtype().is_int() {
-        t.to_i64_vec().unwrap().iter().map(|&v| v as f64).collect()
-    } else {
-        t.as_f32().unwrap().iter().map(|&v| f64::from(v)).collect()
-    }
-}
-
-fn same_values(
-    label: &str,
-    got: &Tensor,
-    want: &[f64],
-    atol: f64,
-    rtol: f64,
-) -> Result<(f64, f64), String> {
-    let g = values(got);
-    if g.len() != want.len() {
-        return Err(format!(
-            "{label}: {} elements vs reference {}",
-            g.len(),
-            want.len()
-        ));
-    }
-    let c = compare(&g, want, atol, rtol);
-    if c.pass {
-        Ok((c.max_abs_err, c.max_rel_err))
-    } else {
-        let w = c.worst_index.unwrap_or(0);
-        Err(format!(
-            "{label}: {} violations, max abs {:.3e}, max rel {:.3e}, worst index {w} (got {} want {}) (budget atol {atol:.1e} rtol {rtol:.1e})",
-            c.violations,
-            c.max_abs_err,
-            c.max_rel_err,
-            g.get(w).copied().unwrap_or(f64::NAN),
-            want.get(w).copied().unwrap_or(f64::NAN)
-        ))
-    }
-}
-
-fn is_stub(e: &Error) -> bool {
-    matches!(e, Error::UnsupportedOnBackend { .. })
-}
-
-enum Reference {
-    /// The CPU reference kernels (the specification).
-    Cpu(Vec<Tensor>),
-    /// The test's f64 oracle, while the CPU kernel is still a stub.
-    Oracle(Vec<Vec<f64>>),
-}
-
-/// The CPU reference result, else the oracle's, else `None` (no reference for this op yet).
-fn reference(op: &kernels_core::Op, dir: Direction, args: &[Tensor]) -> Option<Reference> {
-    let refs: Vec<&Tensor> = args.iter().collect();
-    match CpuBackend::reference().run(op, dir, &refs) {
-        Ok(w) => Some(Reference::Cpu(w)),
-        Err(e) if is_stub(&e) => common::oracle::run(op, dir, args).map(Reference::Oracle),
-        Err(e) => panic!("{op} {}: cpu reference failed: {e}", dir.name()),
-    }
-}
-
-fn reference_values(r: &Reference) -> Vec<Vec<f64>> {
-    match r {
-        Reference::Cpu(ts) => ts.iter().map(values).collect(),
-        Reference::Oracle(v) => v.clone(),
-    }
-}
+use kernels_core::{Backend, DType, Error, OpKind, Tensor, parity};
+use kernels_gpu::parity::{check_all, failures};
 
 #[test]
 fn wgpu_matches_the_cpu_reference() {
@@ -122,127 +54,42 @@ fn row_reductions_match_without_subgroups() {
     assert!(!built.iter().any(|p| p.ends_with("+subgroup")), "{built:?}");
 }
 
+/// The shared harness ([`kernels_gpu::parity`]) on every case of `kinds`, the > 65,535-workgroup
+/// ones included; every op must have run forward and, if differentiable, backward.
 fn suite(gpu: &kernels_gpu::WgpuBackend, kinds: &[OpKind]) {
-    let mut failures = Vec::new();
-    let mut passed = Vec::new();
-    let mut by_oracle = Vec::new();
-    let mut no_reference = Vec::new();
-    let mut unsupported = Vec::new();
-    // Op kinds with at least one GPU case compared against a reference, per direction.
-    let mut ran_forward = std::collections::BTreeSet::new();
-    let mut ran_backward = std::collections::BTreeSet::new();
+    let mut cases = Vec::new();
     for kind in kinds {
-        let spec = kind.spec();
-        for (ci, case) in parity::cases(*kind, 7).unwrap().into_iter().enumerate() {
-            let label = format!("{} {}", case.op, case.shape_label());
-            let shapes: Vec<&[usize]> = case.inputs.iter().map(|t| t.shape()).collect();
-            let k = case.op.reduced_len(&shapes);
-            let dev: Vec<Tensor> = case.inputs.iter().map(|t| gpu.upload(t).unwrap()).collect();
-            let dev_refs: Vec<&Tensor> = dev.iter().collect();
-            let got = match gpu.run(&case.op, Direction::Forward, &dev_refs) {
-                Ok(g) => g,
-                Err(e) if is_stub(&e) => {
-                    unsupported.push(kind.name());
-                    break;
-                }
-                Err(e) => {
-                    failures.push(format!("{label} forward: {e}"));
-                    continue;
-                }
-            };
-            let got: Vec<Tensor> = got
-                .iter()
-                .map(|g| gpu.download_blocking(g).unwrap())
-                .collect();
-            let Some(want) = reference(&case.op, Direction::Forward, &case.inputs) else {
-                no_reference.push(kind.name());
-                break;
-            };
-            let src = match &want {
-                Reference::Cpu(_) => "cpu",
-                Reference::Oracle(_) => {
-                    by_oracle.push(kind.name());
-                    "oracle"
-                }
-            };
-            let (atol, rtol) = spec.budget.at(k);
-            let want_v = reference_values(&want);
-            ran_forward.insert(kind.name());
-            assert_eq!(got.len(), want_v.len(), "{label}: output count");
-            for (g, w) in got.iter().zip(&want_v) {
-                match same_values(&label, g, w, atol, rtol) {
-                    Ok((abs, rel)) => passed.push(format!(
-                        "{label} forward vs {src}: abs {abs:.2e} rel {rel:.2e}"
-                    )),
-                    Err(e) => failures.push(format!("{e} [forward vs {src}]")),
-                }
-            }
-            if !spec.differentiable() {
-                continue;
-            }
-            // Backward on the same arguments for both: inputs ++ outputs ++ grads, with the
-            // reference's outputs when it has tensors, else the GPU's own.
-            let outs = match &want {
-                Reference::Cpu(ts) => ts.clone(),
-                Reference::Oracle(_) => got.clone(),
-            };
-            let grads = parity::grad_outputs(&outs, 100 + ci as u64).unwrap();
-            let mut bargs: Vec<Tensor> = case.inputs.clone();
-            bargs.extend(outs);
-            bargs.extend(grads);
-            let dev_b: Vec<Tensor> = bargs.iter().map(|t| gpu.upload(t).unwrap()).collect();
-            let dev_b_refs: Vec<&Tensor> = dev_b.iter().collect();
-            let got_b = match gpu.run(&case.op, Direction::Backward, &dev_b_refs) {
-                Ok(g) => g,
-                Err(e) => {
-                    failures.push(format!("{label} backward: {e}"));
-                    continue;
-                }
-            };
-            let Some(want_b) = reference(&case.op, Direction::Backward, &bargs) else {
-                continue;
-            };
-            let src = match &want_b {
-                Reference::Cpu(_) => "cpu",
-                Reference::Oracle(_) => "oracle",
-            };
-            let (atol, rtol) = spec.budget_backward.at(k);
-            let want_b = reference_values(&want_b);
-            ran_backward.insert(kind.name());
-            assert_eq!(got_b.len(), want_b.len(), "{label}: gradient count");
-            for (i, (g, w)) in got_b.iter().zip(&want_b).enumerate() {
-                let g = gpu.download_blocking(g).unwrap();
-                match same_values(&label, &g, w, atol, rtol) {
-                    Ok((abs, rel)) => passed.push(format!(
-                        "{label} backward[{}] vs {src}: abs {abs:.2e} rel {rel:.2e}",
-                        spec.grad_inputs[i]
-                    )),
-                    Err(e) => {
-                        failures.push(format!("{e} [backward {} vs {src}]", spec.grad_inputs[i]))
-                    }
-                }
-            }
-        }
+        cases.extend(parity::cases(*kind, 7).unwrap());
     }
-    by_oracle.dedup();
-    no_reference.dedup();
-    unsupported.dedup();
-    println!("passed {}:\n  {}", passed.len(), passed.join("\n  "));
-    println!("checked against the test oracle (CPU reference not landed): {by_oracle:?}");
-    println!("no reference yet: {no_reference:?}");
-    println!("unsupported on wgpu: {unsupported:?}");
+    let rows = check_all(&cases, gpu);
+    for r in &rows {
+        println!(
+            "{} {} {}: abs {:.2e} rel {:.2e} (atol {:.1e} rtol {:.1e}) {}",
+            r.op,
+            r.dir.name(),
+            r.shape,
+            r.max_abs_err(),
+            r.max_rel_err(),
+            r.atol,
+            r.rtol,
+            if r.pass() { "ok" } else { "FAIL" }
+        );
+    }
     println!("counters: {:?}", gpu.counters());
     // Coverage: every op ran on wgpu forward and, if differentiable, backward.
+    let ran = |k: &OpKind, d: Direction| {
+        rows.iter()
+            .any(|r| r.kind == k.name() && r.dir == d && r.error.is_none())
+    };
     let missing: Vec<String> = kinds
         .iter()
-        .flat_map(|kind| {
-            let name = kind.name();
+        .flat_map(|k| {
             let mut m = Vec::new();
-            if !ran_forward.contains(name) {
-                m.push(format!("{name} forward"));
+            if !ran(k, Direction::Forward) {
+                m.push(format!("{k} forward"));
             }
-            if kind.spec().differentiable() && !ran_backward.contains(name) {
-                m.push(format!("{name} backward"));
+            if k.spec().differentiable() && !ran(k, Direction::Backward) {
+                m.push(format!("{k} backward"));
             }
             m
         })
@@ -251,11 +98,12 @@ fn suite(gpu: &kernels_gpu::WgpuBackend, kinds: &[OpKind]) {
         missing.is_empty(),
         "ops without a wgpu parity case run: {missing:?}"
     );
+    let bad = failures(&rows);
     assert!(
-        failures.is_empty(),
+        bad.is_empty(),
         "{} failures:\n{}",
-        failures.len(),
-        failures.join("\n")
+        bad.len(),
+        bad.join("\n")
     );
 }
 

@@ -244,7 +244,8 @@ impl fmt::Display for AttrValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AttrValue::Bool(b) => write!(f, "{b}"),
-            AttrValue::Float(x) => write!(f, "{x}"),
+            // Every float attribute is an f32: print it as one (0.37, not 0.3700000047683716).
+            AttrValue::Float(x) => write!(f, "{}", *x as f32),
             AttrValue::Int(i) => write!(f, "{i}"),
             AttrValue::Str(s) => f.write_str(s),
         }
@@ -1272,6 +1273,31 @@ impl Op {
             Op::SvdLowrank { .. } => numel(0),
         };
         k.max(1)
+    }
+}
+
+impl Op {
+    /// Like the `Display` form, but with only the attributes that differ from their defaults
+    /// (required ones always shown): `matmul`, `matmul(trans_b=true)`, `adamw_step(lr=0.01, step=3)`.
+    pub fn short_label(&self) -> String {
+        let spec = self.spec();
+        let shown: Vec<String> = self
+            .attrs()
+            .iter()
+            .filter(|(k, v)| {
+                // Compare as printed: attributes are f32, defaults are declared as f64.
+                !spec.attrs.iter().any(|a| {
+                    a.name == *k
+                        && matches!(&a.default, AttrDefault::Value(d) if format!("{d}") == format!("{v}"))
+                })
+            })
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if shown.is_empty() {
+            self.name().to_string()
+        } else {
+            format!("{}({})", self.name(), shown.join(", "))
+        }
     }
 }
 

@@ -7,7 +7,8 @@ pub mod bench;
 pub mod demo;
 pub mod info;
 pub mod ops;
-pub mod parity;
+/// The parity runner lives with the backends; re-exported for the CLI's commands.
+pub use kernels_gpu::parity;
 pub mod parity_cmd;
 pub mod run_op;
 
@@ -33,65 +34,9 @@ pub fn emit(s: &str) -> CliResult<()> {
     }
 }
 
-/// An op with its attributes, floats printed as the f32 they are (`scale(factor=0.37)`, not
-/// `0.3700000047683716`). The attributes parse back to the same op.
-pub fn op_label(op: &kernels_core::Op) -> String {
-    use kernels_core::op::AttrValue;
-    let attrs: Vec<String> = op
-        .attrs()
-        .iter()
-        .map(|(k, v)| match v {
-            AttrValue::Float(x) => format!("{k}={}", *x as f32),
-            other => format!("{k}={other}"),
-        })
-        .collect();
-    if attrs.is_empty() {
-        op.name().to_string()
-    } else {
-        format!("{}({})", op.name(), attrs.join(", "))
-    }
-}
-
-/// Like [`op_label`], but only the attributes that differ from their defaults (required ones are
-/// always shown): `matmul`, `matmul(trans_b=true)`, `adamw_step(lr=0.01, step=3)`.
-pub fn op_label_short(op: &kernels_core::Op) -> String {
-    use kernels_core::op::{AttrDefault, AttrValue};
-    let spec = op.spec();
-    let same = |a: &AttrValue, b: &AttrValue| match (a, b) {
-        // Attributes are f32; defaults are declared as f64.
-        (AttrValue::Float(x), AttrValue::Float(y)) => (*x as f32) == (*y as f32),
-        _ => a == b,
-    };
-    let attrs: Vec<String> =
-        op.attrs()
-            .iter()
-            .filter(|(k, v)| {
-                !spec.attrs.iter().any(|a| {
-                    a.name == *k && matches!(&a.default, AttrDefault::Value(d) if same(d, v))
-                })
-            })
-            .map(|(k, v)| match v {
-                AttrValue::Float(x) => format!("{k}={}", *x as f32),
-                other => format!("{k}={other}"),
-            })
-            .collect();
-    if attrs.is_empty() {
-        op.name().to_string()
-    } else {
-        format!("{}({})", op.name(), attrs.join(", "))
-    }
-}
-
 /// The attributes of `op` as `name=value` strings for `kernels op --attr`.
 pub fn attr_args(op: &kernels_core::Op) -> Vec<String> {
-    use kernels_core::op::AttrValue;
-    op.attrs()
-        .iter()
-        .map(|(k, v)| match v {
-            AttrValue::Float(x) => format!("{k}={}", *x as f32),
-            other => format!("{k}={other}"),
-        })
-        .collect()
+    op.attrs().iter().map(|(k, v)| format!("{k}={v}")).collect()
 }
 
 #[cfg(test)]
@@ -104,14 +49,14 @@ mod tests {
         for case in kernels_core::parity::all_cases(0, false).unwrap() {
             let args = attr_args(&case.op);
             let op = run_op::parse_op(case.op.kind(), &args).unwrap();
-            assert_eq!(op, case.op, "{}", op_label(&case.op));
+            assert_eq!(op, case.op, "{}", case.op);
         }
         let s = Op::from_attrs(OpKind::Scale, &[("factor", "0.37")]).unwrap();
-        assert_eq!(op_label(&s), "scale(factor=0.37)");
-        assert_eq!(op_label_short(&s), "scale(factor=0.37)");
+        assert_eq!(s.to_string(), "scale(factor=0.37)");
+        assert_eq!(s.short_label(), "scale(factor=0.37)");
         let m = Op::from_attrs(OpKind::Matmul, &[("trans_b", "true")]).unwrap();
-        assert_eq!(op_label_short(&m), "matmul(trans_b=true)");
+        assert_eq!(m.short_label(), "matmul(trans_b=true)");
         let ln = Op::default_for(OpKind::LayerNorm).unwrap();
-        assert_eq!(op_label_short(&ln), "layer_norm");
+        assert_eq!(ln.short_label(), "layer_norm");
     }
 }

@@ -9,7 +9,7 @@ use native_cli::bench::{self, BenchOptions};
 use native_cli::demo::{self, DemoOptions};
 use native_cli::parity_cmd::{self, ParityOptions};
 use native_cli::run_op::{self, OpRequest};
-use native_cli::{CliResult, emit, info, op_label, ops};
+use native_cli::{CliResult, emit, info, ops};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -163,7 +163,7 @@ fn run(cli: Cli) -> CliResult<()> {
                 .collect();
             emit(&format!(
                 "{} {} on {}: wrote {} to {}\n",
-                op_label(&rep.op),
+                rep.op,
                 rep.dir.name(),
                 rep.backend,
                 written.join(", "),

@@ -6,22 +6,28 @@
 use kernels_core::backend::LocalBoxFuture;
 use kernels_core::parity::{all_cases, cases};
 use kernels_core::{Backend, CpuBackend, DeviceId, Direction, Op, OpKind, Result, Tensor};
-use kernels_tests::{assert_parity, failures, parity_rows};
+use kernels_gpu::parity::{Row, assert_parity, check_all, failures};
+
+fn parity_rows(backend: &dyn Backend, seed: u64, large: bool) -> Vec<Row> {
+    check_all(&all_cases(seed, large).unwrap(), backend)
+}
 
 #[test]
 fn fast_cpu_matches_the_reference_within_budget() {
-    let n = assert_parity(&CpuBackend::new(), 0, false).unwrap_or_else(|e| panic!("{e}"));
+    let n = assert_parity(&CpuBackend::new(), &all_cases(0, false).unwrap())
+        .unwrap_or_else(|e| panic!("{e}"));
     assert!(n > 0);
 }
 
 #[test]
 fn a_second_seed_passes_too() {
-    assert_parity(&CpuBackend::new(), 12345, false).unwrap_or_else(|e| panic!("{e}"));
+    assert_parity(&CpuBackend::new(), &all_cases(12345, false).unwrap())
+        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
 fn every_op_has_parity_cases_in_every_direction() {
-    let rows = parity_rows(&CpuBackend::new(), 0, false).unwrap();
+    let rows = parity_rows(&CpuBackend::new(), 0, false);
     for k in OpKind::ALL {
         assert!(!cases(*k, 0).unwrap().is_empty(), "{k} has no parity case");
         let has = |d: Direction| rows.iter().any(|r| r.kind == k.name() && r.dir == d);
@@ -80,7 +86,7 @@ impl Backend for Nudged {
 
 #[test]
 fn the_harness_catches_a_backend_outside_budget() {
-    let rows = parity_rows(&Nudged(CpuBackend::new()), 0, false).unwrap();
+    let rows = parity_rows(&Nudged(CpuBackend::new()), 0, false);
     let bad = failures(&rows);
     // Every row with a float result fails; only argmax (integer output) may pass.
     for r in &rows {
@@ -89,5 +95,5 @@ fn the_harness_catches_a_backend_outside_budget() {
         }
     }
     assert!(bad.len() >= rows.len() - 10);
-    assert!(assert_parity(&Nudged(CpuBackend::new()), 0, false).is_err());
+    assert!(assert_parity(&Nudged(CpuBackend::new()), &all_cases(0, false).unwrap()).is_err());
 }

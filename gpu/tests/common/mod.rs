@@ -2,8 +2,6 @@
 
 #![allow(dead_code)]
 
-pub mod oracle;
-
 use kernels_gpu::WgpuBackend;
 
 pub fn backend() -> Option<WgpuBackend> {

@@ -1,8 +1,9 @@
 //! The parity runner: one parity case, in one direction, on one backend, compared output by
 //! output against the CPU reference under the op's published budget.
 //!
-//! `kernels demo`, the cross-backend parity tests in `tests/` and (later) the gpu crate's tests
-//! all run cases through here, so "within budget" means the same thing everywhere.
+//! `kernels demo` and `kernels parity`, the cross-backend parity tests in `tests/` and the gpu
+//! crate's parity suite all run cases through here, so "within budget" means the same thing
+//! everywhere: one test body, every backend.
 //!
 //! Backward runs take `inputs ++ outputs ++ grad_outputs`. The forward outputs fed to both sides
 //! come from the reference, so a forward discrepancy cannot hide in (or masquerade as) a backward
@@ -30,7 +31,7 @@ pub struct OutputCheck {
 /// One case in one direction on one backend.
 #[derive(Debug, Clone)]
 pub struct Row {
-    /// The op with its attributes, e.g. `matmul(trans_b=true)` (non-default attributes only, [`crate::op_label_short`]).
+    /// The op with its attributes, e.g. `matmul(trans_b=true)` (non-default attributes only, [`kernels_core::Op::short_label`]).
     pub op: String,
     /// The bare op name, e.g. `matmul`.
     pub kind: &'static str,
@@ -106,12 +107,21 @@ impl Row {
 }
 
 /// Blocks on a backend download. CPU downloads are ready at once; device downloads are driven by
-/// `pollster`.
+/// `pollster` natively (in the browser nothing may block: use the async download there).
 pub fn download(backend: &dyn Backend, t: &Tensor) -> Result<Tensor> {
-    let fut = backend.download(t);
-    match now_or_never(fut) {
-        Some(r) => r,
-        None => pollster::block_on(backend.download(t)),
+    if let Some(r) = now_or_never(backend.download(t)) {
+        return r;
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        pollster::block_on(backend.download(t))
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        Err(Error::Backend {
+            backend: backend.name(),
+            why: "a device download cannot block in the browser; await Backend::download".into(),
+        })
     }
 }
 
@@ -181,7 +191,7 @@ pub fn check(case: &Case, dir: Direction, backend: &dyn Backend, reference: &Cpu
     };
     let (atol, rtol) = budget.at(k);
     let mut row = Row {
-        op: crate::op_label_short(&case.op),
+        op: case.op.short_label(),
         kind: case.op.name(),
         dir,
         shape: case.shape_label(),
@@ -252,6 +262,34 @@ pub fn check_all(cases: &[Case], backend: &dyn Backend) -> Vec<Row> {
         .iter()
         .flat_map(|c| check_both(c, backend, &reference))
         .collect()
+}
+
+/// The failures among `rows`, one line each: backend, op, direction, shapes and what went wrong.
+pub fn failures(rows: &[Row]) -> Vec<String> {
+    rows.iter()
+        .filter_map(|r| {
+            r.failure()
+                .map(|why| format!("{} {} {} {}: {why}", r.backend, r.op, r.dir.name(), r.shape))
+        })
+        .collect()
+}
+
+/// Every case within budget on `backend`: the number of checks, or an `Err` listing each one that
+/// is not.
+pub fn assert_parity(backend: &dyn Backend, cases: &[Case]) -> std::result::Result<usize, String> {
+    let rows = check_all(cases, backend);
+    let bad = failures(&rows);
+    if bad.is_empty() {
+        Ok(rows.len())
+    } else {
+        Err(format!(
+            "{} of {} parity checks on {} failed:\n  {}",
+            bad.len(),
+            rows.len(),
+            backend.name(),
+            bad.join("\n  ")
+        ))
+    }
 }
 
 #[cfg(test)]
