@@ -155,15 +155,7 @@ impl Graph {
     }
 
     fn check_device(&self, op: &'static str, t: &Tensor) -> Result<()> {
-        let dev = self.backend.device();
-        if t.device() != dev {
-            return Err(Error::DeviceMismatch {
-                op,
-                expected: dev.0,
-                got: t.device().0,
-            });
-        }
-        Ok(())
+        t.check_device(op, self.backend.device())
     }
 
     fn check_var(&self, op: &'static str, v: &Var) -> Result<()> {

@@ -63,15 +63,7 @@ impl ParamStore {
     }
 
     fn check_device(&self, op: &'static str, t: &Tensor) -> Result<()> {
-        let dev = self.backend.device();
-        if t.device() != dev {
-            return Err(Error::DeviceMismatch {
-                op,
-                expected: dev.0,
-                got: t.device().0,
-            });
-        }
-        Ok(())
+        t.check_device(op, self.backend.device())
     }
 
     /// Adds a parameter already on the store's device. A name may be registered once.

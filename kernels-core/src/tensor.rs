@@ -196,6 +196,18 @@ impl Tensor {
             _ => DeviceId::CPU,
         }
     }
+    /// Fails with [`Error::DeviceMismatch`] naming `op` unless this tensor lives on `device`:
+    /// mixing devices is an error, never a silent copy.
+    pub fn check_device(&self, op: &'static str, device: DeviceId) -> Result<()> {
+        if self.device() != device {
+            return Err(Error::DeviceMismatch {
+                op,
+                expected: device.0,
+                got: self.device().0,
+            });
+        }
+        Ok(())
+    }
     /// True when the elements are in host memory.
     pub fn is_host(&self) -> bool {
         !matches!(self.storage, Storage::Device(_))
