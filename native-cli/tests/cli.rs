@@ -7,24 +7,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
+use common::{kernels, stderr};
 
 use kernels_core::parity::{Case, all_cases, grad_outputs};
 use kernels_core::{Backend, CpuBackend, Direction, OpKind, Tensor, io};
 use native_cli::attr_args;
 use native_cli::parity::GRAD_SEED;
-
-fn kernels(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kernels"))
-        .args(args)
-        .env_remove("KERNELS_BACKEND")
-        .output()
-        .expect("run kernels")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 fn save(path: &Path, tensors: &[(&str, Tensor)]) {
     let map: BTreeMap<String, Tensor> = tensors

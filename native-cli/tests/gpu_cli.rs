@@ -6,22 +6,13 @@
 use std::collections::BTreeMap;
 use std::process::{Command, Output};
 
+mod common;
+use common::{kernels, stderr};
+
 use kernels_core::parity::{Case, all_cases};
 use kernels_core::{CpuBackend, Direction, OpKind, Tensor, io};
 use native_cli::attr_args;
 use native_cli::parity::{args_for, compare_tensors};
-
-fn kernels(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kernels"))
-        .args(args)
-        .env_remove("KERNELS_BACKEND")
-        .output()
-        .expect("run kernels")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// True when wgpu finds an adapter. In CI a missing adapter is a failure, never a skip.
 fn gpu_available(test: &str) -> bool {
