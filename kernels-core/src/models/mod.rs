@@ -1,0 +1,4 @@
+//! Models written once over [`crate::autograd::Graph`] and `dyn Backend`: they run unchanged on
+//! every device.
+
+pub mod world;
