@@ -617,3 +617,53 @@ pub async fn evaluate(
 
 #[cfg(test)]
 mod tests;
+
+impl WorldConfig {
+    /// The sizes of the model whose parameters are `params` (a loaded weights file), read off
+    /// the shapes of `encoder.weight` `[embed, features]` and `members.0.init.weight`
+    /// `[hidden, embed]`, and the number of `members.{e}` present.
+    pub fn infer(
+        params: &alloc::collections::BTreeMap<alloc::string::String, Tensor>,
+    ) -> Result<WorldConfig> {
+        let shape = |name: &str| -> Result<&[usize]> {
+            params
+                .get(name)
+                .map(Tensor::shape)
+                .ok_or_else(|| Error::Missing {
+                    what: "world model tensor".into(),
+                    name: name.into(),
+                })
+        };
+        let (embed, features) = match shape("encoder.weight")? {
+            &[e, f] => (e, f),
+            s => {
+                return Err(Error::bad_shape(
+                    "WorldConfig::infer",
+                    "encoder.weight",
+                    s,
+                    "needs rank 2",
+                ));
+            }
+        };
+        let hidden = match shape("members.0.init.weight")? {
+            &[h, _] => h,
+            s => {
+                return Err(Error::bad_shape(
+                    "WorldConfig::infer",
+                    "members.0.init.weight",
+                    s,
+                    "needs rank 2",
+                ));
+            }
+        };
+        let members = (0..)
+            .take_while(|e| params.contains_key(&format!("members.{e}.init.weight")))
+            .count();
+        Ok(WorldConfig {
+            features,
+            embed,
+            hidden,
+            members,
+        })
+    }
+}

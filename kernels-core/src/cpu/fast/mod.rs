@@ -1,8 +1,10 @@
 //! Fast f32 CPU paths beside the reference, tested against it.
 //!
-//! Only matmul has one: a cache-blocked GEMM ([`gemm`]) with register-blocked micro-kernels
+//! Matmul has one: a cache-blocked GEMM ([`gemm`]) with register-blocked micro-kernels
 //! ([`kernels`]): AVX2 + FMA intrinsics on x86_64 (detected at run time with `std`), `simd128`
 //! on wasm, and auto-vectorized plain Rust everywhere else. Single-threaded (`no_std`).
+//! `gru_cell` and `gru_sequence` reuse the reference's gate arithmetic with their products on
+//! that GEMM ([`matmul_slices`]).
 //!
 //! Shapes follow the reference ([`super::matmul`]): `a [..., m, k]` (or `[..., k, m]` with
 //! `trans_a`), `b [..., k, n]` (or `[..., n, k]` with `trans_b`), rank >= 2, batched over
@@ -34,6 +36,18 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
         (Op::Matmul { trans_a, trans_b }, Direction::Backward) => {
             Some(backward(kernel, trans_a, trans_b, args))
         }
+        (Op::GruCell, Direction::Forward) => {
+            Some(super::gru::cell_forward_with(args, matmul_slices))
+        }
+        (Op::GruCell, Direction::Backward) => {
+            Some(super::gru::cell_backward_with(args, matmul_slices))
+        }
+        (Op::GruSequence, Direction::Forward) => {
+            Some(super::gru::sequence_forward_with(args, matmul_slices))
+        }
+        (Op::GruSequence, Direction::Backward) => {
+            Some(super::gru::sequence_backward_with(args, matmul_slices))
+        }
         (
             Op::Binary(_)
             | Op::Scale { .. }
@@ -50,8 +64,6 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
             | Op::Transpose
             | Op::Concat
             | Op::Attention { .. }
-            | Op::GruCell
-            | Op::GruSequence
             | Op::CrossEntropy
             | Op::Mse
             | Op::SvdLowrank { .. }
@@ -60,6 +72,32 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
             _,
         ) => None,
     }
+}
+
+/// `op(a) [m, k] . op(b) [k, n]` on the fast GEMM, with the reference `matmul_slices`'
+/// signature and layout (`a` stored `[k, m]` when `trans_a`, `b` stored `[n, k]` when
+/// `trans_b`).
+pub fn matmul_slices(
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Vec<f32>> {
+    if m.checked_mul(k) != Some(a.len()) || k.checked_mul(n) != Some(b.len()) {
+        return Err(Error::mismatch(NAME, &[m, k], &[k, n]));
+    }
+    let mut out = zeros(m * n)?;
+    let mut g = Gemm::new(Kernel::best());
+    g.run(
+        MatRef::new(a, m, k, trans_a)?,
+        MatRef::new(b, k, n, trans_b)?,
+        &mut out,
+        n,
+    )?;
+    Ok(out)
 }
 
 /// The fast path shares the reference's validated geometry (same checks, same errors).
@@ -602,5 +640,78 @@ mod tests {
             run_fast(op, Direction::Backward, &[v, v, v, bad_g]),
             Err(Error::ShapeMismatch { .. })
         ));
+    }
+
+    /// gru_sequence and gru_cell on the fast GEMM against the reference (plain loops), forward
+    /// and backward, within the op's budgets, on awkward sizes (primes, hidden 1, seq 1).
+    #[test]
+    fn gru_matches_the_reference() {
+        let mut rng = Rng::new(17);
+        for &(seq, batch, input, hidden) in &[(1, 1, 1, 1), (3, 5, 7, 11), (4, 2, 13, 17)] {
+            let gates = 3 * hidden;
+            let shapes: [Vec<usize>; 6] = [
+                vec![seq, batch, input],
+                vec![batch, hidden],
+                vec![gates, input],
+                vec![gates, hidden],
+                vec![gates],
+                vec![gates],
+            ];
+            let data: Vec<Vec<f32>> = shapes
+                .iter()
+                .map(|s| rng.uniform_vec(s.iter().product(), -1.0, 1.0))
+                .collect();
+            let args: Vec<View<f32>> = shapes
+                .iter()
+                .zip(&data)
+                .map(|(s, d)| View::float(s, d))
+                .collect();
+            for kind in [OpKind::GruSequence, OpKind::GruCell] {
+                let op = Op::default_for(kind).unwrap();
+                let args: Vec<View<f32>> = if kind == OpKind::GruCell {
+                    let mut a = args.clone();
+                    a[0] = View::float(&shapes[0][1..], &data[0][..batch * input]);
+                    a
+                } else {
+                    args.clone()
+                };
+                let spec = kind.spec();
+                let k = input + hidden;
+                let fast = run(&op, Direction::Forward, &args).unwrap().unwrap();
+                let reference = crate::cpu::run(&op, Direction::Forward, &args).unwrap();
+                let (atol, rtol) = spec.budget.at(k);
+                for (f, r) in fast.iter().zip(&reference) {
+                    let c = compare(f.floats(), r.floats(), atol, rtol);
+                    assert!(
+                        c.pass,
+                        "{kind:?} forward {seq},{batch},{input},{hidden}: {c:?}"
+                    );
+                }
+                let grads: Vec<Vec<f32>> = reference
+                    .iter()
+                    .map(|o| rng.uniform_vec(o.floats().len(), -1.0, 1.0))
+                    .collect();
+                let mut bargs = args.clone();
+                bargs.extend(reference.iter().map(|o| o.view()));
+                bargs.extend(
+                    reference
+                        .iter()
+                        .zip(&grads)
+                        .map(|(o, g)| View::float(&o.shape, g)),
+                );
+                let fast = run(&op, Direction::Backward, &bargs).unwrap().unwrap();
+                let want = crate::cpu::run(&op, Direction::Backward, &bargs).unwrap();
+                assert_eq!(fast.len(), 6);
+                let (atol, rtol) = spec.budget_backward.at(k * seq);
+                for (f, r) in fast.iter().zip(&want) {
+                    assert_eq!(f.shape, r.shape);
+                    let c = compare(f.floats(), r.floats(), atol, rtol);
+                    assert!(
+                        c.pass,
+                        "{kind:?} backward {seq},{batch},{input},{hidden}: {c:?}"
+                    );
+                }
+            }
+        }
     }
 }

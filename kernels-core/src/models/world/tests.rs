@@ -245,3 +245,16 @@ fn windows_line_up_with_the_trajectories() {
     assert_eq!(p, [9.0, 36.0, 81.0]);
     assert_eq!(w.grid(3, 2), [(0, 0), (0, 2), (1, 0), (1, 2)]);
 }
+
+#[test]
+fn config_is_inferred_from_a_saved_model() {
+    let (_, store) = tiny(3);
+    let host = ready(store.to_host()).unwrap();
+    assert_eq!(WorldConfig::infer(&host).unwrap(), TINY);
+    let mut broken = host.clone();
+    broken.remove("encoder.weight");
+    assert!(matches!(
+        WorldConfig::infer(&broken),
+        Err(Error::Missing { .. })
+    ));
+}
