@@ -5,6 +5,8 @@
 pub mod backends;
 pub mod bench;
 pub mod demo;
+pub mod gru;
+pub mod gru_cmd;
 pub mod info;
 pub mod ops;
 /// The parity runner lives with the backends; re-exported for the CLI's commands.

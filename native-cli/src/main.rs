@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use native_cli::bench::{self, BenchOptions};
 use native_cli::demo::{self, DemoOptions};
+use native_cli::gru_cmd::{self, GruCmd};
 use native_cli::parity_cmd::{self, ParityOptions};
 use native_cli::run_op::{self, OpRequest};
 use native_cli::{CliResult, emit, info, ops};
@@ -122,6 +123,11 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
     },
+    /// The GRU world model (train, predict, bench) and a one-layer PyTorch-compatible GRU (run).
+    Gru {
+        #[command(subcommand)]
+        cmd: GruCmd,
+    },
 }
 
 fn run(cli: Cli) -> CliResult<()> {
@@ -180,6 +186,7 @@ fn run(cli: Cli) -> CliResult<()> {
             json,
             quick,
         })?,
+        Cmd::Gru { cmd } => gru_cmd::run(cmd)?,
         Cmd::Parity {
             backend,
             json,
