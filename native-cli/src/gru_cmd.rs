@@ -6,6 +6,7 @@ use clap::Subcommand;
 
 use crate::backends::{choose, parse_choice};
 use crate::gru::{self, TrainOptions};
+use crate::gru_bench::{self, GruBenchOptions};
 use crate::{CliResult, emit};
 
 #[derive(Subcommand, Debug)]
@@ -68,6 +69,24 @@ pub enum GruCmd {
         #[arg(long)]
         backend: Option<String>,
     },
+    /// Latency of the world-model pipeline, CPU against wgpu in one run: state encode, the
+    /// ensemble rollout, rank-k svd_lowrank of the residuals, corrections and the total
+    /// (median of several runs), with wgpu dispatches per rollout step.
+    Bench {
+        /// Comma-separated: cpu, wgpu (default: cpu, plus wgpu when an adapter exists).
+        #[arg(long)]
+        backend: Option<String>,
+        #[arg(long, default_value_t = 32)]
+        batch: usize,
+        #[arg(long, default_value_t = gru::HORIZON)]
+        steps: usize,
+        #[arg(long, default_value_t = 32)]
+        rank: usize,
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+        #[arg(long, default_value_os_t = gru::default_weights())]
+        weights: PathBuf,
+    },
     /// Predict held-out trajectories: per-step error of the ensemble mean against persistence
     /// ("no change"), ensemble spread, and the residuals' rank-k compression.
     Predict {
@@ -126,6 +145,25 @@ pub fn run(cmd: GruCmd) -> CliResult<()> {
             out,
             backend,
         } => emit(&gru::run_files(&weights, &input, &out, backend.as_deref())?),
+        GruCmd::Bench {
+            backend,
+            batch,
+            steps,
+            rank,
+            runs,
+            weights,
+        } => {
+            let o = GruBenchOptions {
+                backends: backend,
+                batch,
+                steps,
+                rank,
+                runs,
+                weights: Some(weights),
+            };
+            let b = gru_bench::measure(&o)?;
+            emit(&gru_bench::table(&b, &o))
+        }
         GruCmd::Predict {
             weights,
             horizon,

@@ -6,6 +6,7 @@ pub mod backends;
 pub mod bench;
 pub mod demo;
 pub mod gru;
+pub mod gru_bench;
 pub mod gru_cmd;
 pub mod info;
 pub mod ops;
