@@ -8,6 +8,7 @@ pub mod demo;
 pub mod gru;
 pub mod gru_bench;
 pub mod gru_cmd;
+pub mod gru_demo;
 pub mod info;
 pub mod ops;
 /// The parity runner lives with the backends; re-exported for the CLI's commands.

@@ -68,6 +68,9 @@ enum Cmd {
         /// Include the cases above 65,535 workgroups (slow on software GPUs).
         #[arg(long)]
         large: bool,
+        /// Where to write the world model's plot (SVG).
+        #[arg(long, default_value = "world_model.svg")]
+        plot: PathBuf,
     },
     /// Every parity case, forward and backward, on one backend against the CPU reference.
     ///
@@ -176,7 +179,7 @@ fn run(cli: Cli) -> CliResult<()> {
                 req.output.display()
             ))?;
         }
-        Cmd::Demo { seed, large } => demo::run(DemoOptions { seed, large })?,
+        Cmd::Demo { seed, large, plot } => demo::run(DemoOptions { seed, large, plot })?,
         Cmd::Bench {
             backend,
             json,
