@@ -9,6 +9,11 @@
 
 pub mod adapters;
 pub mod bench;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(all(test, not(feature = "cuda")))]
+#[path = "cuda/kernels.rs"]
+mod cuda_kernels;
 mod ops;
 pub mod parity;
 pub mod select;
