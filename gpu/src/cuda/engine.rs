@@ -1,6 +1,7 @@
 //! What the CUDA backend needs from a device: memory, kernel launches and SGEMM. The driver
-//! engine ([`super::driver`]) is cudarc; in tests an emulator runs the same CUDA C on the CPU,
-//! so the launchers, the kernels and the SGEMM argument mapping are exercised without a GPU.
+//! engine ([`super::driver`]) is cudarc. The seam is narrow so that a CPU emulator (the host
+//! runtime in `host_runtime.hpp` runs a family compiled by the host C++ compiler over a grid)
+//! can stand in for it in tests.
 
 use std::any::Any;
 
@@ -55,7 +56,7 @@ pub struct Grid {
 }
 
 /// Device memory owned by an engine; each engine downcasts to its own type.
-pub trait Mem: Any + std::fmt::Debug {
+pub trait Mem: Any + std::fmt::Debug + Send + Sync {
     fn as_any(&self) -> &dyn Any;
 }
 

@@ -741,15 +741,15 @@ fn check_ints(
     t: &Tensor,
     bound: usize,
 ) -> Result<()> {
-    if let Some(host) = be.buffer_of(name, t)?.host_ints() {
-        if let Some(&bad) = host.iter().find(|&&i| i < 0 || i as u64 >= bound as u64) {
-            return Err(Error::IndexOutOfRange {
-                op: name,
-                tensor: what.into(),
-                index: bad,
-                bound,
-            });
-        }
+    if let Some(host) = be.buffer_of(name, t)?.host_ints()
+        && let Some(&bad) = host.iter().find(|&&i| i < 0 || i as u64 >= bound as u64)
+    {
+        return Err(Error::IndexOutOfRange {
+            op: name,
+            tensor: what.into(),
+            index: bad,
+            bound,
+        });
     }
     Ok(())
 }
