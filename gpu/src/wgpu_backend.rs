@@ -115,6 +115,7 @@ pub enum Family {
     Rope,
     Attention,
     Gru,
+    Svd,
 }
 
 impl Family {
@@ -131,6 +132,7 @@ impl Family {
         Family::Rope,
         Family::Attention,
         Family::Gru,
+        Family::Svd,
     ];
     /// File stem of the family's shader.
     pub fn name(self) -> &'static str {
@@ -146,6 +148,7 @@ impl Family {
             Family::Rope => "rope",
             Family::Attention => "attention",
             Family::Gru => "gru",
+            Family::Svd => "svd",
         }
     }
     /// Whether the family's row reductions come in a subgroup and a workgroup-memory
@@ -160,7 +163,8 @@ impl Family {
             | Family::Loss
             | Family::Rope
             | Family::Attention
-            | Family::Gru => false,
+            | Family::Gru
+            | Family::Svd => false,
         }
     }
     /// The source of the family's shader module: the family file, preceded for families
@@ -191,6 +195,7 @@ impl Family {
             Family::Rope => include_str!("shaders/rope.wgsl"),
             Family::Attention => include_str!("shaders/attention.wgsl"),
             Family::Gru => include_str!("shaders/gru.wgsl"),
+            Family::Svd => include_str!("shaders/svd.wgsl"),
         }
     }
 }
