@@ -245,7 +245,8 @@ impl Params {
     }
 }
 
-static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
+/// Device ids of every GPU backend (wgpu and CUDA) come from one counter, so they never collide.
+pub(crate) static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
 
 /// Power-of-two size class of a buffer of `bytes` (at least 16).
 fn size_class(bytes: u64) -> u64 {
