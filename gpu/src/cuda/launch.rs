@@ -5,7 +5,7 @@
 
 use kernels_core::cpu::attention::{Dims, scale_value};
 use kernels_core::cpu::svd::{fix_signs, gaussian_omega, jacobi_svd, orthonormalize_columns};
-use kernels_core::op::{BinaryOp, Direction, GeluApprox, Op, ReduceOp, UnaryOp};
+use kernels_core::op::{Activation, BinaryOp, Direction, GeluApprox, Op, ReduceOp, UnaryOp};
 use kernels_core::{Backend, DType, Error, Result, Tensor};
 
 use super::CudaBackend;
@@ -92,6 +92,8 @@ pub(crate) fn run(
             trans_b,
         )?]),
         (Op::Matmul { trans_a, trans_b }, B) => matmul_backward(be, name, args, trans_a, trans_b),
+        (Op::Linear { activation }, F) => Ok(vec![linear_forward(be, name, activation, args)?]),
+        (Op::Linear { activation }, B) => linear_backward(be, name, activation, args),
         (Op::Binary(b), F) => Ok(vec![binary_forward(be, name, b, args)?]),
         (Op::Binary(b), B) => binary_backward(be, name, b, args),
         (Op::Scale { factor }, d) => Ok(vec![unary(be, name, 10, factor, args, d == B)?]),
@@ -358,6 +360,101 @@ fn sum_rows(be: &CudaBackend, name: &'static str, x: &Tensor, shape: &[usize]) -
 }
 
 // --- matmul (cuBLAS) -----------------------------------------------------------------------
+
+fn act_code(a: Activation) -> u32 {
+    match a {
+        Activation::None => 0,
+        Activation::Relu => 1,
+        Activation::Tanh => 2,
+        Activation::Sigmoid => 3,
+    }
+}
+
+/// `linear` forward: cuBLAS `x @ weight^T`, then bias and activation in place.
+fn linear_forward(
+    be: &CudaBackend,
+    name: &'static str,
+    activation: Activation,
+    args: &[&Tensor],
+) -> Result<Tensor> {
+    let (x, w, b) = (arg(args, 0), arg(args, 1), arg(args, 2));
+    let (rows, in_f, out_f) = kernels_core::cpu::linear::check(x.shape(), w.shape(), b.shape())?;
+    let out = be.alloc(
+        name,
+        &kernels_core::cpu::linear::out_shape(x.shape(), out_f),
+        DType::F32,
+    )?;
+    matmul_at(
+        be,
+        name,
+        (x, 0, false),
+        (w, 0, true),
+        &out,
+        (rows, out_f, in_f),
+    )?;
+    let n = rows * out_f;
+    let p = Params::u(&[
+        u32_of(name, "elements", n)?,
+        u32_of(name, "elements", out_f)?,
+    ])
+    .code(act_code(activation));
+    be.launch(
+        name,
+        k(Family::Elementwise, "linear_epilogue"),
+        elems(name, n)?,
+        p,
+        &[b],
+        &[&out],
+    )?;
+    Ok(out)
+}
+
+/// `linear` backward: `g' = g * act'(out)`, then cuBLAS `g' @ weight` and `g'^T @ x`, and the
+/// column sums of `g'`.
+fn linear_backward(
+    be: &CudaBackend,
+    name: &'static str,
+    activation: Activation,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    let (x, w, b) = (arg(args, 0), arg(args, 1), arg(args, 2));
+    let (y, g) = (arg(args, 3), arg(args, 4));
+    let (rows, in_f, out_f) = kernels_core::cpu::linear::check(x.shape(), w.shape(), b.shape())?;
+    let want = kernels_core::cpu::linear::out_shape(x.shape(), out_f);
+    shapes::same(name, y.shape(), &want)?;
+    shapes::same(name, g.shape(), &want)?;
+    let n = rows * out_f;
+    let gp = be.alloc(name, &[rows, out_f], DType::F32)?;
+    let p = Params::u(&[u32_of(name, "elements", n)?]).code(act_code(activation));
+    be.launch(
+        name,
+        k(Family::Elementwise, "linear_grad_pre"),
+        elems(name, n)?,
+        p,
+        &[g, y],
+        &[&gp],
+    )?;
+    let gx = be.alloc(name, x.shape(), DType::F32)?;
+    matmul_at(
+        be,
+        name,
+        (&gp, 0, false),
+        (w, 0, false),
+        &gx,
+        (rows, in_f, out_f),
+    )?;
+    let gw = be.alloc(name, w.shape(), DType::F32)?;
+    matmul_at(
+        be,
+        name,
+        (&gp, 0, true),
+        (x, 0, false),
+        &gw,
+        (out_f, in_f, rows),
+    )?;
+    let gb = sum_rows(be, name, &gp, b.shape())?;
+    Ok(vec![gx, gw, gb])
+}
 
 fn matmul(
     be: &CudaBackend,

@@ -132,3 +132,39 @@ KERNEL(sum_rows) {
     for (unsigned long long r = 0; r < rows; r++) acc = acc + in0[r * nb + j];
     out0[j] = acc;
 }
+
+// linear's elementwise halves (CPU reference: kernels-core src/cpu/linear.rs); the products run
+// on cuBLAS. Activation code p.u[7]: 0 none, 1 relu, 2 tanh, 3 sigmoid.
+__device__ inline float linear_act(unsigned int act, float v) {
+    switch (act) {
+        case 1: return v > 0.0f ? v : 0.0f;
+        case 2: return tanhf(v);
+        case 3: return sigmoid_safe(v);
+        default: return v;
+    }
+}
+
+// The derivative from the activation's output y.
+__device__ inline float linear_dact(unsigned int act, float y) {
+    switch (act) {
+        case 1: return y > 0.0f ? 1.0f : 0.0f;
+        case 2: return 1.0f - y * y;
+        case 3: return y * (1.0f - y);
+        default: return 1.0f;
+    }
+}
+
+// In place on the product: out0[i] = act(out0[i] + bias[i % nb]). in0 = bias [nb].
+// p.u[0] = n, p.u[1] = nb
+KERNEL(linear_epilogue) {
+    unsigned long long i = global_index();
+    if (i >= p.u[0]) return;
+    out0[i] = linear_act(p.u[7], out0[i] + in0[i % p.u[1]]);
+}
+
+// g' = g * act'(y): in0 = grad_out, in1 = out (y); out0 = g'. p.u[0] = n
+KERNEL(linear_grad_pre) {
+    unsigned long long i = global_index();
+    if (i >= p.u[0]) return;
+    out0[i] = in0[i] * linear_dact(p.u[7], in1[i]);
+}
