@@ -25,7 +25,7 @@ static std::vector<ucontext_t> fibers;
 static std::vector<char> stacks;
 static std::vector<char> done;
 static unsigned int current = 0;
-static const size_t STACK = 256 * 1024;
+static const size_t STACK = 64 * 1024;
 
 static void run_one() {
     launch.f(launch.p, launch.in[0], launch.in[1], launch.in[2], launch.in[3], launch.out[0],

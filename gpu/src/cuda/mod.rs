@@ -24,6 +24,8 @@ use kernels_core::tensor::{DeviceBuffer, Storage};
 use kernels_core::{Backend, DType, DeviceId, Error, Result, Tensor};
 
 pub mod driver;
+#[cfg(test)]
+mod emulator;
 pub mod engine;
 pub mod kernels;
 mod launch;
