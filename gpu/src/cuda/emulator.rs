@@ -81,7 +81,6 @@ type EmuRun = unsafe extern "C" fn(
 /// The families compiled into shared libraries, once per test process.
 struct Libraries {
     libs: HashMap<Family, libloading::Library>,
-    _dir: PathBuf,
 }
 
 /// `None` when there is no C++ compiler (and not in CI, where [`host::compiler`] panics).
@@ -118,7 +117,9 @@ fn libraries() -> Option<&'static Libraries> {
                 .unwrap_or_else(|e| panic!("loading {}: {e}", so.display()));
             libs.insert(f, lib);
         }
-        Some(Libraries { libs, _dir: dir })
+        // Loaded libraries stay mapped once their files are gone: nothing is left in /tmp.
+        let _ = std::fs::remove_dir_all(&dir);
+        Some(Libraries { libs })
     })
     .as_ref()
 }
@@ -307,7 +308,8 @@ fn column_major_sgemm(
 #[cfg(test)]
 mod tests {
     use kernels_core::op::Direction;
-    use kernels_core::{OpKind, parity};
+    use kernels_core::parity::Case;
+    use kernels_core::{Op, OpKind, Rng, parity};
 
     use super::*;
     use crate::cuda::CudaBackend;
@@ -390,15 +392,40 @@ mod tests {
         }
     }
 
+    /// Paths of the CUDA launchers the shared cases do not reach: mse over several
+    /// partial-sum chunks (then `sum_scale` over more than one partial), and causal attention
+    /// with more query rows than keys (rows that see no key) and `dv != d`.
+    fn launch_edges() -> Vec<Case> {
+        let mut rng = Rng::new(0xC0DA);
+        let mut f = |shape: &[usize]| rng.normal_tensor(shape, 0.0, 1.0).unwrap();
+        let case = |op, inputs| Case {
+            op,
+            inputs,
+            large: false,
+        };
+        let mse = [3, 4099];
+        vec![
+            case(Op::Mse, vec![f(&mse), f(&mse)]),
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                },
+                vec![f(&[1, 2, 6, 4]), f(&[1, 1, 3, 4]), f(&[1, 1, 3, 5])],
+            ),
+        ]
+    }
+
     #[test]
     fn emulated_cuda_kernels_match_the_cpu_reference_on_every_op() {
-        let Some((be, dev)) = emulated(64) else {
+        let Some((be, dev)) = emulated(256) else {
             return;
         };
         let mut cases = Vec::new();
         for kind in OpKind::ALL {
             cases.extend(parity::cases(*kind, 7).unwrap());
         }
+        cases.extend(launch_edges());
         let rows = check_all(&cases, &be);
         let ran = |k: &OpKind, d: Direction| {
             rows.iter()
