@@ -445,6 +445,42 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             ),
         ],
         K::Attention => vec![
+            // Decode steps: one query row over caches spanning several key chunks of the
+            // device decode kernels (128 keys), GQA groups of 4 and of 1, a value dim unlike
+            // the key dim, and a group above the decode kernel's 8 (the general path).
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                },
+                vec![
+                    g.f(&[2, 8, 1, 16], Normal)?,
+                    g.f(&[2, 2, 301, 16], Normal)?,
+                    g.f(&[2, 2, 301, 16], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: false,
+                    scale: Some(0.2),
+                },
+                vec![
+                    g.f(&[1, 3, 1, 7], Normal)?,
+                    g.f(&[1, 3, 129, 7], Normal)?,
+                    g.f(&[1, 3, 129, 5], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                },
+                vec![
+                    g.f(&[1, 12, 1, 8], Normal)?,
+                    g.f(&[1, 1, 40, 8], Normal)?,
+                    g.f(&[1, 1, 40, 8], Normal)?,
+                ],
+            ),
             case(
                 Op::Attention {
                     causal: true,
