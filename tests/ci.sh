@@ -94,8 +94,10 @@ step "lints"
 run cargo clippy --workspace --all-targets -- -D warnings
 
 # The CUDA backend builds and lints without the CUDA toolkit or a driver (cudarc loads them at
-# run time). Its unit tests compile the .cu files with g++ and check selection and fallback;
-# the device tests (gpu/tests/cuda.rs) say they are skipped: CI has no NVIDIA GPU.
+# run time). Its unit tests compile the .cu files with g++, run every kernel on an emulated
+# device (each family built into a shared library, the grids run on the CPU) against the CPU
+# reference, and check selection and fallback; the device tests (gpu/tests/cuda.rs) say they are
+# skipped: CI has no NVIDIA GPU.
 step "cuda feature: lints and tests (no NVIDIA GPU here)"
 run cargo clippy --workspace --all-targets --features kernels-gpu/cuda -- -D warnings
 run cargo test -p kernels-gpu --features cuda --lib -- cuda select

@@ -1,8 +1,8 @@
 //! The CUDA backend on a real NVIDIA device: the shared parity harness over every op, forward
 //! and backward, and a training-stability run. Without a device (CI has no NVIDIA GPU) each
 //! test prints that it is skipped and why (no driver, no NVRTC, no cuBLAS, no device) and
-//! passes; the kernels themselves are still compiled with the host C++ compiler by the unit tests
-//! in `src/cuda/`.
+//! passes; the kernels themselves still run, on an emulated device (the host C++ compiler builds
+//! them, the CPU runs the grids), in the unit tests of `src/cuda/emulator.rs`.
 
 #![cfg(feature = "cuda")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

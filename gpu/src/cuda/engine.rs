@@ -1,7 +1,7 @@
 //! What the CUDA backend needs from a device: memory, kernel launches and SGEMM. The driver
-//! engine ([`super::driver`]) is cudarc. The seam is narrow so that a CPU emulator (the host
-//! runtime in `host_runtime.hpp` runs a family compiled by the host C++ compiler over a grid)
-//! can stand in for it in tests.
+//! engine ([`super::driver`]) is cudarc. The seam is narrow so that in tests a CPU emulator
+//! (`emulator.rs`: each family compiled by the host C++ compiler, grids run by
+//! `host_runtime.hpp`) stands in for it.
 
 use std::any::Any;
 

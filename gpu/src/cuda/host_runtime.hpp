@@ -1,7 +1,8 @@
 // The CPU emulator of a CUDA launch (tests only), appended after a family's kernels. Blocks run
 // one after another. Kernels whose threads never synchronize run thread after thread; the others
 // run each thread of a block as a fiber (ucontext) that yields at __syncthreads, round-robin,
-// so every thread reaches a barrier before any passes it, as on the device.
+// so every thread reaches a barrier before any passes it, as on the device. Entry: `emu_run`,
+// loaded by the emulated device (src/cuda/emulator.rs).
 #include <stdlib.h>
 #include <ucontext.h>
 
@@ -25,7 +26,7 @@ static std::vector<ucontext_t> fibers;
 static std::vector<char> stacks;
 static std::vector<char> done;
 static unsigned int current = 0;
-static const size_t STACK = 256 * 1024;
+static const size_t STACK = 64 * 1024;
 
 static void run_one() {
     launch.f(launch.p, launch.in[0], launch.in[1], launch.in[2], launch.in[3], launch.out[0],
@@ -83,10 +84,15 @@ extern "C" int emu_run(emu_kernel f, unsigned int blocks, unsigned int threads, 
             makecontext(&fibers[t], fiber_entry, 0);
             done[t] = 0;
         }
+        // Between two barriers the threads run in thread order or in reverse, alternating by
+        // block and by phase, so a read of another thread's shared write without a barrier
+        // between them sees a stale value in one order or the other.
         bool left = true;
-        while (left) {
+        for (unsigned int phase = 0; left; phase++) {
             left = false;
-            for (unsigned int t = 0; t < threads; t++) {
+            bool reverse = ((b + phase) & 1) != 0;
+            for (unsigned int i = 0; i < threads; i++) {
+                unsigned int t = reverse ? threads - 1 - i : i;
                 if (done[t]) continue;
                 current = t;
                 threadIdx.x = t;

@@ -10,8 +10,8 @@
 //!   toolkit, and a machine without them gets a clear [`Error::Backend`], never a panic.
 //!
 //! Launchers live in [`launch`] (an exhaustive `match` over the op vocabulary); the device
-//! behind them is an [`engine::Engine`] (cudarc: [`driver`]), a seam kept narrow so a CPU
-//! emulator of the same CUDA C can stand in for the device in tests.
+//! behind them is an [`engine::Engine`] (cudarc: [`driver`]), a seam kept narrow so that in
+//! tests a CPU emulator running the same CUDA C (`emulator.rs`) stands in for the device.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -24,6 +24,8 @@ use kernels_core::tensor::{DeviceBuffer, Storage};
 use kernels_core::{Backend, DType, DeviceId, Error, Result, Tensor};
 
 pub mod driver;
+#[cfg(test)]
+mod emulator;
 pub mod engine;
 pub mod kernels;
 mod launch;
