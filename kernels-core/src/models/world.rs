@@ -47,7 +47,7 @@ use crate::autograd::{Graph, Var};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::nn::{Gru, Linear, ParamStore, Params};
-use crate::op::Op;
+use crate::op::{Activation, Op};
 use crate::optim::AdamW;
 use crate::rng::Rng;
 use crate::tensor::Tensor;
@@ -158,8 +158,7 @@ impl WorldModel {
     /// State encoder: s `[batch, features]` -> `relu(s W^T + b)` `[batch, embed]`.
     pub fn encode(&self, g: &Graph, p: &Params, s: &Var) -> Result<Var> {
         self.check_state("s0", s.shape())?;
-        let z = self.encoder.forward(g, p, s)?;
-        g.relu(&z)
+        self.encoder.forward_act(g, p, s, Activation::Relu)
     }
 
     /// Rolls every member `steps` steps ahead from the encoded state `z` of `s0`. Predictions
@@ -199,7 +198,7 @@ impl WorldModel {
             .members
             .iter()
             .map(|m| {
-                let h0 = g.tanh(&m.init.forward(g, p, z)?)?;
+                let h0 = m.init.forward_act(g, p, z, Activation::Tanh)?;
                 let (out, _h_n) = m.gru.forward(g, p, &x, Some(&h0))?;
                 let flat = g.reshape(&out, &[steps * batch, hidden])?;
                 let delta = m.readout.forward(g, p, &flat)?;
