@@ -68,8 +68,9 @@ enum Cmd {
         /// Include the cases above 65,535 workgroups (slow on software GPUs).
         #[arg(long)]
         large: bool,
-        /// Where to write the world model's plot (SVG).
-        #[arg(long, default_value = "world_model.svg")]
+        /// Where to write the world model's plot (SVG); the temp dir by default, so runs leave no
+        /// stray files.
+        #[arg(long, default_value_os_t = std::env::temp_dir().join("kernels-world-model.svg"))]
         plot: PathBuf,
     },
     /// Every parity case, forward and backward, on one backend against the CPU reference.
