@@ -10,6 +10,10 @@
 //! upload must not reuse a buffer the still-unsubmitted encoder touches. Pooled buffers carry
 //! the batch in which they were freed; uploads only take buffers freed in an earlier batch.
 //! Compute outputs may take any pooled buffer: commands run in recording order.
+// Tensors hold device buffers as `Arc<dyn DeviceBuffer>` (kernels-core shares them with threaded
+// native code). On wasm32 wgpu's WebGPU handles are neither Send nor Sync, which is fine: the
+// browser runs the backend on one thread, and nothing here hands an `Arc` to another.
+#![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
