@@ -15,5 +15,6 @@ pub mod select;
 pub mod shapes;
 pub mod wgpu_backend;
 
+pub use ops::SVD_MAX_Q;
 pub use select::{BackendChoice, Selected, select_backend};
 pub use wgpu_backend::{Counters, GpuBuffer, WgpuBackend, WgpuOptions};

@@ -13,6 +13,8 @@ mod loss;
 mod rope;
 mod svd;
 
+pub use svd::MAX_Q as SVD_MAX_Q;
+
 const WG: u64 = 256;
 
 fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {

@@ -119,6 +119,7 @@ pub enum Family {
     Rope,
     Attention,
     Gru,
+    Svd,
 }
 
 impl Family {
@@ -135,6 +136,7 @@ impl Family {
         Family::Rope,
         Family::Attention,
         Family::Gru,
+        Family::Svd,
     ];
     /// File stem of the family's shader.
     pub fn name(self) -> &'static str {
@@ -150,6 +152,7 @@ impl Family {
             Family::Rope => "rope",
             Family::Attention => "attention",
             Family::Gru => "gru",
+            Family::Svd => "svd",
         }
     }
     /// Whether the family's row reductions come in a subgroup and a workgroup-memory
@@ -164,7 +167,8 @@ impl Family {
             | Family::Loss
             | Family::Rope
             | Family::Attention
-            | Family::Gru => false,
+            | Family::Gru
+            | Family::Svd => false,
         }
     }
     /// The source of the family's shader module: the family file, preceded for families
@@ -195,6 +199,7 @@ impl Family {
             Family::Rope => include_str!("shaders/rope.wgsl"),
             Family::Attention => include_str!("shaders/attention.wgsl"),
             Family::Gru => include_str!("shaders/gru.wgsl"),
+            Family::Svd => include_str!("shaders/svd.wgsl"),
         }
     }
 }

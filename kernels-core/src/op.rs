@@ -409,8 +409,10 @@ impl OpKind {
     }
 
     /// Whether this op rejects NaN and infinities in its float inputs (`Error::NonFinite`)
-    /// rather than propagating them as IEEE arithmetic does. Every backend and the CLI's input
-    /// checks follow it; exhaustive, so a new op has to decide.
+    /// rather than propagating them as IEEE arithmetic does. The CPU backends and the CLI's
+    /// input checks follow it; a device backend, which cannot see values without a readback
+    /// (and must not block in the browser), returns all-NaN outputs instead. Exhaustive, so a
+    /// new op has to decide.
     pub fn rejects_non_finite(self) -> bool {
         use OpKind as K;
         match self {
