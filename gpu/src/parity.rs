@@ -18,8 +18,8 @@ use web_time::Instant;
 
 use kernels_core::backend::now_or_never;
 use kernels_core::numerics::{Comparison, compare};
-use kernels_core::parity::{Case, grad_outputs};
-use kernels_core::{Backend, CpuBackend, DType, Direction, Error, Result, Tensor};
+use kernels_core::parity::{Case, cases, grad_outputs};
+use kernels_core::{Backend, CpuBackend, DType, Direction, Error, OpKind, Result, Tensor};
 
 /// Seed of the grad outputs of backward runs.
 pub const GRAD_SEED: u64 = 0x006B_6572_6E65_6C73;
@@ -341,6 +341,35 @@ pub fn check_all(cases: &[Case], backend: &dyn Backend) -> Vec<Row> {
         .collect()
 }
 
+/// Input elements per case in [`small_cases`]: software WebGPU (SwiftShader in headless
+/// Chromium) pays tens of microseconds per dispatch and compiles every pipeline on first use,
+/// so the browser runs the cases up to this size.
+pub const SMALL_CASE_ELEMS: usize = 4096;
+
+/// The browser's selection of the shared parity cases: for every op in [`OpKind::ALL`], each of
+/// its cases with at most `max_elems` input elements, or its smallest case when none is that
+/// small; never the > 65,535-workgroup cases. Every op keeps at least one case.
+pub fn small_cases(seed: u64, max_elems: usize) -> Result<Vec<Case>> {
+    let mut out = Vec::new();
+    for kind in OpKind::ALL {
+        let all: Vec<Case> = cases(*kind, seed)?
+            .into_iter()
+            .filter(|c| !c.large)
+            .collect();
+        let small: Vec<Case> = all
+            .iter()
+            .filter(|c| c.numel() <= max_elems)
+            .cloned()
+            .collect();
+        if small.is_empty() {
+            out.extend(all.into_iter().min_by_key(Case::numel));
+        } else {
+            out.extend(small);
+        }
+    }
+    Ok(out)
+}
+
 /// The failures among `rows`, one line each: backend, op, direction, shapes and what went wrong.
 pub fn failures(rows: &[Row]) -> Vec<String> {
     rows.iter()
@@ -372,6 +401,34 @@ pub fn assert_parity(backend: &dyn Backend, cases: &[Case]) -> std::result::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_cases_keep_every_op_and_stay_small() {
+        let small = small_cases(3, SMALL_CASE_ELEMS).unwrap();
+        for kind in OpKind::ALL {
+            let mine: Vec<&Case> = small.iter().filter(|c| c.op.kind() == *kind).collect();
+            assert!(!mine.is_empty(), "{kind} has no small case");
+            let smallest = cases(*kind, 3)
+                .unwrap()
+                .iter()
+                .map(Case::numel)
+                .min()
+                .unwrap();
+            for c in mine {
+                assert!(!c.large);
+                assert!(
+                    c.numel() <= SMALL_CASE_ELEMS.max(smallest),
+                    "{kind}: {}",
+                    c.numel()
+                );
+            }
+        }
+        assert!(small.len() < all_case_count(3));
+    }
+
+    fn all_case_count(seed: u64) -> usize {
+        kernels_core::parity::all_cases(seed, true).unwrap().len()
+    }
 
     #[test]
     fn integer_results_must_match_exactly() {

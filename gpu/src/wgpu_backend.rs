@@ -449,6 +449,8 @@ struct Recording {
 /// the backend recovers.
 struct Gpu {
     id: DeviceId,
+    /// Everything the adapter offers (the device enables only what the backend uses).
+    adapter_features: wgpu::Features,
     device: wgpu::Device,
     queue: wgpu::Queue,
     shared: Arc<Shared>,
@@ -642,6 +644,7 @@ async fn open(
     };
     let gpu = Gpu {
         id: DeviceId(NEXT_DEVICE.fetch_add(1, Ordering::Relaxed)),
+        adapter_features: adapter.features(),
         device,
         queue,
         shared: Arc::new(Shared {
@@ -773,6 +776,10 @@ impl WgpuBackend {
     /// The adapter this backend runs on.
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.info
+    }
+    /// The features the adapter offers (e.g. `SHADER_F16`, `SUBGROUP`), whether used or not.
+    pub fn adapter_features(&self) -> wgpu::Features {
+        self.gpu().adapter_features
     }
     /// The limits the device was created with.
     pub fn limits(&self) -> &wgpu::Limits {
