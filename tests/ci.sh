@@ -78,11 +78,27 @@ apt_install() {
     run "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 if command -v dpkg-query >/dev/null && command -v apt-get >/dev/null; then
-    # Software Vulkan (lavapipe): the GPU tests run for real without a GPU.
-    apt_install mesa-vulkan-drivers
+    # Software Vulkan (lavapipe): the GPU tests run for real without a GPU. Chromium and its
+    # driver: the browser tests (WebGPU on SwiftShader); node/npm: the page's end-to-end driver.
+    apt_install mesa-vulkan-drivers chromium chromium-driver
+    command -v npm >/dev/null || apt_install nodejs npm
 else
     echo "not a Debian-like system: install a Vulkan driver (e.g. Mesa lavapipe) yourself for the GPU tests"
 fi
+
+step "web tools"
+# wasm-bindgen's CLI must be exactly the version in Cargo.lock.
+WASM_BINDGEN_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3 }' Cargo.lock)
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WASM_BINDGEN_VERSION" ]; then
+    run cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+fi
+if ! trunk --version 2>/dev/null | grep -q '^trunk 0\.21\.'; then
+    run cargo install --locked trunk --version '~0.21'
+fi
+command -v wasm-pack >/dev/null || run cargo install wasm-pack
+wasm-bindgen --version
+trunk --version
+wasm-pack --version
 
 # --- checks ----------------------------------------------------------------------------------
 
@@ -100,6 +116,18 @@ for t in "${NO_STD_TARGETS[@]}"; do
     run cargo build -p kernels-core --no-default-features --target "$t"
     run cargo clippy -p kernels-core --no-default-features --target "$t" -- -D warnings
 done
+
+step "wasm32 lints of the browser crates"
+run cargo clippy -p kernels-gpu -p kernels-web --target wasm32-unknown-unknown --lib --tests -- -D warnings
+
+# Headless Chromium with WebGPU on SwiftShader: the flags are in <crate>/webdriver.json.
+export CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}"
+export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-1800}"
+step "browser tests: the gpu crate's parity suite on WebGPU (wasm-pack, headless Chromium)"
+run wasm-pack test --headless --chrome gpu
+
+step "browser tests: the page end to end (trunk build, headless Chromium)"
+run tests/web_e2e.sh
 
 step "benchmarks compile"
 run cargo bench --no-run -p kernels-core -p kernels-gpu

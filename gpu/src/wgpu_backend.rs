@@ -1155,6 +1155,23 @@ impl WgpuBackend {
             .iter()
             .map(|(t, r)| self.bind_one(op, t, *r))
             .collect::<Result<Vec<_>>>()?;
+        // WebGPU rejects a dispatch whose writable binding overlaps any other binding (native
+        // wgpu does not check): catch it here, so native tests find what the browser would.
+        let overlaps = |a: &wgpu::BufferBinding, b: &wgpu::BufferBinding| {
+            let end = |x: &wgpu::BufferBinding| x.size.map_or(u64::MAX, |s| x.offset + s.get());
+            a.buffer == b.buffer && a.offset < end(b) && b.offset < end(a)
+        };
+        for (i, o) in out_bufs.iter().enumerate() {
+            if out_bufs[i + 1..]
+                .iter()
+                .chain(&in_bufs)
+                .any(|b| overlaps(o, b))
+            {
+                return Err(backend_err(format!(
+                    "{op}: {entry} binds its writable slot {i} to a buffer another slot uses"
+                )));
+            }
+        }
         let pipeline = self.pipeline(&g, family, entry, constants);
 
         let mut rec = g.rec.borrow_mut();
