@@ -123,6 +123,9 @@ run cargo clippy -p kernels-gpu -p kernels-web --target wasm32-unknown-unknown -
 # Headless Chromium with WebGPU on SwiftShader: the flags are in <crate>/webdriver.json.
 export CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}"
 export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-1800}"
+step "browser tests: kernels-core's tests on wasm32 (wasm-pack, headless Chromium)"
+run env WASM_BINDGEN_USE_BROWSER=1 wasm-pack test --headless --chrome kernels-core
+
 step "browser tests: the gpu crate's parity suite on WebGPU (wasm-pack, headless Chromium)"
 run wasm-pack test --headless --chrome gpu
 

@@ -481,6 +481,9 @@ impl Gru {
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use crate::backend::CpuBackend;
 

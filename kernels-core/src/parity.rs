@@ -593,6 +593,9 @@ pub fn grad_outputs(outputs: &[Tensor], seed: u64) -> Result<Vec<Tensor>> {
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
 
     #[test]

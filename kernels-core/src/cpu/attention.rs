@@ -259,6 +259,9 @@ pub fn backward<T: Real>(
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use crate::cpu::matmul::matmul_slices;
     use crate::cpu::run;

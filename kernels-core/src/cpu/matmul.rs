@@ -357,6 +357,9 @@ pub fn backward<T: Real>(trans_a: bool, trans_b: bool, args: &[View<T>]) -> Resu
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use crate::cpu::run;
     use crate::cpu::testutil::*;

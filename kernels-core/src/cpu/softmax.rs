@@ -119,6 +119,9 @@ pub fn backward<T: Real>(log: bool, causal: bool, args: &[View<T>]) -> Result<Ve
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use crate::cpu;
     use crate::cpu::testutil::*;

@@ -183,6 +183,9 @@ fn backward(kernel: Kernel, ta: bool, tb: bool, args: &[View<f32>]) -> Result<Ve
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
     use alloc::vec;
 
     use super::*;
