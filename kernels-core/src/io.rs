@@ -346,13 +346,13 @@ pub fn save_with_metadata<K: Borrow<str> + Ord>(
 #[cfg(test)]
 mod tests {
     // wasm-pack test runs these in the browser too.
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
     use super::*;
     use crate::rng::Rng;
     use crate::tensor::{DeviceBuffer, DeviceId};
     use alloc::sync::Arc;
     use alloc::vec;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// A file from a header string and a data section.
     fn file(header: impl AsRef<[u8]>, data: &[u8]) -> Vec<u8> {

@@ -110,9 +110,9 @@ impl Rng {
 #[cfg(test)]
 mod tests {
     // wasm-pack test runs these in the browser too.
+    use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use super::*;
 
     #[test]
     fn same_seed_same_stream() {

@@ -103,13 +103,17 @@ enum Cmd {
     ///
     /// Median wall time of several runs with inputs resident; wgpu rows add the counters of one
     /// run (dispatches, submits, bytes up/down; each run ends with a 4-byte read that submits and
-    /// waits) and the least bytes the op must move. CPU rows use the fast paths of kernels-core.
+    /// waits), the least bytes the op must move and the bytes its dispatches touch (each bound
+    /// tensor once per dispatch). CPU rows use the fast paths of kernels-core. A last row per
+    /// backend is one training step of a small MLP (forward, backward, AdamW): its dispatches
+    /// and submits per step.
     /// Software adapters (lavapipe, SwiftShader) are flagged: their timings say nothing about
     /// GPU speed.
     ///
     /// --json prints a JSON list: [{"bench", "backend", "size", "median_ms", "gflops", "gbps",
     /// "runs", "dispatches", "submits", "bytes_uploaded", "bytes_downloaded", "min_bytes",
-    /// "error"}, ...], null where a figure does not apply; notes go to stderr.
+    /// "bytes_touched", "peak_fraction", "error"}, ...], null where a figure does not apply;
+    /// notes go to stderr.
     #[command(verbatim_doc_comment)]
     Bench {
         /// Comma-separated: cpu, wgpu (default: cpu, plus wgpu when an adapter exists).
@@ -121,6 +125,10 @@ enum Cmd {
         /// Smaller sizes (norms on 1024 x 1024, matmul up to 512) and 3 runs.
         #[arg(long)]
         quick: bool,
+        /// Peak GFLOPS per backend for the "peak" column, e.g. `cpu=100,wgpu=20000` (the CPU's
+        /// is estimated from /proc/cpuinfo when not given; wgpu cannot report a GPU's peak).
+        #[arg(long)]
+        peak_gflops: Option<String>,
     },
 }
 
@@ -175,10 +183,12 @@ fn run(cli: Cli) -> CliResult<()> {
             backend,
             json,
             quick,
+            peak_gflops,
         } => bench::run(&BenchOptions {
             backends: backend,
             json,
             quick,
+            peak_gflops,
         })?,
         Cmd::Parity {
             backend,

@@ -121,9 +121,9 @@ pub fn concat_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
 #[cfg(test)]
 mod tests {
     // wasm-pack test runs these in the browser too.
+    use super::*;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use super::*;
 
     use crate::cpu::testutil::*;
     use crate::gradcheck::{Options, check_op};

@@ -1,6 +1,6 @@
 //! Fast f32 CPU paths beside the reference, tested against it.
 //!
-//! Only matmul has one: a cache-blocked GEMM ([`gemm`]) with register-blocked micro-kernels
+//! matmul and linear (the same GEMM with a bias-and-activation epilogue) have one: a cache-blocked GEMM ([`gemm`]) with register-blocked micro-kernels
 //! ([`kernels`]): AVX2 + FMA intrinsics on x86_64 (detected at run time with `std`), `simd128`
 //! on wasm, and auto-vectorized plain Rust everywhere else. Single-threaded (`no_std`).
 //!
@@ -15,9 +15,9 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use self::gemm::{Gemm, Kernel, MatRef};
-use super::{Owned, View, float_arg, same_shape};
+use super::{Owned, View, float_arg, linear, same_shape};
 use crate::error::{Error, Result};
-use crate::op::{Direction, Op};
+use crate::op::{Activation, Direction, Op};
 
 const NAME: &str = "matmul";
 
@@ -33,6 +33,12 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
         }
         (Op::Matmul { trans_a, trans_b }, Direction::Backward) => {
             Some(backward(kernel, trans_a, trans_b, args))
+        }
+        (Op::Linear { activation }, Direction::Forward) => {
+            Some(linear_forward(kernel, activation, args))
+        }
+        (Op::Linear { activation }, Direction::Backward) => {
+            Some(linear_backward(kernel, activation, args))
         }
         (
             Op::Binary(_)
@@ -181,12 +187,73 @@ fn backward(kernel: Kernel, ta: bool, tb: bool, args: &[View<f32>]) -> Result<Ve
     ])
 }
 
+const LINEAR: &str = "linear";
+
+/// `linear` forward: the GEMM `x [rows, in] . weight^T [in, out]`, then bias and activation in
+/// one pass over the output.
+fn linear_forward(kernel: Kernel, a: Activation, args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
+    let (xs, x) = float_arg(LINEAR, args, 0, "x")?;
+    let (ws, w) = float_arg(LINEAR, args, 1, "weight")?;
+    let (bs, b) = float_arg(LINEAR, args, 2, "bias")?;
+    let (rows, in_f, out_f) = linear::check(xs, ws, bs)?;
+    let mut out = zeros(rows * out_f)?;
+    Gemm::new(kernel).run(
+        MatRef::new(x, rows, in_f, false)?,
+        MatRef::new(w, in_f, out_f, true)?,
+        &mut out,
+        out_f,
+    )?;
+    for row in out.chunks_exact_mut(out_f) {
+        for (o, &bj) in row.iter_mut().zip(b) {
+            *o = linear::act(a, *o + bj);
+        }
+    }
+    Ok(vec![Owned::float(linear::out_shape(xs, out_f), out)])
+}
+
+/// `linear` backward: `g' = g * act'(out)`, then `grad_x = g' . weight`, `grad_weight = g'^T .
+/// x` as GEMMs and `grad_bias` as column sums of `g'`.
+fn linear_backward(kernel: Kernel, a: Activation, args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
+    let (xs, x) = float_arg(LINEAR, args, 0, "x")?;
+    let (ws, w) = float_arg(LINEAR, args, 1, "weight")?;
+    let (bs, _) = float_arg(LINEAR, args, 2, "bias")?;
+    let (ys, y) = float_arg(LINEAR, args, 3, "out")?;
+    let (gs, g) = float_arg(LINEAR, args, 4, "grad_out")?;
+    let (rows, in_f, out_f) = linear::check(xs, ws, bs)?;
+    let want = linear::out_shape(xs, out_f);
+    same_shape(LINEAR, &want, ys)?;
+    same_shape(LINEAR, &want, gs)?;
+    let mut gp = zeros(rows * out_f)?;
+    let mut gb = zeros(out_f)?;
+    for ((gpr, gr), yr) in gp
+        .chunks_exact_mut(out_f)
+        .zip(g.chunks_exact(out_f))
+        .zip(y.chunks_exact(out_f))
+    {
+        for (((o, &gv), &yv), acc) in gpr.iter_mut().zip(gr).zip(yr).zip(gb.iter_mut()) {
+            *o = gv * linear::act_grad(a, yv);
+            *acc += *o;
+        }
+    }
+    let mut gx = zeros(x.len())?;
+    let mut gw = zeros(w.len())?;
+    let mut gemm = Gemm::new(kernel);
+    let gpm = MatRef::new(&gp, rows, out_f, false)?;
+    gemm.run(gpm, MatRef::new(w, out_f, in_f, false)?, &mut gx, in_f)?;
+    gemm.run(gpm.t(), MatRef::new(x, rows, in_f, false)?, &mut gw, in_f)?;
+    Ok(vec![
+        Owned::float(xs.to_vec(), gx),
+        Owned::float(ws.to_vec(), gw),
+        Owned::float(bs.to_vec(), gb),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     // wasm-pack test runs these in the browser too.
+    use alloc::vec;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
-    use alloc::vec;
 
     use super::*;
     use crate::numerics::compare;
@@ -447,6 +514,55 @@ mod tests {
                     rtol,
                 );
                 assert!(c.pass, "{label} grad {i}: {c:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn linear_agrees_with_the_reference() {
+        use crate::backend::{Backend, CpuBackend};
+        use crate::op::Activation;
+        let (fast, reference) = (CpuBackend::new(), CpuBackend::reference());
+        let spec = OpKind::Linear.spec();
+        let mut rng = Rng::new(5);
+        for (i, (xs, out_f)) in [
+            (vec![1usize, 1], 1usize),
+            (vec![145, 257], 17),
+            (vec![2, 7, 67], 33),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for activation in Activation::ALL {
+                let op = Op::Linear { activation };
+                let in_f = xs[xs.len() - 1];
+                let inputs = [
+                    rng.normal_tensor(&xs, 0.0, 1.0).unwrap(),
+                    rng.normal_tensor(&[out_f, in_f], 0.0, 0.1).unwrap(),
+                    rng.normal_tensor(&[out_f], 0.0, 1.0).unwrap(),
+                ];
+                let ins: Vec<&crate::Tensor> = inputs.iter().collect();
+                let k = op.reduced_len(&[&xs, &[out_f, in_f], &[out_f]]);
+                let got = fast.run(&op, Direction::Forward, &ins).unwrap();
+                let want = reference.run(&op, Direction::Forward, &ins).unwrap();
+                let (atol, rtol) = spec.budget.at(k);
+                let c = compare(
+                    got[0].as_f32().unwrap(),
+                    want[0].as_f32().unwrap(),
+                    atol,
+                    rtol,
+                );
+                assert!(c.pass, "{op:?} {xs:?} forward: {c:?}");
+                let g = crate::parity::grad_outputs(&want, i as u64).unwrap();
+                let bins = [ins[0], ins[1], ins[2], &want[0], &g[0]];
+                let got = fast.run(&op, Direction::Backward, &bins).unwrap();
+                let want = reference.run(&op, Direction::Backward, &bins).unwrap();
+                let (atol, rtol) = spec.budget_backward.at(k);
+                for (gi, wi) in got.iter().zip(&want) {
+                    assert_eq!(gi.shape(), wi.shape());
+                    let c = compare(gi.as_f32().unwrap(), wi.as_f32().unwrap(), atol, rtol);
+                    assert!(c.pass, "{op:?} {xs:?} backward: {c:?}");
+                }
             }
         }
     }
