@@ -1,0 +1,132 @@
+// End-to-end test of the built page in headless Chromium (playwright-core driving the system's
+// /usr/bin/chromium; no browser download). Usage: node e2e.cjs BASE_URL OUT_DIR
+// Runs ?autorun=parity on WebGPU, ?autorun=parity&backend=cpu, and ?autorun=bench; waits for
+// body[data-state=done], asserts the backend, that every parity row passed and that the page
+// reported no error, saves a screenshot of each, and prints the timings it saw.
+'use strict';
+const { chromium } = require('playwright-core');
+const path = require('path');
+
+const [base, outDir] = process.argv.slice(2);
+if (!base || !outDir) {
+  console.error('usage: node e2e.cjs BASE_URL OUT_DIR');
+  process.exit(2);
+}
+// The flags of gpu/webdriver.json: SwiftShader WebGPU, and no network (Chromium stalls without).
+const ARGS = [
+  '--enable-unsafe-webgpu',
+  '--use-webgpu-adapter=swiftshader',
+  '--enable-unsafe-swiftshader',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+];
+const TIMEOUT_MS = Number(process.env.WEB_E2E_TIMEOUT_MS || 20 * 60 * 1000);
+
+function ms(text) {
+  const m = /([\d.]+)\s*(us|ms)/.exec(text || '');
+  if (!m) return 0;
+  return m[2] === 'ms' ? Number(m[1]) : Number(m[1]) / 1000;
+}
+
+async function open(browser, query, name) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page.on('pageerror', (e) => console.log(`  [${name}] page error: ${e}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error') console.log(`  [${name}] console error: ${m.text()}`);
+  });
+  const t0 = Date.now();
+  await page.goto(`${base}/?${query}`);
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.body.dataset.state),
+    null,
+    { timeout: TIMEOUT_MS, polling: 500 },
+  );
+  const seconds = ((Date.now() - t0) / 1000).toFixed(1);
+  await page.screenshot({ path: path.join(outDir, `${name}.png`), fullPage: true });
+  const state = await page.getAttribute('body', 'data-state');
+  const backend = (await page.textContent('#backend')).trim();
+  const errors = await page.$$eval('#errors li', (li) => li.map((e) => e.textContent));
+  const notice = (await page.textContent('#notice')).trim();
+  return { page, state, backend, errors, notice, seconds };
+}
+
+async function parity(browser, query, name, want) {
+  const r = await open(browser, query, name);
+  const { page } = r;
+  const summary = await page.$eval('#parity-summary', (e) => ({
+    passed: Number(e.dataset.passed),
+    failed: Number(e.dataset.failed),
+  }));
+  const rows = await page.$$eval('tr[data-op][data-dir][data-pass]', (trs) =>
+    trs.map((tr) => ({
+      op: tr.dataset.op,
+      dir: tr.dataset.dir,
+      pass: tr.dataset.pass,
+      cells: [...tr.children].map((td) => td.textContent),
+    })),
+  );
+  const failed = rows.filter((x) => x.pass !== 'true');
+  const cpuMs = rows.reduce((a, x) => a + ms(x.cells[6]), 0);
+  const gpuMs = rows.reduce((a, x) => a + ms(x.cells[9]), 0);
+  const ops = new Set(rows.map((x) => x.op));
+  console.log(
+    `${name}: backend ${r.backend}, ${rows.length} rows over ${ops.size} ops, ` +
+      `${summary.passed} passed, ${summary.failed} failed, page done in ${r.seconds} s; ` +
+      `summed op time CPU ${cpuMs.toFixed(1)} ms, WebGPU ${gpuMs.toFixed(1)} ms` +
+      (r.notice ? `; notice: ${r.notice}` : ''),
+  );
+  const problems = [];
+  if (r.state !== 'done') problems.push(`body data-state is ${r.state}, not done`);
+  if (r.backend !== want) problems.push(`#backend is ${r.backend}, expected ${want}`);
+  if (rows.length === 0) problems.push('no parity rows');
+  if (summary.failed !== 0 || failed.length !== 0) {
+    problems.push(`failed rows:\n    ${failed.map((x) => x.cells.join(' | ')).join('\n    ')}`);
+  }
+  if (summary.passed !== rows.length) problems.push(`summary says ${summary.passed} passed of ${rows.length}`);
+  if (r.errors.length) problems.push(`page errors: ${r.errors.join('; ')}`);
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
+async function bench(browser, name) {
+  const r = await open(browser, 'autorun=bench', name);
+  const rows = await r.page.$$eval('#bench-rows tr', (trs) =>
+    trs.map((tr) => [...tr.children].map((td) => td.textContent)),
+  );
+  console.log(`${name}: backend ${r.backend}, page done in ${r.seconds} s`);
+  for (const row of rows) console.log(`  ${row.join(' | ')}`);
+  const problems = [];
+  if (r.state !== 'done') problems.push(`body data-state is ${r.state}, not done`);
+  if (!rows.some((x) => x[2] === 'webgpu')) problems.push('no WebGPU bench rows');
+  if (r.errors.length) problems.push(`page errors: ${r.errors.join('; ')}`);
+  const svgBars = await r.page.$$eval('#bench-chart rect', (b) => b.length);
+  if (svgBars !== rows.length) problems.push(`chart has ${svgBars} bars for ${rows.length} rows`);
+  await r.page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
+(async () => {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: ARGS,
+  });
+  let problems = [];
+  try {
+    problems = problems.concat(await parity(browser, 'autorun=parity', 'parity-webgpu', 'webgpu'));
+    problems = problems.concat(await parity(browser, 'autorun=parity&backend=cpu', 'parity-cpu', 'cpu'));
+    problems = problems.concat(await bench(browser, 'bench-webgpu'));
+  } finally {
+    await browser.close();
+  }
+  const checks = 3;
+  const failedChecks = new Set(problems.map((p) => p.split(':')[0])).size;
+  for (const p of problems) console.error(`FAIL ${p}`);
+  console.log(`web e2e: ${checks - failedChecks} passed, ${failedChecks} failed`);
+  process.exit(failedChecks === 0 ? 0 : 1);
+})().catch((e) => {
+  console.error(`web e2e: ${e.stack || e}`);
+  process.exit(1);
+});
