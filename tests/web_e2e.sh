@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end test of the web page: `trunk build --release`, serve dist/ on 127.0.0.1, then
 # tests/web/e2e.cjs drives headless Chromium (playwright-core from npm, the system's
-# /usr/bin/chromium): ?autorun=parity on WebGPU, the same with ?backend=cpu, and the bench panel.
+# /usr/bin/chromium): ?autorun=parity on WebGPU, the same with ?backend=cpu, the bench panel, and
+# the GRU world-model section (?autorun=gru) on WebGPU and on the CPU.
 # Screenshots go to target/web-e2e/. Needs trunk, wasm-bindgen, node/npm and chromium (tests/ci.sh
 # installs them). Usage: tests/web_e2e.sh
 set -euo pipefail

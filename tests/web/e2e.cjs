@@ -1,8 +1,10 @@
 // End-to-end test of the built page in headless Chromium (playwright-core driving the system's
 // /usr/bin/chromium; no browser download). Usage: node e2e.cjs BASE_URL OUT_DIR
-// Runs ?autorun=parity on WebGPU, ?autorun=parity&backend=cpu, and ?autorun=bench; waits for
-// body[data-state=done], asserts the backend, that every parity row passed and that the page
-// reported no error, saves a screenshot of each, and prints the timings it saw.
+// Runs ?autorun=parity on WebGPU, ?autorun=parity&backend=cpu, ?autorun=bench, and
+// ?autorun=gru on WebGPU and on the CPU; waits for body[data-state=done], asserts the backend,
+// that every parity row passed, that the GRU plot drew finite points and follows a change of
+// the initial state, and that the page reported no error; saves a screenshot of each, and
+// prints the timings it saw.
 'use strict';
 const { chromium } = require('playwright-core');
 const path = require('path');
@@ -107,6 +109,78 @@ async function bench(browser, name) {
   return problems.map((p) => `${name}: ${p}`);
 }
 
+async function gru(browser, query, name, want) {
+  const r = await open(browser, query, name);
+  const { page } = r;
+  const got = await page.evaluate(() => {
+    const plot = document.getElementById('gru-plot');
+    const ms = document.getElementById('gru-rollout-ms');
+    const comp = document.getElementById('gru-compression');
+    return {
+      state: document.getElementById('gru-demo').dataset.state,
+      points: Number(plot.dataset.points),
+      finite: plot.dataset.finite,
+      backend: ms.dataset.backend,
+      ms: Number(ms.dataset.ms),
+      times: [...document.querySelectorAll('#gru-times tr[data-backend]')].map((tr) => ({
+        backend: tr.dataset.backend,
+        ms: Number(tr.dataset.ms),
+      })),
+      rank: Number(comp.dataset.rank),
+      ratio: Number(comp.dataset.ratio),
+      error: Number(comp.dataset.error),
+      readout: comp.textContent,
+      status: document.getElementById('gru-status').textContent,
+      agreement: document.getElementById('gru-agreement').textContent,
+      // Pixels that are not white: the canvas has drawn.
+      inked: (() => {
+        const d = plot.getContext('2d').getImageData(0, 0, plot.width, plot.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i] < 250 || d[i + 1] < 250 || d[i + 2] < 250) n++;
+        return n;
+      })(),
+    };
+  });
+  const times = got.times.map((t) => `${t.backend} ${t.ms.toFixed(1)} ms`).join(', ');
+  console.log(
+    `${name}: backend ${r.backend}, section ${got.state}, ${got.points} points, rollout ${times}; ` +
+      `${got.status}; ${got.readout}; ${got.agreement} (page done in ${r.seconds} s)`,
+  );
+  const problems = [];
+  if (r.state !== 'done') problems.push(`body data-state is ${r.state}, not done`);
+  if (got.state !== 'done') problems.push(`#gru-demo data-state is ${got.state}, not done`);
+  if (r.backend !== want) problems.push(`#backend is ${r.backend}, expected ${want}`);
+  if (got.backend !== want) problems.push(`#gru-rollout-ms is for ${got.backend}, expected ${want}`);
+  if (!(got.points > 0) || got.finite !== 'true') problems.push(`plot: ${got.points} points, finite ${got.finite}`);
+  if (got.inked < 1000) problems.push(`the canvas has only ${got.inked} non-white pixels`);
+  for (const v of [got.ms, got.ratio, got.error, ...got.times.map((t) => t.ms)]) {
+    if (!Number.isFinite(v) || v <= 0) problems.push(`a figure is not a positive finite number: ${v}`);
+  }
+  if (!(got.rank >= 1)) problems.push(`compression rank ${got.rank}`);
+  if (want === 'webgpu' && got.times.length !== 2) problems.push(`expected CPU and WebGPU timings, got ${times}`);
+  if (r.errors.length) problems.push(`page errors: ${r.errors.join('; ')}`);
+  // The visitor changes the initial state: the plot must follow.
+  const before = await page.screenshot({ clip: await page.$eval('#gru-plot', (e) => {
+    const b = e.getBoundingClientRect();
+    return { x: b.x + window.scrollX, y: b.y + window.scrollY, width: b.width, height: b.height };
+  }) });
+  await page.fill('#gru-theta1', '-0.8');
+  await page.dispatchEvent('#gru-theta1', 'change');
+  await page.waitForFunction(() => document.getElementById('gru-demo').dataset.state === 'running', null, { timeout: 10000 }).catch(() => {});
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.getElementById('gru-demo').dataset.state),
+    null,
+    { timeout: TIMEOUT_MS, polling: 250 },
+  );
+  const after = await page.locator('#gru-plot').screenshot();
+  const state2 = await page.$eval('#gru-demo', (e) => e.dataset.state);
+  if (state2 !== 'done') problems.push(`after changing theta1 the section is ${state2}`);
+  if (Buffer.compare(before, after) === 0) problems.push('the plot did not change with theta1');
+  await page.screenshot({ path: path.join(outDir, `${name}-changed.png`), fullPage: true });
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
 (async () => {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -118,10 +192,12 @@ async function bench(browser, name) {
     problems = problems.concat(await parity(browser, 'autorun=parity', 'parity-webgpu', 'webgpu'));
     problems = problems.concat(await parity(browser, 'autorun=parity&backend=cpu', 'parity-cpu', 'cpu'));
     problems = problems.concat(await bench(browser, 'bench-webgpu'));
+    problems = problems.concat(await gru(browser, 'autorun=gru', 'gru-webgpu', 'webgpu'));
+    problems = problems.concat(await gru(browser, 'autorun=gru&backend=cpu', 'gru-cpu', 'cpu'));
   } finally {
     await browser.close();
   }
-  const checks = 3;
+  const checks = 5;
   const failedChecks = new Set(problems.map((p) => p.split(':')[0])).size;
   for (const p of problems) console.error(`FAIL ${p}`);
   console.log(`web e2e: ${checks - failedChecks} passed, ${failedChecks} failed`);

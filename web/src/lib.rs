@@ -10,6 +10,7 @@
 //! (or `bench`, or `all`) runs panels on load; `?backend=cpu` forces the CPU backend.
 
 pub mod report;
+pub mod world;
 
 #[cfg(target_arch = "wasm32")]
 mod page;

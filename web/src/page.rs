@@ -27,13 +27,13 @@ const BENCH_ROWS: (usize, usize) = (256, 1024);
 const BENCH_RUNS: usize = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Active {
+pub(crate) enum Active {
     WebGpu,
     Cpu,
 }
 
 impl Active {
-    fn id(self) -> &'static str {
+    pub(crate) fn id(self) -> &'static str {
         match self {
             Active::WebGpu => "webgpu",
             Active::Cpu => "cpu",
@@ -41,17 +41,17 @@ impl Active {
     }
 }
 
-struct App {
-    doc: Document,
-    gpu: RefCell<Option<Rc<WgpuBackend>>>,
-    active: Cell<Active>,
+pub(crate) struct App {
+    pub(crate) doc: Document,
+    pub(crate) gpu: RefCell<Option<Rc<WgpuBackend>>>,
+    pub(crate) active: Cell<Active>,
     busy: Cell<bool>,
     parity: RefCell<Vec<ParityLine>>,
 }
 
-type JsResult<T> = Result<T, JsValue>;
+pub(crate) type JsResult<T> = Result<T, JsValue>;
 
-fn js_err(e: impl std::fmt::Display) -> JsValue {
+pub(crate) fn js_err(e: impl std::fmt::Display) -> JsValue {
     JsValue::from_str(&e.to_string())
 }
 
@@ -65,7 +65,7 @@ pub fn start() {
     });
 }
 
-fn describe(e: &JsValue) -> String {
+pub(crate) fn describe(e: &JsValue) -> String {
     e.as_string().unwrap_or_else(|| format!("{e:?}"))
 }
 
@@ -75,12 +75,12 @@ fn document() -> JsResult<Document> {
         .ok_or_else(|| js_err("no document"))
 }
 
-fn by_id(doc: &Document, id: &str) -> JsResult<Element> {
+pub(crate) fn by_id(doc: &Document, id: &str) -> JsResult<Element> {
     doc.get_element_by_id(id)
         .ok_or_else(|| js_err(format!("#{id} is missing from index.html")))
 }
 
-fn set_text(doc: &Document, id: &str, text: &str) {
+pub(crate) fn set_text(doc: &Document, id: &str, text: &str) {
     if let Some(e) = doc.get_element_by_id(id) {
         e.set_text_content(Some(text));
     }
@@ -93,7 +93,7 @@ fn set_body_state(state: &str) {
 }
 
 /// Appends a message to `#errors` (and the console): the page keeps working.
-fn report_error(msg: &str) {
+pub(crate) fn report_error(msg: &str) {
     web_sys::console::error_1(&JsValue::from_str(msg));
     if let Ok(doc) = document()
         && let Ok(list) = by_id(&doc, "errors")
@@ -105,7 +105,7 @@ fn report_error(msg: &str) {
 }
 
 /// Lets the browser paint and handle input before the next piece of work.
-async fn next_tick() {
+pub(crate) async fn next_tick() {
     let promise = js_sys::Promise::new(&mut |resolve, _| {
         if let Some(w) = web_sys::window() {
             let _ = w.set_timeout_with_callback(&resolve);
@@ -180,9 +180,12 @@ async fn run() -> JsResult<()> {
             if matches!(what, "bench" | "all") {
                 run_bench(&app).await;
             }
-            if !matches!(what, "parity" | "bench" | "all") {
+            if matches!(what, "gru" | "all") {
+                crate::world::dom::run(&app).await;
+            }
+            if !matches!(what, "parity" | "bench" | "gru" | "all") {
                 report_error(&format!(
-                    "?autorun={what} is not a panel; expected parity, bench or all"
+                    "?autorun={what} is not a panel; expected parity, bench, gru or all"
                 ));
             }
             set_body_state("done");
@@ -260,6 +263,7 @@ fn wire(app: &Rc<App>) -> JsResult<()> {
         }
         show_backend(&app);
     })?;
+    crate::world::dom::wire(app)?;
     Ok(())
 }
 
@@ -289,7 +293,7 @@ fn active_gpu(app: &App) -> Option<Rc<WgpuBackend>> {
 }
 
 /// After a device loss: one recovery attempt, else the CPU from now on.
-async fn handle_loss(app: &App, gpu: &WgpuBackend, why: &str) {
+pub(crate) async fn handle_loss(app: &App, gpu: &WgpuBackend, why: &str) {
     report_error(&format!("WebGPU device lost ({why}); recovering"));
     if let Err(e) = gpu.recover_async().await {
         report_error(&format!(
