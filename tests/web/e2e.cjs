@@ -160,16 +160,13 @@ async function gru(browser, query, name, want) {
   if (want === 'webgpu' && got.times.length !== 2) problems.push(`expected CPU and WebGPU timings, got ${times}`);
   if (r.errors.length) problems.push(`page errors: ${r.errors.join('; ')}`);
   // The visitor changes the initial state: the plot must follow.
-  const before = await page.screenshot({ clip: await page.$eval('#gru-plot', (e) => {
-    const b = e.getBoundingClientRect();
-    return { x: b.x + window.scrollX, y: b.y + window.scrollY, width: b.width, height: b.height };
-  }) });
+  const before = await page.locator('#gru-plot').screenshot();
+  const runs = Number(await page.$eval('#gru-demo', (e) => e.dataset.runs));
   await page.fill('#gru-theta1', '-0.8');
   await page.dispatchEvent('#gru-theta1', 'change');
-  await page.waitForFunction(() => document.getElementById('gru-demo').dataset.state === 'running', null, { timeout: 10000 }).catch(() => {});
   await page.waitForFunction(
-    () => ['done', 'error'].includes(document.getElementById('gru-demo').dataset.state),
-    null,
+    (n) => Number(document.getElementById('gru-demo').dataset.runs) > n,
+    runs,
     { timeout: TIMEOUT_MS, polling: 250 },
   );
   const after = await page.locator('#gru-plot').screenshot();
@@ -187,17 +184,23 @@ async function gru(browser, query, name, want) {
     headless: true,
     args: ARGS,
   });
+  const all = [
+    ['parity-webgpu', () => parity(browser, 'autorun=parity', 'parity-webgpu', 'webgpu')],
+    ['parity-cpu', () => parity(browser, 'autorun=parity&backend=cpu', 'parity-cpu', 'cpu')],
+    ['bench-webgpu', () => bench(browser, 'bench-webgpu')],
+    ['gru-webgpu', () => gru(browser, 'autorun=gru', 'gru-webgpu', 'webgpu')],
+    ['gru-cpu', () => gru(browser, 'autorun=gru&backend=cpu', 'gru-cpu', 'cpu')],
+  ];
+  // WEB_E2E_ONLY=gru-cpu,gru-webgpu runs a subset (while working on one section).
+  const only = (process.env.WEB_E2E_ONLY || '').split(',').filter(Boolean);
+  const chosen = all.filter(([n]) => only.length === 0 || only.includes(n));
   let problems = [];
   try {
-    problems = problems.concat(await parity(browser, 'autorun=parity', 'parity-webgpu', 'webgpu'));
-    problems = problems.concat(await parity(browser, 'autorun=parity&backend=cpu', 'parity-cpu', 'cpu'));
-    problems = problems.concat(await bench(browser, 'bench-webgpu'));
-    problems = problems.concat(await gru(browser, 'autorun=gru', 'gru-webgpu', 'webgpu'));
-    problems = problems.concat(await gru(browser, 'autorun=gru&backend=cpu', 'gru-cpu', 'cpu'));
+    for (const [, check] of chosen) problems = problems.concat(await check());
   } finally {
     await browser.close();
   }
-  const checks = 5;
+  const checks = chosen.length;
   const failedChecks = new Set(problems.map((p) => p.split(':')[0])).size;
   for (const p of problems) console.error(`FAIL ${p}`);
   console.log(`web e2e: ${checks - failedChecks} passed, ${failedChecks} failed`);

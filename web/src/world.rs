@@ -346,6 +346,14 @@ pub fn ticks(lo: f64, hi: f64, count: usize) -> Vec<f64> {
     (first..=last).map(|k| k as f64 * step).collect()
 }
 
+/// Decimals that tell the ticks apart (0.05 steps need 2, 0.5 steps 1, 5 steps 0).
+pub fn tick_decimals(ticks: &[f64]) -> usize {
+    match ticks {
+        [a, b, ..] if b > a => (-(b - a).log10().floor()).max(0.0) as usize,
+        _ => 1,
+    }
+}
+
 /// Points drawn for one series: truth and mean lines (steps + 1 each) and the band's outline
 /// (2 (steps + 1)).
 pub fn points_drawn(series: &Series) -> usize {
@@ -480,6 +488,10 @@ mod tests {
             "{t:?}"
         );
         assert!(ticks(1.0, 1.0, 5).is_empty());
+        assert_eq!(tick_decimals(&ticks(0.0, 0.5, 6)), 1);
+        assert_eq!(tick_decimals(&ticks(-0.6, -0.4, 4)), 2);
+        assert_eq!(tick_decimals(&ticks(-13.0, 41.0, 4)), 0);
+        assert_eq!(tick_decimals(&[]), 1);
         assert!(ticks(0.0, f64::NAN, 5).is_empty());
     }
 

@@ -4,7 +4,7 @@
 //! progress marks the section dirty; the run loop then goes again with the latest inputs, so
 //! the plot always ends on what the visitor last asked for and runs never overlap.
 //!
-//! Hooks: `#gru-demo[data-state]` (`idle`, `running`, `done`, `error`),
+//! Hooks: `#gru-demo[data-state]` (`idle`, `running`, `done`, `error`) and `[data-runs]`,
 //! `#gru-plot[data-points][data-finite][data-backend]`, `#gru-rollout-ms[data-backend][data-ms]`
 //! (the selected backend), `#gru-times tr[data-backend][data-ms]` (every backend that ran),
 //! `#gru-compression[data-rank][data-ratio][data-error]`.
@@ -24,7 +24,7 @@ use web_sys::{CanvasRenderingContext2d, Document, HtmlCanvasElement, HtmlInputEl
 
 use super::{
     Panel, Prediction, STEP_SECONDS, Series, Settings, WEIGHTS, agreement, compression_text,
-    fmt_ms, points_drawn, predict, ticks,
+    fmt_ms, points_drawn, predict, tick_decimals, ticks,
 };
 use crate::page::{
     Active, App, JsResult, by_id, describe, handle_loss, js_err, next_tick, report_error, set_text,
@@ -48,6 +48,8 @@ struct Section {
     gpu: RefCell<Option<(Rc<WgpuBackend>, Rc<Loaded>)>>,
     running: Cell<bool>,
     dirty: Cell<bool>,
+    /// Finished runs (`#gru-demo[data-runs]`: automation waits for it to move).
+    runs: Cell<usize>,
     lift: Lift,
 }
 
@@ -128,6 +130,10 @@ pub(crate) async fn run(app: &Rc<App>) {
         }
     };
     s.running.set(false);
+    s.runs.set(s.runs.get() + 1);
+    if let Ok(e) = by_id(&app.doc, "gru-demo") {
+        let _ = e.set_attribute("data-runs", &s.runs.get().to_string());
+    }
     set_state(&app.doc, if ok { "done" } else { "error" });
 }
 
@@ -270,7 +276,7 @@ fn show_times(doc: &Document, runs: &[(Active, Prediction)]) -> JsResult<()> {
             wb.id(),
             agreement(a, b)
         ),
-        _ => "Ran on the CPU only: this browser gave no WebGPU device.".to_string(),
+        _ => "Ran on the CPU only: no WebGPU device in use (see the notice above).".to_string(),
     };
     set_text(doc, "gru-agreement", &note);
     Ok(())
@@ -328,9 +334,11 @@ fn draw_panel(
     ctx.set_font("11px system-ui, sans-serif");
     ctx.set_fill_style_str("#444");
     ctx.set_text_align("right");
-    for v in ticks(panel.lo, panel.hi, 4) {
+    let ys = ticks(panel.lo, panel.hi, 4);
+    let digits = tick_decimals(&ys);
+    for v in ys {
         let py = panel.py(v);
-        ctx.fill_text(&format!("{v:.1}"), x - 6.0, py + 4.0)?;
+        ctx.fill_text(&format!("{v:.digits$}"), x - 6.0, py + 4.0)?;
         ctx.set_stroke_style_str("#eee");
         ctx.begin_path();
         ctx.move_to(x, py);
@@ -348,9 +356,11 @@ fn draw_panel(
     // x ticks in seconds.
     ctx.set_text_align("center");
     let seconds = panel.steps as f64 * STEP_SECONDS;
-    for t in ticks(0.0, seconds, 6) {
+    let xs = ticks(0.0, seconds, 6);
+    let digits = tick_decimals(&xs);
+    for t in xs {
         let step = (t / STEP_SECONDS).round() as usize;
-        ctx.fill_text(&format!("{t:.2}"), panel.px(step), y + h + 14.0)?;
+        ctx.fill_text(&format!("{t:.digits$}"), panel.px(step), y + h + 14.0)?;
     }
     if x_axis {
         ctx.set_font("12px system-ui, sans-serif");
