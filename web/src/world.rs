@@ -4,7 +4,7 @@
 //! backend and shows the residual compression.
 //!
 //! This file is the section as plain data (settings, the prediction, the angle series, plot
-//! geometry, readouts): it builds and is tested natively. [`dom`] (wasm32 only) is the canvas
+//! geometry, readouts): it builds and is tested natively. `dom` (wasm32 only) is the canvas
 //! and the controls.
 //!
 //! The model predicts the 64 lifted features; the angles are read back through
