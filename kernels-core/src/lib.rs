@@ -21,6 +21,7 @@ pub mod cpu;
 pub mod error;
 pub mod gradcheck;
 pub mod io;
+pub mod models;
 pub mod nn;
 pub mod numerics;
 pub mod op;

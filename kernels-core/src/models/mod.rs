@@ -1,0 +1,3 @@
+//! Models written once over [`crate::autograd::Graph`], so they run on any backend.
+
+pub mod llama;
