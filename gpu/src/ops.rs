@@ -191,9 +191,7 @@ pub(crate) fn run(
             | Op::SgdStep { .. }
             | Op::SvdLowrank { .. },
             B,
-        ) => {
-            Err(Error::NoBackward { op: name })
-        }
+        ) => Err(Error::NoBackward { op: name }),
     }
 }
 

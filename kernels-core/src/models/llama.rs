@@ -135,13 +135,22 @@ impl LlamaConfig {
         {
             return Err(bad_config(format!("unsupported: rope_scaling {rs}")));
         }
+        // transformers >= 5 writes `rope_parameters: {rope_theta, rope_type}` instead of
+        // `rope_theta`.
+        let mut rope_theta = get_f32(&obj, "rope_theta", 10000.0)?;
+        if let Some(Value::Object(rp)) = obj.get("rope_parameters") {
+            if let Some(t) = rp.get("rope_type").and_then(Value::as_str)
+                && t != "default"
+            {
+                return Err(bad_config(format!(
+                    "unsupported: rope_parameters.rope_type `{t}` (only `default`)"
+                )));
+            }
+            rope_theta = get_f32(rp, "rope_theta", rope_theta)?;
+        }
         let hidden_size = get_usize(&obj, "hidden_size", None)?;
         let num_attention_heads = get_usize(&obj, "num_attention_heads", None)?;
-        let head_dim_default = if num_attention_heads == 0 {
-            0
-        } else {
-            hidden_size / num_attention_heads
-        };
+        let head_dim_default = hidden_size.checked_div(num_attention_heads).unwrap_or(0);
         let cfg = LlamaConfig {
             hidden_size,
             intermediate_size: get_usize(&obj, "intermediate_size", None)?,
@@ -150,7 +159,7 @@ impl LlamaConfig {
             num_key_value_heads: get_usize(&obj, "num_key_value_heads", Some(num_attention_heads))?,
             vocab_size: get_usize(&obj, "vocab_size", None)?,
             rms_norm_eps: get_f32(&obj, "rms_norm_eps", 1e-6)?,
-            rope_theta: get_f32(&obj, "rope_theta", 10000.0)?,
+            rope_theta,
             max_position_embeddings: get_usize(&obj, "max_position_embeddings", Some(2048))?,
             tie_word_embeddings: obj
                 .get("tie_word_embeddings")
@@ -181,13 +190,16 @@ impl LlamaConfig {
                 return Err(bad_config(format!("`{name}` must be > 0")));
             }
         }
-        if self.num_attention_heads % self.num_key_value_heads != 0 {
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
             return Err(bad_config(format!(
                 "num_attention_heads = {} is not a multiple of num_key_value_heads = {}",
                 self.num_attention_heads, self.num_key_value_heads
             )));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return Err(bad_config(format!(
                 "head_dim = {} must be even for rotary embeddings",
                 self.head_dim
