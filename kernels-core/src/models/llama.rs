@@ -678,7 +678,6 @@ pub async fn generate(
             .ok_or_else(|| Error::Autograd {
                 why: "sample: expected one output".into(),
             })?;
-        backend.flush()?;
         let host = backend.download(next.tensor()).await?;
         let id = host.to_i64_vec()?.first().copied().unwrap_or(0) as u32;
         out.push(id);
