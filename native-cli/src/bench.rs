@@ -45,12 +45,15 @@ pub struct BenchRow {
     pub counters: Option<Counters>,
     /// Least bytes the op must move (read inputs once, write outputs once).
     pub min_bytes: Option<u64>,
+    /// Tokens per second (llama prefill and decode rows).
+    pub tokens_per_s: Option<f64>,
     pub error: Option<String>,
 }
 
 impl BenchRow {
     /// `{"bench","backend","size","median_ms","gflops","gbps"}` plus `runs`, `dispatches`,
-    /// `submits`, `bytes_uploaded`, `bytes_downloaded`, `min_bytes` and `error` (null where a
+    /// `submits`, `bytes_uploaded`, `bytes_downloaded`, `min_bytes`, `tokens_per_s` and `error`
+    /// (null where a
     /// figure does not apply).
     pub fn json(&self) -> serde_json::Value {
         let c = self.counters.as_ref();
@@ -67,6 +70,7 @@ impl BenchRow {
             "bytes_uploaded": c.map(|c| c.bytes_uploaded),
             "bytes_downloaded": c.map(|c| c.bytes_downloaded),
             "min_bytes": self.min_bytes,
+            "tokens_per_s": self.tokens_per_s,
             "error": self.error,
         })
     }
@@ -383,6 +387,14 @@ pub fn measure(opts: &BenchOptions) -> CliResult<(Vec<BenchRow>, Vec<String>)> {
             },
         ));
     }
+    for t in &targets {
+        rows.extend(crate::bench_llama::rows(
+            t.backend.clone(),
+            t.gpu.as_deref(),
+            opts.quick,
+            sz.runs,
+        ));
+    }
     Ok((rows, notes))
 }
 
@@ -397,8 +409,8 @@ fn fmt_opt(v: Option<f64>, prec: usize) -> String {
 pub fn table(rows: &[BenchRow]) -> String {
     let mut cells: Vec<Vec<String>> = vec![
         [
-            "bench", "backend", "size", "median", "GFLOPS", "GB/s", "disp", "submits", "up B",
-            "down B", "min B",
+            "bench", "backend", "size", "median", "GFLOPS", "GB/s", "tok/s", "disp", "submits",
+            "up B", "down B", "min B",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -418,6 +430,7 @@ pub fn table(rows: &[BenchRow]) -> String {
             },
             fmt_opt(r.gflops, 2),
             fmt_opt(r.gbps, 2),
+            fmt_opt(r.tokens_per_s, 1),
             cnt(|c| c.dispatches),
             cnt(|c| c.submits),
             cnt(|c| c.bytes_uploaded),
@@ -496,6 +509,9 @@ pub fn run(opts: &BenchOptions) -> CliResult<()> {
         }
         s.push_str(
             "wgpu rows: each run is the op plus a 4-byte read that submits and waits (1 submit, 4 B down)\n",
+        );
+        s.push_str(
+            "llama rows: prefill = prompt to first token; decode = per token after it, counters of one decode step\n",
         );
         for r in rows.iter().filter(|r| r.error.is_some()) {
             s.push_str(&format!(

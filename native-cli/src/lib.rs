@@ -5,6 +5,7 @@
 pub mod addition;
 pub mod backends;
 pub mod bench;
+pub mod bench_llama;
 pub mod demo;
 pub mod info;
 pub mod ops;

@@ -196,7 +196,7 @@ enum TrainCmd {
     Transformer {
         #[arg(long)]
         out: PathBuf,
-        #[arg(long, default_value_t = 3000)]
+        #[arg(long, default_value_t = 6000)]
         steps: usize,
         #[arg(long, default_value_t = 64)]
         batch: usize,
@@ -218,7 +218,7 @@ enum TrainCmd {
         #[arg(long)]
         backend: Option<String>,
         /// Checkpoint every N steps (and at the end).
-        #[arg(long, default_value_t = 500)]
+        #[arg(long, default_value_t = 1000)]
         checkpoint_every: usize,
         /// Held-out problems evaluated at each checkpoint.
         #[arg(long, default_value_t = 500)]

@@ -7,8 +7,10 @@
 //! by name and a trained model saves in the same layout.
 //!
 //! Layout: projections are computed transposed (`W @ x^T`, `[batch, heads * head_dim, seq]`),
-//! which reshapes to `[batch, heads, head_dim, seq]` without moving data; the KV cache keeps
-//! that layout so a new step appends on the last dim with `concat`.
+//! which reshapes to `[batch, heads, head_dim, seq]` without moving data (and, for one new
+//! token, to `[batch, heads, 1, head_dim]`). The KV cache holds `[batch * kv_heads, len *
+//! head_dim]`, the attention layout flattened, so a step appends with one `concat` on the last
+//! dim.
 
 use alloc::format;
 use alloc::rc::Rc;
@@ -279,7 +281,8 @@ impl LlamaConfig {
     }
 }
 
-/// Keys and values seen so far, per layer, each `[batch, kv_heads, head_dim, len]`.
+/// Keys and values seen so far, per layer, each `[batch * kv_heads, len * head_dim]` (a view of
+/// `[batch, kv_heads, len, head_dim]` that grows by `concat` on its last dim).
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
     layers: Vec<Option<(Var, Var)>>,
@@ -438,34 +441,32 @@ impl Llama {
                     g.transpose(t)
                 }
             };
-            let to_cols = |t: &Var, heads: usize| -> Result<Var> {
-                if seq == 1 {
-                    g.reshape(t, &[batch, heads, d, 1])
-                } else {
-                    g.transpose(t)
-                }
-            };
             let q = to_rows(&proj("self_attn.q_proj.weight", hq)?, hq)?;
             let q = g.rope(&q, c.rope_theta, offset, false)?;
             let k_new = to_rows(&proj("self_attn.k_proj.weight", hkv)?, hkv)?;
             let k_new = g.rope(&k_new, c.rope_theta, offset, false)?;
-            let v_cols = proj("self_attn.v_proj.weight", hkv)?;
+            let v_new = to_rows(&proj("self_attn.v_proj.weight", hkv)?, hkv)?;
             let (k, v) = match cache.as_deref_mut() {
                 Some(kc) => {
-                    let k_cols = to_cols(&k_new, hkv)?;
                     let slot = kc.layers.get_mut(l).ok_or_else(|| Error::Autograd {
                         why: format!("llama: KV cache has no layer {l}"),
                     })?;
-                    let (kc_all, vc_all) = match slot.take() {
-                        Some((kp, vp)) => (g.concat(&kp, &k_cols)?, g.concat(&vp, &v_cols)?),
-                        None => (k_cols, v_cols),
+                    // [b, h, s, d] viewed as [b * h, s * d]: appending on the last dim is
+                    // appending positions, and the result views back as [b, h, t, d].
+                    let flat = |t: &Var| g.reshape(t, &[batch * hkv, seq * d]);
+                    let (k_all, v_all) = match slot.take() {
+                        Some((kp, vp)) => (
+                            g.concat(&kp, &flat(&k_new)?)?,
+                            g.concat(&vp, &flat(&v_new)?)?,
+                        ),
+                        None => (flat(&k_new)?, flat(&v_new)?),
                     };
-                    let k = g.transpose(&kc_all)?;
-                    let v = g.transpose(&vc_all)?;
-                    *slot = Some((kc_all, vc_all));
+                    let k = g.reshape(&k_all, &[batch, hkv, total, d])?;
+                    let v = g.reshape(&v_all, &[batch, hkv, total, d])?;
+                    *slot = Some((k_all, v_all));
                     (k, v)
                 }
-                None => (k_new, to_rows(&v_cols, hkv)?),
+                None => (k_new, v_new),
             };
             let a = g.attention(&q, &k, &v, true, None)?;
             // [b, hq, s, d] -> [b, hq * d, s]; o_proj as (a^T)^T @ Wo^T = [b, s, hidden].
