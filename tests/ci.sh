@@ -78,8 +78,9 @@ apt_install() {
     run "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 if command -v dpkg-query >/dev/null && command -v apt-get >/dev/null; then
-    # Software Vulkan (lavapipe): the GPU tests run for real without a GPU.
-    apt_install mesa-vulkan-drivers
+    # Software Vulkan (lavapipe): the GPU tests run for real without a GPU. g++: the CUDA
+    # kernels are compiled by the host C++ compiler in the cuda unit tests.
+    apt_install mesa-vulkan-drivers g++
 else
     echo "not a Debian-like system: install a Vulkan driver (e.g. Mesa lavapipe) yourself for the GPU tests"
 fi
@@ -91,6 +92,16 @@ run cargo fmt --all --check
 
 step "lints"
 run cargo clippy --workspace --all-targets -- -D warnings
+
+# The CUDA backend builds and lints without the CUDA toolkit or a driver (cudarc loads them at
+# run time). Its unit tests compile the .cu files with g++, run every kernel on an emulated
+# device (each family built into a shared library, the grids run on the CPU) against the CPU
+# reference, and check selection and fallback; the device tests (gpu/tests/cuda.rs) say they are
+# skipped: CI has no NVIDIA GPU.
+step "cuda feature: lints and tests (no NVIDIA GPU here)"
+run cargo clippy --workspace --all-targets --features kernels-gpu/cuda -- -D warnings
+run cargo test -p kernels-gpu --features cuda --lib -- cuda select
+run cargo test -p kernels-gpu --features cuda --test cuda -- --nocapture
 
 step "tests (WGPU_BACKEND=$WGPU_BACKEND)"
 run cargo test --workspace --no-fail-fast

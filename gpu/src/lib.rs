@@ -5,15 +5,27 @@
 //! and submitted in batches, and counters report dispatches, submits and bytes moved. WGSL lives
 //! in `src/shaders/<family>.wgsl`, one file per op family, specialized with override constants.
 //!
+//! With the `cuda` feature, `CudaBackend` runs the same vocabulary through cudarc: cuBLAS
+//! SGEMM for matmul, CUDA C (`src/cuda/kernels/<family>.cu`, compiled at run time by NVRTC)
+//! for the rest; the driver is loaded at run time, so the crate builds without CUDA.
+//!
 //! [`parity`] is the shared harness that checks any backend against the CPU reference.
 
 pub mod adapters;
 pub mod bench;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(all(test, not(feature = "cuda")))]
+#[path = "cuda/kernels.rs"]
+mod cuda_kernels;
 mod ops;
 pub mod parity;
 pub mod select;
 pub mod shapes;
 pub mod wgpu_backend;
 
-pub use select::{BackendChoice, Selected, select_backend};
+#[cfg(feature = "cuda")]
+pub use cuda::{CudaBackend, CudaCounters};
+pub use ops::SVD_MAX_Q;
+pub use select::{BackendChoice, Selected, cuda_status, select_backend};
 pub use wgpu_backend::{Counters, GpuBuffer, WgpuBackend, WgpuOptions};

@@ -1,7 +1,7 @@
 //! Op dispatch for the wgpu backend: one generic launcher per family, an exhaustive `match` over
 //! the op vocabulary (a new op is a compile error here until handled).
 
-use kernels_core::op::{BinaryOp, Direction, GeluApprox, Op, ReduceOp, UnaryOp};
+use kernels_core::op::{Activation, BinaryOp, Direction, GeluApprox, Op, ReduceOp, UnaryOp};
 use kernels_core::{DType, Error, Result, Tensor};
 
 use crate::shapes;
@@ -12,6 +12,8 @@ mod gru;
 mod loss;
 mod rope;
 mod svd;
+
+pub use svd::MAX_Q as SVD_MAX_Q;
 
 const WG: u64 = 256;
 
@@ -45,6 +47,8 @@ pub(crate) fn run(
             Ok(vec![out])
         }
         (Op::Matmul { trans_a, trans_b }, B) => matmul_backward(be, name, args, trans_a, trans_b),
+        (Op::Linear { activation }, F) => Ok(vec![linear_forward(be, name, activation, args)?]),
+        (Op::Linear { activation }, B) => linear_backward(be, name, activation, args),
         (Op::Binary(b), F) => Ok(vec![binary_forward(be, name, b, args)?]),
         (Op::Binary(b), B) => binary_backward(be, name, b, args),
         (Op::Scale { factor }, F) => Ok(vec![unary(be, name, 10, factor, args, false)?]),
@@ -478,6 +482,26 @@ fn matmul_at(
     )
 }
 
+/// Elementwise work fused into a matmul (the `linear` op): a bias added and an activation
+/// applied to each output, and/or each element of `a` scaled by the derivative of an activation
+/// read from `gy` (laid out like `a`) as it is staged.
+#[derive(Clone, Copy, Default)]
+struct Fused<'t> {
+    bias: Option<&'t Tensor>,
+    act: Option<Activation>,
+    a_dact: Option<(&'t Tensor, Activation)>,
+}
+
+/// Shader code of an activation (matmul.wgsl / elementwise.wgsl).
+fn act_code(a: Activation) -> f64 {
+    match a {
+        Activation::None => 0.0,
+        Activation::Relu => 1.0,
+        Activation::Tanh => 2.0,
+        Activation::Sigmoid => 3.0,
+    }
+}
+
 /// The matmul family's one launcher: `batch` products `op(a) @ op(b)` into `out`, operands read
 /// from element offsets with batch steps (0: shared), 64x64 output tiles per workgroup, batches
 /// above the z limit in several dispatches, each told its first batch.
@@ -490,20 +514,49 @@ fn launch_matmul(
     (m, n, k): (usize, usize, usize),
     (step_a, step_b, batch): (usize, usize, usize),
 ) -> Result<()> {
+    launch_matmul_fused(
+        be,
+        name,
+        (a, off_a, trans_a),
+        (b, off_b, trans_b),
+        out,
+        (m, n, k),
+        (step_a, step_b, batch),
+        Fused::default(),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_matmul_fused(
+    be: &WgpuBackend,
+    name: &'static str,
+    (a, off_a, trans_a): (&Tensor, usize, bool),
+    (b, off_b, trans_b): (&Tensor, usize, bool),
+    out: &Tensor,
+    (m, n, k): (usize, usize, usize),
+    (step_a, step_b, batch): (usize, usize, usize),
+    fused: Fused,
+) -> Result<()> {
     let gx = u32_of(name, "tiles", n.div_ceil(64))?;
-    let gy = u32_of(name, "tiles", m.div_ceil(64))?;
+    let gy_tiles = u32_of(name, "tiles", m.div_ceil(64))?;
     let max = be.max_groups();
-    if gx > max || gy > max {
+    if gx > max || gy_tiles > max {
         return Err(Error::LimitExceeded {
             what: format!("{name}: 64x64 tiles per grid dimension"),
-            value: u64::from(gx.max(gy)),
+            value: u64::from(gx.max(gy_tiles)),
             limit: u64::from(max),
         });
     }
     let consts = [
         ("TA", if trans_a { 1.0 } else { 0.0 }),
         ("TB", if trans_b { 1.0 } else { 0.0 }),
+        ("BIAS", if fused.bias.is_some() { 1.0 } else { 0.0 }),
+        ("ACT", fused.act.map_or(0.0, act_code)),
+        ("A_DACT", fused.a_dact.map_or(0.0, |(_, d)| act_code(d))),
     ];
+    // Unused slots get `a` (bound, never read).
+    let bias = fused.bias.unwrap_or(a);
+    let gy = fused.a_dact.map_or(a, |(t, _)| t);
     let entry = matmul_entry(
         (m, n, k),
         trans_a,
@@ -530,13 +583,108 @@ fn launch_matmul(
             entry,
             &consts,
             p,
-            &[a, b],
+            &[a, b, bias, gy],
             &[out],
-            (gx, gy, count as u32),
+            (gx, gy_tiles, count as u32),
         )?;
         first += count;
     }
     Ok(())
+}
+
+/// `linear` forward: one matmul `x [rows, in] @ weight^T` with the bias and activation in its
+/// epilogue.
+fn linear_forward(
+    be: &WgpuBackend,
+    name: &'static str,
+    activation: Activation,
+    args: &[&Tensor],
+) -> Result<Tensor> {
+    let (x, w, b) = (arg(args, 0), arg(args, 1), arg(args, 2));
+    let (rows, in_f, out_f) = kernels_core::cpu::linear::check(x.shape(), w.shape(), b.shape())?;
+    let out = be.alloc(
+        name,
+        &kernels_core::cpu::linear::out_shape(x.shape(), out_f),
+        DType::F32,
+    )?;
+    launch_matmul_fused(
+        be,
+        name,
+        (x, 0, false),
+        (w, 0, true),
+        &out,
+        (rows, out_f, in_f),
+        (0, 0, 1),
+        Fused {
+            bias: Some(b),
+            act: Some(activation),
+            a_dact: None,
+        },
+    )?;
+    Ok(out)
+}
+
+/// `linear` backward in three dispatches, `g' = g * act'(out)` applied while loading and never
+/// stored: `grad_x = g' @ weight`, `grad_weight = g'^T @ x`, `grad_bias` = column sums of `g'`.
+fn linear_backward(
+    be: &WgpuBackend,
+    name: &'static str,
+    activation: Activation,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    let (x, w, b) = (arg(args, 0), arg(args, 1), arg(args, 2));
+    let (y, g) = (arg(args, 3), arg(args, 4));
+    let (rows, in_f, out_f) = kernels_core::cpu::linear::check(x.shape(), w.shape(), b.shape())?;
+    let want = kernels_core::cpu::linear::out_shape(x.shape(), out_f);
+    shapes::same(name, y.shape(), &want)?;
+    shapes::same(name, g.shape(), &want)?;
+    let a_dact = match activation {
+        Activation::None => None,
+        Activation::Relu | Activation::Tanh | Activation::Sigmoid => Some((y, activation)),
+    };
+    let fused = Fused {
+        bias: None,
+        act: None,
+        a_dact,
+    };
+    let gx = be.alloc(name, x.shape(), DType::F32)?;
+    launch_matmul_fused(
+        be,
+        name,
+        (g, 0, false),
+        (w, 0, false),
+        &gx,
+        (rows, in_f, out_f),
+        (0, 0, 1),
+        fused,
+    )?;
+    let gw = be.alloc(name, w.shape(), DType::F32)?;
+    launch_matmul_fused(
+        be,
+        name,
+        (g, 0, true),
+        (x, 0, false),
+        &gw,
+        (out_f, in_f, rows),
+        (0, 0, 1),
+        fused,
+    )?;
+    let gb = be.alloc(name, b.shape(), DType::F32)?;
+    let p = Params::u(&[
+        u32_of(name, "elements", g.numel())?,
+        u32_of(name, "elements", out_f)?,
+    ]);
+    be.launch(
+        name,
+        Family::Elementwise,
+        "sum_rows",
+        &[("DACT", a_dact.map_or(0.0, |(_, d)| act_code(d)))],
+        p,
+        &[g, y],
+        &[&gb],
+        grid_elems(be, out_f)?,
+    )?;
+    Ok(vec![gx, gw, gb])
 }
 
 /// The gradient of a matmul operand: `mm(x, y, tx, ty)`, summed over the batch when the operand

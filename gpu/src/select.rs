@@ -1,7 +1,10 @@
 //! Backend selection: `KERNELS_BACKEND=cpu|wgpu|cuda|auto` (default `auto`).
 //!
-//! `auto` takes the best available GPU (wgpu), else the CPU, and says which and why. An explicit
-//! request that cannot be met is an error naming the reason.
+//! `auto` takes the best available GPU -- CUDA when the `cuda` feature is compiled in and a device
+//! answers, else wgpu -- else the CPU, and says which and why (including why CUDA was passed
+//! over). An explicit request that cannot be met is an error naming the reason: `cuda` in a
+//! build without the feature says so, and with it names what is missing (driver, NVRTC,
+//! cuBLAS, device).
 
 use std::rc::Rc;
 
@@ -72,24 +75,87 @@ pub fn select_backend(choice: BackendChoice) -> Result<Selected> {
                 reason,
             })
         }
-        BackendChoice::Cuda => Err(Error::Backend {
-            backend: "cuda".into(),
-            why: "this build has no CUDA backend (the `cuda` feature is not available yet)".into(),
-        }),
-        BackendChoice::Auto => match new_wgpu() {
-            Ok(be) => {
-                let reason = format!("auto: found a GPU adapter, using {}", be.name());
-                Ok(Selected {
-                    backend: Rc::new(be),
-                    reason,
-                })
+        BackendChoice::Cuda => {
+            let be = new_cuda().map_err(|e| Error::Backend {
+                backend: "cuda".into(),
+                why: format!("requested cuda, but it is unavailable: {e}"),
+            })?;
+            let reason = format!("requested cuda: {}", be.name());
+            Ok(Selected {
+                backend: be,
+                reason,
+            })
+        }
+        BackendChoice::Auto => {
+            // Why CUDA was passed over, when it was compiled in (nothing otherwise, so builds
+            // without the feature say what they always said).
+            let cuda_note = if cfg!(feature = "cuda") {
+                match new_cuda() {
+                    Ok(be) => {
+                        let reason = format!("auto: found a CUDA device, using {}", be.name());
+                        return Ok(Selected {
+                            backend: be,
+                            reason,
+                        });
+                    }
+                    Err(e) => format!("CUDA unavailable ({e}); "),
+                }
+            } else {
+                String::new()
+            };
+            match new_wgpu() {
+                Ok(be) => {
+                    let reason =
+                        format!("auto: {cuda_note}found a GPU adapter, using {}", be.name());
+                    Ok(Selected {
+                        backend: Rc::new(be),
+                        reason,
+                    })
+                }
+                Err(e) => Ok(Selected {
+                    backend: Rc::new(CpuBackend::new()),
+                    reason: format!("auto: {cuda_note}wgpu unavailable ({e}), using the CPU"),
+                }),
             }
-            Err(e) => Ok(Selected {
-                backend: Rc::new(CpuBackend::new()),
-                reason: format!("auto: wgpu unavailable ({e}), using the CPU"),
-            }),
-        },
+        }
     }
+}
+
+/// Whether this build has the CUDA backend (the `cuda` feature).
+pub fn cuda_compiled() -> bool {
+    cfg!(feature = "cuda")
+}
+
+/// Whether CUDA can be used here: `Ok` with the device count, or `Err` with why not (not
+/// compiled in; no driver, NVRTC or cuBLAS; no device). Creates no context.
+pub fn cuda_status() -> std::result::Result<String, String> {
+    #[cfg(feature = "cuda")]
+    {
+        crate::cuda::probe()
+            .map(|n| format!("{n} device(s)"))
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(NOT_COMPILED.into())
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+const NOT_COMPILED: &str = "this build has no CUDA backend: the `cuda` feature is not compiled in \
+     (rebuild with `--features kernels-gpu/cuda`)";
+
+#[cfg(feature = "cuda")]
+fn new_cuda() -> Result<Rc<dyn Backend>> {
+    Ok(Rc::new(crate::cuda::CudaBackend::new()?))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn new_cuda() -> Result<Rc<dyn Backend>> {
+    Err(Error::Backend {
+        backend: "cuda".into(),
+        why: NOT_COMPILED.into(),
+    })
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -127,6 +193,62 @@ mod tests {
             Ok(s) => assert!(s.backend.name().starts_with("wgpu")),
             Err(e) => assert!(e.to_string().contains("requested wgpu"), "{e}"),
         }
-        assert!(select_backend(BackendChoice::Cuda).is_err());
+    }
+
+    /// `cuda` is selected only when it is compiled in and a device answers; otherwise the
+    /// explicit request is an error naming why, and `auto` falls back saying why. Runs on any
+    /// machine: whichever case holds here is checked against `cuda_status`.
+    #[test]
+    fn cuda_selection_and_fallback() {
+        let status = cuda_status();
+        let explicit = select_backend(BackendChoice::Cuda);
+        let auto = select_backend(BackendChoice::Auto).unwrap();
+        match &status {
+            Ok(_) => {
+                let s = explicit.unwrap();
+                assert!(
+                    s.backend.name().starts_with("cuda ("),
+                    "{}",
+                    s.backend.name()
+                );
+                assert!(
+                    auto.reason.starts_with("auto: found a CUDA device"),
+                    "{}",
+                    auto.reason
+                );
+            }
+            Err(why) => {
+                let e = explicit.unwrap_err().to_string();
+                assert!(e.contains("requested cuda, but it is unavailable"), "{e}");
+                assert!(e.contains(why.as_str()), "{e} vs {why}");
+                assert!(!auto.backend.name().starts_with("cuda"));
+                if cuda_compiled() {
+                    assert!(
+                        auto.reason
+                            .starts_with(&format!("auto: CUDA unavailable ({why}); ")),
+                        "{}",
+                        auto.reason
+                    );
+                } else {
+                    assert!(e.contains("`cuda` feature is not compiled in"), "{e}");
+                    assert!(!auto.reason.contains("CUDA"), "{}", auto.reason);
+                }
+            }
+        }
+    }
+
+    /// This machine kind has no NVIDIA driver: with the feature on, the reason names the
+    /// missing driver rather than failing to link or panicking.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_without_a_driver_is_a_clear_error() {
+        if std::path::Path::new("/proc/driver/nvidia").exists() {
+            eprintln!("skipped: an NVIDIA driver is installed here");
+            return;
+        }
+        let why = cuda_status().unwrap_err();
+        assert!(why.contains("no CUDA driver"), "{why}");
+        let e = crate::cuda::CudaBackend::new().unwrap_err();
+        assert!(matches!(e, Error::Backend { .. }), "{e:?}");
     }
 }

@@ -80,6 +80,11 @@ pub struct Counters {
     pub pool_bytes: u64,
     /// Free buffers released because the pool was above [`WgpuOptions::max_pool_bytes`].
     pub buffers_evicted: u64,
+    /// Bytes of the distinct tensors bound to each dispatch, summed over dispatches: the
+    /// device memory traffic if every kernel read each input and wrote each output once (a
+    /// tiled kernel's re-reads of its operands through the caches are not counted). Against
+    /// an op's minimum it shows intermediates that fusion would remove.
+    pub bytes_touched: u64,
 }
 
 impl Counters {
@@ -97,6 +102,7 @@ impl Counters {
             buffers_reused: self.buffers_reused.saturating_sub(earlier.buffers_reused),
             pool_bytes: self.pool_bytes,
             buffers_evicted: self.buffers_evicted.saturating_sub(earlier.buffers_evicted),
+            bytes_touched: self.bytes_touched.saturating_sub(earlier.bytes_touched),
         }
     }
 }
@@ -115,6 +121,7 @@ pub enum Family {
     Rope,
     Attention,
     Gru,
+    Svd,
 }
 
 impl Family {
@@ -131,6 +138,7 @@ impl Family {
         Family::Rope,
         Family::Attention,
         Family::Gru,
+        Family::Svd,
     ];
     /// File stem of the family's shader.
     pub fn name(self) -> &'static str {
@@ -146,6 +154,7 @@ impl Family {
             Family::Rope => "rope",
             Family::Attention => "attention",
             Family::Gru => "gru",
+            Family::Svd => "svd",
         }
     }
     /// Whether the family's row reductions come in a subgroup and a workgroup-memory
@@ -160,7 +169,8 @@ impl Family {
             | Family::Loss
             | Family::Rope
             | Family::Attention
-            | Family::Gru => false,
+            | Family::Gru
+            | Family::Svd => false,
         }
     }
     /// The source of the family's shader module: the family file, preceded for families
@@ -191,6 +201,7 @@ impl Family {
             Family::Rope => include_str!("shaders/rope.wgsl"),
             Family::Attention => include_str!("shaders/attention.wgsl"),
             Family::Gru => include_str!("shaders/gru.wgsl"),
+            Family::Svd => include_str!("shaders/svd.wgsl"),
         }
     }
 }
@@ -240,7 +251,8 @@ impl Params {
     }
 }
 
-static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
+/// Device ids of every GPU backend (wgpu and CUDA) come from one counter, so they never collide.
+pub(crate) static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
 
 /// Power-of-two size class of a buffer of `bytes` (at least 16).
 fn size_class(bytes: u64) -> u64 {
@@ -1140,6 +1152,16 @@ impl WgpuBackend {
             .map(|(t, r)| self.bind_one(op, t, *r))
             .collect::<Result<Vec<_>>>()?;
         let pipeline = self.pipeline(&g, family, entry, constants);
+        // Launchers pass a tensor again for slots a kernel does not read: count each once.
+        let mut touched: Vec<(*const Tensor, Option<(usize, usize)>)> = Vec::new();
+        let mut bytes_touched = 0u64;
+        for (t, r) in inputs.iter().chain(outputs) {
+            let key = (*t as *const Tensor, *r);
+            if !touched.contains(&key) {
+                touched.push(key);
+                bytes_touched += 4 * r.map_or(t.numel(), |(_, len)| len) as u64;
+            }
+        }
 
         let mut rec = g.rec.borrow_mut();
         if rec.dispatches >= self.options.max_batch_dispatches {
@@ -1200,7 +1222,10 @@ impl WgpuBackend {
             pass.set_bind_group(0, &bind_group, &[]);
             pass.dispatch_workgroups(grid.0, grid.1, grid.2);
         }
-        g.shared.count(|c| c.dispatches += 1);
+        g.shared.count(|c| {
+            c.dispatches += 1;
+            c.bytes_touched += bytes_touched;
+        });
         Ok(())
     }
 

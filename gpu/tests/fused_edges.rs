@@ -106,3 +106,32 @@ fn rope_stays_accurate_at_large_positions() {
         );
     }
 }
+
+/// A decode step (one query row over a KV cache) takes the decode kernel: one dispatch, one
+/// workgroup per kv head, and the answer of the general kernel within the budget.
+#[test]
+fn decode_step_uses_the_decode_kernel() {
+    let Some(gpu) = common::backend() else { return };
+    let op = Op::Attention {
+        causal: true,
+        scale: None,
+    };
+    let (q, k, v) = (
+        rand(1, &[1, 4, 1, 32]),
+        rand(2, &[1, 1, 200, 32]),
+        rand(3, &[1, 1, 200, 32]),
+    );
+    let before = gpu.counters();
+    check(&gpu, op, Direction::Forward, &[q, k, v], 1e-5, 1e-5);
+    let d = gpu.counters().since(&before);
+    assert_eq!(d.dispatches, 1, "{d:?}");
+    let built = gpu.pipelines_built();
+    assert!(
+        built.iter().any(|p| p == "attention/attn_decode"),
+        "{built:?}"
+    );
+    assert!(
+        !built.iter().any(|p| p == "attention/attn_forward"),
+        "{built:?}"
+    );
+}

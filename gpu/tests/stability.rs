@@ -14,6 +14,7 @@ use std::rc::Rc;
 use kernels_core::autograd::Graph;
 use kernels_core::backend::now_or_never;
 use kernels_core::nn::{Linear, ParamStore};
+use kernels_core::op::Activation;
 use kernels_core::optim::AdamW;
 use kernels_core::{Backend, CpuBackend, Rng, Tensor};
 
@@ -74,7 +75,7 @@ impl Mlp {
         let (x, y) = &self.data[i % BATCHES];
         let x = g.constant(x.clone()).unwrap();
         let y = g.constant(y.clone()).unwrap();
-        let h = g.relu(&self.fc1.forward(&g, &p, &x).unwrap()).unwrap();
+        let h = self.fc1.forward_act(&g, &p, &x, Activation::Relu).unwrap();
         let logits = self.fc2.forward(&g, &p, &h).unwrap();
         let loss = g.cross_entropy(&logits, &y).unwrap();
         let grads = g.backward(&loss).unwrap();
@@ -136,6 +137,13 @@ fn a_thousand_training_steps_reuse_buffers_stay_finite_and_submit_once_per_step(
         per_step[50..].iter().all(|s| s.0 == dispatches),
         "dispatches per step vary after warm-up"
     );
+    // Elementwise work fused into its neighbours: each linear layer is one dispatch forward
+    // (bias and relu in the matmul epilogue) and three backward (grad x, grad weight, grad
+    // bias, relu's derivative applied while loading); cross_entropy two forward (per-row
+    // losses, then their deterministic mean: WGSL has no device-scope fence for a one-pass
+    // grid reduction) and one backward; one AdamW update per parameter:
+    // 2 + 2 + 1 + 2 * 3 + 4 = 15 (21 before linear fused the bias add and relu).
+    assert_eq!(dispatches, 15, "dispatches per training step");
     for (name, v) in mlp.params_on_host() {
         assert!(
             v.iter().all(|x| x.is_finite()),

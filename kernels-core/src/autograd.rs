@@ -23,7 +23,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::op::{BinaryOp, Direction, GeluApprox, Op, ReduceOp, UnaryOp};
+use crate::op::{Activation, BinaryOp, Direction, GeluApprox, Op, ReduceOp, UnaryOp};
 use crate::tensor::{DType, Tensor};
 
 /// Graph identities, so a [`Var`] of one graph is refused by another.
@@ -271,6 +271,10 @@ impl Graph {
     /// `op(a) @ op(b)` where `op` transposes the last two dims when asked.
     pub fn matmul_t(&self, a: &Var, b: &Var, trans_a: bool, trans_b: bool) -> Result<Var> {
         self.apply1(Op::Matmul { trans_a, trans_b }, &[a, b])
+    }
+    /// `act(x @ weight^T + bias)` as one op (one fused kernel on a device).
+    pub fn linear(&self, x: &Var, weight: &Var, bias: &Var, activation: Activation) -> Result<Var> {
+        self.apply1(Op::Linear { activation }, &[x, weight, bias])
     }
     /// `a + b` (`b` broadcasts over `a`'s leading dims).
     pub fn add(&self, a: &Var, b: &Var) -> Result<Var> {

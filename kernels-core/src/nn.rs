@@ -16,6 +16,7 @@ use crate::autograd::{Graph, Var};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::numerics::Real;
+use crate::op::Activation;
 use crate::rng::Rng;
 use crate::tensor::Tensor;
 
@@ -275,8 +276,15 @@ impl Linear {
         })
     }
 
-    /// x `[..., in]` -> `[..., out]`: one matmul with `trans_b` and a broadcast add.
+    /// x `[..., in]` -> `[..., out]`: one `linear` op (with a bias), else one matmul with
+    /// `trans_b`.
     pub fn forward(&self, g: &Graph, p: &Params, x: &Var) -> Result<Var> {
+        self.forward_act(g, p, x, Activation::None)
+    }
+
+    /// `act(linear(x))`, the activation fused into the same op when the layer has a bias (a
+    /// device then runs it in the matmul's epilogue).
+    pub fn forward_act(&self, g: &Graph, p: &Params, x: &Var, act: Activation) -> Result<Var> {
         if x.shape().last() != Some(&self.in_features) {
             return Err(Error::bad_shape(
                 "Linear",
@@ -285,10 +293,16 @@ impl Linear {
                 format!("last dim must be in_features = {}", self.in_features),
             ));
         }
-        let y = g.matmul_t(x, p.get(&self.weight)?, false, true)?;
-        match &self.bias {
-            Some(b) => g.add(&y, p.get(b)?),
-            None => Ok(y),
+        let w = p.get(&self.weight)?;
+        if let Some(b) = &self.bias {
+            return g.linear(x, w, p.get(b)?, act);
+        }
+        let y = g.matmul_t(x, w, false, true)?;
+        match act {
+            Activation::None => Ok(y),
+            Activation::Relu => g.relu(&y),
+            Activation::Tanh => g.tanh(&y),
+            Activation::Sigmoid => g.sigmoid(&y),
         }
     }
 }

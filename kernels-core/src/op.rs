@@ -71,6 +71,37 @@ pub enum GeluApprox {
     Tanh,
 }
 
+/// The activation fused into `linear`: those whose derivative is a function of the output, so
+/// the backward needs no pre-activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Activation {
+    None,
+    Relu,
+    Tanh,
+    Sigmoid,
+}
+
+impl Activation {
+    /// Every activation, in attribute order.
+    pub const ALL: [Activation; 4] = [
+        Activation::None,
+        Activation::Relu,
+        Activation::Tanh,
+        Activation::Sigmoid,
+    ];
+    /// The attribute value.
+    pub fn name(self) -> &'static str {
+        match self {
+            Activation::None => "none",
+            Activation::Relu => "relu",
+            Activation::Tanh => "tanh",
+            Activation::Sigmoid => "sigmoid",
+        }
+    }
+}
+
+const ACTIVATION_CHOICES: &[&str] = &["none", "relu", "tanh", "sigmoid"];
+
 /// An op with its attributes. See [`OpKind::spec`] for inputs and outputs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Op {
@@ -78,6 +109,10 @@ pub enum Op {
     Matmul {
         trans_a: bool,
         trans_b: bool,
+    },
+    /// `act(x @ weight^T + bias)`: x `[..., in]`, weight `[out, in]`, bias `[out]`.
+    Linear {
+        activation: Activation,
     },
     Binary(BinaryOp),
     Scale {
@@ -169,6 +204,7 @@ macro_rules! op_kinds {
 
 op_kinds! {
     Matmul => "matmul",
+    Linear => "linear",
     Add => "add",
     Sub => "sub",
     Mul => "mul",
@@ -417,16 +453,25 @@ impl OpKind {
     }
 
     /// Whether this op rejects NaN and infinities in its float inputs (`Error::NonFinite`)
-    /// rather than propagating them as IEEE arithmetic does. Every backend and the CLI's input
-    /// checks follow it; exhaustive, so a new op has to decide.
+    /// rather than propagating them as IEEE arithmetic does. The CPU backends and the CLI's
+    /// input checks follow it; a device backend, which cannot see values without a readback
+    /// (and must not block in the browser), returns all-NaN outputs instead. Exhaustive, so a
+    /// new op has to decide.
     pub fn rejects_non_finite(self) -> bool {
         use OpKind as K;
         match self {
             // An iterative factorization of a matrix with a NaN is NaN everywhere: refuse it.
             K::SvdLowrank => true,
-            K::Matmul | K::Add | K::Sub | K::Mul | K::Div | K::Scale | K::Neg | K::Exp | K::Log => {
-                false
-            }
+            K::Matmul
+            | K::Linear
+            | K::Add
+            | K::Sub
+            | K::Mul
+            | K::Div
+            | K::Scale
+            | K::Neg
+            | K::Exp
+            | K::Log => false,
             K::Sqrt | K::Relu | K::Sigmoid | K::Tanh | K::Silu | K::Gelu | K::Softmax => false,
             K::LogSoftmax
             | K::LayerNorm
@@ -454,6 +499,19 @@ impl OpKind {
                     B_REDUCE,
                     B_REDUCE,
                     "a @ b, batched over leading dims (equal, or one operand 2-D)",
+                ),
+                K::Linear => (
+                    IN_X_WEIGHT_BIAS,
+                    alloc::vec![attr(
+                        "activation",
+                        AttrKind::Choice(ACTIVATION_CHOICES),
+                        AttrDefault::Value(AttrValue::Str("none")),
+                    )],
+                    &["out"],
+                    &["x", "weight", "bias"],
+                    B_REDUCE,
+                    B_REDUCE,
+                    "act(F.linear(x, weight, bias)), act none, relu, tanh or sigmoid",
                 ),
                 K::Add => (
                     IN_A_B,
@@ -961,6 +1019,7 @@ impl Op {
         use OpKind as K;
         match self {
             Op::Matmul { .. } => K::Matmul,
+            Op::Linear { .. } => K::Linear,
             Op::Binary(b) => match b {
                 BinaryOp::Add => K::Add,
                 BinaryOp::Sub => K::Sub,
@@ -1040,6 +1099,20 @@ impl Op {
                 trans_a: a.bool("trans_a", false)?,
                 trans_b: a.bool("trans_b", false)?,
             },
+            K::Linear => {
+                let value = a.raw("activation").unwrap_or("none");
+                Op::Linear {
+                    activation: Activation::ALL
+                        .into_iter()
+                        .find(|x| x.name() == value)
+                        .ok_or_else(|| Error::BadAttr {
+                            op,
+                            attr: "activation",
+                            value: value.into(),
+                            why: "expected none, relu, tanh or sigmoid".into(),
+                        })?,
+                }
+            }
             K::Add => Op::Binary(BinaryOp::Add),
             K::Sub => Op::Binary(BinaryOp::Sub),
             K::Mul => Op::Binary(BinaryOp::Mul),
@@ -1182,6 +1255,7 @@ impl Op {
             Op::Matmul { trans_a, trans_b } => {
                 alloc::vec![("trans_a", Bool(trans_a)), ("trans_b", Bool(trans_b))]
             }
+            Op::Linear { activation } => alloc::vec![("activation", Str(activation.name()))],
             Op::Binary(_)
             | Op::Unary(_)
             | Op::Embedding
@@ -1305,6 +1379,8 @@ impl Op {
                 };
                 ka.unwrap_or(1).max(other.unwrap_or(1)).max(m.unwrap_or(1))
             }
+            // Forward reduces over in; backward over out (grad x) and rows (grad weight, bias).
+            Op::Linear { .. } => last(0).max(dim(1, 0)).max(numel(0) / last(0).max(1)),
             Op::Binary(_) => numel(0) / numel(1).max(1),
             Op::Scale { .. } | Op::Unary(_) | Op::Gelu { .. } | Op::Transpose | Op::Concat => 1,
             Op::Rope { .. } | Op::AdamwStep { .. } | Op::SgdStep { .. } | Op::Argmax => 1,

@@ -12,7 +12,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::error::Result;
-use crate::op::{BinaryOp, GeluApprox, Op, OpKind, ReduceOp, UnaryOp};
+use crate::op::{Activation, BinaryOp, GeluApprox, Op, OpKind, ReduceOp, UnaryOp};
 use crate::rng::Rng;
 use crate::tensor::{Tensor, numel};
 
@@ -209,6 +209,45 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
         ])
     };
     Ok(match kind {
+        K::Linear => {
+            // Every activation; rows of 1, primes, tile size +/- 1 in each of rows, in, out; a
+            // batched x; relu's kink avoided by biases away from zero (its parity is exact at
+            // the kink anyway, but the gradient checks share these cases).
+            let mut v = Vec::new();
+            for (i, (lead, inf, outf)) in [
+                (&[1usize][..], 1usize, 1usize),
+                (&[7][..], 13, 5),
+                (&[2, 3][..], 17, 11),
+                (&[65][..], 63, 64),
+                (&[63][..], 65, 33),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let activation = Activation::ALL[i % Activation::ALL.len()];
+                let mut xs = lead.to_vec();
+                xs.push(inf);
+                v.push(case(
+                    Op::Linear { activation },
+                    vec![
+                        g.f(&xs, Normal)?,
+                        g.f(&[outf, inf], Uniform(-0.5, 0.5))?,
+                        g.f(&[outf], AwayFromZero)?,
+                    ],
+                ));
+            }
+            for activation in [Activation::Relu, Activation::Sigmoid] {
+                v.push(case(
+                    Op::Linear { activation },
+                    vec![
+                        g.f(&[3, 9], Normal)?,
+                        g.f(&[4, 9], Normal)?,
+                        g.f(&[4], AwayFromZero)?,
+                    ],
+                ));
+            }
+            v
+        }
         K::Matmul => {
             let mut v = Vec::new();
             for (m, k, n) in [
@@ -440,6 +479,42 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             ),
         ],
         K::Attention => vec![
+            // Decode steps: one query row over caches spanning several key chunks of the
+            // device decode kernels (128 keys), GQA groups of 4 and of 1, a value dim unlike
+            // the key dim, and a group above the decode kernel's 8 (the general path).
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                },
+                vec![
+                    g.f(&[2, 8, 1, 16], Normal)?,
+                    g.f(&[2, 2, 301, 16], Normal)?,
+                    g.f(&[2, 2, 301, 16], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: false,
+                    scale: Some(0.2),
+                },
+                vec![
+                    g.f(&[1, 3, 1, 7], Normal)?,
+                    g.f(&[1, 3, 129, 7], Normal)?,
+                    g.f(&[1, 3, 129, 5], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                },
+                vec![
+                    g.f(&[1, 12, 1, 8], Normal)?,
+                    g.f(&[1, 1, 40, 8], Normal)?,
+                    g.f(&[1, 1, 40, 8], Normal)?,
+                ],
+            ),
             case(
                 Op::Attention {
                     causal: true,

@@ -8,7 +8,7 @@
 use std::rc::Rc;
 
 use kernels_core::{Backend, CpuBackend};
-use kernels_gpu::{BackendChoice, Counters, WgpuBackend, select_backend};
+use kernels_gpu::{BackendChoice, Counters, WgpuBackend, cuda_status, select_backend};
 
 use crate::{CliResult, fail};
 
@@ -36,17 +36,35 @@ pub fn choose(choice: BackendChoice) -> CliResult<Chosen> {
             let reason = format!("requested wgpu: {}", gpu.name());
             Ok(from_gpu(gpu, reason))
         }
-        BackendChoice::Auto => match WgpuBackend::new() {
-            Ok(gpu) => {
-                let reason = format!("auto: found a GPU adapter, using {}", gpu.name());
-                Ok(from_gpu(gpu, reason))
-            }
-            Err(e) => Ok(Chosen {
-                backend: Rc::new(CpuBackend::new()),
+        // A usable CUDA device wins `auto`: the library's selection takes it (or says why not).
+        BackendChoice::Auto if cuda_status().is_ok() => {
+            let s = select_backend(choice)?;
+            Ok(Chosen {
+                backend: s.backend,
                 gpu: None,
-                reason: format!("auto: wgpu unavailable ({e}), using the CPU"),
-            }),
-        },
+                reason: s.reason,
+            })
+        }
+        BackendChoice::Auto => {
+            let cuda_note = match cuda_status() {
+                Err(why) if kernels_gpu::select::cuda_compiled() => {
+                    format!("CUDA unavailable ({why}); ")
+                }
+                _ => String::new(),
+            };
+            match WgpuBackend::new() {
+                Ok(gpu) => {
+                    let reason =
+                        format!("auto: {cuda_note}found a GPU adapter, using {}", gpu.name());
+                    Ok(from_gpu(gpu, reason))
+                }
+                Err(e) => Ok(Chosen {
+                    backend: Rc::new(CpuBackend::new()),
+                    gpu: None,
+                    reason: format!("auto: {cuda_note}wgpu unavailable ({e}), using the CPU"),
+                }),
+            }
+        }
         BackendChoice::Cpu | BackendChoice::Cuda => {
             let s = select_backend(choice)?;
             Ok(Chosen {

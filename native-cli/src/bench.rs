@@ -29,6 +29,9 @@ pub struct BenchOptions {
     pub json: bool,
     /// Smaller sizes and fewer runs (for software adapters and smoke tests).
     pub quick: bool,
+    /// Peak GFLOPS per backend (`cpu=96,wgpu=5000`), for GFLOPS as a fraction of peak; the
+    /// CPU's is estimated from its clock and vector unit when not given.
+    pub peak_gflops: Option<String>,
 }
 
 /// One benchmark on one backend.
@@ -45,6 +48,8 @@ pub struct BenchRow {
     pub counters: Option<Counters>,
     /// Least bytes the op must move (read inputs once, write outputs once).
     pub min_bytes: Option<u64>,
+    /// GFLOPS over the backend's known peak.
+    pub peak_fraction: Option<f64>,
     /// Tokens per second (llama prefill and decode rows).
     pub tokens_per_s: Option<f64>,
     pub error: Option<String>,
@@ -52,9 +57,8 @@ pub struct BenchRow {
 
 impl BenchRow {
     /// `{"bench","backend","size","median_ms","gflops","gbps"}` plus `runs`, `dispatches`,
-    /// `submits`, `bytes_uploaded`, `bytes_downloaded`, `min_bytes`, `tokens_per_s` and `error`
-    /// (null where a
-    /// figure does not apply).
+    /// `submits`, `bytes_uploaded`, `bytes_downloaded`, `min_bytes`, `bytes_touched`,
+    /// `peak_fraction`, `tokens_per_s` and `error` (null where a figure does not apply).
     pub fn json(&self) -> serde_json::Value {
         let c = self.counters.as_ref();
         serde_json::json!({
@@ -70,6 +74,8 @@ impl BenchRow {
             "bytes_uploaded": c.map(|c| c.bytes_uploaded),
             "bytes_downloaded": c.map(|c| c.bytes_downloaded),
             "min_bytes": self.min_bytes,
+            "bytes_touched": c.map(|c| c.bytes_touched),
+            "peak_fraction": self.peak_fraction,
             "tokens_per_s": self.tokens_per_s,
             "error": self.error,
         })
@@ -268,6 +274,7 @@ fn naive_rows(sz: &Sizes, rng: &mut Rng) -> Vec<BenchRow> {
                 counters: Some(Counters {
                     dispatches: 1,
                     submits: 1,
+                    bytes_touched: (3 * n * n * 4) as u64,
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -388,6 +395,9 @@ pub fn measure(opts: &BenchOptions) -> CliResult<(Vec<BenchRow>, Vec<String>)> {
         ));
     }
     for t in &targets {
+        rows.push(mlp_step_row(t, &mut rng, sz.runs)?);
+    }
+    for t in &targets {
         rows.extend(crate::bench_llama::rows(
             t.backend.clone(),
             t.gpu.as_deref(),
@@ -395,7 +405,131 @@ pub fn measure(opts: &BenchOptions) -> CliResult<(Vec<BenchRow>, Vec<String>)> {
             sz.runs,
         ));
     }
+    let peaks = peaks(opts.peak_gflops.as_deref(), &mut notes)?;
+    for r in &mut rows {
+        let key = if r.backend.starts_with("cpu") {
+            "cpu"
+        } else {
+            "wgpu"
+        };
+        if let (Some(g), Some(p)) = (r.gflops, peaks.get(key)) {
+            r.peak_fraction = Some(g / p);
+        }
+    }
     Ok((rows, notes))
+}
+
+/// Peak GFLOPS per backend: given ones, and for the CPU an estimate (one core: clock x FLOPs
+/// per cycle of its widest FMA path) when not given. GPU peaks are not discoverable through
+/// wgpu, so they come only from `--peak-gflops`.
+fn peaks(
+    spec: Option<&str>,
+    notes: &mut Vec<String>,
+) -> CliResult<std::collections::BTreeMap<String, f64>> {
+    let mut out = std::collections::BTreeMap::new();
+    for part in spec
+        .unwrap_or_default()
+        .split(',')
+        .filter(|p| !p.trim().is_empty())
+    {
+        let (k, v) = part
+            .split_once('=')
+            .ok_or_else(|| fail(format!("--peak-gflops: `{part}` is not BACKEND=GFLOPS")))?;
+        let v: f64 = v
+            .trim()
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite() && *v > 0.0)
+            .ok_or_else(|| fail(format!("--peak-gflops: `{v}` is not a positive number")))?;
+        out.insert(k.trim().to_ascii_lowercase(), v);
+    }
+    if !out.contains_key("cpu")
+        && let Some((ghz, per_cycle)) = cpu_peak()
+    {
+        let p = ghz * per_cycle;
+        notes.push(format!(
+            "cpu peak estimated at {p:.0} GFLOPS (one core: {ghz:.2} GHz x {per_cycle:.0} FLOPs/cycle); \
+             set --peak-gflops cpu=X to override"
+        ));
+        out.insert("cpu".into(), p);
+    }
+    Ok(out)
+}
+
+/// `(GHz, f32 FLOPs per cycle)` of one core, when both can be found: the clock from
+/// /proc/cpuinfo, the FLOPs from the vector unit the fast matmul uses (AVX2 + FMA: two 8-wide
+/// FMA pipes).
+fn cpu_peak() -> Option<(f64, f64)> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let mhz: f64 = info
+        .lines()
+        .find(|l| l.starts_with("cpu MHz"))?
+        .split(':')
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()?;
+    #[cfg(target_arch = "x86_64")]
+    let per_cycle = if std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+    {
+        32.0
+    } else {
+        8.0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let per_cycle = 8.0;
+    Some((mhz / 1e3, per_cycle))
+}
+
+/// One training step of a small MLP (64 -> 256 relu -> 10, batch 64, cross-entropy, AdamW):
+/// the dispatches and submits a step costs, and its time.
+fn mlp_step_row(t: &Target, rng: &mut Rng, runs: usize) -> CliResult<BenchRow> {
+    use kernels_core::autograd::Graph;
+    use kernels_core::nn::{Linear, ParamStore};
+    use kernels_core::op::Activation;
+    use kernels_core::optim::AdamW;
+    let (batch, inp, hidden, classes) = (64, 64, 256, 10);
+    let mut store = ParamStore::new(t.backend.clone());
+    let fc1 = Linear::new(&mut store, "fc1", inp, hidden, true, rng)?;
+    let fc2 = Linear::new(&mut store, "fc2", hidden, classes, true, rng)?;
+    let mut opt = AdamW::new(1e-3);
+    let x = t
+        .backend
+        .upload(&rng.normal_tensor(&[batch, inp], 0.0, 1.0)?)?;
+    let ids: Vec<i32> = (0..batch).map(|i| (i % classes) as i32).collect();
+    let y = t.backend.upload(&Tensor::from_i32(&[batch], ids)?)?;
+    let flops = 6.0 * (batch * (inp * hidden + hidden * classes)) as f64;
+    let mut row = BenchRow {
+        bench: "mlp_train_step".into(),
+        backend: t.backend.name(),
+        size: format!("{inp}-{hidden}-{classes} b{batch}"),
+        runs,
+        ..Default::default()
+    };
+    let mut step = || -> kernels_core::Result<()> {
+        let g = Graph::new(t.backend.clone());
+        let p = store.bind(&g)?;
+        let xv = g.constant(x.clone())?;
+        let h = fc1.forward_act(&g, &p, &xv, Activation::Relu)?;
+        let logits = fc2.forward(&g, &p, &h)?;
+        let loss = g.cross_entropy(&logits, &g.constant(y.clone())?)?;
+        let grads = g.backward(&loss)?;
+        opt.step(&mut store, &grads)?;
+        t.sync()
+    };
+    // Warm-up (pipelines, pool), then the timed runs, then one counted step.
+    step()?;
+    let samples = time_runs(runs, &mut step)?;
+    if let Some(g) = &t.gpu {
+        let before = g.counters();
+        step()?;
+        row.counters = Some(g.counters().since(&before));
+    }
+    let s = median(&samples).as_secs_f64().max(1e-12);
+    row.median_ms = Some(s * 1e3);
+    row.gflops = Some(flops / s / 1e9);
+    Ok(row)
 }
 
 fn fmt_opt(v: Option<f64>, prec: usize) -> String {
@@ -409,8 +543,20 @@ fn fmt_opt(v: Option<f64>, prec: usize) -> String {
 pub fn table(rows: &[BenchRow]) -> String {
     let mut cells: Vec<Vec<String>> = vec![
         [
-            "bench", "backend", "size", "median", "GFLOPS", "GB/s", "tok/s", "disp", "submits",
-            "up B", "down B", "min B",
+            "bench",
+            "backend",
+            "size",
+            "median",
+            "GFLOPS",
+            "peak",
+            "GB/s",
+            "tok/s",
+            "disp",
+            "submits",
+            "up B",
+            "down B",
+            "min B",
+            "touched B",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -429,6 +575,9 @@ pub fn table(rows: &[BenchRow]) -> String {
                 (None, None) => "-".into(),
             },
             fmt_opt(r.gflops, 2),
+            r.peak_fraction
+                .map(|f| format!("{:.0}%", 100.0 * f))
+                .unwrap_or("-".into()),
             fmt_opt(r.gbps, 2),
             fmt_opt(r.tokens_per_s, 1),
             cnt(|c| c.dispatches),
@@ -436,6 +585,15 @@ pub fn table(rows: &[BenchRow]) -> String {
             cnt(|c| c.bytes_uploaded),
             cnt(|c| c.bytes_downloaded),
             r.min_bytes.map(|b| b.to_string()).unwrap_or("-".into()),
+            match (c, r.min_bytes) {
+                (Some(c), Some(m)) if m > 0 => format!(
+                    "{} ({:.2}x)",
+                    c.bytes_touched,
+                    c.bytes_touched as f64 / m as f64
+                ),
+                (Some(c), _) => c.bytes_touched.to_string(),
+                (None, _) => "-".into(),
+            },
         ]);
     }
     let ncol = cells[0].len();

@@ -1,6 +1,6 @@
 //! `kernels demo`: the embedded llama demo model (three-digit addition) on each available
-//! backend, then every parity case of every op, forward and backward, against the CPU
-//! reference, as a table with totals.
+//! backend, the GRU world model, then every parity case of every op, forward and backward,
+//! against the CPU reference, as a table with totals.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -13,12 +13,14 @@ use crate::parity::{Row, check_all};
 use crate::{CliResult, emit, fail};
 
 /// Options of `kernels demo`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct DemoOptions {
     /// Seed of the parity inputs.
     pub seed: u64,
     /// Also run the cases above 65,535 workgroups.
     pub large: bool,
+    /// Where the world model's plot (SVG) is written.
+    pub plot: std::path::PathBuf,
 }
 
 /// The backends the demo runs: the CPU with its fast paths, and the GPU `KERNELS_BACKEND`
@@ -137,17 +139,18 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
     let cases = all_cases(opts.seed, opts.large)?;
     let backends = backends()?;
     emit(&format!(
-        "kernels demo: {} parity cases of {} ops, forward and backward, against the CPU reference (seed {})\n\
-\n",
+        "kernels demo: the llama addition model, the GRU world model, then {} parity cases of {} \
+         ops, forward and backward, against the CPU reference (seed {})\n\n",
         cases.len(),
         kernels_core::OpKind::ALL.len(),
         opts.seed
     ))?;
-    let mut totals: Vec<(String, usize, usize, Duration)> = Vec::new();
-    let mut failures: Vec<String> = Vec::new();
     for (backend, reason) in &backends {
         model_demo(backend.clone(), reason, opts.seed)?;
     }
+    crate::gru_demo::run(&backends, &opts.plot)?;
+    let mut totals: Vec<(String, usize, usize, Duration)> = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
     for (backend, reason) in &backends {
         emit(&format!("backend {}: {reason}\n", backend.name()))?;
         let t0 = Instant::now();

@@ -71,6 +71,16 @@ pub fn report() -> CliResult<String> {
     for (i, a) in adapters.iter().enumerate() {
         s.push_str(&format!("  [{i}] {}\n", adapter_line(a)));
     }
+    s.push_str(&format!(
+        "cuda:            {}\n",
+        match kernels_gpu::cuda_status() {
+            Ok(devices) => format!("available, {devices}"),
+            Err(why) if kernels_gpu::select::cuda_compiled() => {
+                format!("compiled in, unavailable: {why}")
+            }
+            Err(why) => why,
+        }
+    ));
     let choice = BackendChoice::from_env()?;
     let chosen = choose(choice)?;
     s.push_str(&format!(

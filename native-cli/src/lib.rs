@@ -7,6 +7,10 @@ pub mod backends;
 pub mod bench;
 pub mod bench_llama;
 pub mod demo;
+pub mod gru;
+pub mod gru_bench;
+pub mod gru_cmd;
+pub mod gru_demo;
 pub mod info;
 pub mod ops;
 /// The parity runner lives with the backends; re-exported for the CLI's commands.

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use native_cli::bench::{self, BenchOptions};
 use native_cli::demo::{self, DemoOptions};
+use native_cli::gru_cmd::{self, GruCmd};
 use native_cli::parity_cmd::{self, ParityOptions};
 use native_cli::run_op::{self, OpRequest};
 use native_cli::train::{self, TrainArgs};
@@ -69,6 +70,10 @@ enum Cmd {
         /// Include the cases above 65,535 workgroups (slow on software GPUs).
         #[arg(long)]
         large: bool,
+        /// Where to write the world model's plot (SVG); the temp dir by default, so runs leave no
+        /// stray files.
+        #[arg(long, default_value_os_t = std::env::temp_dir().join("kernels-world-model.svg"))]
+        plot: PathBuf,
     },
     /// Every parity case, forward and backward, on one backend against the CPU reference.
     ///
@@ -105,13 +110,17 @@ enum Cmd {
     ///
     /// Median wall time of several runs with inputs resident; wgpu rows add the counters of one
     /// run (dispatches, submits, bytes up/down; each run ends with a 4-byte read that submits and
-    /// waits) and the least bytes the op must move. CPU rows use the fast paths of kernels-core.
+    /// waits), the least bytes the op must move and the bytes its dispatches touch (each bound
+    /// tensor once per dispatch). CPU rows use the fast paths of kernels-core. A last row per
+    /// backend is one training step of a small MLP (forward, backward, AdamW): its dispatches
+    /// and submits per step.
     /// Software adapters (lavapipe, SwiftShader) are flagged: their timings say nothing about
     /// GPU speed.
     ///
     /// --json prints a JSON list: [{"bench", "backend", "size", "median_ms", "gflops", "gbps",
     /// "runs", "dispatches", "submits", "bytes_uploaded", "bytes_downloaded", "min_bytes",
-    /// "error"}, ...], null where a figure does not apply; notes go to stderr.
+    /// "bytes_touched", "peak_fraction", "error"}, ...], null where a figure does not apply;
+    /// notes go to stderr.
     #[command(verbatim_doc_comment)]
     Bench {
         /// Comma-separated: cpu, wgpu (default: cpu, plus wgpu when an adapter exists).
@@ -123,6 +132,15 @@ enum Cmd {
         /// Smaller sizes (norms on 1024 x 1024, matmul up to 512) and 3 runs.
         #[arg(long)]
         quick: bool,
+        /// Peak GFLOPS per backend for the "peak" column, e.g. `cpu=100,wgpu=20000` (the CPU's
+        /// is estimated from /proc/cpuinfo when not given; wgpu cannot report a GPU's peak).
+        #[arg(long)]
+        peak_gflops: Option<String>,
+    },
+    /// The GRU world model (train, predict, bench) and a one-layer PyTorch-compatible GRU (run).
+    Gru {
+        #[command(subcommand)]
+        cmd: GruCmd,
     },
     /// Generate text with a llama model from a Hugging Face directory (config.json,
     /// model.safetensors or its shards, tokenizer.json); tokens stream to stdout, prefill and
@@ -272,15 +290,17 @@ fn run(cli: Cli) -> CliResult<()> {
                 req.output.display()
             ))?;
         }
-        Cmd::Demo { seed, large } => demo::run(DemoOptions { seed, large })?,
+        Cmd::Demo { seed, large, plot } => demo::run(DemoOptions { seed, large, plot })?,
         Cmd::Bench {
             backend,
             json,
             quick,
+            peak_gflops,
         } => bench::run(&BenchOptions {
             backends: backend,
             json,
             quick,
+            peak_gflops,
         })?,
         Cmd::Generate {
             model,
@@ -355,6 +375,7 @@ fn run(cli: Cli) -> CliResult<()> {
             seed,
             backend,
         } => native_cli::addition::eval_cmd(model.as_deref(), problems, seed, backend.as_deref())?,
+        Cmd::Gru { cmd } => gru_cmd::run(cmd)?,
         Cmd::Parity {
             backend,
             json,

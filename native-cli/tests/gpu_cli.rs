@@ -334,6 +334,7 @@ fn bench_quick_json_has_the_documented_shape() {
             assert!(has(b, be, "1024x1024"), "{b} on {be}");
         }
         assert!(has("attention_prefill", be, "b1"), "attention on {be}");
+        assert!(has("mlp_train_step", be, "64-256-10"), "mlp step on {be}");
     }
     // CPU rows never carry counters; matmul rows on the CPU ran (the fast path).
     for r in rows.iter().filter(|r| r["backend"] == "cpu") {
@@ -351,7 +352,19 @@ fn bench_quick_json_has_the_documented_shape() {
         {
             assert!(r["dispatches"].as_u64().is_some_and(|d| d >= 1), "{r}");
             assert_eq!(r["submits"], 1, "{r}");
+            // Each dispatch touches its bound tensors at least once: never below the minimum.
+            if let (Some(t), Some(m)) = (r["bytes_touched"].as_u64(), r["min_bytes"].as_u64()) {
+                assert!(t >= m, "{r}");
+            }
         }
+        // A training step of the MLP is one submit, with bias and relu fused into the matmuls.
+        let step = rows
+            .iter()
+            .find(|r| {
+                r["bench"] == "mlp_train_step" && r["backend"].as_str().unwrap().starts_with("wgpu")
+            })
+            .unwrap();
+        assert_eq!(step["dispatches"], 15, "{step}");
         assert!(
             stderr(&o).contains("--quick"),
             "the smaller sizes are said: {}",

@@ -1,5 +1,7 @@
 //! attention on wgpu (`shaders/attention.wgsl`): a fused online-softmax forward (one workgroup
-//! per batch, query head and block of query rows; K/V tiles through workgroup memory) and a
+//! per batch, query head and block of query rows; K/V tiles through workgroup memory), a decode
+//! path for one query row over a KV cache (one workgroup per batch and kv head, serving every
+//! query head of the GQA group, keys split across the threads), and a
 //! two-kernel backward that recomputes the probabilities (dq plus row statistics, then dk/dv
 //! per key over the query heads sharing its kv head).
 
@@ -14,6 +16,9 @@ use kernels_core::cpu::attention::{Dims, scale_value};
 const BQ: usize = 16;
 /// Largest head dim the kernels hold in registers (`DMAX` in the shader).
 const DMAX: usize = 128;
+/// Largest GQA group (query heads per kv head) the decode kernel serves (`GMAX` in the shader);
+/// larger groups take the general kernel.
+const DECODE_GROUP_MAX: usize = 8;
 
 fn dims(name: &'static str, q: &[usize], k: &[usize], v: &[usize]) -> Result<Dims> {
     // The reference's geometry checks, then the kernel's own register limit.
@@ -61,6 +66,24 @@ pub(super) fn forward(
     let (q, k, v) = (arg(args, 0), arg(args, 1), arg(args, 2));
     let dm = dims(name, q.shape(), k.shape(), v.shape())?;
     let scale = scale_value::<f32>(scale, dm.d)?;
+    let group = dm.hq / dm.hkv;
+    if dm.s == 1 && group <= DECODE_GROUP_MAX {
+        // One query row over a cache (causal or not, it sees every key).
+        let items = dm.batch * dm.hkv;
+        let p = params(name, &dm, items, 0, scale)?;
+        let out = be.alloc(name, &[dm.batch, dm.hq, 1, dm.dv], DType::F32)?;
+        be.launch(
+            name,
+            Family::Attention,
+            "attn_decode",
+            &[],
+            p,
+            &[q, k, v],
+            &[&out],
+            be.grid_1d(items as u64)?,
+        )?;
+        return Ok(out);
+    }
     let blocks = dm.s.div_ceil(BQ);
     let items = dm.batch * dm.hq * blocks;
     let p = params(name, &dm, items, blocks, scale)?;

@@ -160,6 +160,107 @@ fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     }
 }
 
+// Decode (`attn_decode`): a single query row (s == 1) over a KV cache of t keys. One workgroup
+// per (batch, kv head) serves the `group` query heads that share it, so every key and value is
+// read once per kv head (GQA without repeated K/V) and no lane idles on absent query rows.
+// Keys go in chunks of CH: the threads split the chunk's keys for the scores, the per-head
+// online-softmax statistics come from workgroup reductions, and the threads split the value
+// dims to accumulate the output.
+const GMAX: u32 = 8u;
+const CH: u32 = 128u;
+var<workgroup> q_sh: array<f32, 1024>;  // [GMAX][DMAX]
+var<workgroup> sc_sh: array<f32, 1024>; // [GMAX][CH]
+
+@compute @workgroup_size(64)
+fn attn_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let item = work_index(wid, nwg); // b * hkv + kv head
+    if (item >= p.u6) { return; }
+    let t = p.u1;
+    let d = p.u2;
+    let dv = p.u3;
+    let hq = p.u4;
+    let group = p.u5;
+    let hkv = hq / group;
+    let b = item / hkv;
+    let kh = item % hkv;
+    let k_base = item * t * d;
+    let v_base = item * t * dv;
+    let q_row0 = b * hq + kh * group; // first query head's row (s == 1)
+
+    for (var idx: u32 = lid; idx < group * d; idx = idx + WG) {
+        let g = idx / d;
+        let e = idx % d;
+        q_sh[g * DMAX + e] = q[(q_row0 + g) * d + e];
+    }
+    var acc: array<f32, 16>; // [GMAX][PER_THREAD]
+    var m: array<f32, 8>;
+    var l: array<f32, 8>;
+    for (var g: u32 = 0u; g < GMAX; g = g + 1u) {
+        m[g] = neg_inf();
+        l[g] = 0.0;
+        for (var c: u32 = 0u; c < PER_THREAD; c = c + 1u) { acc[g * PER_THREAD + c] = 0.0; }
+    }
+    workgroupBarrier();
+
+    for (var j0: u32 = 0u; j0 < t; j0 = j0 + CH) {
+        for (var jj: u32 = lid; jj < CH; jj = jj + WG) {
+            let j = j0 + jj;
+            for (var g: u32 = 0u; g < group; g = g + 1u) {
+                var dot: f32 = 0.0;
+                if (j < t) {
+                    for (var e: u32 = 0u; e < d; e = e + 1u) {
+                        dot = dot + q_sh[g * DMAX + e] * k[k_base + j * d + e];
+                    }
+                }
+                sc_sh[g * CH + jj] = select(neg_inf(), dot * p.f0, j < t);
+            }
+        }
+        workgroupBarrier();
+        for (var g: u32 = 0u; g < group; g = g + 1u) {
+            var tm = neg_inf();
+            for (var jj: u32 = lid; jj < CH; jj = jj + WG) { tm = max(tm, sc_sh[g * CH + jj]); }
+            // Every chunk holds at least one key (j0 < t), so the max is finite.
+            let m_new = max(m[g], wg_max(lid, tm));
+            let alpha = select(exp(m[g] - m_new), 1.0, l[g] == 0.0);
+            var ps: f32 = 0.0;
+            for (var jj: u32 = lid; jj < CH; jj = jj + WG) {
+                let pj = select(0.0, exp(sc_sh[g * CH + jj] - m_new), j0 + jj < t);
+                sc_sh[g * CH + jj] = pj;
+                ps = ps + pj;
+            }
+            l[g] = l[g] * alpha + wg_sum(lid, ps);
+            m[g] = m_new;
+            for (var c: u32 = 0u; c < PER_THREAD; c = c + 1u) {
+                acc[g * PER_THREAD + c] = acc[g * PER_THREAD + c] * alpha;
+            }
+        }
+        workgroupBarrier();
+        let jn = min(CH, t - j0);
+        for (var c: u32 = 0u; c < PER_THREAD; c = c + 1u) {
+            let e = lid + WG * c;
+            if (e < dv) {
+                for (var jj: u32 = 0u; jj < jn; jj = jj + 1u) {
+                    let vv = v[v_base + (j0 + jj) * dv + e];
+                    for (var g: u32 = 0u; g < group; g = g + 1u) {
+                        acc[g * PER_THREAD + c] = acc[g * PER_THREAD + c] + sc_sh[g * CH + jj] * vv;
+                    }
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+
+    for (var g: u32 = 0u; g < group; g = g + 1u) {
+        for (var c: u32 = 0u; c < PER_THREAD; c = c + 1u) {
+            let e = lid + WG * c;
+            if (e < dv) {
+                out0[(q_row0 + g) * dv + e] = select(0.0, acc[g * PER_THREAD + c] / l[g], l[g] > 0.0);
+            }
+        }
+    }
+}
+
 fn wg_sum(lid: u32, x: f32) -> f32 {
     sh[lid] = x;
     workgroupBarrier();

@@ -232,8 +232,21 @@ fn binary_backward_b(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     out0[j] = acc;
 }
 
+// Activation derivative (codes as in matmul.wgsl: 1 relu, 2 tanh, 3 sigmoid) applied by sum_rows
+// to each element, from the forward output in in1; 0: none.
+override DACT: u32 = 0u;
+
+fn dact_of(y: f32) -> f32 {
+    switch DACT {
+        case 1u: { return select(0.0, 1.0, y > 0.0); }
+        case 2u: { return 1.0 - y * y; }
+        case 3u: { return y * (1.0 - y); }
+        default: { return 1.0; }
+    }
+}
+
 // Sums rows: out0[j] = sum_r in0[r * p.u1 + j] for r < p.u0 / p.u1 (batched-matmul gradients of
-// a shared 2-D operand).
+// a shared 2-D operand; with DACT, each term times act'(in1) -- linear's grad_bias).
 @compute @workgroup_size(WG)
 fn sum_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
@@ -243,7 +256,8 @@ fn sum_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let rows = p.u0 / nb;
     var acc: f32 = 0.0;
     for (var r: u32 = 0u; r < rows; r = r + 1u) {
-        acc = acc + in0[r * nb + j];
+        let i = r * nb + j;
+        if (DACT != 0u) { acc = acc + in0[i] * dact_of(in1[i]); } else { acc = acc + in0[i]; }
     }
     out0[j] = acc;
 }

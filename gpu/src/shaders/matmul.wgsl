@@ -5,6 +5,12 @@
 // contiguous dims (and offsets) are multiples of 4; the host picks it, else `matmul`.
 // Batch is the z grid dimension (plus p.u5 when the host splits a batch above the z limit); a
 // shared 2-D operand has batch stride 0.
+//
+// The `linear` op runs here too, its elementwise work fused into the product: BIAS and ACT add
+// bias[col] and apply the activation in the epilogue (forward), and A_DACT multiplies each
+// element of a, as it is staged, by the activation's derivative read from the forward output
+// `gy` at the same flat index (the backward's g * act'(out), never materialized).
+// Activation codes: 0 none, 1 relu, 2 tanh, 3 sigmoid.
 
 struct Params {
     u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
@@ -13,6 +19,9 @@ struct Params {
 
 override TA: bool = false;
 override TB: bool = false;
+override BIAS: bool = false;
+override ACT: u32 = 0u;
+override A_DACT: u32 = 0u;
 
 const BM: u32 = 64u;
 const BN: u32 = 64u;
@@ -24,21 +33,48 @@ const THREADS: u32 = 256u;
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read> gy: array<f32>;
 @group(0) @binding(5) var<storage, read_write> c: array<f32>;
 // The same operands as vec4s, for `matmul_vec4` (no entry point uses both views).
 @group(0) @binding(1) var<storage, read> a4: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> b4: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read> gy4: array<vec4<f32>>;
 
 var<workgroup> a_tile: array<f32, 1024>; // [BK][BM]
 var<workgroup> b_tile: array<f32, 1024>; // [BK][BN]
+
+fn act(v: f32) -> f32 {
+    switch ACT {
+        case 1u: { return max(v, 0.0); }
+        case 2u: { return tanh(v); }
+        case 3u: { return 1.0 / (1.0 + exp(-v)); }
+        default: { return v; }
+    }
+}
+
+// The derivative of activation A_DACT, from its output y.
+fn dact(y: f32) -> f32 {
+    switch A_DACT {
+        case 1u: { return select(0.0, 1.0, y > 0.0); }
+        case 2u: { return 1.0 - y * y; }
+        case 3u: { return y * (1.0 - y); }
+        default: { return 1.0; }
+    }
+}
+
+fn a_at(i: u32) -> f32 {
+    if (A_DACT != 0u) { return a[i] * dact(gy[i]); }
+    return a[i];
+}
 
 // Element (m, k) of op(a); a is [M, K] or, transposed, [K, M]. Zero outside the matrix.
 fn load_a(base: u32, m: u32, k: u32) -> f32 {
     let mm = p.u0;
     let kk = p.u2;
     if (m >= mm || k >= kk) { return 0.0; }
-    if (TA) { return a[base + k * mm + m]; }
-    return a[base + m * kk + k];
+    if (TA) { return a_at(base + k * mm + m); }
+    return a_at(base + m * kk + k);
 }
 
 // Element (k, n) of op(b); b is [K, N] or, transposed, [N, K].
@@ -114,7 +150,9 @@ fn store_tile(acc: ptr<function, array<f32, 16>>, lid: vec3<u32>, base_c: u32, r
         for (var j: u32 = 0u; j < TN; j = j + 1u) {
             let col = col0 + lid.x * TN + j;
             if (col < n_len) {
-                c[base_c + r * n_len + col] = (*acc)[i * TN + j];
+                var v = (*acc)[i * TN + j];
+                if (BIAS) { v = v + bias[col]; }
+                c[base_c + r * n_len + col] = act(v);
             }
         }
     }
@@ -123,6 +161,10 @@ fn store_tile(acc: ptr<function, array<f32, 16>>, lid: vec3<u32>, base_c: u32, r
 // Four consecutive elements of a (`i` a multiple of 4), or zeros past the operand.
 fn a_vec(i: u32, valid: bool) -> vec4<f32> {
     if (!valid) { return vec4<f32>(0.0); }
+    if (A_DACT != 0u) {
+        let y = gy4[i / 4u];
+        return a4[i / 4u] * vec4<f32>(dact(y.x), dact(y.y), dact(y.z), dact(y.w));
+    }
     return a4[i / 4u];
 }
 

@@ -23,6 +23,10 @@ use super::{Owned, View, float_arg, non_empty, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
 
+/// The matrix product the steps use (`matmul_slices`' signature): the reference's plain loops,
+/// or a fast GEMM (`cpu::fast`) with the same gate arithmetic around it.
+pub type MatmulFn<T> = fn(&[T], &[T], usize, usize, usize, bool, bool) -> Result<Vec<T>>;
+
 const CELL: &str = "gru_cell";
 const SEQ: &str = "gru_sequence";
 
@@ -126,15 +130,15 @@ struct Step<T> {
 }
 
 /// One GRU step: x `[batch, input]`, h `[batch, hidden]`.
-fn step<T: Real>(dm: Dims, p: Params<T>, x: &[T], h: &[T]) -> Result<Step<T>> {
+fn step<T: Real>(dm: Dims, p: Params<T>, x: &[T], h: &[T], mm: MatmulFn<T>) -> Result<Step<T>> {
     let Dims {
         batch,
         input,
         hidden: hd,
     } = dm;
     // gi = x @ W_ih^T, gh = h @ W_hh^T: [batch, 3*hidden].
-    let gi = matmul_slices(x, p.w_ih, batch, input, 3 * hd, false, true)?;
-    let gh = matmul_slices(h, p.w_hh, batch, hd, 3 * hd, false, true)?;
+    let gi = mm(x, p.w_ih, batch, input, 3 * hd, false, true)?;
+    let gh = mm(h, p.w_hh, batch, hd, 3 * hd, false, true)?;
     let len = batch * hd;
     let mut s = Step {
         r: vec![T::ZERO; len],
@@ -190,6 +194,8 @@ fn add_to<T: Real>(acc: &mut [T], x: &[T]) {
 
 /// Backward of one step given `g = dL/dh_next` `[batch, hidden]`: adds the parameter gradients
 /// to `pg` and returns `(dL/dx, dL/dh)`.
+// One step's operands plus the product to use; a struct for them would only be unpacked here.
+#[allow(clippy::too_many_arguments)]
 fn step_backward<T: Real>(
     dm: Dims,
     p: Params<T>,
@@ -198,6 +204,7 @@ fn step_backward<T: Real>(
     s: &Step<T>,
     g: &[T],
     pg: &mut ParamGrads<T>,
+    mm: MatmulFn<T>,
 ) -> Result<(Vec<T>, Vec<T>)> {
     let Dims {
         batch,
@@ -232,20 +239,17 @@ fn step_backward<T: Real>(
         }
     }
     // dx = d_gi @ W_ih, dh += d_gh @ W_hh.
-    let grad_x = matmul_slices(&d_gi, p.w_ih, batch, 3 * hd, input, false, false)?;
+    let grad_x = mm(&d_gi, p.w_ih, batch, 3 * hd, input, false, false)?;
     add_to(
         &mut grad_h,
-        &matmul_slices(&d_gh, p.w_hh, batch, 3 * hd, hd, false, false)?,
+        &mm(&d_gh, p.w_hh, batch, 3 * hd, hd, false, false)?,
     );
     // dW_ih += d_gi^T @ x, dW_hh += d_gh^T @ h, biases += column sums.
     add_to(
         &mut pg.w_ih,
-        &matmul_slices(&d_gi, x, 3 * hd, batch, input, true, false)?,
+        &mm(&d_gi, x, 3 * hd, batch, input, true, false)?,
     );
-    add_to(
-        &mut pg.w_hh,
-        &matmul_slices(&d_gh, h, 3 * hd, batch, hd, true, false)?,
-    );
+    add_to(&mut pg.w_hh, &mm(&d_gh, h, 3 * hd, batch, hd, true, false)?);
     for b in 0..batch {
         add_to(&mut pg.b_ih, &d_gi[b * 3 * hd..(b + 1) * 3 * hd]);
         add_to(&mut pg.b_hh, &d_gh[b * 3 * hd..(b + 1) * 3 * hd]);
@@ -292,14 +296,24 @@ fn cell_inputs<'a, T: Real>(args: &[View<'a, T>]) -> Result<Inputs<'a, T>> {
 /// Forward of `torch.nn.GRUCell`. Args: `x`, `h`, `weight_ih`, `weight_hh`, `bias_ih`,
 /// `bias_hh`. Returns `h_next [batch, hidden]`.
 pub fn cell_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    cell_forward_with(args, matmul_slices::<T>)
+}
+
+/// [`cell_forward`] with the products done by `mm`.
+pub fn cell_forward_with<T: Real>(args: &[View<T>], mm: MatmulFn<T>) -> Result<Vec<Owned<T>>> {
     let Inputs { dm, x, h, p, .. } = cell_inputs(args)?;
-    let s = step(dm, p, x, h)?;
+    let s = step(dm, p, x, h, mm)?;
     Ok(vec![Owned::float(vec![dm.batch, dm.hidden], s.h_next)])
 }
 
 /// Backward of the cell. Args: the six inputs, `h_next`, `grad_h_next`. Returns gradients for
 /// all six inputs, in input order.
 pub fn cell_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    cell_backward_with(args, matmul_slices::<T>)
+}
+
+/// [`cell_backward`] with the products done by `mm`.
+pub fn cell_backward_with<T: Real>(args: &[View<T>], mm: MatmulFn<T>) -> Result<Vec<Owned<T>>> {
     let Inputs {
         dm,
         x_shape,
@@ -313,9 +327,9 @@ pub fn cell_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
     let (g_shape, g) = float_arg(CELL, args, 7, "grad_h_next")?;
     same_shape(CELL, &hshape, o_shape)?;
     same_shape(CELL, &hshape, g_shape)?;
-    let s = step(dm, p, x, h)?;
+    let s = step(dm, p, x, h, mm)?;
     let mut pg = ParamGrads::zeros(dm);
-    let (gx, gh) = step_backward(dm, p, x, h, &s, g, &mut pg)?;
+    let (gx, gh) = step_backward(dm, p, x, h, &s, g, &mut pg, mm)?;
     Ok(grads_out(dm, x_shape.to_vec(), gx, gh, pg))
 }
 
@@ -370,7 +384,7 @@ struct Trace<T> {
 }
 
 /// Runs the whole sequence.
-fn run_sequence<T: Real>(inp: &Inputs<T>) -> Result<Trace<T>> {
+fn run_sequence<T: Real>(inp: &Inputs<T>, mm: MatmulFn<T>) -> Result<Trace<T>> {
     let Inputs {
         dm,
         seq,
@@ -385,7 +399,7 @@ fn run_sequence<T: Real>(inp: &Inputs<T>) -> Result<Trace<T>> {
     hs.push(h0.to_vec());
     for t in 0..seq {
         let h = hs.last().map_or(h0, |v| v.as_slice());
-        let s = step(dm, p, &x[t * xs..(t + 1) * xs], h)?;
+        let s = step(dm, p, &x[t * xs..(t + 1) * xs], h, mm)?;
         hs.push(s.h_next.clone());
         steps.push(s);
     }
@@ -397,9 +411,14 @@ fn run_sequence<T: Real>(inp: &Inputs<T>) -> Result<Trace<T>> {
 /// step's hidden state) and `h_n [batch, hidden]` (the last one; 2-D, unlike PyTorch's
 /// `[1, batch, hidden]`).
 pub fn sequence_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    sequence_forward_with(args, matmul_slices::<T>)
+}
+
+/// [`sequence_forward`] with the products done by `mm`.
+pub fn sequence_forward_with<T: Real>(args: &[View<T>], mm: MatmulFn<T>) -> Result<Vec<Owned<T>>> {
     let inp = seq_inputs(args)?;
     let (dm, seq) = (inp.dm, inp.seq);
-    let Trace { hs, .. } = run_sequence(&inp)?;
+    let Trace { hs, .. } = run_sequence(&inp, mm)?;
     let output: Vec<T> = hs.iter().skip(1).flatten().copied().collect();
     let h_n = hs.last().cloned().unwrap_or_default();
     Ok(vec![
@@ -412,6 +431,11 @@ pub fn sequence_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
 /// Returns gradients for all six inputs, in input order. `grad_h_n` joins the last step's
 /// hidden-state gradient; parameter gradients are summed from the last step to the first.
 pub fn sequence_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    sequence_backward_with(args, matmul_slices::<T>)
+}
+
+/// [`sequence_backward`] with the products done by `mm`.
+pub fn sequence_backward_with<T: Real>(args: &[View<T>], mm: MatmulFn<T>) -> Result<Vec<Owned<T>>> {
     let inp = seq_inputs(args)?;
     let Inputs {
         dm,
@@ -432,7 +456,7 @@ pub fn sequence_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
     same_shape(SEQ, &out_shape, go_shape)?;
     same_shape(SEQ, &h_shape, ghn_shape)?;
 
-    let Trace { steps, hs } = run_sequence(&inp)?;
+    let Trace { steps, hs } = run_sequence(&inp, mm)?;
     let (xs, hsz) = (dm.batch * dm.input, dm.batch * dm.hidden);
     let mut pg = ParamGrads::zeros(dm);
     let mut grad_x = vec![T::ZERO; x.len()];
@@ -443,7 +467,7 @@ pub fn sequence_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
             break;
         };
         let x_t = &x[t * xs..(t + 1) * xs];
-        let (gx, gh) = step_backward(dm, p, x_t, h, s, &dh, &mut pg)?;
+        let (gx, gh) = step_backward(dm, p, x_t, h, s, &dh, &mut pg, mm)?;
         grad_x[t * xs..(t + 1) * xs].copy_from_slice(&gx);
         dh = gh;
     }

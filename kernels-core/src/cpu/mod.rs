@@ -21,6 +21,7 @@ pub mod embedding;
 pub mod fast;
 pub mod gru;
 pub mod layout;
+pub mod linear;
 pub mod loss;
 pub mod matmul;
 pub mod norm;
@@ -267,6 +268,8 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
     match (*op, dir) {
         (Op::Matmul { trans_a, trans_b }, F) => matmul::forward(trans_a, trans_b, args),
         (Op::Matmul { trans_a, trans_b }, B) => matmul::backward(trans_a, trans_b, args),
+        (Op::Linear { activation }, F) => linear::forward(activation, args),
+        (Op::Linear { activation }, B) => linear::backward(activation, args),
         (Op::Binary(b), F) => elementwise::binary_forward(b, args),
         (Op::Binary(b), B) => elementwise::binary_backward(b, args),
         (Op::Scale { factor }, F) => elementwise::scale_forward(factor, args),

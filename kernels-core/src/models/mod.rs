@@ -1,3 +1,5 @@
-//! Models written once over [`crate::autograd::Graph`], so they run on any backend.
+//! Models written once over [`crate::autograd::Graph`] and `dyn Backend`: they run unchanged on
+//! every device.
 
 pub mod llama;
+pub mod world;

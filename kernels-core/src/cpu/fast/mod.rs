@@ -1,8 +1,10 @@
 //! Fast f32 CPU paths beside the reference, tested against it.
 //!
-//! Only matmul has one: a cache-blocked GEMM ([`gemm`]) with register-blocked micro-kernels
+//! matmul and linear (the same GEMM with a bias-and-activation epilogue) have one: a cache-blocked GEMM ([`gemm`]) with register-blocked micro-kernels
 //! ([`kernels`]): AVX2 + FMA intrinsics on x86_64 (detected at run time with `std`), `simd128`
 //! on wasm, and auto-vectorized plain Rust everywhere else. Single-threaded (`no_std`).
+//! `gru_cell` and `gru_sequence` reuse the reference's gate arithmetic with their products on
+//! that GEMM ([`matmul_slices`]).
 //!
 //! Shapes follow the reference ([`super::matmul`]): `a [..., m, k]` (or `[..., k, m]` with
 //! `trans_a`), `b [..., k, n]` (or `[..., n, k]` with `trans_b`), rank >= 2, batched over
@@ -15,9 +17,9 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use self::gemm::{Gemm, Kernel, MatRef};
-use super::{Owned, View, float_arg, same_shape};
+use super::{Owned, View, float_arg, linear, same_shape};
 use crate::error::{Error, Result};
-use crate::op::{Direction, Op};
+use crate::op::{Activation, Direction, Op};
 
 const NAME: &str = "matmul";
 
@@ -33,6 +35,24 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
         }
         (Op::Matmul { trans_a, trans_b }, Direction::Backward) => {
             Some(backward(kernel, trans_a, trans_b, args))
+        }
+        (Op::GruCell, Direction::Forward) => {
+            Some(super::gru::cell_forward_with(args, matmul_slices))
+        }
+        (Op::GruCell, Direction::Backward) => {
+            Some(super::gru::cell_backward_with(args, matmul_slices))
+        }
+        (Op::GruSequence, Direction::Forward) => {
+            Some(super::gru::sequence_forward_with(args, matmul_slices))
+        }
+        (Op::GruSequence, Direction::Backward) => {
+            Some(super::gru::sequence_backward_with(args, matmul_slices))
+        }
+        (Op::Linear { activation }, Direction::Forward) => {
+            Some(linear_forward(kernel, activation, args))
+        }
+        (Op::Linear { activation }, Direction::Backward) => {
+            Some(linear_backward(kernel, activation, args))
         }
         (
             Op::Binary(_)
@@ -51,8 +71,6 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
             | Op::Transpose
             | Op::Concat
             | Op::Attention { .. }
-            | Op::GruCell
-            | Op::GruSequence
             | Op::CrossEntropy
             | Op::Mse
             | Op::SvdLowrank { .. }
@@ -61,6 +79,32 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
             _,
         ) => None,
     }
+}
+
+/// `op(a) [m, k] . op(b) [k, n]` on the fast GEMM, with the reference `matmul_slices`'
+/// signature and layout (`a` stored `[k, m]` when `trans_a`, `b` stored `[n, k]` when
+/// `trans_b`).
+pub fn matmul_slices(
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Vec<f32>> {
+    if m.checked_mul(k) != Some(a.len()) || k.checked_mul(n) != Some(b.len()) {
+        return Err(Error::mismatch(NAME, &[m, k], &[k, n]));
+    }
+    let mut out = zeros(m * n)?;
+    let mut g = Gemm::new(Kernel::best());
+    g.run(
+        MatRef::new(a, m, k, trans_a)?,
+        MatRef::new(b, k, n, trans_b)?,
+        &mut out,
+        n,
+    )?;
+    Ok(out)
 }
 
 /// The fast path shares the reference's validated geometry (same checks, same errors).
@@ -179,6 +223,67 @@ fn backward(kernel: Kernel, ta: bool, tb: bool, args: &[View<f32>]) -> Result<Ve
     Ok(vec![
         Owned::float(a_shape.to_vec(), grad_a),
         Owned::float(b_shape.to_vec(), grad_b),
+    ])
+}
+
+const LINEAR: &str = "linear";
+
+/// `linear` forward: the GEMM `x [rows, in] . weight^T [in, out]`, then bias and activation in
+/// one pass over the output.
+fn linear_forward(kernel: Kernel, a: Activation, args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
+    let (xs, x) = float_arg(LINEAR, args, 0, "x")?;
+    let (ws, w) = float_arg(LINEAR, args, 1, "weight")?;
+    let (bs, b) = float_arg(LINEAR, args, 2, "bias")?;
+    let (rows, in_f, out_f) = linear::check(xs, ws, bs)?;
+    let mut out = zeros(rows * out_f)?;
+    Gemm::new(kernel).run(
+        MatRef::new(x, rows, in_f, false)?,
+        MatRef::new(w, in_f, out_f, true)?,
+        &mut out,
+        out_f,
+    )?;
+    for row in out.chunks_exact_mut(out_f) {
+        for (o, &bj) in row.iter_mut().zip(b) {
+            *o = linear::act(a, *o + bj);
+        }
+    }
+    Ok(vec![Owned::float(linear::out_shape(xs, out_f), out)])
+}
+
+/// `linear` backward: `g' = g * act'(out)`, then `grad_x = g' . weight`, `grad_weight = g'^T .
+/// x` as GEMMs and `grad_bias` as column sums of `g'`.
+fn linear_backward(kernel: Kernel, a: Activation, args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
+    let (xs, x) = float_arg(LINEAR, args, 0, "x")?;
+    let (ws, w) = float_arg(LINEAR, args, 1, "weight")?;
+    let (bs, _) = float_arg(LINEAR, args, 2, "bias")?;
+    let (ys, y) = float_arg(LINEAR, args, 3, "out")?;
+    let (gs, g) = float_arg(LINEAR, args, 4, "grad_out")?;
+    let (rows, in_f, out_f) = linear::check(xs, ws, bs)?;
+    let want = linear::out_shape(xs, out_f);
+    same_shape(LINEAR, &want, ys)?;
+    same_shape(LINEAR, &want, gs)?;
+    let mut gp = zeros(rows * out_f)?;
+    let mut gb = zeros(out_f)?;
+    for ((gpr, gr), yr) in gp
+        .chunks_exact_mut(out_f)
+        .zip(g.chunks_exact(out_f))
+        .zip(y.chunks_exact(out_f))
+    {
+        for (((o, &gv), &yv), acc) in gpr.iter_mut().zip(gr).zip(yr).zip(gb.iter_mut()) {
+            *o = gv * linear::act_grad(a, yv);
+            *acc += *o;
+        }
+    }
+    let mut gx = zeros(x.len())?;
+    let mut gw = zeros(w.len())?;
+    let mut gemm = Gemm::new(kernel);
+    let gpm = MatRef::new(&gp, rows, out_f, false)?;
+    gemm.run(gpm, MatRef::new(w, out_f, in_f, false)?, &mut gx, in_f)?;
+    gemm.run(gpm.t(), MatRef::new(x, rows, in_f, false)?, &mut gw, in_f)?;
+    Ok(vec![
+        Owned::float(xs.to_vec(), gx),
+        Owned::float(ws.to_vec(), gw),
+        Owned::float(bs.to_vec(), gb),
     ])
 }
 
@@ -450,6 +555,55 @@ mod tests {
     }
 
     #[test]
+    fn linear_agrees_with_the_reference() {
+        use crate::backend::{Backend, CpuBackend};
+        use crate::op::Activation;
+        let (fast, reference) = (CpuBackend::new(), CpuBackend::reference());
+        let spec = OpKind::Linear.spec();
+        let mut rng = Rng::new(5);
+        for (i, (xs, out_f)) in [
+            (vec![1usize, 1], 1usize),
+            (vec![145, 257], 17),
+            (vec![2, 7, 67], 33),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            for activation in Activation::ALL {
+                let op = Op::Linear { activation };
+                let in_f = xs[xs.len() - 1];
+                let inputs = [
+                    rng.normal_tensor(&xs, 0.0, 1.0).unwrap(),
+                    rng.normal_tensor(&[out_f, in_f], 0.0, 0.1).unwrap(),
+                    rng.normal_tensor(&[out_f], 0.0, 1.0).unwrap(),
+                ];
+                let ins: Vec<&crate::Tensor> = inputs.iter().collect();
+                let k = op.reduced_len(&[&xs, &[out_f, in_f], &[out_f]]);
+                let got = fast.run(&op, Direction::Forward, &ins).unwrap();
+                let want = reference.run(&op, Direction::Forward, &ins).unwrap();
+                let (atol, rtol) = spec.budget.at(k);
+                let c = compare(
+                    got[0].as_f32().unwrap(),
+                    want[0].as_f32().unwrap(),
+                    atol,
+                    rtol,
+                );
+                assert!(c.pass, "{op:?} {xs:?} forward: {c:?}");
+                let g = crate::parity::grad_outputs(&want, i as u64).unwrap();
+                let bins = [ins[0], ins[1], ins[2], &want[0], &g[0]];
+                let got = fast.run(&op, Direction::Backward, &bins).unwrap();
+                let want = reference.run(&op, Direction::Backward, &bins).unwrap();
+                let (atol, rtol) = spec.budget_backward.at(k);
+                for (gi, wi) in got.iter().zip(&want) {
+                    assert_eq!(gi.shape(), wi.shape());
+                    let c = compare(gi.as_f32().unwrap(), wi.as_f32().unwrap(), atol, rtol);
+                    assert!(c.pass, "{op:?} {xs:?} backward: {c:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn errors_are_the_references_errors() {
         let shapes: [(&[usize], &[usize]); 9] = [
             (&[2, 3], &[4, 5]),
@@ -603,5 +757,78 @@ mod tests {
             run_fast(op, Direction::Backward, &[v, v, v, bad_g]),
             Err(Error::ShapeMismatch { .. })
         ));
+    }
+
+    /// gru_sequence and gru_cell on the fast GEMM against the reference (plain loops), forward
+    /// and backward, within the op's budgets, on awkward sizes (primes, hidden 1, seq 1).
+    #[test]
+    fn gru_matches_the_reference() {
+        let mut rng = Rng::new(17);
+        for &(seq, batch, input, hidden) in &[(1, 1, 1, 1), (3, 5, 7, 11), (4, 2, 13, 17)] {
+            let gates = 3 * hidden;
+            let shapes: [Vec<usize>; 6] = [
+                vec![seq, batch, input],
+                vec![batch, hidden],
+                vec![gates, input],
+                vec![gates, hidden],
+                vec![gates],
+                vec![gates],
+            ];
+            let data: Vec<Vec<f32>> = shapes
+                .iter()
+                .map(|s| rng.uniform_vec(s.iter().product(), -1.0, 1.0))
+                .collect();
+            let args: Vec<View<f32>> = shapes
+                .iter()
+                .zip(&data)
+                .map(|(s, d)| View::float(s, d))
+                .collect();
+            for kind in [OpKind::GruSequence, OpKind::GruCell] {
+                let op = Op::default_for(kind).unwrap();
+                let args: Vec<View<f32>> = if kind == OpKind::GruCell {
+                    let mut a = args.clone();
+                    a[0] = View::float(&shapes[0][1..], &data[0][..batch * input]);
+                    a
+                } else {
+                    args.clone()
+                };
+                let spec = kind.spec();
+                let k = input + hidden;
+                let fast = run(&op, Direction::Forward, &args).unwrap().unwrap();
+                let reference = crate::cpu::run(&op, Direction::Forward, &args).unwrap();
+                let (atol, rtol) = spec.budget.at(k);
+                for (f, r) in fast.iter().zip(&reference) {
+                    let c = compare(f.floats(), r.floats(), atol, rtol);
+                    assert!(
+                        c.pass,
+                        "{kind:?} forward {seq},{batch},{input},{hidden}: {c:?}"
+                    );
+                }
+                let grads: Vec<Vec<f32>> = reference
+                    .iter()
+                    .map(|o| rng.uniform_vec(o.floats().len(), -1.0, 1.0))
+                    .collect();
+                let mut bargs = args.clone();
+                bargs.extend(reference.iter().map(|o| o.view()));
+                bargs.extend(
+                    reference
+                        .iter()
+                        .zip(&grads)
+                        .map(|(o, g)| View::float(&o.shape, g)),
+                );
+                let fast = run(&op, Direction::Backward, &bargs).unwrap().unwrap();
+                let want = crate::cpu::run(&op, Direction::Backward, &bargs).unwrap();
+                assert_eq!(fast.len(), 6);
+                let (atol, rtol) = spec.budget_backward.at(k * seq);
+                for (f, r) in fast.iter().zip(&want) {
+                    assert_eq!(f.shape, r.shape);
+                    let c = compare(f.floats(), r.floats(), atol, rtol);
+                    assert!(
+                        c.pass,
+                        "{kind:?} backward {seq},{batch},{input},{hidden}: {c:?}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -1,0 +1,289 @@
+//! The device engine: cudarc over the CUDA driver, NVRTC and cuBLAS, all three loaded at run
+//! time. Creation checks, in order, that each library loads and that a device answers, and says
+//! which step failed; nothing here may panic or fail to link on a machine without CUDA.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
+    LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::CompileOptions;
+use kernels_core::{Error, Result};
+
+use super::engine::{Engine, Gemm, Grid, Kernel, Mem, Params};
+use super::kernels::Family;
+
+// SAFETY: `Params` is `#[repr(C)]` plain old data matching `struct Params` in the prelude.
+unsafe impl DeviceRepr for Params {}
+
+fn err(why: impl std::fmt::Display) -> Error {
+    Error::Backend {
+        backend: "cuda".into(),
+        why: why.to_string(),
+    }
+}
+
+fn driver_err(what: &str, e: cudarc::driver::DriverError) -> Error {
+    if format!("{e:?}").contains("OUT_OF_MEMORY") {
+        return Error::OutOfMemory {
+            what: format!("cuda: {what}"),
+            bytes: 0,
+        };
+    }
+    err(format!("{what}: {e}"))
+}
+
+#[derive(Debug)]
+struct DeviceMem(CudaSlice<u32>);
+
+impl Mem for DeviceMem {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn slice<'a>(m: &'a dyn Mem, what: &str) -> Result<&'a CudaSlice<u32>> {
+    m.as_any()
+        .downcast_ref::<DeviceMem>()
+        .map(|d| &d.0)
+        .ok_or_else(|| err(format!("{what}: buffer of another engine")))
+}
+
+/// Whether the driver, NVRTC and cuBLAS libraries load, and how many devices answer; `Err`
+/// names the first missing piece.
+pub fn probe() -> Result<usize> {
+    // SAFETY: only tries to open the shared libraries.
+    let (driver, nvrtc, cublas) = unsafe {
+        (
+            cudarc::driver::sys::is_culib_present(),
+            cudarc::nvrtc::sys::is_culib_present(),
+            cudarc::cublas::sys::is_culib_present(),
+        )
+    };
+    if !driver {
+        return Err(err(
+            "no CUDA driver: libcuda could not be loaded (install the NVIDIA driver)",
+        ));
+    }
+    if !nvrtc {
+        return Err(err(
+            "no NVRTC: libnvrtc could not be loaded (install the CUDA runtime compiler, e.g. the cuda-nvrtc package, and put it on LD_LIBRARY_PATH)",
+        ));
+    }
+    if !cublas {
+        return Err(err(
+            "no cuBLAS: libcublas could not be loaded (install libcublas and put it on LD_LIBRARY_PATH)",
+        ));
+    }
+    let count = CudaContext::device_count().map_err(|e| driver_err("counting devices", e))?;
+    if count <= 0 {
+        return Err(err("the CUDA driver loaded but reports no device"));
+    }
+    Ok(count as usize)
+}
+
+pub struct Driver {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    blas: CudaBlas,
+    arch: String,
+    name: String,
+    /// NVRTC output per family, compiled on first use.
+    modules: RefCell<HashMap<Family, Arc<CudaModule>>>,
+    functions: RefCell<HashMap<Kernel, CudaFunction>>,
+}
+
+impl Driver {
+    /// Opens device `ordinal`.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        let count = probe()?;
+        if ordinal >= count {
+            return Err(err(format!(
+                "device {ordinal} requested, the driver reports {count}"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| driver_err("creating a context", e))?;
+        let (major, minor) = ctx
+            .compute_capability()
+            .map_err(|e| driver_err("reading the compute capability", e))?;
+        let name = ctx.name().map_err(|e| driver_err("reading the name", e))?;
+        let stream = ctx.default_stream();
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| err(format!("cuBLAS: {e:?}")))?;
+        Ok(Driver {
+            ctx,
+            stream,
+            blas,
+            arch: format!("compute_{major}{minor}"),
+            name: format!("{name} (sm_{major}{minor})"),
+            modules: RefCell::new(HashMap::new()),
+            functions: RefCell::new(HashMap::new()),
+        })
+    }
+
+    fn module(&self, family: Family) -> Result<Arc<CudaModule>> {
+        if let Some(m) = self.modules.borrow().get(&family) {
+            return Ok(m.clone());
+        }
+        let opts = CompileOptions {
+            options: vec![format!("--gpu-architecture={}", self.arch)],
+            name: Some(format!("{}.cu", family.name())),
+            ..Default::default()
+        };
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(family.module_source(), opts)
+            .map_err(|e| err(format!("NVRTC compiling {}.cu: {e:?}", family.name())))?;
+        let module = self
+            .ctx
+            .load_module(ptx)
+            .map_err(|e| driver_err(&format!("loading {}.cu", family.name()), e))?;
+        self.modules.borrow_mut().insert(family, module.clone());
+        Ok(module)
+    }
+
+    fn function(&self, kernel: Kernel) -> Result<CudaFunction> {
+        if let Some(f) = self.functions.borrow().get(&kernel) {
+            return Ok(f.clone());
+        }
+        let f = self
+            .module(kernel.family)?
+            .load_function(kernel.entry)
+            .map_err(|e| driver_err(&format!("kernel {}", kernel.entry), e))?;
+        self.functions.borrow_mut().insert(kernel, f.clone());
+        Ok(f)
+    }
+}
+
+fn c_int(what: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| Error::LimitExceeded {
+        what: format!("cuda sgemm: {what}"),
+        value: v as u64,
+        limit: i32::MAX as u64,
+    })
+}
+
+fn op(trans: bool) -> cublasOperation_t {
+    if trans {
+        cublasOperation_t::CUBLAS_OP_T
+    } else {
+        cublasOperation_t::CUBLAS_OP_N
+    }
+}
+
+impl Engine for Driver {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+    fn row_threads(&self) -> u32 {
+        256
+    }
+    fn alloc_zeroed(&self, words: usize) -> Result<Box<dyn Mem>> {
+        let s = self
+            .stream
+            .alloc_zeros::<u32>(words.max(1))
+            .map_err(|e| driver_err("alloc", e))?;
+        Ok(Box::new(DeviceMem(s)))
+    }
+    fn upload(&self, words: &[u32]) -> Result<Box<dyn Mem>> {
+        if words.is_empty() {
+            return self.alloc_zeroed(1);
+        }
+        let s = self
+            .stream
+            .clone_htod(words)
+            .map_err(|e| driver_err("upload", e))?;
+        Ok(Box::new(DeviceMem(s)))
+    }
+    fn download(&self, mem: &dyn Mem, words: usize) -> Result<Vec<u32>> {
+        let s = slice(mem, "download")?;
+        if words == 0 {
+            return Ok(Vec::new());
+        }
+        let view = s
+            .try_slice(0..words)
+            .ok_or_else(|| err(format!("download of {words} words from {}", s.len())))?;
+        self.stream
+            .clone_dtoh(&view)
+            .map_err(|e| driver_err("download", e))
+    }
+    fn launch(
+        &self,
+        kernel: Kernel,
+        grid: Grid,
+        params: &Params,
+        inputs: &[&dyn Mem],
+        outputs: &[&dyn Mem],
+    ) -> Result<()> {
+        let f = self.function(kernel)?;
+        let mut ptrs = [0u64; 7];
+        let mut guards = Vec::new();
+        for (i, m) in inputs.iter().take(4).enumerate() {
+            let (p, g) = slice(*m, kernel.entry)?.device_ptr(&self.stream);
+            ptrs[i] = p;
+            guards.push(g);
+        }
+        for (i, m) in outputs.iter().take(3).enumerate() {
+            let (p, g) = slice(*m, kernel.entry)?.device_ptr(&self.stream);
+            ptrs[4 + i] = p;
+            guards.push(g);
+        }
+        let mut b = self.stream.launch_builder(&f);
+        b.arg(params);
+        for p in &ptrs {
+            b.arg(p);
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (grid.blocks, 1, 1),
+            block_dim: (grid.threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: every kernel has the prelude's signature (Params by value, seven pointers);
+        // the launchers size the grid and the buffers to the parameters they pass.
+        unsafe { b.launch(cfg) }.map_err(|e| driver_err(kernel.entry, e))?;
+        drop(guards);
+        Ok(())
+    }
+    fn sgemm(&self, g: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()> {
+        let cm = g.to_column_major();
+        let (pa, ga) = slice(a, "sgemm")?.device_ptr(&self.stream);
+        let (pb, gb) = slice(b, "sgemm")?.device_ptr(&self.stream);
+        let (pc, gc) = slice(c, "sgemm")?.device_ptr(&self.stream);
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: the launcher checked that every operand's offset plus its extent fits its
+        // buffer; the pointers stay valid while the guards live.
+        unsafe {
+            cudarc::cublas::result::sgemm_strided_batched(
+                *self.blas.handle(),
+                op(cm.trans_first),
+                op(cm.trans_second),
+                c_int("m", cm.m)?,
+                c_int("n", cm.n)?,
+                c_int("k", cm.k)?,
+                &alpha,
+                (pb + 4 * g.offset_b as u64) as *const f32,
+                c_int("ld", cm.ld_first)?,
+                cm.stride_first as i64,
+                (pa + 4 * g.offset_a as u64) as *const f32,
+                c_int("ld", cm.ld_second)?,
+                cm.stride_second as i64,
+                &beta,
+                (pc + 4 * g.offset_c as u64) as *mut f32,
+                c_int("ldc", cm.ldc)?,
+                cm.stride_c as i64,
+                c_int("batch", g.batch)?,
+            )
+        }
+        .map_err(|e| err(format!("cuBLAS sgemm: {e:?}")))?;
+        drop((ga, gb, gc));
+        Ok(())
+    }
+    fn synchronize(&self) -> Result<()> {
+        self.stream
+            .synchronize()
+            .map_err(|e| driver_err("synchronize", e))
+    }
+}

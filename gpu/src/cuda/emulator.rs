@@ -1,0 +1,464 @@
+//! A CPU stand-in for the CUDA device (tests only), so the CUDA C kernels run on a machine
+//! without an NVIDIA GPU: each family is compiled by the host C++ compiler (through
+//! `host_shim.hpp`) into a shared library whose `emu_run` (`host_runtime.hpp`) runs a kernel over
+//! the whole grid, blocks one after another, the threads of a cooperative block as fibers that
+//! switch at `__syncthreads`. cuBLAS is replaced by a host SGEMM with cuBLAS's column-major,
+//! strided-batched semantics, called with the very arguments the driver passes cuBLAS, so the
+//! row-major mapping ([`Gemm::to_column_major`]) is tested too.
+//!
+//! The engine sits behind the real launchers ([`super::launch`]): shape checks, parameter
+//! blocks and grids are the ones a device gets.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use kernels_core::{Error, Result};
+
+use super::engine::{Engine, Gemm, Grid, Kernel, Mem, Params};
+use super::kernels::{Family, host};
+
+/// Host memory; atomics so that kernels may write through the shared pointers the launch hands
+/// out (the same buffer can be bound twice, as on the device).
+#[derive(Debug)]
+struct HostMem(Box<[AtomicU32]>);
+
+impl Mem for HostMem {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl HostMem {
+    fn new(words: Vec<u32>) -> Self {
+        let raw = Box::into_raw(words.into_boxed_slice());
+        // SAFETY: `AtomicU32` has the size, alignment and bit validity of `u32`; the box is
+        // reassembled with the layout it was allocated with.
+        HostMem(unsafe { Box::from_raw(raw as *mut [AtomicU32]) })
+    }
+    fn ptr(&self) -> *mut f32 {
+        self.0.as_ptr() as *mut f32
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+fn err(why: impl std::fmt::Display) -> Error {
+    Error::Backend {
+        backend: "cuda-emulator".into(),
+        why: why.to_string(),
+    }
+}
+
+fn host_mem<'a>(m: &'a dyn Mem, what: &str) -> Result<&'a HostMem> {
+    m.as_any()
+        .downcast_ref::<HostMem>()
+        .ok_or_else(|| err(format!("{what}: buffer of another engine")))
+}
+
+type Kern = unsafe extern "C" fn(
+    Params,
+    *const f32,
+    *const f32,
+    *const f32,
+    *const f32,
+    *mut f32,
+    *mut f32,
+    *mut f32,
+);
+type EmuRun = unsafe extern "C" fn(
+    Kern,
+    u32,
+    u32,
+    i32,
+    *const Params,
+    *const *const f32,
+    *const *mut f32,
+) -> i32;
+
+/// The families compiled into shared libraries, once per test process.
+struct Libraries {
+    libs: HashMap<Family, libloading::Library>,
+}
+
+/// `None` when there is no C++ compiler (and not in CI, where [`host::compiler`] panics).
+fn libraries() -> Option<&'static Libraries> {
+    static LIBS: OnceLock<Option<Libraries>> = OnceLock::new();
+    LIBS.get_or_init(|| {
+        let cc = host::compiler()?;
+        let dir = host::scratch("emulator");
+        // Compiled in parallel: the families are independent translation units.
+        let built: Vec<(Family, std::result::Result<PathBuf, String>)> = std::thread::scope(|s| {
+            let jobs: Vec<_> = Family::ALL
+                .iter()
+                .map(|&f| {
+                    let (cc, dir) = (&cc, &dir);
+                    s.spawn(move || {
+                        let so = dir.join(format!("lib{}.so", f.name()));
+                        let so_arg = so.to_string_lossy().into_owned();
+                        let r = host::compile(cc, f, dir, &["-shared", "-O1", "-o", &so_arg])
+                            .map(|()| so);
+                        (f, r)
+                    })
+                })
+                .collect();
+            jobs.into_iter()
+                .map(|j| j.join().expect("compiler thread"))
+                .collect()
+        });
+        let mut libs = HashMap::new();
+        for (f, r) in built {
+            let so =
+                r.unwrap_or_else(|e| panic!("{}.cu does not build for the host:\n{e}", f.name()));
+            // SAFETY: the library is ours, built just now; its initializers only set globals.
+            let lib = unsafe { libloading::Library::new(&so) }
+                .unwrap_or_else(|e| panic!("loading {}: {e}", so.display()));
+            libs.insert(f, lib);
+        }
+        // Loaded libraries stay mapped once their files are gone: nothing is left in /tmp.
+        let _ = std::fs::remove_dir_all(&dir);
+        Some(Libraries { libs })
+    })
+    .as_ref()
+}
+
+/// The emulator's state is global per library (built-in index variables, fibers): one launch
+/// at a time in the whole process.
+static LAUNCH: Mutex<()> = Mutex::new(());
+
+/// The emulated device. Records which kernel entries ran, so a test can ask that all did.
+pub(crate) struct EmulatedDevice {
+    libs: &'static Libraries,
+    row_threads: u32,
+    launched: Mutex<BTreeSet<(&'static str, &'static str)>>,
+}
+
+impl EmulatedDevice {
+    /// `None` without a host C++ compiler (outside CI). `row_threads`: threads per block of the
+    /// row kernels (a power of two up to 256, as a device's launcher picks).
+    pub(crate) fn new(row_threads: u32) -> Option<Self> {
+        Some(EmulatedDevice {
+            libs: libraries()?,
+            row_threads,
+            launched: Mutex::new(BTreeSet::new()),
+        })
+    }
+
+    /// `(family, entry)` of every kernel launched so far.
+    pub(crate) fn launched(&self) -> BTreeSet<(&'static str, &'static str)> {
+        self.launched.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+impl Engine for EmulatedDevice {
+    fn describe(&self) -> String {
+        format!("host emulator, {} threads per row block", self.row_threads)
+    }
+    fn row_threads(&self) -> u32 {
+        self.row_threads
+    }
+    fn alloc_zeroed(&self, words: usize) -> Result<Box<dyn Mem>> {
+        Ok(Box::new(HostMem::new(vec![0; words.max(1)])))
+    }
+    fn upload(&self, words: &[u32]) -> Result<Box<dyn Mem>> {
+        if words.is_empty() {
+            return self.alloc_zeroed(1);
+        }
+        Ok(Box::new(HostMem::new(words.to_vec())))
+    }
+    fn download(&self, mem: &dyn Mem, words: usize) -> Result<Vec<u32>> {
+        let m = host_mem(mem, "download")?;
+        if words > m.len() {
+            return Err(err(format!("download of {words} words from {}", m.len())));
+        }
+        // SAFETY: in bounds (checked above), and no launch runs while the backend downloads.
+        Ok(unsafe { std::slice::from_raw_parts(m.0.as_ptr() as *const u32, words) }.to_vec())
+    }
+    fn launch(
+        &self,
+        kernel: Kernel,
+        grid: Grid,
+        params: &Params,
+        inputs: &[&dyn Mem],
+        outputs: &[&dyn Mem],
+    ) -> Result<()> {
+        if inputs.len() > 4 || outputs.len() > 3 {
+            return Err(err(format!(
+                "{}: {} inputs, {} outputs (at most 4 and 3)",
+                kernel.entry,
+                inputs.len(),
+                outputs.len()
+            )));
+        }
+        let lib = self
+            .libs
+            .libs
+            .get(&kernel.family)
+            .ok_or_else(|| err(format!("no library for {}", kernel.family.name())))?;
+        let mut ins = [std::ptr::null::<f32>(); 4];
+        for (d, m) in ins.iter_mut().zip(inputs) {
+            *d = host_mem(*m, kernel.entry)?.ptr();
+        }
+        let mut outs = [std::ptr::null_mut::<f32>(); 3];
+        for (d, m) in outs.iter_mut().zip(outputs) {
+            *d = host_mem(*m, kernel.entry)?.ptr();
+        }
+        let _one_at_a_time = LAUNCH.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: every KERNEL has the prelude's signature (`Kern`), `emu_run` the runtime's;
+        // the pointers are live host buffers sized by the launcher, as on the device.
+        let status = unsafe {
+            let f: libloading::Symbol<Kern> = lib
+                .get(kernel.entry.as_bytes())
+                .map_err(|e| err(format!("kernel {}: {e}", kernel.entry)))?;
+            let run: libloading::Symbol<EmuRun> = lib
+                .get(b"emu_run")
+                .map_err(|e| err(format!("emu_run: {e}")))?;
+            run(
+                *f,
+                grid.blocks,
+                grid.threads,
+                i32::from(grid.cooperative),
+                params,
+                ins.as_ptr(),
+                outs.as_ptr(),
+            )
+        };
+        if status != 0 {
+            return Err(err(format!(
+                "{} called __syncthreads but was launched as non-cooperative",
+                kernel.entry
+            )));
+        }
+        if let Ok(mut s) = self.launched.lock() {
+            s.insert((kernel.family.name(), kernel.entry));
+        }
+        Ok(())
+    }
+    fn sgemm(&self, g: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()> {
+        host_sgemm(
+            g,
+            host_mem(a, "sgemm")?,
+            host_mem(b, "sgemm")?,
+            host_mem(c, "sgemm")?,
+        )
+    }
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What the driver's cuBLAS call computes, argument for argument (B first, then A).
+fn host_sgemm(g: &Gemm, a: &HostMem, b: &HostMem, c: &HostMem) -> Result<()> {
+    let cm = g.to_column_major();
+    column_major_sgemm(
+        (cm.trans_first, cm.trans_second),
+        (cm.m, cm.n, cm.k),
+        (&b.0, g.offset_b, cm.ld_first, cm.stride_first),
+        (&a.0, g.offset_a, cm.ld_second, cm.stride_second),
+        (&c.0, g.offset_c, cm.ldc, cm.stride_c),
+        g.batch,
+    )
+}
+
+type Operand<'a> = (&'a [AtomicU32], usize, usize, usize);
+
+/// cuBLAS `sgemm_strided_batched` with alpha 1, beta 0: for each batch `i`,
+/// `C_i = op(A_i) op(B_i)` in column-major storage, `C_i [m, n]` with leading dimension `ldc`;
+/// `op(A_i)` is `[m, k]` (stored `[m, k]` with `lda`, or `[k, m]` when transposed). Every
+/// element read or written is bounds-checked: an error, never an out-of-range access.
+fn column_major_sgemm(
+    (trans_a, trans_b): (bool, bool),
+    (m, n, k): (usize, usize, usize),
+    (a, off_a, lda, stride_a): Operand<'_>,
+    (b, off_b, ldb, stride_b): Operand<'_>,
+    (c, off_c, ldc, stride_c): Operand<'_>,
+    batch: usize,
+) -> Result<()> {
+    let get = |buf: &[AtomicU32], i: usize, what: &str| -> Result<f32> {
+        buf.get(i)
+            .map(|w| f32::from_bits(w.load(Ordering::Relaxed)))
+            .ok_or_else(|| err(format!("sgemm reads {what}[{i}] of {}", buf.len())))
+    };
+    for bi in 0..batch {
+        let (ba, bb, bc) = (
+            off_a + bi * stride_a,
+            off_b + bi * stride_b,
+            off_c + bi * stride_c,
+        );
+        for j in 0..n {
+            for i in 0..m {
+                let mut acc = 0.0f64;
+                for p in 0..k {
+                    let ai = if trans_a { p + i * lda } else { i + p * lda };
+                    let bj = if trans_b { j + p * ldb } else { p + j * ldb };
+                    acc += f64::from(get(a, ba + ai, "A")?) * f64::from(get(b, bb + bj, "B")?);
+                }
+                let ci = bc + i + j * ldc;
+                c.get(ci)
+                    .ok_or_else(|| err(format!("sgemm writes C[{ci}] of {}", c.len())))?
+                    .store((acc as f32).to_bits(), Ordering::Relaxed);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use kernels_core::op::Direction;
+    use kernels_core::parity::Case;
+    use kernels_core::{Op, OpKind, Rng, parity};
+
+    use super::*;
+    use crate::cuda::CudaBackend;
+    use crate::parity::{check_all, failures};
+
+    #[test]
+    fn column_major_sgemm_matches_a_row_major_product_through_the_mapping() {
+        // Row-major a [2, 3] (stored transposed when trans_a) times b [3, 2].
+        let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let b = [7.0f32, 8.0, 9.0, 10.0, 11.0, 12.0];
+        let want = [58.0f32, 64.0, 139.0, 154.0];
+        let words = |v: &[f32]| -> Box<[AtomicU32]> {
+            v.iter().map(|x| AtomicU32::new(x.to_bits())).collect()
+        };
+        let at = [1.0f32, 4.0, 2.0, 5.0, 3.0, 6.0];
+        for (trans_a, a_store) in [(false, &a), (true, &at)] {
+            let (ma, mb) = (HostMem(words(a_store)), HostMem(words(&b)));
+            let mc = HostMem(words(&[0.0; 4]));
+            let g = Gemm {
+                m: 2,
+                n: 2,
+                k: 3,
+                trans_a,
+                trans_b: false,
+                batch: 1,
+                stride_a: 0,
+                stride_b: 0,
+                offset_a: 0,
+                offset_b: 0,
+                offset_c: 0,
+            };
+            host_sgemm(&g, &ma, &mb, &mc).unwrap();
+            let got: Vec<f32> =
+                mc.0.iter()
+                    .map(|w| f32::from_bits(w.load(Ordering::Relaxed)))
+                    .collect();
+            assert_eq!(got, want, "trans_a={trans_a}");
+        }
+    }
+
+    fn emulated(row_threads: u32) -> Option<(CudaBackend, &'static EmulatedDevice)> {
+        let dev: &'static EmulatedDevice = Box::leak(Box::new(EmulatedDevice::new(row_threads)?));
+        Some((CudaBackend::with_engine(Box::new(Shared(dev))), dev))
+    }
+
+    /// Lets the test keep a handle on the engine the backend owns.
+    struct Shared(&'static EmulatedDevice);
+
+    impl Engine for Shared {
+        fn describe(&self) -> String {
+            self.0.describe()
+        }
+        fn row_threads(&self) -> u32 {
+            self.0.row_threads()
+        }
+        fn alloc_zeroed(&self, words: usize) -> Result<Box<dyn Mem>> {
+            self.0.alloc_zeroed(words)
+        }
+        fn upload(&self, words: &[u32]) -> Result<Box<dyn Mem>> {
+            self.0.upload(words)
+        }
+        fn download(&self, mem: &dyn Mem, words: usize) -> Result<Vec<u32>> {
+            self.0.download(mem, words)
+        }
+        fn launch(
+            &self,
+            kernel: Kernel,
+            grid: Grid,
+            params: &Params,
+            inputs: &[&dyn Mem],
+            outputs: &[&dyn Mem],
+        ) -> Result<()> {
+            self.0.launch(kernel, grid, params, inputs, outputs)
+        }
+        fn sgemm(&self, gemm: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()> {
+            self.0.sgemm(gemm, a, b, c)
+        }
+        fn synchronize(&self) -> Result<()> {
+            self.0.synchronize()
+        }
+    }
+
+    /// Paths of the CUDA launchers the shared cases do not reach: mse over several
+    /// partial-sum chunks (then `sum_scale` over more than one partial), and causal attention
+    /// with more query rows than keys (rows that see no key) and `dv != d`.
+    fn launch_edges() -> Vec<Case> {
+        let mut rng = Rng::new(0xC0DA);
+        let mut f = |shape: &[usize]| rng.normal_tensor(shape, 0.0, 1.0).unwrap();
+        let case = |op, inputs| Case {
+            op,
+            inputs,
+            large: false,
+        };
+        let mse = [3, 4099];
+        vec![
+            case(Op::Mse, vec![f(&mse), f(&mse)]),
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                },
+                vec![f(&[1, 2, 6, 4]), f(&[1, 1, 3, 4]), f(&[1, 1, 3, 5])],
+            ),
+        ]
+    }
+
+    #[test]
+    fn emulated_cuda_kernels_match_the_cpu_reference_on_every_op() {
+        let Some((be, dev)) = emulated(256) else {
+            return;
+        };
+        let mut cases = Vec::new();
+        for kind in OpKind::ALL {
+            cases.extend(parity::cases(*kind, 7).unwrap());
+        }
+        cases.extend(launch_edges());
+        let rows = check_all(&cases, &be);
+        let ran = |k: &OpKind, d: Direction| {
+            rows.iter()
+                .any(|r| r.kind == k.name() && r.dir == d && r.error.is_none())
+        };
+        let missing: Vec<String> = OpKind::ALL
+            .iter()
+            .flat_map(|k| {
+                let mut m = Vec::new();
+                if !ran(k, Direction::Forward) {
+                    m.push(format!("{k} forward"));
+                }
+                if k.spec().differentiable() && !ran(k, Direction::Backward) {
+                    m.push(format!("{k} backward"));
+                }
+                m
+            })
+            .collect();
+        let bad = failures(&rows);
+        assert!(
+            missing.is_empty() && bad.is_empty(),
+            "ops that did not run: {missing:?}\n{} failures:\n{}",
+            bad.len(),
+            bad.join("\n")
+        );
+        // Every KERNEL of every family ran under the real launchers.
+        let launched = dev.launched();
+        let never: Vec<String> = Family::ALL
+            .iter()
+            .flat_map(|f| f.entries().into_iter().map(move |e| (f.name(), e)))
+            .filter(|fe| !launched.contains(fe))
+            .map(|(f, e)| format!("{f}.cu {e}"))
+            .collect();
+        assert!(never.is_empty(), "kernels never launched: {never:?}");
+    }
+}

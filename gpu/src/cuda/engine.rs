@@ -1,0 +1,144 @@
+//! What the CUDA backend needs from a device: memory, kernel launches and SGEMM. The driver
+//! engine ([`super::driver`]) is cudarc. The seam is narrow so that in tests a CPU emulator
+//! (`emulator.rs`: each family compiled by the host C++ compiler, grids run by
+//! `host_runtime.hpp`) stands in for it.
+
+use std::any::Any;
+
+use kernels_core::Result;
+
+use super::kernels::Family;
+
+/// Per-launch parameters: eight u32 then eight f32 (`struct Params` in the prelude), passed
+/// by value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Params {
+    pub u: [u32; 8],
+    pub f: [f32; 8],
+}
+
+impl Params {
+    pub fn u(vals: &[u32]) -> Self {
+        let mut p = Params::default();
+        for (d, s) in p.u.iter_mut().zip(vals) {
+            *d = *s;
+        }
+        p
+    }
+    pub fn with_f(mut self, vals: &[f32]) -> Self {
+        for (d, s) in self.f.iter_mut().zip(vals) {
+            *d = *s;
+        }
+        self
+    }
+    /// Sets `u[7]`, the op code slot of the families that select an op at run time.
+    pub fn code(mut self, code: u32) -> Self {
+        self.u[7] = code;
+        self
+    }
+}
+
+/// A kernel entry point of a family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    pub family: Family,
+    pub entry: &'static str,
+}
+
+/// A 1-D launch. `cooperative`: the block's threads synchronize (row kernels); the emulator
+/// needs to know, the device does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grid {
+    pub blocks: u32,
+    pub threads: u32,
+    pub cooperative: bool,
+}
+
+/// Device memory owned by an engine; each engine downcasts to its own type.
+pub trait Mem: Any + std::fmt::Debug + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// `C = op(A) op(B)` for `batch` row-major matrices: `op(A) [m, k]`, `op(B) [k, n]`, `C [m,
+/// n]`, each operand at an element offset and a batch stride (0: shared).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gemm {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub batch: usize,
+    pub stride_a: usize,
+    pub stride_b: usize,
+    pub offset_a: usize,
+    pub offset_b: usize,
+    pub offset_c: usize,
+}
+
+/// A column-major SGEMM call (cuBLAS's convention), as [`Gemm::to_column_major`] maps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnMajorGemm {
+    /// Transpose the first operand.
+    pub trans_first: bool,
+    pub trans_second: bool,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    /// Which of the row-major operands comes first: cuBLAS gets `B` then `A`.
+    pub ld_first: usize,
+    pub ld_second: usize,
+    pub ldc: usize,
+    pub stride_first: usize,
+    pub stride_second: usize,
+    pub stride_c: usize,
+}
+
+impl Gemm {
+    /// A row-major `C [m, n]` is the column-major `C^T [n, m] = op(B)^T op(A)^T`, so cuBLAS
+    /// multiplies B by A, with each transpose flag kept and the leading dims of the row-major
+    /// storage: no copy of either operand.
+    pub fn to_column_major(&self) -> ColumnMajorGemm {
+        ColumnMajorGemm {
+            trans_first: self.trans_b,
+            trans_second: self.trans_a,
+            m: self.n,
+            n: self.m,
+            k: self.k,
+            ld_first: if self.trans_b { self.k } else { self.n },
+            ld_second: if self.trans_a { self.m } else { self.k },
+            ldc: self.n,
+            stride_first: self.stride_b,
+            stride_second: self.stride_a,
+            stride_c: self.m * self.n,
+        }
+    }
+}
+
+/// A device the CUDA backend runs on.
+pub trait Engine {
+    /// e.g. `NVIDIA GeForce RTX 4090 (sm_89)`.
+    fn describe(&self) -> String;
+    /// Threads per block of the row kernels (a power of two, at most 256).
+    fn row_threads(&self) -> u32;
+    /// `words` zeroed 32-bit words.
+    fn alloc_zeroed(&self, words: usize) -> Result<Box<dyn Mem>>;
+    /// A copy of `words` on the device.
+    fn upload(&self, words: &[u32]) -> Result<Box<dyn Mem>>;
+    /// The first `words` words of `mem`, after all recorded work.
+    fn download(&self, mem: &dyn Mem, words: usize) -> Result<Vec<u32>>;
+    /// Launches `kernel`; unused inputs and outputs are passed as null.
+    fn launch(
+        &self,
+        kernel: Kernel,
+        grid: Grid,
+        params: &Params,
+        inputs: &[&dyn Mem],
+        outputs: &[&dyn Mem],
+    ) -> Result<()>;
+    /// `c = op(a) op(b)` (see [`Gemm`]).
+    fn sgemm(&self, gemm: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()>;
+    /// Waits for all recorded work.
+    fn synchronize(&self) -> Result<()>;
+}

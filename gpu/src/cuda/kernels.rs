@@ -1,0 +1,234 @@
+//! The CUDA C kernels: one `.cu` file per op family (mirroring `src/shaders/*.wgsl`), embedded
+//! with `include_str!`, each compiled at run time by NVRTC after the shared prelude. Matmul has
+//! no file: it is cuBLAS SGEMM.
+
+/// The op families with a CUDA C file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    Elementwise,
+    Reduce,
+    Softmax,
+    Norm,
+    Layout,
+    Optim,
+    Loss,
+    Rope,
+    Attention,
+    Gru,
+}
+
+/// The prelude every family is compiled after: `Params`, `KERNEL(name)`, block reductions.
+pub const PRELUDE: &str = include_str!("kernels/prelude.cuh");
+
+impl Family {
+    /// Every family.
+    pub const ALL: &'static [Family] = &[
+        Family::Elementwise,
+        Family::Reduce,
+        Family::Softmax,
+        Family::Norm,
+        Family::Layout,
+        Family::Optim,
+        Family::Loss,
+        Family::Rope,
+        Family::Attention,
+        Family::Gru,
+    ];
+
+    /// File stem of the family's `.cu` file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Elementwise => "elementwise",
+            Family::Reduce => "reduce",
+            Family::Softmax => "softmax",
+            Family::Norm => "norm",
+            Family::Layout => "layout",
+            Family::Optim => "optim",
+            Family::Loss => "loss",
+            Family::Rope => "rope",
+            Family::Attention => "attention",
+            Family::Gru => "gru",
+        }
+    }
+
+    /// The embedded CUDA C source of the family (without the prelude).
+    pub fn source(self) -> &'static str {
+        match self {
+            Family::Elementwise => include_str!("kernels/elementwise.cu"),
+            Family::Reduce => include_str!("kernels/reduce.cu"),
+            Family::Softmax => include_str!("kernels/softmax.cu"),
+            Family::Norm => include_str!("kernels/norm.cu"),
+            Family::Layout => include_str!("kernels/layout.cu"),
+            Family::Optim => include_str!("kernels/optim.cu"),
+            Family::Loss => include_str!("kernels/loss.cu"),
+            Family::Rope => include_str!("kernels/rope.cu"),
+            Family::Attention => include_str!("kernels/attention.cu"),
+            Family::Gru => include_str!("kernels/gru.cu"),
+        }
+    }
+
+    /// What NVRTC compiles: the prelude, then the family.
+    pub fn module_source(self) -> String {
+        format!(
+            "{PRELUDE}\n#line 1 \"{}.cu\"\n{}",
+            self.name(),
+            self.source()
+        )
+    }
+
+    /// The kernel entry points the family defines (`KERNEL(name)`), in file order.
+    pub fn entries(self) -> Vec<&'static str> {
+        self.source()
+            .lines()
+            .filter_map(|l| l.strip_prefix("KERNEL(")?.split(')').next())
+            .collect()
+    }
+}
+
+/// Host-compiler checks of the `.cu` files: every file parses and type-checks as C++ through a
+/// shim that defines the CUDA built-ins (`host_shim.hpp`). No GPU or CUDA toolkit needed.
+#[cfg(test)]
+pub(crate) mod host {
+    use std::path::PathBuf;
+    use std::process::Command;
+
+    use super::{Family, PRELUDE};
+
+    /// The shim that lets a host C++ compiler take the CUDA C: built-in variables, qualifiers,
+    /// `__syncthreads`, and the fiber runtime the emulator drives.
+    pub const SHIM: &str = include_str!("host_shim.hpp");
+
+    /// A C++ compiler, or why there is none. In CI one must exist (tests/ci.sh installs g++).
+    pub fn compiler() -> Option<String> {
+        for cc in ["c++", "g++", "clang++"] {
+            if Command::new(cc)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+            {
+                return Some(cc.to_string());
+            }
+        }
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("CI=true but no C++ compiler (c++, g++ or clang++) to check the CUDA kernels");
+        }
+        eprintln!("skipping the host checks of the CUDA kernels: no C++ compiler found");
+        None
+    }
+
+    /// The translation unit of one family as the host compiler sees it.
+    pub fn host_source(f: Family) -> String {
+        format!(
+            "{SHIM}\n#line 1 \"prelude.cuh\"\n{PRELUDE}\n#line 1 \"{}.cu\"\n{}\n#include \"host_runtime\"\n",
+            f.name(),
+            f.source()
+        )
+    }
+
+    /// A fresh scratch directory for this test process.
+    pub fn scratch(what: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "kernels-cuda-{what}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Compiles family `f` with `args` (e.g. `-fsyntax-only`, or `-shared -o lib.so`) in `dir`;
+    /// `Err` holds the compiler's diagnostics.
+    pub fn compile(
+        cc: &str,
+        f: Family,
+        dir: &std::path::Path,
+        args: &[&str],
+    ) -> Result<(), String> {
+        let src = dir.join(format!("{}.cpp", f.name()));
+        std::fs::write(&src, host_source(f)).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("host_runtime"), include_str!("host_runtime.hpp"))
+            .map_err(|e| e.to_string())?;
+        let out = Command::new(cc)
+            .args([
+                "-std=c++17",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-Wno-unused-parameter",
+            ])
+            .args([
+                "-Wno-unused-function",
+                "-Wno-unused-variable",
+                "-fPIC",
+                "-I",
+            ])
+            .arg(dir)
+            .args(args)
+            .arg(&src)
+            .current_dir(dir)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_cu_file_compiles_with_the_host_compiler() {
+        let Some(cc) = host::compiler() else { return };
+        let dir = host::scratch("syntax");
+        let mut failed = Vec::new();
+        for f in Family::ALL {
+            assert!(!f.entries().is_empty(), "{}.cu defines no KERNEL", f.name());
+            if let Err(e) = host::compile(&cc, *f, &dir, &["-fsyntax-only"]) {
+                failed.push(format!("{}.cu:\n{e}", f.name()));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(failed.is_empty(), "{}", failed.join("\n"));
+    }
+
+    #[test]
+    fn a_broken_kernel_fails_the_host_check() {
+        // The check itself must be able to fail: a type error in a kernel is reported.
+        let Some(cc) = host::compiler() else { return };
+        let dir = host::scratch("broken");
+        let src = dir.join("broken.cpp");
+        std::fs::write(
+            &src,
+            format!(
+                "{}\n{PRELUDE}\nKERNEL(bad) {{ out0[0] = undefined_thing; }}\n",
+                host::SHIM
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(&cc)
+            .args(["-std=c++17", "-fsyntax-only"])
+            .arg(&src)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("undefined_thing"));
+    }
+
+    #[test]
+    fn entries_are_listed_from_the_sources() {
+        assert_eq!(
+            Family::Optim.entries(),
+            vec!["adamw_step", "sgd_step"],
+            "KERNEL(name) lines"
+        );
+        for f in Family::ALL {
+            assert!(f.module_source().starts_with(PRELUDE));
+        }
+    }
+}

@@ -1,0 +1,84 @@
+// layer_norm and rms_norm over the last dim (p.u[7] = 1 for rms), forward and backward. One
+// block per row; the backward writes grad_x and per-row statistics, then a second kernel sums
+// grad_weight / grad_bias over rows, one thread per column, in row order. CPU reference:
+// kernels-core src/cpu/norm.rs.
+
+// (mean, 1/sqrt(var + eps)) of a layer_norm row, or (0, 1/sqrt(mean(x^2) + eps)) for rms_norm.
+// Two passes (mean, then squared deviations) for accuracy.
+__device__ inline void row_stats(const Params& p, const float* x, unsigned int n, float* mean_out,
+                                 float* rstd_out) {
+    float mean = 0.0f;
+    if (p.u[7] == 0) {
+        float acc = 0.0f;
+        for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) acc = acc + x[j];
+        mean = block_sum(acc) / (float)n;
+    }
+    float sq = 0.0f;
+    for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) {
+        float d = x[j] - mean;
+        sq = sq + d * d;
+    }
+    float var = block_sum(sq) / (float)n;
+    *mean_out = mean;
+    *rstd_out = 1.0f / sqrtf(var + p.f[0]);
+}
+
+// in0 = x [rows, n], in1 = weight [n], in2 = bias [n] (layer_norm); out0 [rows, n].
+// p.u[0] = rows, p.u[1] = n, p.f[0] = eps
+KERNEL(norm_forward) {
+    unsigned long long row = blockIdx.x;
+    unsigned int n = p.u[1];
+    unsigned long long base = row * n;
+    float mean, rstd;
+    row_stats(p, in0 + base, n, &mean, &rstd);
+    for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) {
+        float xhat = (in0[base + j] - mean) * rstd;
+        out0[base + j] = p.u[7] == 1 ? xhat * in1[j] : xhat * in1[j] + in2[j];
+    }
+}
+
+// in0 = x, in1 = weight, in2 = grad_out; out0 = grad_x, out1 = stats [rows, 2] (mean, rstd).
+// layer_norm: gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), gh = g * w.
+// rms_norm:   gx = rstd * (gh - xhat * mean(gh * xhat)).
+KERNEL(norm_backward_rows) {
+    unsigned long long row = blockIdx.x;
+    unsigned int n = p.u[1];
+    unsigned long long base = row * n;
+    float mean, rstd;
+    row_stats(p, in0 + base, n, &mean, &rstd);
+    float s1 = 0.0f, s2 = 0.0f;
+    for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) {
+        float gh = in2[base + j] * in1[j];
+        float xhat = (in0[base + j] - mean) * rstd;
+        s1 = s1 + gh;
+        s2 = s2 + gh * xhat;
+    }
+    float m1 = block_sum(s1) / (float)n;
+    float m2 = block_sum(s2) / (float)n;
+    for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) {
+        float gh = in2[base + j] * in1[j];
+        float xhat = (in0[base + j] - mean) * rstd;
+        out0[base + j] = p.u[7] == 1 ? rstd * (gh - xhat * m2) : rstd * (gh - m1 - xhat * m2);
+    }
+    if (threadIdx.x == 0) {
+        out1[2 * row] = mean;
+        out1[2 * row + 1] = rstd;
+    }
+}
+
+// in0 = x [rows, n], in1 = grad_out, in2 = stats; out0 = grad_weight [n], out1 = grad_bias [n]
+// (layer_norm only). One thread per column.
+KERNEL(norm_backward_cols) {
+    unsigned long long j = global_index();
+    unsigned long long rows = p.u[0], n = p.u[1];
+    if (j >= n) return;
+    float gw = 0.0f, gb = 0.0f;
+    for (unsigned long long r = 0; r < rows; r++) {
+        float g = in1[r * n + j];
+        float xhat = (in0[r * n + j] - in2[2 * r]) * in2[2 * r + 1];
+        gw = gw + g * xhat;
+        gb = gb + g;
+    }
+    out0[j] = gw;
+    if (p.u[7] == 0) out1[j] = gb;
+}

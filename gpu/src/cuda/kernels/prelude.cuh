@@ -1,0 +1,80 @@
+// Prepended to every family's source before NVRTC compiles it (and before the host compiler
+// checks or emulates it in the tests): the parameter block, the uniform kernel signature, the
+// index helpers and the block reductions shared by the row kernels.
+//
+// Every kernel takes the same arguments, like the WGSL bind group: a 64-byte parameter block by
+// value, four read-only inputs and three outputs (unused ones are null). Integer tensors (ids,
+// targets) are i32 on the device and read through `const int*` casts.
+
+struct Params {
+    unsigned int u[8];
+    float f[8];
+};
+
+#define KERNEL(name)                                                                          \
+    extern "C" __global__ void name(const Params p, const float* in0, const float* in1,       \
+                                    const float* in2, const float* in3, float* out0,          \
+                                    float* out1, float* out2)
+
+// Threads per block of the row kernels' reductions (the launcher uses this many or fewer,
+// always a power of two).
+#define MAX_THREADS 256
+
+__device__ inline float k_inf() { return __int_as_float(0x7f800000); }
+
+// Global thread index in 64 bits: n may be close to 2^32 and the last block overshoots it.
+__device__ inline unsigned long long global_index() {
+    return (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
+// Sum of one value per thread of the block, by a tree in shared memory; every thread gets the
+// result. Every thread of the block must call it.
+__device__ inline float block_sum(float v) {
+    __shared__ float sh_sum[MAX_THREADS];
+    unsigned int lid = threadIdx.x;
+    sh_sum[lid] = v;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (lid < s) sh_sum[lid] = sh_sum[lid] + sh_sum[lid + s];
+        __syncthreads();
+    }
+    float total = sh_sum[0];
+    __syncthreads();
+    return total;
+}
+
+__device__ inline float block_max(float v) {
+    __shared__ float sh_max[MAX_THREADS];
+    unsigned int lid = threadIdx.x;
+    sh_max[lid] = v;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (lid < s) sh_max[lid] = fmaxf(sh_max[lid], sh_max[lid + s]);
+        __syncthreads();
+    }
+    float total = sh_max[0];
+    __syncthreads();
+    return total;
+}
+
+// tanh without overflow for large |x| and without cancellation near zero (as the WGSL).
+__device__ inline float tanh_safe(float x) {
+    float ax = fabsf(x);
+    if (x != x) return x;
+    float t;
+    if (ax < 0.004f) {
+        t = ax - ax * ax * ax / 3.0f;
+    } else if (ax > 10.0f) {
+        t = 1.0f;
+    } else {
+        t = 1.0f - 2.0f / (expf(2.0f * ax) + 1.0f);
+    }
+    return x < 0.0f ? -t : t;
+}
+
+// Two branches so exp never overflows (as the CPU reference).
+__device__ inline float sigmoid_safe(float x) {
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}

@@ -1,0 +1,59 @@
+// Rotary position embedding over x [batch, heads, seq, head_dim], forward and backward (the
+// backward rotates grad_out by the negated angle, p.u[5] = 1). One thread per rotated pair.
+// CPU reference: kernels-core src/cpu/rope.rs.
+//
+// Accuracy: at long positions the angle p * inv_freq is thousands of radians, where an f32
+// product has lost the bits that decide the rotation. So the angle is never formed in f32: the
+// host gives each frequency as a 64-bit fixed-point fraction of a turn, U = frac(inv_freq / 2pi)
+// * 2^64 (computed in f64; in3 = [half, 2] words high, low), the kernel takes frac(p * U)
+// exactly in 64-bit integer arithmetic (whole turns drop out), splits off the nearest quarter
+// turn, and evaluates minimax sin/cos polynomials (Cephes sinf/cosf) on [-pi/4, pi/4] -- the
+// same arithmetic as the WGSL kernel.
+
+// 2 pi / 2^32: radians per unit of a 32-bit turn fraction.
+#define RAD_PER_UNIT 1.4629180792671596e-9f
+
+__device__ inline void cos_sin(const unsigned int* turns, unsigned int pos, unsigned int i,
+                               float* c_out, float* s_out) {
+    unsigned long long u = ((unsigned long long)turns[2 * i] << 32) | turns[2 * i + 1];
+    // frac(pos * U) in units of 2^-32 turns (wrapping arithmetic is the mod 1).
+    unsigned int t = (unsigned int)(((unsigned long long)pos * u) >> 32);
+    // Nearest quarter turn and the signed remainder, |r| <= 2^29 (an eighth of a turn).
+    unsigned int q = (t + 0x20000000u) >> 30;
+    int r = (int)(t - (q << 30));
+    float a = (float)r * RAD_PER_UNIT;
+    float z = a * a;
+    float s = a + a * z * (-1.6666654611e-1f + z * (8.3321608736e-3f + z * -1.9515295891e-4f));
+    float c = 1.0f - 0.5f * z +
+              z * z * (4.166664568298827e-2f + z * (-1.388731625493765e-3f + z * 2.443315711809948e-5f));
+    switch (q & 3u) {
+        case 0: *c_out = c; *s_out = s; break;
+        case 1: *c_out = -s; *s_out = c; break;
+        case 2: *c_out = -c; *s_out = -s; break;
+        default: *c_out = s; *s_out = -c; break;
+    }
+}
+
+// in0 = x [rows, head_dim] (rows = batch * heads * seq), in3 = turns; out0 same shape as x.
+// p.u[0] = rows * half (pairs), p.u[1] = seq, p.u[2] = half, p.u[3] = offset,
+// p.u[4] = interleaved, p.u[5] = inverse
+KERNEL(rope) {
+    unsigned long long idx = global_index();
+    if (idx >= p.u[0]) return;
+    unsigned long long half = p.u[2];
+    unsigned long long row = idx / half;
+    unsigned int i = (unsigned int)(idx % half);
+    unsigned int pos = p.u[3] + (unsigned int)(row % p.u[1]);
+    float c, sn;
+    cos_sin((const unsigned int*)in3, pos, i, &c, &sn);
+    if (p.u[5] != 0) sn = -sn;
+    unsigned long long base = row * 2 * half;
+    unsigned long long ia = base + i, ib = base + i + half;
+    if (p.u[4] != 0) {
+        ia = base + 2 * (unsigned long long)i;
+        ib = ia + 1;
+    }
+    float a = in0[ia], b = in0[ib];
+    out0[ia] = a * c - b * sn;
+    out0[ib] = b * c + a * sn;
+}

@@ -1,0 +1,341 @@
+//! The optional CUDA backend (`cuda` feature): the same [`Backend`] trait as the CPU and wgpu,
+//! for NVIDIA GPUs through the vendor libraries, via `cudarc`.
+//!
+//! - matmul (and every product inside other ops: GRU projections, low-rank SVD) is cuBLAS
+//!   SGEMM, strided batched, with the transposes passed to cuBLAS instead of copies;
+//! - every other op is CUDA C in `src/cuda/kernels/<family>.cu`, one file per op family
+//!   (mirroring the WGSL families), compiled at run time by NVRTC on first use and cached per
+//!   backend; each kernel names its CPU reference in kernels-core;
+//! - the driver, NVRTC and cuBLAS are loaded dynamically: the crate builds without the CUDA
+//!   toolkit, and a machine without them gets a clear [`Error::Backend`], never a panic.
+//!
+//! Launchers live in [`launch`] (an exhaustive `match` over the op vocabulary); the device
+//! behind them is an [`engine::Engine`] (cudarc: [`driver`]), a seam kept narrow so that in
+//! tests a CPU emulator running the same CUDA C (`emulator.rs`) stands in for the device.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use kernels_core::backend::LocalBoxFuture;
+use kernels_core::op::{Direction, Op};
+use kernels_core::tensor::{DeviceBuffer, Storage};
+use kernels_core::{Backend, DType, DeviceId, Error, Result, Tensor};
+
+pub mod driver;
+#[cfg(test)]
+mod emulator;
+pub mod engine;
+pub mod kernels;
+mod launch;
+
+use engine::{Engine, Gemm, Grid, Kernel, Mem, Params};
+
+/// What the backend has done so far. Read with [`CudaBackend::counters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CudaCounters {
+    /// Kernel launches.
+    pub launches: u64,
+    /// cuBLAS SGEMM calls.
+    pub gemms: u64,
+    /// Bytes copied host -> device.
+    pub bytes_uploaded: u64,
+    /// Bytes copied device -> host.
+    pub bytes_downloaded: u64,
+}
+
+/// Whether a CUDA device can be used here: `Ok(device count)`, or why not (no driver, no
+/// NVRTC, no cuBLAS, no device). Cheap; creates no context.
+pub fn probe() -> Result<usize> {
+    guarded("probe", driver::probe)
+}
+
+/// Runs `f`, turning a panic inside cudarc (a library symbol missing from an old driver, say)
+/// into an error: a missing CUDA installation must never abort the caller.
+fn guarded<R>(what: &str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let why = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Error::Backend {
+            backend: "cuda".into(),
+            why: format!("{what}: the CUDA libraries failed: {why}"),
+        })
+    })
+}
+
+/// One tensor's elements on the CUDA device (32-bit words; i64 ids are stored as i32).
+pub struct CudaBuffer {
+    mem: Box<dyn Mem>,
+    device: DeviceId,
+    /// Host copy of integer tensors uploaded from the host (ids, targets), so index ranges can
+    /// be checked without a readback.
+    host_ints: Option<Arc<Vec<i64>>>,
+}
+
+impl std::fmt::Debug for CudaBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaBuffer(device {}, {:?})", self.device.0, self.mem)
+    }
+}
+
+impl DeviceBuffer for CudaBuffer {
+    fn device(&self) -> DeviceId {
+        self.device
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl CudaBuffer {
+    pub(crate) fn host_ints(&self) -> Option<&Arc<Vec<i64>>> {
+        self.host_ints.as_ref()
+    }
+}
+
+/// The CUDA backend. See the module docs.
+pub struct CudaBackend {
+    engine: Box<dyn Engine>,
+    id: DeviceId,
+    /// Small constant tables (rope frequencies), uploaded once per key.
+    tables: RefCell<HashMap<String, Tensor>>,
+    counters: Cell<CudaCounters>,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CudaBackend({})", self.engine.describe())
+    }
+}
+
+impl CudaBackend {
+    /// Opens the device named by `KERNELS_CUDA_DEVICE` (an ordinal, default 0). Fails with
+    /// [`Error::Backend`] saying why when there is no driver, NVRTC, cuBLAS or device.
+    pub fn new() -> Result<Self> {
+        let ordinal = match std::env::var("KERNELS_CUDA_DEVICE") {
+            Ok(v) => v.trim().parse::<usize>().map_err(|_| Error::Backend {
+                backend: "cuda".into(),
+                why: format!("KERNELS_CUDA_DEVICE={v:?} is not a device ordinal"),
+            })?,
+            Err(_) => 0,
+        };
+        let engine = guarded("opening the device", || driver::Driver::new(ordinal))?;
+        Ok(Self::with_engine(Box::new(engine)))
+    }
+
+    pub(crate) fn with_engine(engine: Box<dyn Engine>) -> Self {
+        CudaBackend {
+            engine,
+            id: DeviceId(crate::wgpu_backend::NEXT_DEVICE.fetch_add(1, Ordering::Relaxed)),
+            tables: RefCell::new(HashMap::new()),
+            counters: Cell::new(CudaCounters::default()),
+        }
+    }
+
+    /// Launches, SGEMMs and bytes moved so far.
+    pub fn counters(&self) -> CudaCounters {
+        self.counters.get()
+    }
+
+    fn count(&self, f: impl FnOnce(&mut CudaCounters)) {
+        let mut c = self.counters.get();
+        f(&mut c);
+        self.counters.set(c);
+    }
+
+    pub(crate) fn row_threads(&self) -> u32 {
+        self.engine.row_threads()
+    }
+
+    /// An uninitialized-looking (zeroed) tensor on this device.
+    pub(crate) fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let n = kernels_core::tensor::numel(shape)
+            .ok_or_else(|| Error::bad_shape(op, "output", shape, "element count overflows"))?;
+        let mem = self.engine.alloc_zeroed(n)?;
+        Ok(Tensor::from_device(
+            shape,
+            dtype,
+            Arc::new(CudaBuffer {
+                mem,
+                device: self.id,
+                host_ints: None,
+            }),
+        ))
+    }
+
+    pub(crate) fn buffer_of<'a>(&self, op: &'static str, t: &'a Tensor) -> Result<&'a CudaBuffer> {
+        t.check_device(op, self.id)?;
+        t.device_buffer()
+            .and_then(|b| b.as_any().downcast_ref::<CudaBuffer>())
+            .ok_or(Error::DeviceMismatch {
+                op,
+                expected: self.id.0,
+                got: t.device().0,
+            })
+    }
+
+    pub(crate) fn launch(
+        &self,
+        op: &'static str,
+        kernel: Kernel,
+        grid: Grid,
+        params: Params,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+    ) -> Result<()> {
+        if grid.blocks == 0 {
+            return Ok(());
+        }
+        let ins = inputs
+            .iter()
+            .map(|t| self.buffer_of(op, t).map(|b| b.mem.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let outs = outputs
+            .iter()
+            .map(|t| self.buffer_of(op, t).map(|b| b.mem.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        self.engine.launch(kernel, grid, &params, &ins, &outs)?;
+        self.count(|c| c.launches += 1);
+        Ok(())
+    }
+
+    /// `c = op(a) op(b)`; every operand's offset and extent are checked against its tensor.
+    pub(crate) fn gemm(
+        &self,
+        op: &'static str,
+        g: &Gemm,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+    ) -> Result<()> {
+        let last = |off: usize, stride: usize, len: usize| {
+            g.batch
+                .checked_sub(1)
+                .and_then(|b| b.checked_mul(stride))
+                .and_then(|x| x.checked_add(off))
+                .and_then(|x| x.checked_add(len))
+        };
+        let fits = |t: &Tensor, end: Option<usize>| end.is_some_and(|e| e <= t.numel());
+        if !fits(a, last(g.offset_a, g.stride_a, g.m * g.k))
+            || !fits(b, last(g.offset_b, g.stride_b, g.k * g.n))
+            || !fits(c, last(g.offset_c, g.m * g.n, g.m * g.n))
+        {
+            return Err(Error::bad_shape(
+                op,
+                "matmul operand",
+                a.shape(),
+                format!(
+                    "{} x [{}, {}] @ [{}, {}] at offsets {}, {} does not fit its buffers",
+                    g.batch, g.m, g.k, g.k, g.n, g.offset_a, g.offset_b
+                ),
+            ));
+        }
+        let (ma, mb, mc) = (
+            self.buffer_of(op, a)?,
+            self.buffer_of(op, b)?,
+            self.buffer_of(op, c)?,
+        );
+        self.engine
+            .sgemm(g, ma.mem.as_ref(), mb.mem.as_ref(), mc.mem.as_ref())?;
+        self.count(|c| c.gemms += 1);
+        Ok(())
+    }
+
+    /// A constant table cached by `key`, made by `make` on first use.
+    pub(crate) fn table(
+        &self,
+        key: String,
+        make: impl FnOnce() -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        if let Some(t) = self.tables.borrow().get(&key) {
+            return Ok(t.clone());
+        }
+        let t = self.upload(&make()?)?;
+        self.tables.borrow_mut().insert(key, t.clone());
+        Ok(t)
+    }
+
+    /// Downloads now (CUDA copies block the host thread anyway).
+    pub fn download_blocking(&self, t: &Tensor) -> Result<Tensor> {
+        let buf = self.buffer_of("download", t)?;
+        let words = self.engine.download(buf.mem.as_ref(), t.numel())?;
+        self.count(|c| c.bytes_downloaded += 4 * words.len() as u64);
+        match t.dtype() {
+            DType::F32 => {
+                Tensor::from_f32(t.shape(), words.into_iter().map(f32::from_bits).collect())
+            }
+            DType::I32 => {
+                Tensor::from_i32(t.shape(), words.into_iter().map(|w| w as i32).collect())
+            }
+            DType::I64 => Tensor::from_i64(
+                t.shape(),
+                words.into_iter().map(|w| i64::from(w as i32)).collect(),
+            ),
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> String {
+        format!("cuda ({})", self.engine.describe())
+    }
+    fn device(&self) -> DeviceId {
+        self.id
+    }
+    fn upload(&self, t: &Tensor) -> Result<Tensor> {
+        let (words, host_ints): (Vec<u32>, Option<Arc<Vec<i64>>>) = match t.storage() {
+            Storage::F32(v) => (v.iter().map(|x| x.to_bits()).collect(), None),
+            Storage::I32(v) => (
+                v.iter().map(|&x| x as u32).collect(),
+                Some(Arc::new(v.iter().map(|&x| i64::from(x)).collect())),
+            ),
+            Storage::I64(v) => {
+                // Kernels index with i32; ids beyond it cannot address any tensor anyway.
+                let words = v
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| {
+                        i32::try_from(x)
+                            .map(|y| y as u32)
+                            .map_err(|_| Error::IndexOutOfRange {
+                                op: "upload",
+                                tensor: format!("i64 element {i}"),
+                                index: x,
+                                bound: i32::MAX as usize,
+                            })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                (words, Some(Arc::new(v.to_vec())))
+            }
+            Storage::Device(_) => return Err(Error::NotOnHost { op: "upload" }),
+        };
+        let mem = self.engine.upload(&words)?;
+        self.count(|c| c.bytes_uploaded += 4 * words.len() as u64);
+        Ok(Tensor::from_device(
+            t.shape(),
+            t.dtype(),
+            Arc::new(CudaBuffer {
+                mem,
+                device: self.id,
+                host_ints,
+            }),
+        ))
+    }
+    fn download<'a>(&'a self, t: &'a Tensor) -> LocalBoxFuture<'a, Result<Tensor>> {
+        Box::pin(std::future::ready(self.download_blocking(t)))
+    }
+    fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        launch::run(self, op, dir, inputs)
+    }
+    fn flush(&self) -> Result<()> {
+        // Launches are already queued on the stream; waiting surfaces any asynchronous error.
+        self.engine.synchronize()
+    }
+    fn zeros(&self, shape: &[usize]) -> Result<Tensor> {
+        self.alloc("zeros", shape, DType::F32)
+    }
+}

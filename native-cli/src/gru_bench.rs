@@ -1,0 +1,284 @@
+//! `kernels gru bench`: latency of the world-model pipeline at batch 32, the CPU against wgpu in
+//! one run: state encode, a 10-step rollout of the 5-member ensemble (with its mean and spread),
+//! rank-32 `svd_lowrank` of the residual matrix, the corrections, and the whole pipeline; the
+//! median of several runs with inputs and weights resident. wgpu rows add the dispatches of one
+//! run and, for the rollout, the dispatches each extra step adds.
+//!
+//! Each timed stage ends with a 4-byte read of a resident scalar, which submits the recorded
+//! work and waits for the device (the read itself is in the time, as in `kernels bench`).
+
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+
+use kernels_core::autograd::{Graph, Var};
+use kernels_core::models::world::{
+    WorldConfig, WorldModel, apply_correction, ensemble_stats, residual_svd, sim,
+};
+use kernels_core::nn::ParamStore;
+use kernels_core::{Backend, CpuBackend, Rng, Tensor};
+use kernels_gpu::bench::{median, time_runs};
+use kernels_gpu::{Counters, WgpuBackend};
+
+use crate::demo::fmt_duration;
+use crate::gru::load_world;
+use crate::{CliResult, fail};
+
+/// Options of `kernels gru bench`.
+#[derive(Debug, Clone)]
+pub struct GruBenchOptions {
+    pub backends: Option<String>,
+    pub batch: usize,
+    pub steps: usize,
+    pub rank: usize,
+    pub runs: usize,
+    /// Weights to time (the shipped ones); a fresh initialization when absent.
+    pub weights: Option<std::path::PathBuf>,
+}
+
+/// One stage on one backend.
+#[derive(Debug, Clone)]
+pub struct StageRow {
+    pub stage: &'static str,
+    pub backend: String,
+    pub median: Duration,
+    pub counters: Option<Counters>,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct GruBench {
+    pub rows: Vec<StageRow>,
+    /// wgpu: dispatches of the ensemble rollout per extra step, and for the whole rollout.
+    pub dispatches_per_step: Option<f64>,
+    pub rollout_dispatches: Option<u64>,
+    pub notes: Vec<String>,
+}
+
+struct Target {
+    backend: Rc<dyn Backend>,
+    gpu: Option<Rc<WgpuBackend>>,
+    fence: Option<Tensor>,
+}
+
+impl Target {
+    fn sync(&self) -> kernels_core::Result<()> {
+        if let Some(f) = &self.fence {
+            self.backend.flush()?;
+            pollster::block_on(self.backend.download(f))?;
+        }
+        Ok(())
+    }
+    fn counters(&self) -> Option<Counters> {
+        self.gpu.as_ref().map(|g| g.counters())
+    }
+}
+
+fn targets(spec: Option<&str>, notes: &mut Vec<String>) -> CliResult<Vec<Target>> {
+    let names: Vec<String> = match spec {
+        Some(s) => s.split(',').map(|x| x.trim().to_string()).collect(),
+        None => vec!["cpu".into(), "wgpu?".into()],
+    };
+    let mut out = Vec::new();
+    for n in names {
+        match n.as_str() {
+            "cpu" => out.push(Target {
+                backend: Rc::new(CpuBackend::new()),
+                gpu: None,
+                fence: None,
+            }),
+            "wgpu" | "wgpu?" => match WgpuBackend::new() {
+                Ok(g) => {
+                    let g = Rc::new(g);
+                    if kernels_gpu::adapters::is_software(g.adapter_info()) {
+                        notes.push(format!(
+                            "{} is a software adapter: its timings say nothing about GPU speed",
+                            g.name()
+                        ));
+                    }
+                    let fence = Some(g.upload(&Tensor::scalar(0.0))?);
+                    out.push(Target {
+                        backend: g.clone(),
+                        gpu: Some(g),
+                        fence,
+                    });
+                }
+                Err(e) if n == "wgpu?" => notes.push(format!("wgpu skipped: {e}")),
+                Err(e) => return Err(fail(format!("requested wgpu, but it is unavailable: {e}"))),
+            },
+            other => {
+                return Err(fail(format!(
+                    "gru bench: unknown backend `{other}` (cpu, wgpu)"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn model_on(
+    backend: Rc<dyn Backend>,
+    weights: Option<&Path>,
+) -> CliResult<(WorldModel, ParamStore)> {
+    match weights {
+        Some(p) => load_world(backend, p),
+        None => {
+            let mut store = ParamStore::new(backend);
+            let m = WorldModel::new(&mut store, WorldConfig::DEFAULT, &mut Rng::new(0))?;
+            Ok((m, store))
+        }
+    }
+}
+
+/// Runs the benchmark.
+pub fn measure(o: &GruBenchOptions) -> CliResult<GruBench> {
+    let mut notes = Vec::new();
+    let weights = o.weights.as_deref().filter(|p| p.exists());
+    match (&o.weights, weights) {
+        (Some(p), None) => notes.push(format!("{} not found: timing a fresh model", p.display())),
+        (None, _) => notes.push("timing a freshly initialized model".into()),
+        _ => {}
+    }
+    let data = sim::trajectories(7, o.batch, o.steps + 1)?;
+    let windows =
+        kernels_core::models::world::Windows::new(&data, o.batch, o.steps + 1, sim::FEATURES)?;
+    let starts: Vec<(usize, usize)> = (0..o.batch).map(|b| (b, 0)).collect();
+    let (s0_host, truth_host) = windows.gather(&starts, o.steps)?;
+    let mut rows = Vec::new();
+    let mut per_step = None;
+    let mut rollout_dispatches = None;
+    for t in targets(o.backends.as_deref(), &mut notes)? {
+        let (model, store) = model_on(t.backend.clone(), weights)?;
+        let g = Graph::inference(t.backend.clone());
+        let p = store.bind(&g)?;
+        let s0 = g.constant(t.backend.upload(&s0_host)?)?;
+        let truth = g.constant(t.backend.upload(&truth_host)?)?;
+        let z = model.encode(&g, &p, &s0)?;
+        let rollout = |steps: usize| -> kernels_core::Result<Var> {
+            let roll = model.rollout_from(&g, &p, &s0, &z, steps)?;
+            Ok(ensemble_stats(&g, &roll)?.0)
+        };
+        let mean = rollout(o.steps)?;
+        let (u, s, v) = residual_svd(&g, &mean, &truth, o.rank, 0)?;
+        let name = t.backend.name();
+        let mut stage = |stage: &'static str,
+                         f: &mut dyn FnMut() -> kernels_core::Result<()>|
+         -> kernels_core::Result<()> {
+            let times = time_runs(o.runs, || {
+                f()?;
+                t.sync()
+            })?;
+            let before = t.counters();
+            f()?;
+            t.sync()?;
+            let counters = before.and_then(|b| t.counters().map(|a| a.since(&b)));
+            rows.push(StageRow {
+                stage,
+                backend: name.clone(),
+                median: median(&times),
+                counters,
+            });
+            Ok(())
+        };
+        stage("state encode", &mut || model.encode(&g, &p, &s0).map(drop))?;
+        stage("ensemble rollout", &mut || rollout(o.steps).map(drop))?;
+        stage("svd_lowrank residual", &mut || {
+            residual_svd(&g, &mean, &truth, o.rank, 0).map(drop)
+        })?;
+        stage("corrections", &mut || {
+            apply_correction(&g, &mean, &u, &s, &v).map(drop)
+        })?;
+        stage("total", &mut || {
+            let z = model.encode(&g, &p, &s0)?;
+            let roll = model.rollout_from(&g, &p, &s0, &z, o.steps)?;
+            let (mean, _) = ensemble_stats(&g, &roll)?;
+            let (u, s, v) = residual_svd(&g, &mean, &truth, o.rank, 0)?;
+            apply_correction(&g, &mean, &u, &s, &v).map(drop)
+        })?;
+        if let Some(gpu) = &t.gpu {
+            let count = |steps: usize| -> kernels_core::Result<u64> {
+                t.sync()?;
+                let b = gpu.counters();
+                rollout(steps)?;
+                t.sync()?;
+                Ok(gpu.counters().since(&b).dispatches)
+            };
+            let (one, n) = (count(1)?, count(o.steps)?);
+            rollout_dispatches = Some(n);
+            if o.steps > 1 {
+                per_step = Some((n - one) as f64 / (o.steps - 1) as f64);
+            }
+        }
+    }
+    Ok(GruBench {
+        rows,
+        dispatches_per_step: per_step,
+        rollout_dispatches,
+        notes,
+    })
+}
+
+/// The stages as rows, one column per backend (median), plus wgpu dispatches.
+pub fn table(b: &GruBench, o: &GruBenchOptions) -> String {
+    let mut backends: Vec<&str> = Vec::new();
+    for r in &b.rows {
+        if !backends.contains(&r.backend.as_str()) {
+            backends.push(&r.backend);
+        }
+    }
+    let mut s = format!(
+        "world-model pipeline, batch {}, {} steps, {} members, rank {} (median of {} runs)\n",
+        o.batch,
+        o.steps,
+        WorldConfig::DEFAULT.members,
+        o.rank,
+        o.runs
+    );
+    let stages: Vec<&str> = {
+        let mut v: Vec<&str> = Vec::new();
+        for r in &b.rows {
+            if !v.contains(&r.stage) {
+                v.push(r.stage);
+            }
+        }
+        v
+    };
+    s += &format!("{:<22}", "stage");
+    for be in &backends {
+        s += &format!("  {:>14}", short(be));
+    }
+    s += "  dispatches (wgpu)\n";
+    for st in stages {
+        s += &format!("{st:<22}");
+        let mut disp = String::new();
+        for be in &backends {
+            let r = b.rows.iter().find(|r| r.stage == st && r.backend == *be);
+            s += &format!("  {:>14}", r.map_or("-".into(), |r| fmt_duration(r.median)));
+            if let Some(c) = r.and_then(|r| r.counters) {
+                disp = c.dispatches.to_string();
+            }
+        }
+        s += &format!("  {disp}\n");
+    }
+    if let (Some(d), Some(n)) = (b.dispatches_per_step, b.rollout_dispatches) {
+        s += &format!(
+            "wgpu rollout: {n} dispatches for {} steps; each further step adds {d:.1} \
+             ({:.1} per member: the recurrent matmul h W_hh^T and the fused gate kernel; the \
+             input projections of all steps are one matmul up front per member)\n",
+            o.steps,
+            d / WorldConfig::DEFAULT.members as f64
+        );
+    }
+    for n in &b.notes {
+        s += &format!("note: {n}\n");
+    }
+    s
+}
+
+fn short(name: &str) -> String {
+    if name.starts_with("wgpu") {
+        "wgpu".into()
+    } else {
+        name.into()
+    }
+}

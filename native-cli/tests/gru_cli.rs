@@ -1,0 +1,190 @@
+//! `kernels gru run` against PyTorch-made golden fixtures (tests/fixtures/gru, made by
+//! make_golden.py there), on the CPU and on wgpu, and its refusals: mismatched shapes are a
+//! clear error and nothing is written.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+
+mod common;
+use common::{kernels, stderr};
+
+use kernels_core::{Tensor, io};
+
+const CASES: [&str; 4] = ["basic", "no_h0", "tiny", "wide"];
+
+fn fixture(case: &str, kind: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/gru")
+        .join(format!("{case}.{kind}.safetensors"))
+}
+
+fn load(p: &Path) -> std::collections::BTreeMap<String, Tensor> {
+    io::load(&std::fs::read(p).unwrap()).unwrap()
+}
+
+fn gpu_available(test: &str) -> bool {
+    match kernels_gpu::WgpuBackend::new() {
+        Ok(_) => true,
+        Err(e) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{test}: CI=true but no wgpu adapter: {e}");
+            }
+            eprintln!("{test}: skipped, no wgpu adapter ({e})");
+            false
+        }
+    }
+}
+
+fn run_case(case: &str, backend: &str, dir: &Path) {
+    let out = dir.join(format!("{case}.{backend}.out.safetensors"));
+    let o = kernels(&[
+        "gru",
+        "run",
+        "--weights",
+        fixture(case, "weights").to_str().unwrap(),
+        "--input",
+        fixture(case, "input").to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--backend",
+        backend,
+    ]);
+    assert!(o.status.success(), "{case} on {backend}: {}", stderr(&o));
+    let got = load(&out);
+    let want = load(&fixture(case, "expected"));
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        ["h_n", "output"],
+        "{case}: exactly output and h_n"
+    );
+    for (name, w) in &want {
+        let g = &got[name];
+        assert_eq!(g.shape(), w.shape(), "{case} {name}");
+        let (g, w) = (g.as_f32().unwrap(), w.as_f32().unwrap());
+        let worst = g
+            .iter()
+            .zip(w)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        // PyTorch computed in f64: one f32 pass through a few steps stays within 1e-5.
+        assert!(
+            worst < 1e-5,
+            "{case} {name} on {backend}: max error {worst}"
+        );
+    }
+}
+
+#[test]
+fn gru_run_matches_pytorch_on_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    for case in CASES {
+        run_case(case, "cpu", dir.path());
+    }
+}
+
+#[test]
+fn gru_run_matches_pytorch_on_wgpu() {
+    if !gpu_available("gru_run_matches_pytorch_on_wgpu") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for case in CASES {
+        run_case(case, "wgpu", dir.path());
+    }
+}
+
+#[test]
+fn mismatched_shapes_are_clear_errors_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = load(&fixture("basic", "weights"));
+    let x = load(&fixture("basic", "input"));
+    let write = |name: &str, map: &std::collections::BTreeMap<String, Tensor>| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, io::save(map).unwrap()).unwrap();
+        p
+    };
+    let out = dir.path().join("y.safetensors");
+    std::fs::write(&out, b"keep me").unwrap();
+    let run = |wp: &Path, xp: &Path| {
+        kernels(&[
+            "gru",
+            "run",
+            "--weights",
+            wp.to_str().unwrap(),
+            "--input",
+            xp.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--backend",
+            "cpu",
+        ])
+    };
+    let good_w = write("w.safetensors", &w);
+    let mut cases: Vec<(PathBuf, PathBuf, &str)> = Vec::new();
+    // x with the wrong input size.
+    let mut bad = x.clone();
+    bad.insert("x".into(), Tensor::zeros(&[4, 3, 6]).unwrap());
+    cases.push((
+        good_w.clone(),
+        write("x1.safetensors", &bad),
+        "`x` has shape [4, 3, 6]",
+    ));
+    // h0 without the layer dim.
+    let mut bad = x.clone();
+    bad.insert("h0".into(), Tensor::zeros(&[3, 7]).unwrap());
+    cases.push((
+        good_w.clone(),
+        write("x2.safetensors", &bad),
+        "`h0` has shape [3, 7]",
+    ));
+    // h0 for another batch.
+    let mut bad = x.clone();
+    bad.insert("h0".into(), Tensor::zeros(&[1, 2, 7]).unwrap());
+    cases.push((
+        good_w.clone(),
+        write("x3.safetensors", &bad),
+        "expected [1, 3, 7]",
+    ));
+    // weight_hh of another hidden size.
+    let mut bad = w.clone();
+    bad.insert("weight_hh_l0".into(), Tensor::zeros(&[21, 6]).unwrap());
+    let good_x = write("x.safetensors", &x);
+    cases.push((
+        write("w1.safetensors", &bad),
+        good_x.clone(),
+        "`weight_hh_l0` has shape [21, 6]",
+    ));
+    // A bias missing.
+    let mut bad = w.clone();
+    bad.remove("bias_hh_l0");
+    cases.push((
+        write("w2.safetensors", &bad),
+        good_x.clone(),
+        "no tensor `bias_hh_l0`",
+    ));
+    // A second layer.
+    let mut bad = w.clone();
+    bad.insert("weight_ih_l1".into(), Tensor::zeros(&[21, 7]).unwrap());
+    cases.push((
+        write("w3.safetensors", &bad),
+        good_x.clone(),
+        "weight_ih_l1",
+    ));
+    // Not a safetensors file.
+    cases.push((good_w.clone(), out.clone(), "not a valid safetensors file"));
+    for (wp, xp, says) in cases {
+        let o = run(&wp, &xp);
+        assert!(!o.status.success());
+        let e = stderr(&o);
+        assert!(e.contains(says), "expected `{says}` in: {e}");
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            b"keep me",
+            "output touched: {e}"
+        );
+    }
+    // And the good pair replaces it.
+    let o = run(&good_w, &good_x);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(load(&out).contains_key("h_n"));
+}
