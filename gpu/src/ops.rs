@@ -83,6 +83,14 @@ pub(crate) fn run(
         (Op::Embedding, B) => Ok(vec![embedding_backward(be, name, args)?]),
         (Op::Reduce(r), d) => Ok(vec![reduce(be, name, r, args, d == B)?]),
         (Op::Argmax, F) => Ok(vec![argmax(be, name, arg(args, 0))?]),
+        (
+            Op::Sample {
+                temperature,
+                top_k,
+                top_p,
+            },
+            F,
+        ) => Ok(vec![sample(be, name, temperature, top_k, top_p, args)?]),
         (Op::Transpose, F) => Ok(vec![transpose(be, name, arg(args, 0))?]),
         (Op::Transpose, B) => {
             let (x, g) = (arg(args, 0), arg(args, 2));
@@ -180,9 +188,14 @@ pub(crate) fn run(
             F,
         ) => svd::forward(be, name, rank, power_iters, seed, arg(args, 0)),
         // Non-differentiable ops: rejected by `check_args` above.
-        (Op::Argmax | Op::AdamwStep { .. } | Op::SgdStep { .. } | Op::SvdLowrank { .. }, B) => {
-            Err(Error::NoBackward { op: name })
-        }
+        (
+            Op::Argmax
+            | Op::Sample { .. }
+            | Op::AdamwStep { .. }
+            | Op::SgdStep { .. }
+            | Op::SvdLowrank { .. },
+            B,
+        ) => Err(Error::NoBackward { op: name }),
     }
 }
 
@@ -793,6 +806,40 @@ fn argmax(be: &WgpuBackend, name: &'static str, x: &Tensor) -> Result<Tensor> {
         &[],
         p,
         &[x],
+        &[&scratch, &out],
+        grid_rows(be, rows)?,
+    )?;
+    Ok(out)
+}
+
+/// Next-token sampling, one workgroup per row (see kernels-core's `cpu::sample`). The uniforms
+/// are not range-checked on the device: callers draw them from `Rng::uniform`.
+fn sample(
+    be: &WgpuBackend,
+    name: &'static str,
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+    args: &[&Tensor],
+) -> Result<Tensor> {
+    kernels_core::cpu::sample::check_attrs(temperature, top_k, top_p)?;
+    let (logits, uniform) = (arg(args, 0), arg(args, 1));
+    let (rows, n) = kernels_core::cpu::sample::check_shapes(logits.shape(), uniform.shape())?;
+    let out = be.alloc(name, &[rows], DType::I32)?;
+    let p = Params::u(&[
+        u32_of(name, "rows", rows)?,
+        u32_of(name, "row length", n)?,
+        u32_of(name, "top_k", top_k)?,
+    ])
+    .with_f(&[temperature, top_p]);
+    let scratch = be.alloc(name, &[1], DType::F32)?;
+    be.launch(
+        name,
+        Family::Reduce,
+        "sample",
+        &[],
+        p,
+        &[logits, uniform],
         &[&scratch, &out],
         grid_rows(be, rows)?,
     )?;

@@ -46,6 +46,7 @@ fn row_reductions_match_without_subgroups() {
             OpKind::Sum,
             OpKind::Mean,
             OpKind::Max,
+            OpKind::Sample,
         ],
     );
     let built = gpu.pipelines_built();

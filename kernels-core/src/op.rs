@@ -157,6 +157,12 @@ pub enum Op {
     CrossEntropy,
     Mse,
     Argmax,
+    /// Next-token sampling: logits `[rows, vocab]`, one uniform in `[0, 1)` per row -> i32 ids.
+    Sample {
+        temperature: f32,
+        top_k: usize,
+        top_p: f32,
+    },
     SvdLowrank {
         rank: usize,
         power_iters: usize,
@@ -230,6 +236,7 @@ op_kinds! {
     CrossEntropy => "cross_entropy",
     Mse => "mse",
     Argmax => "argmax",
+    Sample => "sample",
     SvdLowrank => "svd_lowrank",
     AdamwStep => "adamw_step",
     SgdStep => "sgd_step",
@@ -410,6 +417,7 @@ const IN_X_H0_WEIGHT_IH_WEIGHT_HH_BIAS_IH_BIAS_HH: &[InputSpec] = &[
 const IN_X_WEIGHT: &[InputSpec] = &[f("x"), f("weight")];
 const IN_X_WEIGHT_BIAS: &[InputSpec] = &[f("x"), f("weight"), f("bias")];
 const IN_IDS_WEIGHT: &[InputSpec] = &[int("ids"), f("weight")];
+const IN_LOGITS_UNIFORM: &[InputSpec] = &[f("logits"), f("uniform")];
 
 /// (inputs, attrs, outputs, grad_inputs, budget, budget_backward, doc) of one op.
 type SpecRow = (
@@ -474,6 +482,7 @@ impl OpKind {
             | K::Mean => false,
             K::Max | K::Transpose | K::Concat | K::Attention | K::GruCell | K::GruSequence => false,
             K::CrossEntropy | K::Mse | K::Argmax | K::AdamwStep | K::SgdStep => false,
+            K::Sample => false,
         }
     }
 
@@ -798,6 +807,19 @@ impl OpKind {
                     Budget::EXACT,
                     "index of the first maximum over the last dim (i32)",
                 ),
+                K::Sample => (
+                    IN_LOGITS_UNIFORM,
+                    alloc::vec![
+                        float_attr("temperature", 1.0),
+                        int_attr("top_k", 0),
+                        float_attr("top_p", 1.0),
+                    ],
+                    &["out"],
+                    &[],
+                    Budget::EXACT,
+                    Budget::EXACT,
+                    "draw a token id per row of logits [rows, vocab] with its uniform [rows]: temperature (0 = argmax), top_k (0 = all; ties kept), top_p (1 = all), i32",
+                ),
                 K::SvdLowrank => (
                     IN_A,
                     alloc::vec![
@@ -1035,6 +1057,7 @@ impl Op {
             Op::CrossEntropy => K::CrossEntropy,
             Op::Mse => K::Mse,
             Op::Argmax => K::Argmax,
+            Op::Sample { .. } => K::Sample,
             Op::SvdLowrank { .. } => K::SvdLowrank,
             Op::AdamwStep { .. } => K::AdamwStep,
             Op::SgdStep { .. } => K::SgdStep,
@@ -1159,6 +1182,23 @@ impl Op {
             K::CrossEntropy => Op::CrossEntropy,
             K::Mse => Op::Mse,
             K::Argmax => Op::Argmax,
+            K::Sample => {
+                let temperature = a.f32("temperature", Some(1.0))?;
+                let top_k = a.u64("top_k", Some(0))?;
+                let top_p = a.f32("top_p", Some(1.0))?;
+                let top_k = usize::try_from(top_k).map_err(|_| Error::BadAttr {
+                    op,
+                    attr: "top_k",
+                    value: format!("{top_k}"),
+                    why: "too large".into(),
+                })?;
+                crate::cpu::sample::check_attrs(temperature, top_k, top_p)?;
+                Op::Sample {
+                    temperature,
+                    top_k,
+                    top_p,
+                }
+            }
             K::SvdLowrank => {
                 let rank = a.u64("rank", None)?;
                 if rank == 0 {
@@ -1253,6 +1293,15 @@ impl Op {
                 }
                 v
             }
+            Op::Sample {
+                temperature,
+                top_k,
+                top_p,
+            } => alloc::vec![
+                ("temperature", Float(temperature as f64)),
+                ("top_k", Int(top_k as u64)),
+                ("top_p", Float(top_p as f64)),
+            ],
             Op::SvdLowrank {
                 rank,
                 power_iters,
@@ -1335,6 +1384,7 @@ impl Op {
             Op::Binary(_) => numel(0) / numel(1).max(1),
             Op::Scale { .. } | Op::Unary(_) | Op::Gelu { .. } | Op::Transpose | Op::Concat => 1,
             Op::Rope { .. } | Op::AdamwStep { .. } | Op::SgdStep { .. } | Op::Argmax => 1,
+            Op::Sample { .. } => 1,
             Op::Softmax { .. }
             | Op::LogSoftmax { .. }
             | Op::LayerNorm { .. }

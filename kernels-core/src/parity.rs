@@ -425,6 +425,40 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
         K::Mean => reduce(&mut g, Op::Reduce(ReduceOp::Mean))?,
         K::Max => reduce(&mut g, Op::Reduce(ReduceOp::Max))?,
         K::Argmax => reduce(&mut g, Op::Argmax)?,
+        K::Sample => {
+            let mut v = Vec::new();
+            // (rows, vocab, temperature, top_k, top_p): greedy, plain, top-k with ties at
+            // the boundary (coarse logits), top-p, both, and a vocabulary wider than a workgroup.
+            for (rows, vocab, temperature, top_k, top_p, coarse) in [
+                (1, 1, 1.0, 0, 1.0, false),
+                (3, 7, 0.0, 0, 1.0, false),
+                (4, 13, 1.0, 0, 1.0, false),
+                (5, 17, 0.7, 3, 1.0, true),
+                (3, 33, 1.3, 0, 0.8, false),
+                (2, 300, 0.9, 40, 0.9, true),
+                (2, 1000, 1.0, 5, 0.5, false),
+            ] {
+                let mut logits = g.f(&[rows, vocab], Normal)?;
+                if coarse {
+                    // Few distinct values: exercises ties in top-k and top-p.
+                    let r: Vec<f32> = logits
+                        .to_f32_vec()?
+                        .iter()
+                        .map(|x| libm::roundf(x * 2.0) / 2.0)
+                        .collect();
+                    logits = Tensor::from_f32(&[rows, vocab], r)?;
+                }
+                v.push(case(
+                    Op::Sample {
+                        temperature,
+                        top_k,
+                        top_p,
+                    },
+                    vec![logits, g.f(&[rows], Uniform(0.0, 1.0))?],
+                ));
+            }
+            v
+        }
         K::Transpose => vec![
             case(Op::Transpose, vec![g.f(&[1, 1], Normal)?]),
             case(Op::Transpose, vec![g.f(&[7, 13], Normal)?]),

@@ -52,13 +52,15 @@ pub struct BenchRow {
     pub min_bytes: Option<u64>,
     /// GFLOPS over the backend's known peak.
     pub peak_fraction: Option<f64>,
+    /// Tokens per second (llama prefill and decode rows).
+    pub tokens_per_s: Option<f64>,
     pub error: Option<String>,
 }
 
 impl BenchRow {
     /// `{"bench","backend","size","median_ms","gflops","gbps"}` plus `runs`, `dispatches`,
     /// `submits`, `bytes_uploaded`, `bytes_downloaded`, `min_bytes`, `bytes_touched`,
-    /// `peak_fraction` and `error` (null where a figure does not apply).
+    /// `peak_fraction`, `tokens_per_s` and `error` (null where a figure does not apply).
     pub fn json(&self) -> serde_json::Value {
         let c = self.counters.as_ref();
         serde_json::json!({
@@ -76,6 +78,7 @@ impl BenchRow {
             "min_bytes": self.min_bytes,
             "bytes_touched": c.map(|c| c.bytes_touched),
             "peak_fraction": self.peak_fraction,
+            "tokens_per_s": self.tokens_per_s,
             "error": self.error,
         })
     }
@@ -325,6 +328,14 @@ pub fn measure(opts: &BenchOptions) -> CliResult<(Vec<BenchRow>, Vec<String>)> {
     for t in &targets {
         rows.push(mlp_step_row(t, &mut rng, sz.runs)?);
     }
+    for t in &targets {
+        rows.extend(crate::bench_llama::rows(
+            t.backend.clone(),
+            t.gpu.as_deref(),
+            opts.quick,
+            sz.runs,
+        ));
+    }
     let peaks = peaks(opts.peak_gflops.as_deref(), &mut notes)?;
     for r in &mut rows {
         let key = if r.backend.starts_with("cpu") {
@@ -470,6 +481,7 @@ pub fn table(rows: &[BenchRow]) -> String {
             "GFLOPS",
             "peak",
             "GB/s",
+            "tok/s",
             "disp",
             "submits",
             "up B",
@@ -498,6 +510,7 @@ pub fn table(rows: &[BenchRow]) -> String {
                 .map(|f| format!("{:.0}%", 100.0 * f))
                 .unwrap_or("-".into()),
             fmt_opt(r.gbps, 2),
+            fmt_opt(r.tokens_per_s, 1),
             cnt(|c| c.dispatches),
             cnt(|c| c.submits),
             cnt(|c| c.bytes_uploaded),
@@ -585,6 +598,9 @@ pub fn run(opts: &BenchOptions) -> CliResult<()> {
         }
         s.push_str(
             "wgpu rows: each run is the op plus a 4-byte read that submits and waits (1 submit, 4 B down)\n",
+        );
+        s.push_str(
+            "llama rows: prefill = prompt to first token; decode = per token after it, counters of one decode step\n",
         );
         for r in rows.iter().filter(|r| r.error.is_some()) {
             s.push_str(&format!(

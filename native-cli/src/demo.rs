@@ -1,5 +1,6 @@
-//! `kernels demo`: until the models exist, every parity case of every op, forward and backward,
-//! on each available backend against the CPU reference, as a table with totals.
+//! `kernels demo`: the embedded llama demo model (three-digit addition) on each available
+//! backend, the GRU world model, then every parity case of every op, forward and backward,
+//! against the CPU reference, as a table with totals.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -138,12 +139,15 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
     let cases = all_cases(opts.seed, opts.large)?;
     let backends = backends()?;
     emit(&format!(
-        "kernels demo: the GRU world model, then {} parity cases of {} ops, forward and backward, \
-         against the CPU reference (seed {})\n\n",
+        "kernels demo: the llama addition model, the GRU world model, then {} parity cases of {} \
+         ops, forward and backward, against the CPU reference (seed {})\n\n",
         cases.len(),
         kernels_core::OpKind::ALL.len(),
         opts.seed
     ))?;
+    for (backend, reason) in &backends {
+        model_demo(backend.clone(), reason, opts.seed)?;
+    }
     crate::gru_demo::run(&backends, &opts.plot)?;
     let mut totals: Vec<(String, usize, usize, Duration)> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
@@ -190,6 +194,57 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
             totals.iter().map(|t| t.2).sum::<usize>()
         )))
     }
+}
+
+/// The embedded llama (three-digit addition) on one backend: a few problems streamed token by
+/// token, then the held-out accuracy.
+fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<()> {
+    use crate::addition;
+    use crate::transformer;
+    let files = addition::embedded()?;
+    let model = transformer::build(&files, backend.clone())?;
+    emit(&format!(
+        "llama demo model ({} parameters, {} layers) on {} ({reason}): three-digit addition, the sum written least-significant digit first\n",
+        model.config.num_parameters(),
+        model.config.num_hidden_layers,
+        backend.name()
+    ))?;
+    let mut rng = kernels_core::Rng::new(seed);
+    for _ in 0..3 {
+        let (a, b) = addition::draw(&mut rng, true);
+        let prompt = addition::prompt(a, b);
+        emit(&format!("  {prompt}"))?;
+        let (ids, stats) = transformer::generate_ids(
+            &model,
+            &addition::ids(&prompt)?,
+            addition::ANSWER_LEN,
+            kernels_core::models::llama::Sampling::default(),
+            &mut |id| {
+                let c = addition::VOCAB.get(id as usize).copied().unwrap_or('?');
+                let _ = emit(&c.to_string());
+            },
+        )?;
+        let text: String = ids
+            .iter()
+            .map(|&i| addition::VOCAB.get(i as usize).copied().unwrap_or('?'))
+            .collect();
+        let verdict = match addition::read_answer(&text) {
+            Some(v) if v == a + b => format!("reads {v}: correct"),
+            _ => format!("wrong (want {})", addition::answer(a, b)),
+        };
+        emit(&format!("   {verdict}; {}\n", stats.line()))?;
+    }
+    // Software GPUs (lavapipe) take about a second per ten problems: fewer there.
+    let problems = if backend.device() == DeviceId::CPU {
+        500
+    } else {
+        50
+    };
+    let (ok, n, _) = addition::evaluate(&model, problems, seed + 1, 250)?;
+    emit(&format!(
+        "  held-out exact match: {ok}/{n} = {:.1}%\n\n",
+        100.0 * ok as f64 / n as f64
+    ))
 }
 
 #[cfg(test)]

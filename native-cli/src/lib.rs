@@ -2,8 +2,10 @@
 //! calls in here, and the integration tests and other crates reuse the pieces (the parity runner
 //! above all).
 
+pub mod addition;
 pub mod backends;
 pub mod bench;
+pub mod bench_llama;
 pub mod demo;
 pub mod gru;
 pub mod gru_bench;
@@ -15,6 +17,8 @@ pub mod ops;
 pub use kernels_gpu::parity;
 pub mod parity_cmd;
 pub mod run_op;
+pub mod train;
+pub mod transformer;
 
 /// Errors of the CLI: a message naming the op, the tensor and the values.
 pub type CliError = Box<dyn std::error::Error + Send + Sync>;

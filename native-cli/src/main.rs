@@ -10,6 +10,8 @@ use native_cli::demo::{self, DemoOptions};
 use native_cli::gru_cmd::{self, GruCmd};
 use native_cli::parity_cmd::{self, ParityOptions};
 use native_cli::run_op::{self, OpRequest};
+use native_cli::train::{self, TrainArgs};
+use native_cli::transformer::{self, GenerateArgs, LogitsArgs};
 use native_cli::{CliResult, emit, info, ops};
 
 #[derive(Parser, Debug)]
@@ -140,6 +142,106 @@ enum Cmd {
         #[command(subcommand)]
         cmd: GruCmd,
     },
+    /// Generate text with a llama model from a Hugging Face directory (config.json,
+    /// model.safetensors or its shards, tokenizer.json); tokens stream to stdout, prefill and
+    /// decode tokens/s go to stderr. Without --model: the embedded demo model (addition).
+    Generate {
+        /// Model directory (default: the embedded demo model).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        #[arg(long)]
+        prompt: String,
+        #[arg(long, default_value_t = 64)]
+        max_tokens: usize,
+        /// 0 is greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f32,
+        /// Keep the k most likely tokens (0: all).
+        #[arg(long, default_value_t = 0)]
+        top_k: usize,
+        /// Keep the most likely tokens holding this much probability (1: all).
+        #[arg(long, default_value_t = 1.0)]
+        top_p: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
+        #[arg(long)]
+        backend: Option<String>,
+    },
+    /// The logits of a token sequence as JSON, to compare with another implementation:
+    /// {"model", "backend", "tokens", "vocab_size", "positions", "logits": [[...], ...]}.
+    Logits {
+        /// Model directory (default: the embedded demo model).
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Comma-separated token ids, e.g. 1,2,3.
+        #[arg(long)]
+        tokens: String,
+        /// Every position's logits, not only the last.
+        #[arg(long)]
+        all_positions: bool,
+        /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
+        #[arg(long)]
+        backend: Option<String>,
+        /// JSON output (the only format).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Train a model.
+    Train {
+        #[command(subcommand)]
+        what: TrainCmd,
+    },
+    /// Exact-match accuracy of a model on held-out addition problems (default: the embedded
+    /// demo model).
+    Eval {
+        #[arg(long)]
+        model: Option<PathBuf>,
+        #[arg(long, default_value_t = 1000)]
+        problems: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
+        #[arg(long)]
+        backend: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum TrainCmd {
+    /// A llama-architecture model on three-digit addition, with AdamW; writes a Hugging Face
+    /// checkpoint (config.json, model.safetensors, tokenizer.json) to --out.
+    Transformer {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 6000)]
+        steps: usize,
+        #[arg(long, default_value_t = 64)]
+        batch: usize,
+        #[arg(long, default_value_t = 3e-3)]
+        lr: f32,
+        #[arg(long, default_value_t = 96)]
+        hidden: usize,
+        #[arg(long, default_value_t = 2)]
+        layers: usize,
+        #[arg(long, default_value_t = 4)]
+        heads: usize,
+        #[arg(long, default_value_t = 2)]
+        kv_heads: usize,
+        #[arg(long, default_value_t = 256)]
+        intermediate: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
+        #[arg(long)]
+        backend: Option<String>,
+        /// Checkpoint every N steps (and at the end).
+        #[arg(long, default_value_t = 1000)]
+        checkpoint_every: usize,
+        /// Held-out problems evaluated at each checkpoint.
+        #[arg(long, default_value_t = 500)]
+        eval_problems: usize,
+    },
 }
 
 fn run(cli: Cli) -> CliResult<()> {
@@ -200,6 +302,79 @@ fn run(cli: Cli) -> CliResult<()> {
             quick,
             peak_gflops,
         })?,
+        Cmd::Generate {
+            model,
+            prompt,
+            max_tokens,
+            temperature,
+            top_k,
+            top_p,
+            seed,
+            backend,
+        } => transformer::generate(&GenerateArgs {
+            model,
+            prompt,
+            max_tokens,
+            sampling: kernels_core::models::llama::Sampling {
+                temperature,
+                top_k,
+                top_p,
+                seed,
+            },
+            backend,
+        })?,
+        Cmd::Logits {
+            model,
+            tokens,
+            all_positions,
+            backend,
+            json: _,
+        } => transformer::logits_cmd(&LogitsArgs {
+            model,
+            tokens: transformer::parse_tokens(&tokens)?,
+            all_positions,
+            backend,
+        })?,
+        Cmd::Train {
+            what:
+                TrainCmd::Transformer {
+                    out,
+                    steps,
+                    batch,
+                    lr,
+                    hidden,
+                    layers,
+                    heads,
+                    kv_heads,
+                    intermediate,
+                    seed,
+                    backend,
+                    checkpoint_every,
+                    eval_problems,
+                },
+        } => {
+            train::train(&TrainArgs {
+                out,
+                steps,
+                batch,
+                lr,
+                hidden,
+                layers,
+                heads,
+                kv_heads,
+                intermediate,
+                seed,
+                backend,
+                checkpoint_every,
+                eval_problems,
+            })?;
+        }
+        Cmd::Eval {
+            model,
+            problems,
+            seed,
+            backend,
+        } => native_cli::addition::eval_cmd(model.as_deref(), problems, seed, backend.as_deref())?,
         Cmd::Gru { cmd } => gru_cmd::run(cmd)?,
         Cmd::Parity {
             backend,

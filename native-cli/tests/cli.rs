@@ -453,6 +453,10 @@ fn demo_passes() {
     let s = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{s}\n{}", stderr(&o));
     assert!(s.contains("all checks passed"), "{s}");
+    assert!(
+        s.contains("llama demo model") && s.contains("held-out exact match"),
+        "{s}"
+    );
     for k in OpKind::ALL {
         assert!(s.contains(k.name()), "demo did not run {k}");
     }

@@ -29,3 +29,9 @@ static inline float __int_as_float(int i) {
     memcpy(&f, &i, sizeof f);
     return f;
 }
+
+static inline unsigned int __float_as_uint(float f) {
+    unsigned int i;
+    memcpy(&i, &f, sizeof i);
+    return i;
+}

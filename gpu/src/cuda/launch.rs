@@ -127,6 +127,14 @@ pub(crate) fn run(
         (Op::Embedding, B) => Ok(vec![embedding_backward(be, name, args)?]),
         (Op::Reduce(r), d) => Ok(vec![reduce(be, name, r, args, d == B)?]),
         (Op::Argmax, F) => Ok(vec![argmax(be, name, arg(args, 0))?]),
+        (
+            Op::Sample {
+                temperature,
+                top_k,
+                top_p,
+            },
+            F,
+        ) => Ok(vec![sample(be, name, temperature, top_k, top_p, args)?]),
         (Op::Transpose, F) => Ok(vec![transpose(be, name, arg(args, 0))?]),
         (Op::Transpose, B) => {
             let (x, g) = (arg(args, 0), arg(args, 2));
@@ -229,9 +237,14 @@ pub(crate) fn run(
             F,
         ) => svd_lowrank(be, name, rank, power_iters, seed, arg(args, 0)),
         // Non-differentiable ops: rejected by `check_signature` above.
-        (Op::Argmax | Op::AdamwStep { .. } | Op::SgdStep { .. } | Op::SvdLowrank { .. }, B) => {
-            Err(Error::NoBackward { op: name })
-        }
+        (
+            Op::Argmax
+            | Op::Sample { .. }
+            | Op::AdamwStep { .. }
+            | Op::SgdStep { .. }
+            | Op::SvdLowrank { .. },
+            B,
+        ) => Err(Error::NoBackward { op: name }),
     }
 }
 
@@ -617,6 +630,36 @@ fn argmax(be: &CudaBackend, name: &'static str, x: &Tensor) -> Result<Tensor> {
         rows_grid(be, name, rows)?,
         p,
         &[x],
+        &[&out, &out],
+    )?;
+    Ok(out)
+}
+
+/// Next-token sampling, one block per row (kernels-core's `cpu::sample` is the definition).
+fn sample(
+    be: &CudaBackend,
+    name: &'static str,
+    temperature: f32,
+    top_k: usize,
+    top_p: f32,
+    args: &[&Tensor],
+) -> Result<Tensor> {
+    kernels_core::cpu::sample::check_attrs(temperature, top_k, top_p)?;
+    let (logits, uniform) = (arg(args, 0), arg(args, 1));
+    let (rows, n) = kernels_core::cpu::sample::check_shapes(logits.shape(), uniform.shape())?;
+    let out = be.alloc(name, &[rows], DType::I32)?;
+    let p = Params::u(&[
+        u32_of(name, "rows", rows)?,
+        u32_of(name, "row length", n)?,
+        u32_of(name, "top_k", top_k)?,
+    ])
+    .with_f(&[temperature, top_p]);
+    be.launch(
+        name,
+        k(Family::Reduce, "sample"),
+        rows_grid(be, name, rows)?,
+        p,
+        &[logits, uniform],
         &[&out, &out],
     )?;
     Ok(out)

@@ -1,4 +1,5 @@
-// Reductions over the last dim: sum, mean, max (op code OP) and argmax, forward and backward.
+// Reductions over the last dim: sum, mean, max (op code OP), argmax and sample, forward and
+// backward.
 // One workgroup per row, a strided pass per thread, then a tree reduction in workgroup memory.
 // The grid is 2-D so more than 65,535 rows can be launched. `row_sum` / `row_max` come from
 // the row-reduction prelude the backend prepends; argmax keeps its own (value, index) tree.
@@ -14,6 +15,7 @@ const WG: u32 = 256u;
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> in0: array<f32>;
+@group(0) @binding(2) var<storage, read> in1: array<f32>;
 @group(0) @binding(3) var<storage, read> in2: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out0: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out_idx: array<i32>;
@@ -113,4 +115,133 @@ fn reduce_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     var v = g;
     if (OP == 1u) { v = g / f32(n); }
     for (var j: u32 = lid; j < n; j = j + WG) { out0[base + j] = v; }
+}
+
+// ---- sample: the definition is kernels-core's cpu/sample.rs; here by reductions over a row ----
+
+// f32 -> u32 with the same order (for finite values and infinities).
+fn order_key(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    if ((b & 0x80000000u) != 0u) { return ~b; }
+    return b | 0x80000000u;
+}
+
+// Lowest index of a NaN in the row, or NONE.
+fn wg_first_nan(lid: u32, base: u32, n: u32) -> u32 {
+    var first: u32 = NONE;
+    for (var j: u32 = lid; j < n; j = j + WG) {
+        let v = in0[base + j];
+        if (v != v && first == NONE) { first = j; }
+    }
+    sh_i[lid] = first;
+    workgroupBarrier();
+    for (var s: u32 = WG / 2u; s > 0u; s = s >> 1u) {
+        if (lid < s) { sh_i[lid] = min(sh_i[lid], sh_i[lid + s]); }
+        workgroupBarrier();
+    }
+    let r = sh_i[0];
+    workgroupBarrier();
+    return r;
+}
+
+// Weight of logit v: exp((v - m) / t) when its key clears both thresholds, else 0.
+fn sample_weight(v: f32, m: f32, t: f32, keep_from: u32) -> f32 {
+    if (order_key(v) < keep_from) { return 0.0; }
+    return exp((v - m) / t);
+}
+
+// in0 = logits [rows, n], in1 = uniform [rows]; out_idx = ids [rows] (i32).
+// p.u0 = rows, p.u1 = n, p.u2 = top_k; p.f0 = temperature, p.f1 = top_p
+@compute @workgroup_size(256)
+fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let row = row_index(wid, nwg);
+    if (row >= p.u0) { return; }
+    let n = p.u1;
+    let base = row * n;
+    let t = p.f0;
+    let nan_at = wg_first_nan(lid, base, n);
+    if (nan_at != NONE) {
+        if (lid == 0u) { out_idx[row] = i32(nan_at); }
+        return;
+    }
+    let best = wg_argmax(lid, base, n);
+    if (t == 0.0) {
+        if (lid == 0u) { out_idx[row] = i32(best); }
+        return;
+    }
+    let m = in0[base + best];
+    // top-k: the largest key t_k with count(key >= t_k) >= k (the k-th largest), bit by bit.
+    var keep_from: u32 = 0u;
+    let k = p.u2;
+    if (k > 0u && k < n) {
+        var tk: u32 = 0u;
+        for (var bit: i32 = 31; bit >= 0; bit = bit - 1) {
+            let cand = tk | (1u << u32(bit));
+            var c: f32 = 0.0;
+            for (var j: u32 = lid; j < n; j = j + WG) {
+                if (order_key(in0[base + j]) >= cand) { c = c + 1.0; }
+            }
+            if (row_sum(lid, c) >= f32(k)) { tk = cand; }
+        }
+        keep_from = tk;
+    }
+    // top-p: the smallest key t_p with mass(key > t_p) < top_p * mass (largest with >= , + 1).
+    if (p.f1 < 1.0) {
+        var z: f32 = 0.0;
+        for (var j: u32 = lid; j < n; j = j + WG) { z = z + sample_weight(in0[base + j], m, t, keep_from); }
+        let limit = p.f1 * row_sum(lid, z);
+        var t0: u32 = 0u;
+        var found = false;
+        for (var bit: i32 = 31; bit >= 0; bit = bit - 1) {
+            let cand = t0 | (1u << u32(bit));
+            var above: f32 = 0.0;
+            for (var j: u32 = lid; j < n; j = j + WG) {
+                let v = in0[base + j];
+                if (order_key(v) > cand) { above = above + sample_weight(v, m, t, keep_from); }
+            }
+            if (row_sum(lid, above) >= limit) { t0 = cand; found = true; }
+        }
+        // t0 = 0 is the one candidate never tested: mass above key 0 is the whole row's.
+        var tp: u32 = 0u;
+        if (found) { tp = t0 + 1u; } else {
+            var above0: f32 = 0.0;
+            for (var j: u32 = lid; j < n; j = j + WG) {
+                let v = in0[base + j];
+                if (order_key(v) > 0u) { above0 = above0 + sample_weight(v, m, t, keep_from); }
+            }
+            if (row_sum(lid, above0) >= limit) { tp = 1u; }
+        }
+        keep_from = max(keep_from, tp);
+    }
+    // Draw: contiguous chunks per thread, a serial walk over the chunk sums, then in the chunk.
+    let chunk = (n + WG - 1u) / WG;
+    let lo = min(lid * chunk, n);
+    let hi = min(lo + chunk, n);
+    var part: f32 = 0.0;
+    for (var j: u32 = lo; j < hi; j = j + 1u) { part = part + sample_weight(in0[base + j], m, t, keep_from); }
+    let total = row_sum(lid, part);
+    sh_v[lid] = part;
+    workgroupBarrier();
+    if (lid == 0u) {
+        let goal = in1[row] * total;
+        var acc: f32 = 0.0;
+        var c: u32 = 0u;
+        loop {
+            if (c + 1u >= WG || acc + sh_v[c] > goal) { break; }
+            acc = acc + sh_v[c];
+            c = c + 1u;
+        }
+        var pick: u32 = best;
+        var done = false;
+        for (var j: u32 = min(c * chunk, n); j < n && !done; j = j + 1u) {
+            let w = sample_weight(in0[base + j], m, t, keep_from);
+            if (w > 0.0) {
+                acc = acc + w;
+                pick = j;
+                if (acc > goal) { done = true; }
+            }
+        }
+        out_idx[row] = i32(pick);
+    }
 }

@@ -28,6 +28,7 @@ pub mod norm;
 pub mod optim;
 pub mod reduce;
 pub mod rope;
+pub mod sample;
 pub mod softmax;
 pub mod svd;
 #[cfg(test)]
@@ -306,6 +307,14 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
         (Op::Reduce(r), F) => reduce::forward(r, args),
         (Op::Reduce(r), B) => reduce::backward(r, args),
         (Op::Argmax, F) => reduce::argmax(args),
+        (
+            Op::Sample {
+                temperature,
+                top_k,
+                top_p,
+            },
+            F,
+        ) => sample::forward(temperature, top_k, top_p, args),
         (Op::Transpose, F) => layout::transpose_forward(args),
         (Op::Transpose, B) => layout::transpose_backward(args),
         (Op::Concat, F) => layout::concat_forward(args),
@@ -349,8 +358,13 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
             F,
         ) => optim::sgd_step(lr, momentum, weight_decay, nesterov, args),
         // Non-differentiable ops: rejected by `check_args` above.
-        (Op::Argmax | Op::SvdLowrank { .. } | Op::AdamwStep { .. } | Op::SgdStep { .. }, B) => {
-            Err(Error::NoBackward { op: op.name() })
-        }
+        (
+            Op::Argmax
+            | Op::Sample { .. }
+            | Op::SvdLowrank { .. }
+            | Op::AdamwStep { .. }
+            | Op::SgdStep { .. },
+            B,
+        ) => Err(Error::NoBackward { op: op.name() }),
     }
 }

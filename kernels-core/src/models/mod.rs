@@ -1,4 +1,5 @@
 //! Models written once over [`crate::autograd::Graph`] and `dyn Backend`: they run unchanged on
 //! every device.
 
+pub mod llama;
 pub mod world;

@@ -1,5 +1,5 @@
-// Reductions over the last dim: sum, mean, max (op code p.u[7]: 0 sum, 1 mean, 2 max) and
-// argmax, forward and backward. One block per row: a strided pass per thread, then a tree in
+// Reductions over the last dim: sum, mean, max (op code p.u[7]: 0 sum, 1 mean, 2 max),
+// argmax and sample, forward and backward. One block per row: a strided pass per thread, then a tree in
 // shared memory. CPU reference: kernels-core src/cpu/reduce.rs (the first maximum wins ties, a
 // row holding NaN has its max at the first NaN).
 
@@ -79,4 +79,106 @@ KERNEL(reduce_backward) {
     }
     float v = p.u[7] == 1 ? g / (float)n : g;
     for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) out0[base + j] = v;
+}
+
+// ---- sample: the definition is kernels-core's cpu/sample.rs; as the WGSL, by reductions ----
+
+// f32 -> u32 with the same order (finite values and infinities).
+__device__ inline unsigned int order_key(float v) {
+    unsigned int b = __float_as_uint(v);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__device__ inline float sample_weight(float v, float m, float t, unsigned int keep_from) {
+    return order_key(v) < keep_from ? 0.0f : expf((v - m) / t);
+}
+
+// in0 = logits [rows, n], in1 = uniform [rows]; out1 = ids [rows] as i32.
+// p.u[0] = rows, p.u[1] = n, p.u[2] = top_k; p.f[0] = temperature, p.f[1] = top_p.
+KERNEL(sample) {
+    __shared__ float sh_part[MAX_THREADS];
+    unsigned long long row = blockIdx.x;
+    unsigned int n = p.u[1];
+    unsigned int lid = threadIdx.x;
+    unsigned int wg = blockDim.x;
+    const float* x = in0 + row * n;
+    int* out = (int*)out1;
+    float t = p.f[0];
+    // block_argmax puts a row's first NaN first, as the reference.
+    unsigned int best = block_argmax(x, n);
+    if (x[best] != x[best] || t == 0.0f) {
+        if (lid == 0) out[row] = (int)best;
+        return;
+    }
+    float m = x[best];
+    unsigned int keep_from = 0;
+    unsigned int k = p.u[2];
+    if (k > 0 && k < n) {
+        // The largest key t_k with count(key >= t_k) >= k: the k-th largest, bit by bit.
+        unsigned int tk = 0;
+        for (int bit = 31; bit >= 0; bit--) {
+            unsigned int cand = tk | (1u << bit);
+            float c = 0.0f;
+            for (unsigned int j = lid; j < n; j += wg) c += order_key(x[j]) >= cand ? 1.0f : 0.0f;
+            if (block_sum(c) >= (float)k) tk = cand;
+        }
+        keep_from = tk;
+    }
+    if (p.f[1] < 1.0f) {
+        float z = 0.0f;
+        for (unsigned int j = lid; j < n; j += wg) z += sample_weight(x[j], m, t, keep_from);
+        float limit = p.f[1] * block_sum(z);
+        // The largest key with mass(key > t0) >= limit; kept tokens start one above it.
+        unsigned int t0 = 0;
+        bool found = false;
+        for (int bit = 31; bit >= 0; bit--) {
+            unsigned int cand = t0 | (1u << bit);
+            float above = 0.0f;
+            for (unsigned int j = lid; j < n; j += wg)
+                if (order_key(x[j]) > cand) above += sample_weight(x[j], m, t, keep_from);
+            if (block_sum(above) >= limit) {
+                t0 = cand;
+                found = true;
+            }
+        }
+        unsigned int tp = 0;
+        if (found) {
+            tp = t0 + 1;
+        } else {
+            float above0 = 0.0f;
+            for (unsigned int j = lid; j < n; j += wg)
+                if (order_key(x[j]) > 0u) above0 += sample_weight(x[j], m, t, keep_from);
+            if (block_sum(above0) >= limit) tp = 1;
+        }
+        keep_from = keep_from > tp ? keep_from : tp;
+    }
+    // Draw: contiguous chunks per thread, a serial walk over the chunk sums, then in the chunk.
+    unsigned int chunk = (n + wg - 1) / wg;
+    unsigned int lo = lid * chunk < n ? lid * chunk : n;
+    unsigned int hi = lo + chunk < n ? lo + chunk : n;
+    float part = 0.0f;
+    for (unsigned int j = lo; j < hi; j++) part += sample_weight(x[j], m, t, keep_from);
+    float total = block_sum(part);
+    sh_part[lid] = part;
+    __syncthreads();
+    if (lid == 0) {
+        float goal = in1[row] * total;
+        float acc = 0.0f;
+        unsigned int c = 0;
+        while (c + 1 < wg && !(acc + sh_part[c] > goal)) {
+            acc += sh_part[c];
+            c++;
+        }
+        unsigned int pick = best;
+        unsigned int start = c * chunk < n ? c * chunk : n;
+        for (unsigned int j = start; j < n; j++) {
+            float w = sample_weight(x[j], m, t, keep_from);
+            if (w > 0.0f) {
+                acc += w;
+                pick = j;
+                if (acc > goal) break;
+            }
+        }
+        out[row] = (int)pick;
+    }
 }

@@ -67,6 +67,7 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
             | Op::Embedding
             | Op::Reduce(_)
             | Op::Argmax
+            | Op::Sample { .. }
             | Op::Transpose
             | Op::Concat
             | Op::Attention { .. }

@@ -1,0 +1,735 @@
+//! The llama architecture (Hugging Face `LlamaForCausalLM`), written once over [`Graph`] so it
+//! runs, trains and generates on any backend.
+//!
+//! RMSNorm, rotary embeddings in the Hugging Face `rotate_half` layout, grouped-query attention
+//! with a KV cache, a SwiGLU MLP, tied or untied embeddings. Parameters carry the Hugging Face
+//! tensor names (`model.layers.0.self_attn.q_proj.weight`, ...), so a checkpoint directory loads
+//! by name and a trained model saves in the same layout.
+//!
+//! Layout: projections are computed transposed (`W @ x^T`, `[batch, heads * head_dim, seq]`),
+//! which reshapes to `[batch, heads, head_dim, seq]` without moving data (and, for one new
+//! token, to `[batch, heads, 1, head_dim]`). The KV cache holds `[batch * kv_heads, len *
+//! head_dim]`, the attention layout flattened, so a step appends with one `concat` on the last
+//! dim.
+
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+
+use serde_json::{Map, Value};
+
+use crate::autograd::{Graph, Var};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::nn::{ParamStore, Params};
+use crate::op::Op;
+use crate::rng::Rng;
+use crate::tensor::Tensor;
+
+/// Mirrors Hugging Face `LlamaConfig` (the fields the architecture uses).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub vocab_size: usize,
+    pub rms_norm_eps: f32,
+    pub rope_theta: f32,
+    pub max_position_embeddings: usize,
+    pub tie_word_embeddings: bool,
+    /// `hidden_size / num_attention_heads` unless the config says otherwise.
+    pub head_dim: usize,
+    pub bos_token_id: Option<u32>,
+    /// Tokens that end generation (HF allows one id or a list).
+    pub eos_token_ids: Vec<u32>,
+}
+
+fn bad_config(why: String) -> Error {
+    Error::BadModelFile {
+        path: "config.json".into(),
+        why,
+    }
+}
+
+fn get_usize(obj: &Map<String, Value>, key: &str, default: Option<usize>) -> Result<usize> {
+    match obj.get(key) {
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| bad_config(format!("`{key}` must be a non-negative integer, got {n}"))),
+        Some(Value::Null) | None => default.ok_or_else(|| bad_config(format!("missing `{key}`"))),
+        Some(other) => Err(bad_config(format!(
+            "`{key}` must be an integer, got {other}"
+        ))),
+    }
+}
+
+fn get_f32(obj: &Map<String, Value>, key: &str, default: f32) -> Result<f32> {
+    match obj.get(key) {
+        Some(Value::Number(n)) => n
+            .as_f64()
+            .map(|v| v as f32)
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| bad_config(format!("`{key}` must be a finite number, got {n}"))),
+        Some(Value::Null) | None => Ok(default),
+        Some(other) => Err(bad_config(format!("`{key}` must be a number, got {other}"))),
+    }
+}
+
+fn get_ids(obj: &Map<String, Value>, key: &str) -> Result<Vec<u32>> {
+    let as_id = |v: &Value| {
+        v.as_u64()
+            .and_then(|i| u32::try_from(i).ok())
+            .ok_or_else(|| bad_config(format!("`{key}` must hold token ids, got {v}")))
+    };
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(a)) => a.iter().map(as_id).collect(),
+        Some(v) => Ok(vec![as_id(v)?]),
+    }
+}
+
+impl LlamaConfig {
+    /// Parses a Hugging Face `config.json`. A model that is not llama (by `model_type` or
+    /// `architectures`) or uses a feature this implementation lacks (rope scaling, biases, an
+    /// activation other than SiLU) is refused by name.
+    pub fn from_json(text: &str) -> Result<LlamaConfig> {
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| bad_config(format!("not valid JSON: {e}")))?;
+        let Value::Object(obj) = v else {
+            return Err(bad_config("expected a JSON object".into()));
+        };
+        if let Some(t) = obj.get("model_type").and_then(Value::as_str)
+            && t != "llama"
+        {
+            return Err(bad_config(format!(
+                "unsupported architecture: model_type `{t}` (only `llama` is implemented)"
+            )));
+        }
+        if let Some(Value::Array(archs)) = obj.get("architectures") {
+            for a in archs {
+                let name = a.as_str().unwrap_or("");
+                if name != "LlamaForCausalLM" {
+                    return Err(bad_config(format!(
+                        "unsupported architecture `{a}` (only LlamaForCausalLM is implemented)"
+                    )));
+                }
+            }
+        }
+        if let Some(act) = obj.get("hidden_act").and_then(Value::as_str)
+            && act != "silu"
+        {
+            return Err(bad_config(format!(
+                "unsupported hidden_act `{act}` (llama uses silu)"
+            )));
+        }
+        for flag in ["attention_bias", "mlp_bias"] {
+            if obj.get(flag).and_then(Value::as_bool) == Some(true) {
+                return Err(bad_config(format!("unsupported: `{flag}` is true")));
+            }
+        }
+        if let Some(rs) = obj.get("rope_scaling")
+            && !rs.is_null()
+        {
+            return Err(bad_config(format!("unsupported: rope_scaling {rs}")));
+        }
+        // transformers >= 5 writes `rope_parameters: {rope_theta, rope_type}` instead of
+        // `rope_theta`.
+        let mut rope_theta = get_f32(&obj, "rope_theta", 10000.0)?;
+        if let Some(Value::Object(rp)) = obj.get("rope_parameters") {
+            if let Some(t) = rp.get("rope_type").and_then(Value::as_str)
+                && t != "default"
+            {
+                return Err(bad_config(format!(
+                    "unsupported: rope_parameters.rope_type `{t}` (only `default`)"
+                )));
+            }
+            rope_theta = get_f32(rp, "rope_theta", rope_theta)?;
+        }
+        let hidden_size = get_usize(&obj, "hidden_size", None)?;
+        let num_attention_heads = get_usize(&obj, "num_attention_heads", None)?;
+        let head_dim_default = hidden_size.checked_div(num_attention_heads).unwrap_or(0);
+        let cfg = LlamaConfig {
+            hidden_size,
+            intermediate_size: get_usize(&obj, "intermediate_size", None)?,
+            num_hidden_layers: get_usize(&obj, "num_hidden_layers", None)?,
+            num_attention_heads,
+            num_key_value_heads: get_usize(&obj, "num_key_value_heads", Some(num_attention_heads))?,
+            vocab_size: get_usize(&obj, "vocab_size", None)?,
+            rms_norm_eps: get_f32(&obj, "rms_norm_eps", 1e-6)?,
+            rope_theta,
+            max_position_embeddings: get_usize(&obj, "max_position_embeddings", Some(2048))?,
+            tie_word_embeddings: obj
+                .get("tie_word_embeddings")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            head_dim: get_usize(&obj, "head_dim", Some(head_dim_default))?,
+            bos_token_id: get_ids(&obj, "bos_token_id")?.first().copied(),
+            eos_token_ids: get_ids(&obj, "eos_token_id")?,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks the sizes fit together (heads divide, head_dim even, nothing empty).
+    pub fn validate(&self) -> Result<()> {
+        let sizes = [
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("vocab_size", self.vocab_size),
+            ("head_dim", self.head_dim),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ];
+        for (name, v) in sizes {
+            if v == 0 {
+                return Err(bad_config(format!("`{name}` must be > 0")));
+            }
+        }
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
+            return Err(bad_config(format!(
+                "num_attention_heads = {} is not a multiple of num_key_value_heads = {}",
+                self.num_attention_heads, self.num_key_value_heads
+            )));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(bad_config(format!(
+                "head_dim = {} must be even for rotary embeddings",
+                self.head_dim
+            )));
+        }
+        if !(self.rms_norm_eps > 0.0 && self.rope_theta > 0.0) {
+            return Err(bad_config(format!(
+                "rms_norm_eps = {} and rope_theta = {} must be > 0",
+                self.rms_norm_eps, self.rope_theta
+            )));
+        }
+        Ok(())
+    }
+
+    /// The config as Hugging Face writes it (`transformers` loads it as a `LlamaConfig`).
+    pub fn to_json(&self) -> String {
+        let eos: Value = match self.eos_token_ids.as_slice() {
+            [] => Value::Null,
+            [one] => Value::from(*one),
+            many => Value::from(many.to_vec()),
+        };
+        let v = serde_json::json!({
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_act": "silu",
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "vocab_size": self.vocab_size,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "max_position_embeddings": self.max_position_embeddings,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": false,
+            "mlp_bias": false,
+            "bos_token_id": self.bos_token_id,
+            "eos_token_id": eos,
+            "torch_dtype": "float32",
+        });
+        serde_json::to_string_pretty(&v).unwrap_or_default()
+    }
+
+    /// Every tensor of a checkpoint: Hugging Face name and shape, in load order.
+    pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let (h, i, v) = (self.hidden_size, self.intermediate_size, self.vocab_size);
+        let q = self.num_attention_heads * self.head_dim;
+        let kv = self.num_key_value_heads * self.head_dim;
+        let mut out = vec![("model.embed_tokens.weight".to_string(), vec![v, h])];
+        for l in 0..self.num_hidden_layers {
+            let p = format!("model.layers.{l}");
+            out.push((format!("{p}.input_layernorm.weight"), vec![h]));
+            out.push((format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
+            out.push((format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
+            out.push((format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
+            out.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
+            out.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
+            out.push((format!("{p}.mlp.gate_proj.weight"), vec![i, h]));
+            out.push((format!("{p}.mlp.up_proj.weight"), vec![i, h]));
+            out.push((format!("{p}.mlp.down_proj.weight"), vec![h, i]));
+        }
+        out.push(("model.norm.weight".to_string(), vec![h]));
+        if !self.tie_word_embeddings {
+            out.push(("lm_head.weight".to_string(), vec![v, h]));
+        }
+        out
+    }
+
+    /// Number of scalar parameters.
+    pub fn num_parameters(&self) -> usize {
+        self.tensor_shapes()
+            .iter()
+            .map(|(_, s)| s.iter().product::<usize>())
+            .sum()
+    }
+}
+
+/// Keys and values seen so far, per layer, each `[batch * kv_heads, len * head_dim]` (a view of
+/// `[batch, kv_heads, len, head_dim]` that grows by `concat` on its last dim).
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    layers: Vec<Option<(Var, Var)>>,
+    len: usize,
+}
+
+impl KvCache {
+    /// An empty cache.
+    pub fn new() -> KvCache {
+        KvCache::default()
+    }
+    /// Number of positions cached.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True before the first forward.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A llama model: its config and its parameters on one backend.
+#[derive(Debug, Clone)]
+pub struct Llama {
+    pub config: LlamaConfig,
+    pub store: ParamStore,
+}
+
+fn checked_shape(name: &str, t: &Tensor, want: &[usize]) -> Result<()> {
+    if t.shape() != want {
+        return Err(Error::BadModelFile {
+            path: name.into(),
+            why: format!(
+                "tensor `{name}` has shape {:?}, the config needs {want:?}",
+                t.shape()
+            ),
+        });
+    }
+    Ok(())
+}
+
+impl Llama {
+    /// A model from host tensors by Hugging Face name (a parsed checkpoint). A missing or
+    /// misshapen tensor is an error naming it; extra tensors (e.g. `rotary_emb.inv_freq`) are
+    /// ignored.
+    pub fn from_tensors(
+        config: LlamaConfig,
+        tensors: &alloc::collections::BTreeMap<String, Tensor>,
+        backend: Rc<dyn Backend>,
+    ) -> Result<Llama> {
+        config.validate()?;
+        let mut store = ParamStore::new(backend);
+        for (name, shape) in config.tensor_shapes() {
+            let t = tensors.get(&name).ok_or_else(|| Error::Missing {
+                what: "tensor in llama checkpoint".into(),
+                name: name.clone(),
+            })?;
+            checked_shape(&name, t, &shape)?;
+            if t.dtype().is_int() {
+                return Err(Error::BadModelFile {
+                    path: name.clone(),
+                    why: format!("tensor `{name}` has integer dtype {}", t.dtype().name()),
+                });
+            }
+            store.register(&name, t.clone())?;
+        }
+        Ok(Llama { config, store })
+    }
+
+    /// A freshly initialized model as Hugging Face initializes one: weights `normal(0, 0.02)`,
+    /// norm weights ones.
+    pub fn init(config: LlamaConfig, backend: Rc<dyn Backend>, rng: &mut Rng) -> Result<Llama> {
+        config.validate()?;
+        let mut store = ParamStore::new(backend);
+        for (name, shape) in config.tensor_shapes() {
+            let t = if shape.len() == 1 {
+                Tensor::full(&shape, 1.0)?
+            } else {
+                rng.normal_tensor(&shape, 0.0, 0.02)?
+            };
+            store.register(&name, t)?;
+        }
+        Ok(Llama { config, store })
+    }
+
+    /// Binds the parameters into a graph.
+    pub fn bind(&self, g: &Graph) -> Result<Params> {
+        self.store.bind(g)
+    }
+
+    /// ids `[batch, seq]` (i32) -> hidden states `[batch, seq, hidden]` after the final norm.
+    /// With a cache, positions continue after the cached ones and the new keys and values are
+    /// appended; without one, the sequence stands alone.
+    pub fn forward(
+        &self,
+        g: &Graph,
+        p: &Params,
+        ids: &Var,
+        mut cache: Option<&mut KvCache>,
+    ) -> Result<Var> {
+        let c = &self.config;
+        let &[batch, seq] = ids.shape() else {
+            return Err(Error::bad_shape(
+                "llama",
+                "ids",
+                ids.shape(),
+                "needs [batch, seq]",
+            ));
+        };
+        if batch == 0 || seq == 0 {
+            return Err(Error::Empty {
+                op: "llama",
+                tensor: "ids".into(),
+            });
+        }
+        let offset = cache.as_ref().map_or(0, |k| k.len);
+        let total = offset + seq;
+        if total > c.max_position_embeddings {
+            return Err(Error::LimitExceeded {
+                what: format!(
+                    "llama: sequence length (cached {offset} + new {seq}) over max_position_embeddings"
+                ),
+                value: total as u64,
+                limit: c.max_position_embeddings as u64,
+            });
+        }
+        if let Some(k) = cache.as_deref_mut()
+            && k.layers.len() != c.num_hidden_layers
+        {
+            if !k.layers.is_empty() {
+                return Err(Error::Autograd {
+                    why: format!(
+                        "llama: KV cache has {} layers, the model {}",
+                        k.layers.len(),
+                        c.num_hidden_layers
+                    ),
+                });
+            }
+            k.layers = vec![None; c.num_hidden_layers];
+        }
+        let (hq, hkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let mut x = g.embedding(ids, p.get("model.embed_tokens.weight")?)?;
+        for l in 0..c.num_hidden_layers {
+            let w = |n: &str| p.get(&format!("model.layers.{l}.{n}"));
+            let h = g.rms_norm(&x, w("input_layernorm.weight")?, c.rms_norm_eps)?;
+            // W @ h^T: [batch, heads * d, seq] -> [batch, heads, d, seq].
+            let proj = |name: &str, heads: usize| -> Result<Var> {
+                let t = g.matmul_t(w(name)?, &h, false, true)?;
+                g.reshape(&t, &[batch, heads, d, seq])
+            };
+            let to_rows = |t: &Var, heads: usize| -> Result<Var> {
+                // [b, h, d, s] -> [b, h, s, d]; a reshape when s = 1 (same memory order).
+                if seq == 1 {
+                    g.reshape(t, &[batch, heads, 1, d])
+                } else {
+                    g.transpose(t)
+                }
+            };
+            let q = to_rows(&proj("self_attn.q_proj.weight", hq)?, hq)?;
+            let q = g.rope(&q, c.rope_theta, offset, false)?;
+            let k_new = to_rows(&proj("self_attn.k_proj.weight", hkv)?, hkv)?;
+            let k_new = g.rope(&k_new, c.rope_theta, offset, false)?;
+            let v_new = to_rows(&proj("self_attn.v_proj.weight", hkv)?, hkv)?;
+            let (k, v) = match cache.as_deref_mut() {
+                Some(kc) => {
+                    let slot = kc.layers.get_mut(l).ok_or_else(|| Error::Autograd {
+                        why: format!("llama: KV cache has no layer {l}"),
+                    })?;
+                    // [b, h, s, d] viewed as [b * h, s * d]: appending on the last dim is
+                    // appending positions, and the result views back as [b, h, t, d].
+                    let flat = |t: &Var| g.reshape(t, &[batch * hkv, seq * d]);
+                    let (k_all, v_all) = match slot.take() {
+                        Some((kp, vp)) => (
+                            g.concat(&kp, &flat(&k_new)?)?,
+                            g.concat(&vp, &flat(&v_new)?)?,
+                        ),
+                        None => (flat(&k_new)?, flat(&v_new)?),
+                    };
+                    let k = g.reshape(&k_all, &[batch, hkv, total, d])?;
+                    let v = g.reshape(&v_all, &[batch, hkv, total, d])?;
+                    *slot = Some((k_all, v_all));
+                    (k, v)
+                }
+                None => (k_new, v_new),
+            };
+            let a = g.attention(&q, &k, &v, true, None)?;
+            // [b, hq, s, d] -> [b, hq * d, s]; o_proj as (a^T)^T @ Wo^T = [b, s, hidden].
+            let a_cols = if seq == 1 {
+                g.reshape(&a, &[batch, hq * d, 1])?
+            } else {
+                let t = g.transpose(&a)?;
+                g.reshape(&t, &[batch, hq * d, seq])?
+            };
+            let o = g.matmul_t(&a_cols, w("self_attn.o_proj.weight")?, true, true)?;
+            x = g.add(&x, &o)?;
+            let h2 = g.rms_norm(&x, w("post_attention_layernorm.weight")?, c.rms_norm_eps)?;
+            let gate = g.matmul_t(&h2, w("mlp.gate_proj.weight")?, false, true)?;
+            let up = g.matmul_t(&h2, w("mlp.up_proj.weight")?, false, true)?;
+            let act = g.mul(&g.silu(&gate)?, &up)?;
+            let down = g.matmul_t(&act, w("mlp.down_proj.weight")?, false, true)?;
+            x = g.add(&x, &down)?;
+        }
+        if let Some(k) = cache {
+            k.len = total;
+        }
+        g.rms_norm(&x, p.get("model.norm.weight")?, c.rms_norm_eps)
+    }
+
+    /// Hidden states `[..., hidden]` -> logits `[..., vocab]`.
+    pub fn logits(&self, g: &Graph, p: &Params, hidden: &Var) -> Result<Var> {
+        let head = if self.config.tie_word_embeddings {
+            p.get("model.embed_tokens.weight")?
+        } else {
+            p.get("lm_head.weight")?
+        };
+        g.matmul_t(hidden, head, false, true)
+    }
+
+    /// The last position's hidden state of each sequence: `[batch, seq, hidden]` ->
+    /// `[batch, hidden]`, gathered on the device with the embedding op (rows of the flattened
+    /// states), so only the rows that matter reach the vocabulary projection.
+    pub fn last_positions(&self, g: &Graph, hidden: &Var) -> Result<Var> {
+        let &[batch, seq, h] = hidden.shape() else {
+            return Err(Error::bad_shape(
+                "llama",
+                "hidden",
+                hidden.shape(),
+                "needs [batch, seq, hidden]",
+            ));
+        };
+        if seq == 1 {
+            return g.reshape(hidden, &[batch, h]);
+        }
+        let rows: Vec<i32> = (0..batch).map(|b| (b * seq + seq - 1) as i32).collect();
+        let rows = g.constant(g.backend().upload(&Tensor::from_i32(&[batch], rows)?)?)?;
+        let flat = g.reshape(hidden, &[batch * seq, h])?;
+        g.embedding(&rows, &flat)
+    }
+
+    /// Mean cross-entropy of the tokens at `positions` of every row: logits at position `i`
+    /// predict `targets[b, i]`. ids and targets `[batch, seq]`.
+    pub fn loss(
+        &self,
+        g: &Graph,
+        p: &Params,
+        ids: &Var,
+        targets: &[i32],
+        positions: &[usize],
+    ) -> Result<Var> {
+        let &[batch, seq] = ids.shape() else {
+            return Err(Error::bad_shape(
+                "llama",
+                "ids",
+                ids.shape(),
+                "needs [batch, seq]",
+            ));
+        };
+        if targets.len() != batch * seq {
+            return Err(Error::mismatch(
+                "llama loss",
+                &[batch * seq],
+                &[targets.len()],
+            ));
+        }
+        if let Some(&bad) = positions.iter().find(|&&i| i >= seq) {
+            return Err(Error::IndexOutOfRange {
+                op: "llama loss",
+                tensor: "positions".into(),
+                index: bad as i64,
+                bound: seq,
+            });
+        }
+        let hidden = self.forward(g, p, ids, None)?;
+        let h = self.config.hidden_size;
+        let flat = g.reshape(&hidden, &[batch * seq, h])?;
+        let rows: Vec<i32> = (0..batch)
+            .flat_map(|b| positions.iter().map(move |&i| (b * seq + i) as i32))
+            .collect();
+        let n = rows.len();
+        let picked: Vec<i32> = rows
+            .iter()
+            .map(|&r| targets.get(r as usize).copied().unwrap_or(0))
+            .collect();
+        let up = |t: Tensor| -> Result<Var> { g.constant(g.backend().upload(&t)?) };
+        let rows = up(Tensor::from_i32(&[n], rows)?)?;
+        let picked = up(Tensor::from_i32(&[n], picked)?)?;
+        let sel = g.embedding(&rows, &flat)?;
+        let logits = self.logits(g, p, &sel)?;
+        g.cross_entropy(&logits, &picked)
+    }
+}
+
+/// How the next token is chosen. `temperature = 0` is greedy (argmax).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens (ties at the boundary kept); 0 keeps all.
+    pub top_k: usize,
+    /// Keep the most likely tokens whose mass reaches `top_p`; 1 keeps all.
+    pub top_p: f32,
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            seed: 0,
+        }
+    }
+}
+
+/// What to generate and when to stop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateOptions {
+    pub max_new_tokens: usize,
+    pub sampling: Sampling,
+    /// Generation ends after emitting any of these (default: the config's `eos_token_id`).
+    pub stop_tokens: Vec<u32>,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    StopToken,
+    MaxTokens,
+    MaxPositions,
+    Callback,
+}
+
+/// Streams generated token ids to `on_token(index, id)` as they come (return `false` to stop):
+/// one prefill over the prompt, then one decode step per token over the KV cache. The logits
+/// never leave the device: each step samples there and downloads only the token id.
+pub async fn generate(
+    model: &Llama,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    on_token: &mut dyn FnMut(usize, u32) -> bool,
+) -> Result<(Vec<u32>, StopReason)> {
+    let c = &model.config;
+    if prompt.is_empty() {
+        return Err(Error::Empty {
+            op: "generate",
+            tensor: "prompt".into(),
+        });
+    }
+    if prompt.len() > c.max_position_embeddings {
+        return Err(Error::LimitExceeded {
+            what: "generate: prompt tokens over the model's max_position_embeddings".into(),
+            value: prompt.len() as u64,
+            limit: c.max_position_embeddings as u64,
+        });
+    }
+    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= c.vocab_size) {
+        return Err(Error::IndexOutOfRange {
+            op: "generate",
+            tensor: "prompt".into(),
+            index: bad as i64,
+            bound: c.vocab_size,
+        });
+    }
+    let s = opts.sampling;
+    let sample_op = Op::Sample {
+        temperature: s.temperature,
+        top_k: s.top_k,
+        top_p: s.top_p,
+    };
+    // Validate the sampling attributes before any work.
+    crate::cpu::sample::check_attrs(s.temperature, s.top_k, s.top_p)?;
+    let backend = model.store.backend().clone();
+    let g = Graph::inference(backend.clone());
+    let p = model.bind(&g)?;
+    let mut rng = Rng::new(s.seed);
+    let mut cache = KvCache::new();
+    let ids: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
+    let mut input = g.constant(backend.upload(&Tensor::from_i32(&[1, ids.len()], ids)?)?)?;
+    let mut out = Vec::new();
+    loop {
+        if out.len() >= opts.max_new_tokens {
+            return Ok((out, StopReason::MaxTokens));
+        }
+        if cache.len() + input.shape()[1] > c.max_position_embeddings {
+            return Ok((out, StopReason::MaxPositions));
+        }
+        let hidden = model.forward(&g, &p, &input, Some(&mut cache))?;
+        let last = model.last_positions(&g, &hidden)?;
+        let logits = model.logits(&g, &p, &last)?;
+        let u = g.constant(backend.upload(&Tensor::from_f32(&[1], vec![rng.uniform()])?)?)?;
+        let next = g
+            .apply(&sample_op, &[&logits, &u])?
+            .pop()
+            .ok_or_else(|| Error::Autograd {
+                why: "sample: expected one output".into(),
+            })?;
+        let host = backend.download(next.tensor()).await?;
+        let id = host.to_i64_vec()?.first().copied().unwrap_or(0) as u32;
+        out.push(id);
+        let keep_going = on_token(out.len() - 1, id);
+        if opts.stop_tokens.contains(&id) {
+            return Ok((out, StopReason::StopToken));
+        }
+        if !keep_going {
+            return Ok((out, StopReason::Callback));
+        }
+        input = g.reshape(&next, &[1, 1])?;
+    }
+}
+
+/// Greedy completions of many prompts of equal length at once (a batch), `new_tokens` each.
+/// Used by evaluation, where every problem has the same shape.
+pub async fn greedy_batch(
+    model: &Llama,
+    prompts: &[Vec<u32>],
+    new_tokens: usize,
+) -> Result<Vec<Vec<u32>>> {
+    let Some(first) = prompts.first() else {
+        return Ok(Vec::new());
+    };
+    let seq = first.len();
+    if let Some(bad) = prompts.iter().find(|p| p.len() != seq) {
+        return Err(Error::mismatch("greedy_batch", &[seq], &[bad.len()]));
+    }
+    let batch = prompts.len();
+    let backend = model.store.backend().clone();
+    let g = Graph::inference(backend.clone());
+    let p = model.bind(&g)?;
+    let mut cache = KvCache::new();
+    let ids: Vec<i32> = prompts.iter().flatten().map(|&t| t as i32).collect();
+    let mut input = g.constant(backend.upload(&Tensor::from_i32(&[batch, seq], ids)?)?)?;
+    let mut steps = Vec::new();
+    for _ in 0..new_tokens {
+        let hidden = model.forward(&g, &p, &input, Some(&mut cache))?;
+        let last = model.last_positions(&g, &hidden)?;
+        let logits = model.logits(&g, &p, &last)?;
+        let next = g.argmax(&logits)?;
+        input = g.reshape(&next, &[batch, 1])?;
+        steps.push(next);
+    }
+    backend.flush()?;
+    let mut out = vec![Vec::with_capacity(new_tokens); batch];
+    for step in &steps {
+        let ids = backend.download(step.tensor()).await?.to_i64_vec()?;
+        for (row, id) in out.iter_mut().zip(ids) {
+            row.push(id as u32);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,187 @@
+//! `kernels train transformer`: trains a llama-architecture model on the addition task with
+//! kernels-core's autograd and AdamW, on any backend, and writes Hugging Face checkpoints
+//! (`config.json`, `model.safetensors`, `tokenizer.json`) that `kernels generate` and
+//! `transformers` both load.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use kernels_core::autograd::Graph;
+use kernels_core::models::llama::{Llama, LlamaConfig};
+use kernels_core::optim::AdamW;
+use kernels_core::{Rng, Tensor};
+
+use crate::addition::{self, ANSWER_LEN, PROMPT_LEN};
+use crate::backends::{choose, parse_choice};
+use crate::{CliResult, fail};
+
+/// Options of `kernels train transformer`.
+#[derive(Debug, Clone)]
+pub struct TrainArgs {
+    pub out: PathBuf,
+    pub steps: usize,
+    pub batch: usize,
+    pub lr: f32,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub intermediate: usize,
+    pub seed: u64,
+    pub backend: Option<String>,
+    /// Write a checkpoint every this many steps (and at the end).
+    pub checkpoint_every: usize,
+    /// Held-out problems evaluated at each checkpoint (0: none).
+    pub eval_problems: usize,
+}
+
+/// The llama config of the addition model.
+pub fn config(args: &TrainArgs) -> LlamaConfig {
+    LlamaConfig {
+        hidden_size: args.hidden,
+        intermediate_size: args.intermediate,
+        num_hidden_layers: args.layers,
+        num_attention_heads: args.heads,
+        num_key_value_heads: args.kv_heads,
+        vocab_size: addition::VOCAB.len(),
+        rms_norm_eps: 1e-5,
+        rope_theta: 10000.0,
+        max_position_embeddings: PROMPT_LEN + ANSWER_LEN,
+        tie_word_embeddings: true,
+        head_dim: args.hidden.checked_div(args.heads).unwrap_or(0),
+        bos_token_id: None,
+        eos_token_ids: vec![addition::END],
+    }
+}
+
+/// Warmup then cosine decay to a tenth.
+fn lr_at(step: usize, steps: usize, peak: f32) -> f32 {
+    let warmup = (steps / 20).clamp(1, 200);
+    if step < warmup {
+        return peak * (step + 1) as f32 / warmup as f32;
+    }
+    let t = (step - warmup) as f32 / (steps - warmup).max(1) as f32;
+    peak * (0.1 + 0.9 * 0.5 * (1.0 + (std::f32::consts::PI * t).cos()))
+}
+
+/// One batch: ids and next-token targets `[batch, PROMPT_LEN + ANSWER_LEN - 1]`.
+fn batch(rng: &mut Rng, n: usize) -> CliResult<(Vec<i32>, Vec<i32>)> {
+    let mut ids = Vec::new();
+    let mut targets = Vec::new();
+    for _ in 0..n {
+        let (a, b) = addition::draw(rng, false);
+        let seq = addition::ids(&format!(
+            "{}{}",
+            addition::prompt(a, b),
+            addition::answer(a, b)
+        ))?;
+        ids.extend(seq[..seq.len() - 1].iter().map(|&t| t as i32));
+        targets.extend(seq[1..].iter().map(|&t| t as i32));
+    }
+    Ok((ids, targets))
+}
+
+/// Writes a file through a temporary beside it, so a failed run leaves the old one whole.
+fn write_atomic(path: &Path, bytes: &[u8]) -> CliResult<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".kernels-")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.flush()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Writes `config.json`, `model.safetensors` and `tokenizer.json` into `dir`.
+pub fn save_checkpoint(model: &Llama, dir: &Path) -> CliResult<()> {
+    std::fs::create_dir_all(dir)?;
+    let weights = pollster::block_on(model.store.save())?;
+    write_atomic(&dir.join("model.safetensors"), &weights)?;
+    write_atomic(&dir.join("config.json"), model.config.to_json().as_bytes())?;
+    write_atomic(
+        &dir.join("tokenizer.json"),
+        addition::tokenizer_json().as_bytes(),
+    )?;
+    Ok(())
+}
+
+/// Trains and checkpoints; returns the final held-out accuracy when evaluated.
+pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
+    if args.steps == 0 || args.batch == 0 {
+        return Err(fail("train: --steps and --batch must be > 0"));
+    }
+    let chosen = choose(parse_choice(args.backend.as_deref())?)?;
+    let backend = chosen.backend.clone();
+    let cfg = config(args);
+    let mut rng = Rng::new(args.seed);
+    let mut model = Llama::init(cfg, backend.clone(), &mut rng)?;
+    eprintln!(
+        "training a {}-parameter llama ({} layers, hidden {}, {} heads / {} kv heads) on {} ({})",
+        model.config.num_parameters(),
+        args.layers,
+        args.hidden,
+        args.heads,
+        args.kv_heads,
+        backend.name(),
+        chosen.reason
+    );
+    let mut opt = AdamW::new(args.lr).weight_decay(0.01);
+    let seq = PROMPT_LEN + ANSWER_LEN - 1;
+    // Logits at these positions predict the answer's characters.
+    let positions: Vec<usize> = (PROMPT_LEN - 1..seq).collect();
+    let bar = ProgressBar::new(args.steps as u64);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} steps  {msg}  [{elapsed_precise} < {eta_precise}]",
+        )
+        .map_err(|e| fail(format!("progress bar: {e}")))?,
+    );
+    let start = Instant::now();
+    let mut tokens = 0usize;
+    let mut accuracy = None;
+    for step in 0..args.steps {
+        opt.lr = lr_at(step, args.steps, args.lr);
+        let (ids, targets) = batch(&mut rng, args.batch)?;
+        let g = Graph::new(backend.clone());
+        let p = model.bind(&g)?;
+        let ids = g.constant(backend.upload(&Tensor::from_i32(&[args.batch, seq], ids)?)?)?;
+        let loss = model.loss(&g, &p, &ids, &targets, &positions)?;
+        let grads = g.backward(&loss)?;
+        opt.step(&mut model.store, &grads)?;
+        tokens += args.batch * seq;
+        if step % 10 == 0 || step + 1 == args.steps {
+            let l = pollster::block_on(backend.download(loss.tensor()))?.to_scalar()?;
+            let rate = tokens as f64 / start.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!("loss {l:.4}  {rate:.0} tok/s"));
+        }
+        bar.inc(1);
+        let last = step + 1 == args.steps;
+        if last || (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0) {
+            save_checkpoint(&model, &args.out)?;
+            if args.eval_problems > 0 {
+                let (ok, n, _) = addition::evaluate(&model, args.eval_problems, 1, 256)?;
+                let acc = ok as f64 / n as f64;
+                bar.suspend(|| {
+                    eprintln!(
+                        "step {}: held-out exact match {ok}/{n} = {:.1}%, checkpoint in {}",
+                        step + 1,
+                        100.0 * acc,
+                        args.out.display()
+                    )
+                });
+                accuracy = Some(acc);
+            }
+        }
+    }
+    bar.finish();
+    eprintln!(
+        "{} steps in {:.1} s; wrote {}",
+        args.steps,
+        start.elapsed().as_secs_f64(),
+        args.out.display()
+    );
+    Ok(accuracy)
+}

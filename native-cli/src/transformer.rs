@@ -1,0 +1,340 @@
+//! Llama checkpoints from a Hugging Face model directory, their tokenizer, and the `generate`
+//! and `logits` commands. The model itself is kernels-core's `models::llama`; this module only
+//! reads files and talks to the terminal.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use kernels_core::models::llama::{self, GenerateOptions, Llama, LlamaConfig, Sampling};
+use kernels_core::{Backend, Tensor};
+use tokenizers::Tokenizer;
+
+use crate::backends::{choose, parse_choice};
+use crate::{CliResult, emit, fail};
+
+/// A model directory's files as bytes (from disk, or embedded in the binary).
+pub struct ModelFiles {
+    /// Where they came from, for messages.
+    pub origin: String,
+    pub config: String,
+    /// Tensors of every shard, by name.
+    pub tensors: BTreeMap<String, Tensor>,
+    /// `tokenizer.json`, when present.
+    pub tokenizer: Option<Tokenizer>,
+}
+
+fn read(path: &Path) -> CliResult<Vec<u8>> {
+    std::fs::read(path).map_err(|e| fail(format!("cannot read {}: {e}", path.display())))
+}
+
+fn load_tokenizer_bytes(bytes: &[u8], origin: &str) -> CliResult<Tokenizer> {
+    Tokenizer::from_bytes(bytes).map_err(|e| fail(format!("{origin}/tokenizer.json: {e}")))
+}
+
+/// Reads `config.json`, `model.safetensors` or the shards `model.safetensors.index.json` lists,
+/// and `tokenizer.json` when present.
+pub fn read_dir(dir: &Path) -> CliResult<ModelFiles> {
+    let origin = dir.display().to_string();
+    let config = String::from_utf8(read(&dir.join("config.json"))?)
+        .map_err(|_| fail(format!("{origin}/config.json is not UTF-8")))?;
+    let single = dir.join("model.safetensors");
+    let index = dir.join("model.safetensors.index.json");
+    let mut tensors = BTreeMap::new();
+    if single.exists() {
+        let bytes = read(&single)?;
+        tensors = kernels_core::io::load_named(&bytes, &single.display().to_string())?;
+    } else if index.exists() {
+        let text = String::from_utf8(read(&index)?)
+            .map_err(|_| fail(format!("{} is not UTF-8", index.display())))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| fail(format!("{}: {e}", index.display())))?;
+        let map = v
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| fail(format!("{}: no `weight_map` object", index.display())))?;
+        let mut shards: Vec<&str> = map.values().filter_map(|f| f.as_str()).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        for shard in shards {
+            // Shard names come from a file: refuse anything that leaves the directory.
+            if shard.contains('/') || shard.contains('\\') || shard.starts_with('.') {
+                return Err(fail(format!(
+                    "{}: bad shard name `{shard}`",
+                    index.display()
+                )));
+            }
+            let path = dir.join(shard);
+            let bytes = read(&path)?;
+            tensors.extend(kernels_core::io::load_named(
+                &bytes,
+                &path.display().to_string(),
+            )?);
+        }
+    } else {
+        return Err(fail(format!(
+            "{origin}: neither model.safetensors nor model.safetensors.index.json"
+        )));
+    }
+    let tok_path = dir.join("tokenizer.json");
+    let tokenizer = if tok_path.exists() {
+        Some(load_tokenizer_bytes(&read(&tok_path)?, &origin)?)
+    } else {
+        None
+    };
+    Ok(ModelFiles {
+        origin,
+        config,
+        tensors,
+        tokenizer,
+    })
+}
+
+/// The same from bytes (the embedded demo model).
+pub fn from_bytes(
+    origin: &str,
+    config: &str,
+    weights: &[u8],
+    tokenizer: Option<&[u8]>,
+) -> CliResult<ModelFiles> {
+    Ok(ModelFiles {
+        origin: origin.into(),
+        config: config.into(),
+        tensors: kernels_core::io::load_named(weights, &format!("{origin}/model.safetensors"))?,
+        tokenizer: tokenizer
+            .map(|b| load_tokenizer_bytes(b, origin))
+            .transpose()?,
+    })
+}
+
+/// Builds the model on `backend`.
+pub fn build(files: &ModelFiles, backend: Rc<dyn Backend>) -> CliResult<Llama> {
+    let config = LlamaConfig::from_json(&files.config)
+        .map_err(|e| fail(format!("{}: {e}", files.origin)))?;
+    Llama::from_tensors(config, &files.tensors, backend)
+        .map_err(|e| fail(format!("{}: {e}", files.origin)))
+}
+
+/// Prompt text to ids.
+pub fn encode(tok: &Tokenizer, text: &str) -> CliResult<Vec<u32>> {
+    Ok(tok
+        .encode(text, false)
+        .map_err(|e| fail(format!("tokenizer: {e}")))?
+        .get_ids()
+        .to_vec())
+}
+
+/// Ids to text.
+pub fn decode(tok: &Tokenizer, ids: &[u32]) -> CliResult<String> {
+    tok.decode(ids, false)
+        .map_err(|e| fail(format!("tokenizer: {e}")))
+}
+
+/// Options of `kernels generate`.
+#[derive(Debug, Clone)]
+pub struct GenerateArgs {
+    pub model: Option<PathBuf>,
+    pub prompt: String,
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    pub backend: Option<String>,
+}
+
+/// Timings of one generation: prefill (prompt -> first token) and decode (the rest).
+#[derive(Debug, Clone, Copy)]
+pub struct GenStats {
+    pub prompt_tokens: usize,
+    pub new_tokens: usize,
+    pub prefill: Duration,
+    pub decode: Duration,
+}
+
+impl GenStats {
+    /// `prefill N tok in X (Y tok/s), decode M tok in Z (W tok/s)`.
+    pub fn line(&self) -> String {
+        let rate = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
+        let decoded = self.new_tokens.saturating_sub(1);
+        format!(
+            "prefill {} tokens in {:.1} ms ({:.1} tok/s), decode {} tokens in {:.1} ms ({:.1} tok/s)",
+            self.prompt_tokens,
+            self.prefill.as_secs_f64() * 1e3,
+            rate(self.prompt_tokens, self.prefill),
+            decoded,
+            self.decode.as_secs_f64() * 1e3,
+            rate(decoded, self.decode)
+        )
+    }
+}
+
+/// Generates from `prompt` ids, calling `on_token` with each id as it comes, and times it.
+pub fn generate_ids(
+    model: &Llama,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: Sampling,
+    on_token: &mut dyn FnMut(u32),
+) -> CliResult<(Vec<u32>, GenStats)> {
+    let opts = GenerateOptions {
+        max_new_tokens: max_tokens,
+        sampling,
+        stop_tokens: model.config.eos_token_ids.clone(),
+    };
+    let start = Instant::now();
+    let mut first: Option<Instant> = None;
+    let mut cb = |_i: usize, id: u32| {
+        if first.is_none() {
+            first = Some(Instant::now());
+        }
+        on_token(id);
+        true
+    };
+    let (ids, _) = pollster::block_on(llama::generate(model, prompt, &opts, &mut cb))?;
+    let end = Instant::now();
+    let first = first.unwrap_or(end);
+    Ok((
+        ids.clone(),
+        GenStats {
+            prompt_tokens: prompt.len(),
+            new_tokens: ids.len(),
+            prefill: first - start,
+            decode: end - first,
+        },
+    ))
+}
+
+/// `kernels generate`: streams the completion to stdout, the timings to stderr.
+pub fn generate(args: &GenerateArgs) -> CliResult<()> {
+    let chosen = choose(parse_choice(args.backend.as_deref())?)?;
+    let files = match &args.model {
+        Some(dir) => read_dir(dir)?,
+        None => crate::addition::embedded()?,
+    };
+    let model = build(&files, chosen.backend.clone())?;
+    let tok = files.tokenizer.as_ref().ok_or_else(|| {
+        fail(format!(
+            "{}: no tokenizer.json (use `kernels logits --tokens` for raw ids)",
+            files.origin
+        ))
+    })?;
+    let prompt = encode(tok, &args.prompt)?;
+    eprintln!(
+        "{} on {} ({}), {} prompt tokens",
+        files.origin,
+        chosen.backend.name(),
+        chosen.reason,
+        prompt.len()
+    );
+    emit(&args.prompt)?;
+    let mut shown = String::new();
+    let mut all = Vec::new();
+    let mut stream_err = None;
+    let (_, stats) = generate_ids(&model, &prompt, args.max_tokens, args.sampling, &mut |id| {
+        all.push(id);
+        // Decode the whole completion and print what is new: multi-token characters appear
+        // once they are complete.
+        match decode(tok, &all) {
+            Ok(text) if text.starts_with(&shown) => {
+                let _ = emit(&text[shown.len()..]);
+                shown = text;
+            }
+            Ok(text) => shown = text,
+            Err(e) => stream_err = Some(e),
+        }
+    })?;
+    if let Some(e) = stream_err {
+        return Err(e);
+    }
+    emit("\n")?;
+    let _ = std::io::stdout().flush();
+    eprintln!("{}", stats.line());
+    Ok(())
+}
+
+/// Options of `kernels logits`.
+#[derive(Debug, Clone)]
+pub struct LogitsArgs {
+    pub model: Option<PathBuf>,
+    pub tokens: Vec<u32>,
+    pub all_positions: bool,
+    pub backend: Option<String>,
+}
+
+/// The logits of a token sequence: `[positions][vocab]`, the last position or all of them.
+pub fn logits(model: &Llama, tokens: &[u32], all_positions: bool) -> CliResult<Vec<Vec<f32>>> {
+    let c = &model.config;
+    if tokens.is_empty() {
+        return Err(fail("logits: --tokens is empty"));
+    }
+    if tokens.len() > c.max_position_embeddings {
+        return Err(fail(format!(
+            "logits: {} tokens, but the model allows at most max_position_embeddings = {}",
+            tokens.len(),
+            c.max_position_embeddings
+        )));
+    }
+    if let Some(bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
+        return Err(fail(format!(
+            "logits: token {bad} is outside the vocabulary (vocab_size = {})",
+            c.vocab_size
+        )));
+    }
+    let backend = model.store.backend().clone();
+    let g = kernels_core::autograd::Graph::inference(backend.clone());
+    let p = model.bind(&g)?;
+    let ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+    let ids = g.constant(backend.upload(&Tensor::from_i32(&[1, ids.len()], ids)?)?)?;
+    let hidden = model.forward(&g, &p, &ids, None)?;
+    let hidden = if all_positions {
+        hidden
+    } else {
+        let last = model.last_positions(&g, &hidden)?;
+        g.reshape(&last, &[1, 1, c.hidden_size])?
+    };
+    let out = model.logits(&g, &p, &hidden)?;
+    let host = pollster::block_on(backend.download(out.tensor()))?;
+    Ok(host
+        .to_f32_vec()?
+        .chunks(c.vocab_size)
+        .map(<[f32]>::to_vec)
+        .collect())
+}
+
+/// `kernels logits --json`.
+pub fn logits_cmd(args: &LogitsArgs) -> CliResult<()> {
+    let chosen = choose(parse_choice(args.backend.as_deref())?)?;
+    let files = match &args.model {
+        Some(dir) => read_dir(dir)?,
+        None => crate::addition::embedded()?,
+    };
+    let model = build(&files, chosen.backend.clone())?;
+    let rows = logits(&model, &args.tokens, args.all_positions)?;
+    let n = args.tokens.len();
+    let positions: Vec<usize> = if args.all_positions {
+        (0..n).collect()
+    } else {
+        vec![n - 1]
+    };
+    let doc = serde_json::json!({
+        "model": files.origin,
+        "backend": chosen.backend.name(),
+        "tokens": args.tokens,
+        "vocab_size": model.config.vocab_size,
+        "positions": positions,
+        "logits": rows,
+    });
+    emit(&format!("{doc}\n"))
+}
+
+/// Parses `1,2,3`.
+pub fn parse_tokens(s: &str) -> CliResult<Vec<u32>> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            p.trim()
+                .parse::<u32>()
+                .map_err(|_| fail(format!("--tokens: `{p}` is not a token id")))
+        })
+        .collect()
+}

@@ -1,0 +1,208 @@
+//! `kernels generate`, `logits`, `train transformer` and `eval` end to end on the CPU.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{kernels, stderr};
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn golden_dir() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/llama/gqa_tied")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn generate_streams_the_demo_answer_and_reports_rates() {
+    let o = kernels(&["generate", "--prompt", "123+456=", "--backend", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // 579 written least-significant digit first, then the end mark.
+    assert_eq!(stdout(&o).trim(), "123+456=9750$");
+    let e = stderr(&o);
+    assert!(e.contains("prefill 8 tokens") && e.contains("tok/s"), "{e}");
+    // Sampling flags parse and a seed reproduces.
+    let args = [
+        "generate",
+        "--prompt",
+        "5",
+        "--temperature",
+        "2",
+        "--top-k",
+        "5",
+        "--top-p",
+        "0.9",
+        "--seed",
+        "4",
+        "--max-tokens",
+        "8",
+        "--backend",
+        "cpu",
+    ];
+    let a = kernels(&args);
+    let b = kernels(&args);
+    assert!(a.status.success(), "{}", stderr(&a));
+    assert_eq!(stdout(&a), stdout(&b));
+    // Errors name the problem.
+    let bad = kernels(&[
+        "generate",
+        "--prompt",
+        "1",
+        "--top-p",
+        "0",
+        "--backend",
+        "cpu",
+    ]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("top_p"), "{}", stderr(&bad));
+    let long = "1".repeat(14);
+    let bad = kernels(&["generate", "--prompt", &long, "--backend", "cpu"]);
+    assert!(!bad.status.success());
+    assert!(
+        stderr(&bad).contains("max_position_embeddings"),
+        "{}",
+        stderr(&bad)
+    );
+    let bad = kernels(&["generate", "--model", "/nonexistent", "--prompt", "1"]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("/nonexistent"), "{}", stderr(&bad));
+}
+
+#[test]
+fn logits_json_matches_the_golden_reference() {
+    let dir = golden_dir();
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(&dir).join("golden.json")).unwrap(),
+    )
+    .unwrap();
+    let tokens: Vec<String> = golden["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+    let tokens = tokens.join(",");
+    for all in [false, true] {
+        let mut args = vec![
+            "logits",
+            "--model",
+            &dir,
+            "--tokens",
+            &tokens,
+            "--backend",
+            "cpu",
+            "--json",
+        ];
+        if all {
+            args.push("--all-positions");
+        }
+        let o = kernels(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        let rows = v["logits"].as_array().unwrap();
+        let want = golden["logits"].as_array().unwrap();
+        assert_eq!(rows.len(), if all { want.len() } else { 1 });
+        let offset = want.len() - rows.len();
+        for (i, row) in rows.iter().enumerate() {
+            for (g, w) in row
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(want[offset + i].as_array().unwrap())
+            {
+                let (g, w) = (g.as_f64().unwrap(), w.as_f64().unwrap());
+                assert!((g - w).abs() < 1e-3, "{g} vs {w}");
+            }
+        }
+        assert_eq!(v["vocab_size"], 37);
+    }
+    let bad = kernels(&["logits", "--model", &dir, "--tokens", "1,x", "--json"]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("`x`"), "{}", stderr(&bad));
+}
+
+#[test]
+fn train_writes_a_checkpoint_that_generate_and_eval_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("tiny");
+    let out_s = out.display().to_string();
+    let o = kernels(&[
+        "train",
+        "transformer",
+        "--out",
+        &out_s,
+        "--steps",
+        "3",
+        "--batch",
+        "4",
+        "--hidden",
+        "16",
+        "--heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--intermediate",
+        "24",
+        "--eval-problems",
+        "4",
+        "--backend",
+        "cpu",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("held-out exact match"),
+        "{}",
+        stderr(&o)
+    );
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        assert!(out.join(f).exists(), "{f} missing");
+    }
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["architectures"][0], "LlamaForCausalLM");
+    assert_eq!(cfg["hidden_size"], 16);
+    let g = kernels(&[
+        "generate",
+        "--model",
+        &out_s,
+        "--prompt",
+        "1+2=",
+        "--max-tokens",
+        "3",
+        "--backend",
+        "cpu",
+    ]);
+    assert!(g.status.success(), "{}", stderr(&g));
+    assert!(stdout(&g).starts_with("1+2="), "{}", stdout(&g));
+    let e = kernels(&[
+        "eval",
+        "--model",
+        &out_s,
+        "--problems",
+        "8",
+        "--backend",
+        "cpu",
+    ]);
+    assert!(e.status.success(), "{}", stderr(&e));
+    assert!(stdout(&e).contains("exact match"), "{}", stdout(&e));
+}
+
+#[test]
+fn eval_reports_the_demo_accuracy() {
+    let o = kernels(&["eval", "--problems", "200", "--backend", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stdout(&o);
+    let pct: f64 = s
+        .split(" = ")
+        .nth(1)
+        .and_then(|t| t.split('%').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no percentage in {s}"));
+    assert!(pct >= 95.0, "{s}");
+}

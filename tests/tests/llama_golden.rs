@@ -1,0 +1,180 @@
+//! Golden tests of the llama model against Hugging Face transformers: small random checkpoints
+//! (GQA and MHA, tied and untied, sharded, BF16 weights) and the logits `LlamaForCausalLM`
+//! gave for them, made once by `tests/fixtures/llama/make_golden.py` and committed. Every
+//! position's logits are checked on the CPU and on wgpu, with and without the KV cache.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use kernels_core::autograd::Graph;
+use kernels_core::models::llama::{KvCache, Llama};
+use kernels_core::{Backend, CpuBackend, Tensor};
+use native_cli::transformer::{build, logits, read_dir};
+
+const CASES: &[&str] = &["gqa_tied", "mha_untied", "gqa_untied_bf16"];
+
+/// f32 against PyTorch's f32 over two small layers: rounding differs in sums of 32..56 terms.
+const ATOL: f32 = 2e-4;
+const RTOL: f32 = 2e-4;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/llama")
+        .join(name)
+}
+
+fn golden(name: &str) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let text = std::fs::read_to_string(fixture(name).join("golden.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let tokens = v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    let rows = v["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect();
+    (tokens, rows)
+}
+
+fn assert_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
+    assert_eq!(got.len(), want.len(), "{what}: positions");
+    let mut worst = 0.0f32;
+    for (p, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.len(), w.len(), "{what}: vocab at {p}");
+        for (v, (a, b)) in g.iter().zip(w).enumerate() {
+            let err = (a - b).abs();
+            worst = worst.max(err);
+            assert!(
+                err <= ATOL + RTOL * b.abs(),
+                "{what}: position {p}, token {v}: got {a}, transformers {b}"
+            );
+        }
+    }
+    eprintln!("{what}: max abs error {worst:.2e}");
+}
+
+/// Logits of every position computed one token at a time over the KV cache.
+fn logits_with_cache(model: &Llama, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let backend = model.store.backend().clone();
+    let g = Graph::inference(backend.clone());
+    let p = model.bind(&g).unwrap();
+    let mut cache = KvCache::new();
+    let mut rows = Vec::new();
+    // A 3-token prefill, then single-token steps.
+    let mut start = 0;
+    for end in std::iter::once(3).chain(4..=tokens.len()) {
+        let ids: Vec<i32> = tokens[start..end].iter().map(|&t| t as i32).collect();
+        let n = ids.len();
+        let ids = g
+            .constant(
+                backend
+                    .upload(&Tensor::from_i32(&[1, n], ids).unwrap())
+                    .unwrap(),
+            )
+            .unwrap();
+        let h = model.forward(&g, &p, &ids, Some(&mut cache)).unwrap();
+        let l = model.logits(&g, &p, &h).unwrap();
+        let host = pollster::block_on(backend.download(l.tensor())).unwrap();
+        rows.extend(
+            host.to_f32_vec()
+                .unwrap()
+                .chunks(model.config.vocab_size)
+                .map(<[f32]>::to_vec),
+        );
+        start = end;
+    }
+    assert_eq!(cache.len(), tokens.len());
+    rows
+}
+
+fn check_backend(backend: Rc<dyn Backend>) {
+    for name in CASES {
+        let files = read_dir(&fixture(name)).unwrap();
+        let model = build(&files, backend.clone()).unwrap();
+        let (tokens, want) = golden(name);
+        let all = logits(&model, &tokens, true).unwrap();
+        assert_close(&format!("{name} on {}", backend.name()), &all, &want);
+        let last = logits(&model, &tokens, false).unwrap();
+        assert_close(
+            &format!("{name} last position on {}", backend.name()),
+            &last,
+            &want[want.len() - 1..],
+        );
+        let cached = logits_with_cache(&model, &tokens);
+        assert_close(
+            &format!("{name} with KV cache on {}", backend.name()),
+            &cached,
+            &want,
+        );
+    }
+}
+
+#[test]
+fn cpu_matches_transformers() {
+    check_backend(Rc::new(CpuBackend::new()));
+}
+
+#[test]
+fn cpu_reference_kernels_match_transformers() {
+    check_backend(Rc::new(CpuBackend::reference()));
+}
+
+#[test]
+fn wgpu_matches_transformers() {
+    match kernels_gpu::WgpuBackend::new() {
+        Ok(gpu) => check_backend(Rc::new(gpu)),
+        Err(e) => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("CI=true but no wgpu adapter: {e}");
+            }
+            eprintln!("skipping: no wgpu adapter ({e}); set WGPU_BACKEND=vulkan");
+        }
+    }
+}
+
+#[test]
+fn bad_checkpoints_are_named() {
+    let files = read_dir(&fixture("gqa_tied")).unwrap();
+    let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new());
+    // A missing tensor.
+    let mut missing = read_dir(&fixture("gqa_tied")).unwrap();
+    missing
+        .tensors
+        .remove("model.layers.1.mlp.up_proj.weight")
+        .unwrap();
+    let e = build(&missing, cpu.clone()).err().unwrap().to_string();
+    assert!(e.contains("model.layers.1.mlp.up_proj.weight"), "{e}");
+    // A misshapen one.
+    let mut bad = read_dir(&fixture("gqa_tied")).unwrap();
+    bad.tensors
+        .insert("model.norm.weight".into(), Tensor::zeros(&[31]).unwrap());
+    let e = build(&bad, cpu.clone()).err().unwrap().to_string();
+    assert!(e.contains("model.norm.weight") && e.contains("[31]"), "{e}");
+    // Another architecture.
+    let mut other = read_dir(&fixture("gqa_tied")).unwrap();
+    other.config = files.config.replace("\"llama\"", "\"mistral\"");
+    let e = build(&other, cpu.clone()).err().unwrap().to_string();
+    assert!(e.contains("mistral"), "{e}");
+    // A prompt longer than the model allows (max_position_embeddings = 64).
+    let model = build(&files, cpu).unwrap();
+    let e = logits(&model, &[1; 65], false).err().unwrap().to_string();
+    assert!(
+        e.contains("65") && e.contains("max_position_embeddings"),
+        "{e}"
+    );
+    let e = logits(&model, &[37], false).err().unwrap().to_string();
+    assert!(e.contains("37") && e.contains("vocab"), "{e}");
+}
