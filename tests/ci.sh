@@ -79,11 +79,27 @@ apt_install() {
 }
 if command -v dpkg-query >/dev/null && command -v apt-get >/dev/null; then
     # Software Vulkan (lavapipe): the GPU tests run for real without a GPU. g++: the CUDA
-    # kernels are compiled by the host C++ compiler in the cuda unit tests.
-    apt_install mesa-vulkan-drivers g++
+    # kernels are compiled by the host C++ compiler in the cuda unit tests. Chromium and its
+    # driver: the browser tests (WebGPU on SwiftShader); node/npm: the page's end-to-end driver.
+    apt_install mesa-vulkan-drivers g++ chromium chromium-driver
+    command -v npm >/dev/null || apt_install nodejs npm
 else
     echo "not a Debian-like system: install a Vulkan driver (e.g. Mesa lavapipe) yourself for the GPU tests"
 fi
+
+step "web tools"
+# wasm-bindgen's CLI must be exactly the version in Cargo.lock.
+WASM_BINDGEN_VERSION=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3 }' Cargo.lock)
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$WASM_BINDGEN_VERSION" ]; then
+    run cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+fi
+if ! trunk --version 2>/dev/null | grep -q '^trunk 0\.21\.'; then
+    run cargo install --locked trunk --version '~0.21'
+fi
+command -v wasm-pack >/dev/null || run cargo install wasm-pack
+wasm-bindgen --version
+trunk --version
+wasm-pack --version
 
 # --- checks ----------------------------------------------------------------------------------
 
@@ -111,6 +127,21 @@ for t in "${NO_STD_TARGETS[@]}"; do
     run cargo build -p kernels-core --no-default-features --target "$t"
     run cargo clippy -p kernels-core --no-default-features --target "$t" -- -D warnings
 done
+
+step "wasm32 lints of the browser crates"
+run cargo clippy -p kernels-gpu -p kernels-web --target wasm32-unknown-unknown --lib --tests -- -D warnings
+
+# Headless Chromium with WebGPU on SwiftShader: the flags are in <crate>/webdriver.json.
+export CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}"
+export WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-1800}"
+step "browser tests: kernels-core's tests on wasm32 (wasm-pack, headless Chromium)"
+run env WASM_BINDGEN_USE_BROWSER=1 wasm-pack test --headless --chrome kernels-core
+
+step "browser tests: the gpu crate's parity suite on WebGPU (wasm-pack, headless Chromium)"
+run wasm-pack test --headless --chrome gpu
+
+step "browser tests: the page end to end (trunk build, headless Chromium)"
+run tests/web_e2e.sh
 
 step "benchmarks compile"
 run cargo bench --no-run -p kernels-core -p kernels-gpu

@@ -6,9 +6,12 @@
 //! [`crate::WgpuBackend`] would pick (same `WGPU_BACKEND`, same power preference) and keeps its
 //! operands resident, so a timed run is one dispatch and one submit, as for the tiled matmul.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kernels_core::{Error, Result};
+use kernels_core::op::{Direction, Op};
+use kernels_core::{Backend, Error, Result, Rng, Tensor};
+// `std::time::Instant` panics in the browser; web-time is std's natively.
+use web_time::Instant;
 
 /// Shaders used only by benchmarks: `(file name, source)`. The naga validation test checks
 /// them with the op families' shaders.
@@ -43,6 +46,147 @@ pub fn time_runs(runs: usize, mut f: impl FnMut() -> Result<()>) -> Result<Vec<D
         .collect()
 }
 
+/// What one run of a benchmark must do: FLOPs (compute-bound ops: GFLOPS are reported) or
+/// none (memory-bound ops: GB/s of `min_bytes`), and the least bytes it must move (read the
+/// inputs once, write the outputs once).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Work {
+    pub flops: Option<f64>,
+    pub min_bytes: u64,
+}
+
+impl Work {
+    /// `(GFLOPS, GB/s)` of one run taking `time`: GFLOPS for compute-bound work, GB/s otherwise.
+    pub fn rates(&self, time: Duration) -> (Option<f64>, Option<f64>) {
+        let s = time.as_secs_f64().max(1e-12);
+        match self.flops {
+            Some(f) => (Some(f / s / 1e9), None),
+            None => (None, Some(self.min_bytes as f64 / s / 1e9)),
+        }
+    }
+}
+
+/// One benchmark: an op on host inputs (uploaded once before timing) and the work it does.
+/// `kernels bench` and the web page's bench panel measure the same list.
+#[derive(Debug, Clone)]
+pub struct BenchCase {
+    /// `matmul`, `softmax`, `layer_norm`, `rms_norm`, `attention_prefill`.
+    pub bench: &'static str,
+    /// e.g. `256x256x256`, `1024x1024`.
+    pub size: String,
+    pub op: Op,
+    pub inputs: Vec<Tensor>,
+    pub work: Work,
+}
+
+/// Square `n x n @ n x n` products, inputs uniform in [-1, 1).
+pub fn matmul_cases(sizes: &[usize], rng: &mut Rng) -> Result<Vec<BenchCase>> {
+    sizes
+        .iter()
+        .map(|&n| {
+            Ok(BenchCase {
+                bench: "matmul",
+                size: format!("{n}x{n}x{n}"),
+                op: Op::Matmul {
+                    trans_a: false,
+                    trans_b: false,
+                },
+                inputs: vec![
+                    rng.uniform_tensor(&[n, n], -1.0, 1.0)?,
+                    rng.uniform_tensor(&[n, n], -1.0, 1.0)?,
+                ],
+                work: Work {
+                    flops: Some(2.0 * (n as f64).powi(3)),
+                    min_bytes: (3 * n * n * 4) as u64,
+                },
+            })
+        })
+        .collect()
+}
+
+/// softmax, layer_norm and rms_norm over the rows of one `[rows, cols]` input (memory-bound:
+/// GB/s of reading it and writing the output once).
+pub fn rowwise_cases(rows: usize, cols: usize, rng: &mut Rng) -> Result<Vec<BenchCase>> {
+    let x = rng.normal_tensor(&[rows, cols], 0.0, 1.0)?;
+    let w = rng.uniform_tensor(&[cols], 0.5, 1.5)?;
+    let bias = rng.uniform_tensor(&[cols], -0.5, 0.5)?;
+    let work = Work {
+        flops: None,
+        min_bytes: (2 * rows * cols * 4) as u64,
+    };
+    let size = format!("{rows}x{cols}");
+    let case = |bench, op, inputs| BenchCase {
+        bench,
+        size: size.clone(),
+        op,
+        inputs,
+        work,
+    };
+    Ok(vec![
+        case("softmax", Op::Softmax { causal: false }, vec![x.clone()]),
+        case(
+            "layer_norm",
+            Op::LayerNorm { eps: 1e-5 },
+            vec![x.clone(), w.clone(), bias],
+        ),
+        case("rms_norm", Op::RmsNorm { eps: 1e-6 }, vec![x, w]),
+    ])
+}
+
+/// Causal attention prefill over `[b, h, s, d]` queries, keys and values.
+pub fn attention_case([b, h, s, d]: [usize; 4], rng: &mut Rng) -> Result<BenchCase> {
+    let mut qkv = Vec::with_capacity(3);
+    for _ in 0..3 {
+        qkv.push(rng.normal_tensor(&[b, h, s, d], 0.0, 1.0)?);
+    }
+    Ok(BenchCase {
+        bench: "attention_prefill",
+        size: format!("b{b} h{h} s{s} d{d} causal"),
+        op: Op::Attention {
+            causal: true,
+            scale: None,
+        },
+        inputs: qkv,
+        // Causal: only the lower half of QK^T and PV is work.
+        work: Work {
+            flops: Some(2.0 * (b * h * s * s * d) as f64),
+            min_bytes: (4 * b * h * s * d * 4) as u64,
+        },
+    })
+}
+
+/// Times `case` on `backend` without blocking (the browser's way): inputs uploaded once, one
+/// warm-up run, then `runs` timed runs; each is the op plus, when `fence` is given (a resident
+/// tensor of the backend), its download, which submits the recorded work and waits for the
+/// device. Returns the wall time of each timed run.
+pub async fn time_case_async(
+    backend: &dyn Backend,
+    fence: Option<&Tensor>,
+    case: &BenchCase,
+    runs: usize,
+) -> Result<Vec<Duration>> {
+    let dev: Vec<Tensor> = case
+        .inputs
+        .iter()
+        .map(|t| backend.upload(t))
+        .collect::<Result<_>>()?;
+    let refs: Vec<&Tensor> = dev.iter().collect();
+    let mut samples = Vec::with_capacity(runs.max(1));
+    for i in 0..=runs.max(1) {
+        let t0 = Instant::now();
+        let outs = backend.run(&case.op, Direction::Forward, &refs)?;
+        if let Some(f) = fence {
+            backend.download(f).await?;
+        }
+        drop(outs);
+        // Run 0 warms up (pipelines, pool).
+        if i > 0 {
+            samples.push(t0.elapsed());
+        }
+    }
+    Ok(samples)
+}
+
 /// The naive matmul on its own device, with operands of one size resident.
 pub struct NaiveMatmul {
     device: wgpu::Device,
@@ -56,6 +200,8 @@ pub struct NaiveProblem {
     m: u32,
     n: u32,
     bind_group: wgpu::BindGroup,
+    // Read back by `NaiveMatmul::read`, which blocks and so exists natively only.
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     c: wgpu::Buffer,
 }
 
@@ -276,7 +422,52 @@ mod tests {
         assert_eq!(median(&[]), Duration::ZERO);
     }
 
+    #[test]
+    fn rates_follow_the_kind_of_work() {
+        let ms = Duration::from_millis;
+        let compute = Work {
+            flops: Some(2e9),
+            min_bytes: 12,
+        };
+        assert_eq!(compute.rates(ms(500)), (Some(4.0), None));
+        let memory = Work {
+            flops: None,
+            min_bytes: 3_000_000_000,
+        };
+        assert_eq!(memory.rates(ms(1500)), (None, Some(2.0)));
+    }
+
+    #[test]
+    fn bench_cases_are_well_formed_and_run_on_the_cpu() {
+        let mut rng = Rng::new(5);
+        let mut cases = matmul_cases(&[3, 8], &mut rng).unwrap();
+        cases.extend(rowwise_cases(5, 7, &mut rng).unwrap());
+        cases.push(attention_case([1, 2, 4, 8], &mut rng).unwrap());
+        let names: Vec<&str> = cases.iter().map(|c| c.bench).collect();
+        assert_eq!(
+            names,
+            [
+                "matmul",
+                "matmul",
+                "softmax",
+                "layer_norm",
+                "rms_norm",
+                "attention_prefill"
+            ]
+        );
+        assert_eq!(cases[1].size, "8x8x8");
+        assert_eq!(cases[1].work.flops, Some(1024.0));
+        let cpu = kernels_core::CpuBackend::new();
+        for c in &cases {
+            assert_eq!(c.inputs.len(), c.op.spec().inputs.len(), "{}", c.bench);
+            let samples =
+                kernels_core::backend::now_or_never(time_case_async(&cpu, None, c, 2)).unwrap();
+            assert_eq!(samples.unwrap().len(), 2, "{}", c.bench);
+        }
+    }
+
     /// The naive kernel computes a matmul (checked against plain loops on 7 x 13 @ 13 x 5).
+    #[cfg(not(target_arch = "wasm32"))]
     #[test]
     fn naive_matmul_matches_plain_loops() {
         let naive = match NaiveMatmul::new() {

@@ -9,12 +9,17 @@
 //! come from the reference, so a forward discrepancy cannot hide in (or masquerade as) a backward
 //! one; the grad outputs are seeded ([`kernels_core::parity::grad_outputs`]).
 
-use std::time::{Duration, Instant};
+use std::future::Future;
+use std::time::Duration;
+
+// `std::time::Instant` panics on wasm32-unknown-unknown; web-time is std's natively and
+// `performance.now()` in the browser.
+use web_time::Instant;
 
 use kernels_core::backend::now_or_never;
 use kernels_core::numerics::{Comparison, compare};
-use kernels_core::parity::{Case, grad_outputs};
-use kernels_core::{Backend, CpuBackend, DType, Direction, Error, Result, Tensor};
+use kernels_core::parity::{Case, cases, grad_outputs};
+use kernels_core::{Backend, CpuBackend, DType, Direction, Error, OpKind, Result, Tensor};
 
 /// Seed of the grad outputs of backward runs.
 pub const GRAD_SEED: u64 = 0x006B_6572_6E65_6C73;
@@ -106,27 +111,48 @@ impl Row {
     }
 }
 
-/// Blocks on a backend download. CPU downloads are ready at once; device downloads are driven by
-/// `pollster` natively (in the browser nothing may block: use the async download there).
-pub fn download(backend: &dyn Backend, t: &Tensor) -> Result<Tensor> {
-    if let Some(r) = now_or_never(backend.download(t)) {
+/// Blocks on a future of a backend: ready at once for the CPU; driven by `pollster` natively.
+/// In the browser nothing may block: a device future that is not ready is an error there, and
+/// callers use the `_async` functions instead.
+fn block<T>(
+    #[cfg_attr(not(target_arch = "wasm32"), allow(unused_variables))] backend: &dyn Backend,
+    fut: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let mut fut = std::pin::pin!(fut);
+    if let Some(r) = now_or_never(fut.as_mut()) {
         return r;
     }
     #[cfg(not(target_arch = "wasm32"))]
     {
-        pollster::block_on(backend.download(t))
+        pollster::block_on(fut)
     }
     #[cfg(target_arch = "wasm32")]
     {
         Err(Error::Backend {
             backend: backend.name(),
-            why: "a device download cannot block in the browser; await Backend::download".into(),
+            why: "a device download cannot block in the browser; use the async parity functions"
+                .into(),
         })
     }
 }
 
+/// Blocks on a backend download (see [`block`]).
+pub fn download(backend: &dyn Backend, t: &Tensor) -> Result<Tensor> {
+    block(backend, backend.download(t))
+}
+
 /// Uploads `args`, runs `op` in `dir` on `backend`, downloads the results.
 pub fn run_on(
+    backend: &dyn Backend,
+    op: &kernels_core::Op,
+    dir: Direction,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    block(backend, run_on_async(backend, op, dir, args))
+}
+
+/// [`run_on`], awaiting the downloads (the browser's way).
+pub async fn run_on_async(
     backend: &dyn Backend,
     op: &kernels_core::Op,
     dir: Direction,
@@ -139,7 +165,11 @@ pub fn run_on(
     let refs: Vec<&Tensor> = dev.iter().collect();
     let outs = backend.run(op, dir, &refs)?;
     backend.flush()?;
-    outs.iter().map(|t| download(backend, t)).collect()
+    let mut host = Vec::with_capacity(outs.len());
+    for t in &outs {
+        host.push(backend.download(t).await?);
+    }
+    Ok(host)
 }
 
 /// The arguments of `case` in `dir`: the inputs, plus (backward) the reference's forward outputs
@@ -182,6 +212,24 @@ pub fn compare_tensors(
 /// Runs `case` in `dir` on `backend` and on the reference, and compares every result.
 /// Failures to run are reported in the row, not as an `Err`.
 pub fn check(case: &Case, dir: Direction, backend: &dyn Backend, reference: &CpuBackend) -> Row {
+    let mut fut = std::pin::pin!(check_async(case, dir, backend, reference));
+    if let Some(row) = now_or_never(fut.as_mut()) {
+        return row;
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        pollster::block_on(fut)
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let mut row = empty_row(case, dir, backend);
+        row.error = Some("a device download cannot block in the browser; use check_async".into());
+        row
+    }
+}
+
+/// The row of `case` in `dir` before it runs: labels and budget, no outputs.
+fn empty_row(case: &Case, dir: Direction, backend: &dyn Backend) -> Row {
     let spec = case.op.spec();
     let shapes: Vec<&[usize]> = case.inputs.iter().map(|t| t.shape()).collect();
     let k = case.op.reduced_len(&shapes);
@@ -190,7 +238,7 @@ pub fn check(case: &Case, dir: Direction, backend: &dyn Backend, reference: &Cpu
         Direction::Backward => spec.budget_backward,
     };
     let (atol, rtol) = budget.at(k);
-    let mut row = Row {
+    Row {
         op: case.op.short_label(),
         kind: case.op.name(),
         dir,
@@ -202,9 +250,20 @@ pub fn check(case: &Case, dir: Direction, backend: &dyn Backend, reference: &Cpu
         outputs: Vec::new(),
         error: None,
         time: Duration::ZERO,
-    };
-    let names = spec.result_names(dir);
-    let result = (|| -> Result<Vec<OutputCheck>> {
+    }
+}
+
+/// [`check`], awaiting the backend's downloads (the browser's way).
+pub async fn check_async(
+    case: &Case,
+    dir: Direction,
+    backend: &dyn Backend,
+    reference: &CpuBackend,
+) -> Row {
+    let mut row = empty_row(case, dir, backend);
+    let (atol, rtol) = (row.atol, row.rtol);
+    let names = case.op.spec().result_names(dir);
+    let result = async {
         let args = args_for(case, dir, reference)?;
         let refs: Vec<&Tensor> = args.iter().collect();
         let want = reference
@@ -214,8 +273,8 @@ pub fn check(case: &Case, dir: Direction, backend: &dyn Backend, reference: &Cpu
                 why: e.to_string(),
             })?;
         let t0 = Instant::now();
-        let got = run_on(backend, &case.op, dir, &refs)?;
-        row.time = t0.elapsed();
+        let got = run_on_async(backend, &case.op, dir, &refs).await?;
+        let time = t0.elapsed();
         if got.len() != want.len() {
             return Err(Error::Backend {
                 backend: backend.name(),
@@ -237,10 +296,15 @@ pub fn check(case: &Case, dir: Direction, backend: &dyn Backend, reference: &Cpu
                     comparison: compare_tensors(g, w, atol, rtol)?,
                 })
             })
-            .collect()
-    })();
+            .collect::<Result<Vec<_>>>()
+            .map(|outputs| (outputs, time))
+    }
+    .await;
     match result {
-        Ok(outputs) => row.outputs = outputs,
+        Ok((outputs, time)) => {
+            row.outputs = outputs;
+            row.time = time;
+        }
         Err(e) => row.error = Some(e.to_string()),
     }
     row
@@ -255,6 +319,19 @@ pub fn check_both(case: &Case, backend: &dyn Backend, reference: &CpuBackend) ->
     rows
 }
 
+/// [`check_both`], awaiting the backend's downloads.
+pub async fn check_both_async(
+    case: &Case,
+    backend: &dyn Backend,
+    reference: &CpuBackend,
+) -> Vec<Row> {
+    let mut rows = vec![check_async(case, Direction::Forward, backend, reference).await];
+    if case.op.spec().differentiable() {
+        rows.push(check_async(case, Direction::Backward, backend, reference).await);
+    }
+    rows
+}
+
 /// Every case, both directions, on `backend`.
 pub fn check_all(cases: &[Case], backend: &dyn Backend) -> Vec<Row> {
     let reference = CpuBackend::reference();
@@ -262,6 +339,35 @@ pub fn check_all(cases: &[Case], backend: &dyn Backend) -> Vec<Row> {
         .iter()
         .flat_map(|c| check_both(c, backend, &reference))
         .collect()
+}
+
+/// Input elements per case in [`small_cases`]: software WebGPU (SwiftShader in headless
+/// Chromium) pays tens of microseconds per dispatch and compiles every pipeline on first use,
+/// so the browser runs the cases up to this size.
+pub const SMALL_CASE_ELEMS: usize = 4096;
+
+/// The browser's selection of the shared parity cases: for every op in [`OpKind::ALL`], each of
+/// its cases with at most `max_elems` input elements, or its smallest case when none is that
+/// small; never the > 65,535-workgroup cases. Every op keeps at least one case.
+pub fn small_cases(seed: u64, max_elems: usize) -> Result<Vec<Case>> {
+    let mut out = Vec::new();
+    for kind in OpKind::ALL {
+        let all: Vec<Case> = cases(*kind, seed)?
+            .into_iter()
+            .filter(|c| !c.large)
+            .collect();
+        let small: Vec<Case> = all
+            .iter()
+            .filter(|c| c.numel() <= max_elems)
+            .cloned()
+            .collect();
+        if small.is_empty() {
+            out.extend(all.into_iter().min_by_key(Case::numel));
+        } else {
+            out.extend(small);
+        }
+    }
+    Ok(out)
 }
 
 /// The failures among `rows`, one line each: backend, op, direction, shapes and what went wrong.
@@ -295,6 +401,34 @@ pub fn assert_parity(backend: &dyn Backend, cases: &[Case]) -> std::result::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_cases_keep_every_op_and_stay_small() {
+        let small = small_cases(3, SMALL_CASE_ELEMS).unwrap();
+        for kind in OpKind::ALL {
+            let mine: Vec<&Case> = small.iter().filter(|c| c.op.kind() == *kind).collect();
+            assert!(!mine.is_empty(), "{kind} has no small case");
+            let smallest = cases(*kind, 3)
+                .unwrap()
+                .iter()
+                .map(Case::numel)
+                .min()
+                .unwrap();
+            for c in mine {
+                assert!(!c.large);
+                assert!(
+                    c.numel() <= SMALL_CASE_ELEMS.max(smallest),
+                    "{kind}: {}",
+                    c.numel()
+                );
+            }
+        }
+        assert!(small.len() < all_case_count(3));
+    }
+
+    fn all_case_count(seed: u64) -> usize {
+        kernels_core::parity::all_cases(seed, true).unwrap().len()
+    }
 
     #[test]
     fn integer_results_must_match_exactly() {

@@ -10,6 +10,10 @@
 //! upload must not reuse a buffer the still-unsubmitted encoder touches. Pooled buffers carry
 //! the batch in which they were freed; uploads only take buffers freed in an earlier batch.
 //! Compute outputs may take any pooled buffer: commands run in recording order.
+// Tensors hold device buffers as `Arc<dyn DeviceBuffer>` (kernels-core shares them with threaded
+// native code). On wasm32 wgpu's WebGPU handles are neither Send nor Sync, which is fine: the
+// browser runs the backend on one thread, and nothing here hands an `Arc` to another.
+#![cfg_attr(target_arch = "wasm32", allow(clippy::arc_with_non_send_sync))]
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
@@ -452,6 +456,8 @@ struct Recording {
 /// the backend recovers.
 struct Gpu {
     id: DeviceId,
+    /// Everything the adapter offers (the device enables only what the backend uses).
+    adapter_features: wgpu::Features,
     device: wgpu::Device,
     queue: wgpu::Queue,
     shared: Arc<Shared>,
@@ -645,6 +651,7 @@ async fn open(
     };
     let gpu = Gpu {
         id: DeviceId(NEXT_DEVICE.fetch_add(1, Ordering::Relaxed)),
+        adapter_features: adapter.features(),
         device,
         queue,
         shared: Arc::new(Shared {
@@ -776,6 +783,10 @@ impl WgpuBackend {
     /// The adapter this backend runs on.
     pub fn adapter_info(&self) -> &wgpu::AdapterInfo {
         &self.info
+    }
+    /// The features the adapter offers (e.g. `SHADER_F16`, `SUBGROUP`), whether used or not.
+    pub fn adapter_features(&self) -> wgpu::Features {
+        self.gpu().adapter_features
     }
     /// The limits the device was created with.
     pub fn limits(&self) -> &wgpu::Limits {
@@ -1151,6 +1162,23 @@ impl WgpuBackend {
             .iter()
             .map(|(t, r)| self.bind_one(op, t, *r))
             .collect::<Result<Vec<_>>>()?;
+        // WebGPU rejects a dispatch whose writable binding overlaps any other binding (native
+        // wgpu does not check): catch it here, so native tests find what the browser would.
+        let overlaps = |a: &wgpu::BufferBinding, b: &wgpu::BufferBinding| {
+            let end = |x: &wgpu::BufferBinding| x.size.map_or(u64::MAX, |s| x.offset + s.get());
+            a.buffer == b.buffer && a.offset < end(b) && b.offset < end(a)
+        };
+        for (i, o) in out_bufs.iter().enumerate() {
+            if out_bufs[i + 1..]
+                .iter()
+                .chain(&in_bufs)
+                .any(|b| overlaps(o, b))
+            {
+                return Err(backend_err(format!(
+                    "{op}: {entry} binds its writable slot {i} to a buffer another slot uses"
+                )));
+            }
+        }
         let pipeline = self.pipeline(&g, family, entry, constants);
         // Launchers pass a tensor again for slots a kernel does not read: count each once.
         let mut touched: Vec<(*const Tensor, Option<(usize, usize)>)> = Vec::new();

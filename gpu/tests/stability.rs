@@ -5,6 +5,8 @@
 //! loss and the parameters stay finite, the loss drops, and a training step is ONE submit that
 //! downloads only the loss. The same MLP from the same init trains the same on the CPU.
 
+// Native adapters (pollster, lavapipe); the browser's suite is web_parity.rs.
+#![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;

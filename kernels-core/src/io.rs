@@ -112,10 +112,6 @@ fn split_file<'a>(bytes: &'a [u8], path: &str) -> Result<(&'a [u8], &'a [u8])> {
     Ok((&head[N_LEN..], data))
 }
 
-fn as_usize(v: &Value) -> Option<usize> {
-    v.as_u64().and_then(|x| usize::try_from(x).ok())
-}
-
 /// Checks the header with checked arithmetic: valid UTF-8 JSON object; every tensor entry has a
 /// known dtype, a shape and `data_offsets` within the data section whose length is exactly
 /// `numel * dtype size`; the tensors tile the data section exactly (no overlap, no gap, no
@@ -150,15 +146,17 @@ fn check_header(bytes: &[u8], path: &str) -> Result<BTreeMap<String, String>> {
             .ok_or_else(|| fail("missing dtype".into()))?;
         let dtype: Dtype = serde_json::from_value(dtype_value.clone())
             .map_err(|_| fail(format!("unknown dtype {dtype_value}")))?;
-        let shape: Vec<usize> = obj
+        // Dims and offsets are read as u64 and checked before they become usize, so a 32-bit
+        // target (wasm32) reports the same errors as a 64-bit one.
+        let shape64: Vec<u64> = obj
             .get("shape")
             .and_then(Value::as_array)
-            .and_then(|dims| dims.iter().map(as_usize).collect())
+            .and_then(|dims| dims.iter().map(Value::as_u64).collect())
             .ok_or_else(|| fail("shape is not a list of non-negative integers".into()))?;
-        let offsets: Vec<usize> = obj
+        let offsets: Vec<u64> = obj
             .get("data_offsets")
             .and_then(Value::as_array)
-            .and_then(|o| o.iter().map(as_usize).collect())
+            .and_then(|o| o.iter().map(Value::as_u64).collect())
             .ok_or_else(|| fail("data_offsets is not a list of non-negative integers".into()))?;
         let &[begin, end] = offsets.as_slice() else {
             return Err(fail(format!(
@@ -166,12 +164,19 @@ fn check_header(bytes: &[u8], path: &str) -> Result<BTreeMap<String, String>> {
                 offsets.len()
             )));
         };
-        if begin > end || end > data.len() {
+        if begin > end || end > data.len() as u64 {
             return Err(fail(format!(
                 "data_offsets [{begin}, {end}] are outside the data section of {} bytes",
                 data.len()
             )));
         }
+        // Within the data section, so both fit usize.
+        let (begin, end) = (begin as usize, end as usize);
+        let shape: Vec<usize> = shape64
+            .iter()
+            .map(|&d| usize::try_from(d).ok())
+            .collect::<Option<_>>()
+            .ok_or_else(|| fail(format!("shape {shape64:?} overflows")))?;
         let bits = shape
             .iter()
             .try_fold(1usize, |acc, &d| acc.checked_mul(d))
@@ -345,11 +350,14 @@ pub fn save_with_metadata<K: Borrow<str> + Ord>(
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::rng::Rng;
     use crate::tensor::{DeviceBuffer, DeviceId};
     use alloc::sync::Arc;
     use alloc::vec;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     /// A file from a header string and a data section.
     fn file(header: impl AsRef<[u8]>, data: &[u8]) -> Vec<u8> {

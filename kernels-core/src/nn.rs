@@ -495,8 +495,11 @@ impl Gru {
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::backend::CpuBackend;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn store() -> ParamStore {
         ParamStore::new(Rc::new(CpuBackend::new()))

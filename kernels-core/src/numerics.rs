@@ -276,7 +276,10 @@ pub fn compare<T: Real>(got: &[T], reference: &[T], atol: f64, rtol: f64) -> Com
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn compare_respects_budget_and_special_values() {

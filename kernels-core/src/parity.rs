@@ -702,7 +702,10 @@ pub fn grad_outputs(outputs: &[Tensor], seed: u64) -> Result<Vec<Tensor>> {
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn every_op_has_cases_and_they_are_deterministic() {

@@ -109,7 +109,10 @@ impl Rng {
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     #[test]
     fn same_seed_same_stream() {

@@ -9,6 +9,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 
+// wasm-pack test runs these in the browser too.
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 use std::any::Any;
 use std::cell::Cell;
 use std::collections::BTreeMap;

@@ -1,6 +1,10 @@
 //! Finite-difference gradient checks for every differentiable op, in f64 on the reference
 //! kernels, over the ops' parity cases (the same inputs the backend parity tests use).
 
+// wasm-pack test runs these in the browser too.
+#[cfg(target_arch = "wasm32")]
+use wasm_bindgen_test::wasm_bindgen_test as test;
+
 use std::collections::BTreeSet;
 
 use kernels_core::gradcheck::{self, Options};

@@ -14,7 +14,9 @@ use std::time::Duration;
 use kernels_core::op::{Direction, Op};
 use kernels_core::{Backend, CpuBackend, Rng, Tensor};
 use kernels_gpu::adapters::is_software;
-use kernels_gpu::bench::{NaiveMatmul, median, time_runs};
+use kernels_gpu::bench::{
+    BenchCase, NaiveMatmul, Work, attention_case, matmul_cases, median, rowwise_cases, time_runs,
+};
 use kernels_gpu::{Counters, WgpuBackend};
 
 use crate::demo::fmt_duration;
@@ -183,14 +185,6 @@ fn targets(spec: Option<&str>) -> CliResult<(Vec<Target>, Vec<String>)> {
     Ok((out, notes))
 }
 
-/// What one run of a benchmark must do: FLOPs (compute-bound ops: GFLOPS are reported) or
-/// none (memory-bound ops: GB/s of `min_bytes`), and the least bytes it must move.
-#[derive(Debug, Clone, Copy)]
-struct Work {
-    flops: Option<f64>,
-    min_bytes: u64,
-}
-
 /// Times `op` on `args` (host tensors, uploaded once) on `t`.
 fn bench_op(
     t: &Target,
@@ -201,13 +195,12 @@ fn bench_op(
     runs: usize,
     work: Work,
 ) -> BenchRow {
-    let Work { flops, min_bytes } = work;
     let mut row = BenchRow {
         bench: bench.into(),
         backend: t.backend.name(),
         size,
         runs,
-        min_bytes: Some(min_bytes),
+        min_bytes: Some(work.min_bytes),
         ..Default::default()
     };
     let result = (|| -> kernels_core::Result<(Duration, Option<Counters>)> {
@@ -235,14 +228,8 @@ fn bench_op(
     })();
     match result {
         Ok((m, c)) => {
-            let s = m.as_secs_f64().max(1e-12);
-            row.median_ms = Some(s * 1e3);
-            row.gflops = flops.map(|f| f / s / 1e9);
-            row.gbps = if flops.is_none() {
-                Some(min_bytes as f64 / s / 1e9)
-            } else {
-                None
-            };
+            row.median_ms = Some(m.as_secs_f64() * 1e3);
+            (row.gflops, row.gbps) = work.rates(m);
             row.counters = c;
         }
         Err(e) => row.error = Some(e.to_string()),
@@ -316,84 +303,28 @@ pub fn measure(opts: &BenchOptions) -> CliResult<(Vec<BenchRow>, Vec<String>)> {
     }
     let mut rng = Rng::new(0x6265_6e63);
     let mut rows = Vec::new();
-    let mm = Op::Matmul {
-        trans_a: false,
-        trans_b: false,
-    };
-    for &n in &sz.matmul {
-        let a = rng.uniform_tensor(&[n, n], -1.0, 1.0)?;
-        let b = rng.uniform_tensor(&[n, n], -1.0, 1.0)?;
-        for t in &targets {
-            rows.push(bench_op(
-                t,
-                "matmul",
-                format!("{n}x{n}x{n}"),
-                &mm,
-                &[&a, &b],
-                sz.runs,
-                Work {
-                    flops: Some(2.0 * (n as f64).powi(3)),
-                    min_bytes: (3 * n * n * 4) as u64,
-                },
-            ));
+    let run_cases = |cases: &[BenchCase], rows: &mut Vec<BenchRow>| {
+        for c in cases {
+            let args: Vec<&Tensor> = c.inputs.iter().collect();
+            for t in &targets {
+                rows.push(bench_op(
+                    t,
+                    c.bench,
+                    c.size.clone(),
+                    &c.op,
+                    &args,
+                    sz.runs,
+                    c.work,
+                ));
+            }
         }
-    }
+    };
+    run_cases(&matmul_cases(&sz.matmul, &mut rng)?, &mut rows);
     if targets.iter().any(|t| t.gpu.is_some()) {
         rows.extend(naive_rows(&sz, &mut rng));
     }
-    let (r, c) = (sz.rows, sz.cols);
-    let x = rng.normal_tensor(&[r, c], 0.0, 1.0)?;
-    let w = rng.uniform_tensor(&[c], 0.5, 1.5)?;
-    let bias = rng.uniform_tensor(&[c], -0.5, 0.5)?;
-    let rowwise: [(&str, Op, Vec<&Tensor>); 3] = [
-        ("softmax", Op::Softmax { causal: false }, vec![&x]),
-        (
-            "layer_norm",
-            Op::LayerNorm { eps: 1e-5 },
-            vec![&x, &w, &bias],
-        ),
-        ("rms_norm", Op::RmsNorm { eps: 1e-6 }, vec![&x, &w]),
-    ];
-    for (name, op, args) in &rowwise {
-        for t in &targets {
-            rows.push(bench_op(
-                t,
-                name,
-                format!("{r}x{c}"),
-                op,
-                args,
-                sz.runs,
-                Work {
-                    flops: None,
-                    min_bytes: (2 * r * c * 4) as u64,
-                },
-            ));
-        }
-    }
-    let [b, h, s, d] = sz.attn;
-    let q = rng.normal_tensor(&[b, h, s, d], 0.0, 1.0)?;
-    let k = rng.normal_tensor(&[b, h, s, d], 0.0, 1.0)?;
-    let v = rng.normal_tensor(&[b, h, s, d], 0.0, 1.0)?;
-    let attn = Op::Attention {
-        causal: true,
-        scale: None,
-    };
-    // Causal: only the lower half of QK^T and PV is work.
-    let flops = 2.0 * (b * h * s * s * d) as f64;
-    for t in &targets {
-        rows.push(bench_op(
-            t,
-            "attention_prefill",
-            format!("b{b} h{h} s{s} d{d} causal"),
-            &attn,
-            &[&q, &k, &v],
-            sz.runs,
-            Work {
-                flops: Some(flops),
-                min_bytes: (4 * b * h * s * d * 4) as u64,
-            },
-        ));
-    }
+    run_cases(&rowwise_cases(sz.rows, sz.cols, &mut rng)?, &mut rows);
+    run_cases(&[attention_case(sz.attn, &mut rng)?], &mut rows);
     for t in &targets {
         rows.push(mlp_step_row(t, &mut rng, sz.runs)?);
     }

@@ -38,15 +38,7 @@ pub const HORIZON: usize = 10;
 pub fn load_world(backend: Rc<dyn Backend>, path: &Path) -> CliResult<(WorldModel, ParamStore)> {
     let bytes = std::fs::read(path)
         .map_err(|e| fail(format!("cannot read weights {}: {e}", path.display())))?;
-    let host = io::load(&bytes).map_err(|e| fail(format!("weights {}: {e}", path.display())))?;
-    let config =
-        WorldConfig::infer(&host).map_err(|e| fail(format!("weights {}: {e}", path.display())))?;
-    let mut store = ParamStore::new(backend);
-    let model = WorldModel::new(&mut store, config, &mut Rng::new(0))?;
-    store
-        .load_map(&host)
-        .map_err(|e| fail(format!("weights {}: {e}", path.display())))?;
-    Ok((model, store))
+    WorldModel::load(backend, &bytes).map_err(|e| fail(format!("weights {}: {e}", path.display())))
 }
 
 /// Saves `store` as F16 safetensors, atomically (the weights are small and F16 halves them; the

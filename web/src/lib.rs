@@ -1,5 +1,21 @@
-//! The web page's logic. The page itself (wasm-bindgen, WebGPU, panels) lands with its issue;
-//! what is here is the part that does not need a browser: the op table it will render.
+//! The web page: backend picker, parity panel, benchmark panel, and the sections the demos fill.
+//!
+//! [`report`] is what the page shows, as plain data (parity lines of the CPU and WebGPU against
+//! the reference, summaries, the JSON export, the benchmark chart): it builds and is tested
+//! natively. `page` (wasm32 only) is the browser glue: DOM, `navigator.gpu`, the event loop.
+//! [`world`] is the GRU world-model section, split the same way (its glue in `world::dom`).
+//!
+//! Automation hooks (stable): `#backend` holds `webgpu` or `cpu`; each parity row is
+//! `tr[data-op][data-dir][data-pass]`; `#parity-summary` carries `data-passed` and
+//! `data-failed`; the body gets `data-state="done"` when an autorun finishes (the GRU section's
+//! hooks are listed in `world::dom`). `?autorun=parity` (or `bench`, `gru`, or `all`) runs panels on load;
+//! `?backend=cpu` forces the CPU backend.
+
+pub mod report;
+pub mod world;
+
+#[cfg(target_arch = "wasm32")]
+mod page;
 
 use kernels_core::op::OpKind;
 

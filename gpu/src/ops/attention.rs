@@ -125,7 +125,10 @@ pub(super) fn backward(
     let rows = dm.batch * dm.hq * dm.s;
     let gq = be.alloc(name, q.shape(), DType::F32)?;
     let stats = be.alloc(name, &[rows, 4], DType::F32)?;
-    // The stats buffer sits in the third read-write slot in both kernels.
+    // The stats buffer sits in the third read-write slot in both kernels. attn_dq writes no
+    // second output, but its slot needs a buffer other than gq: WebGPU rejects a dispatch that
+    // binds one buffer to two writable bindings (native wgpu lets it through).
+    let unused = be.alloc(name, &[1], DType::F32)?;
     be.launch(
         name,
         Family::Attention,
@@ -133,7 +136,7 @@ pub(super) fn backward(
         &consts,
         params(name, &dm, rows, 0, scale)?,
         &[q, k, v, g],
-        &[&gq, &gq, &stats],
+        &[&gq, &unused, &stats],
         be.grid_1d(rows as u64)?,
     )?;
     let gk = be.alloc(name, k.shape(), DType::F32)?;

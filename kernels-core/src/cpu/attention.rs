@@ -259,12 +259,15 @@ pub fn backward<T: Real>(
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::cpu::matmul::matmul_slices;
     use crate::cpu::run;
     use crate::cpu::testutil::{assert_close, grad_check, rand_vec, run_as};
     use crate::op::{Direction, Op};
     use crate::rng::Rng;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn attn(causal: bool, scale: Option<f32>) -> Op {
         Op::Attention { causal, scale }

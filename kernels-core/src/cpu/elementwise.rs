@@ -261,9 +261,12 @@ pub fn gelu_backward<T: Real>(approximate: GeluApprox, args: &[View<T>]) -> Resu
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::cpu::testutil::*;
     use crate::cpu::{self, Data, OwnedData};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use crate::op::Direction;
 

@@ -95,12 +95,15 @@ pub fn backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::cpu::testutil::*;
     use crate::cpu::{self, Data, OwnedData};
     use crate::gradcheck::{Options, check_op};
     use crate::op::Direction;
     use crate::rng::Rng;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn run<T: Real>(dir: Direction, args: &[&Owned<T>]) -> Result<Vec<Owned<T>>> {
         let v: Vec<View<T>> = args.iter().map(|a| a.view()).collect();

@@ -476,11 +476,14 @@ pub fn sequence_backward_with<T: Real>(args: &[View<T>], mm: MatmulFn<T>) -> Res
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::cpu::run;
     use crate::cpu::testutil::{assert_close, grad_check, rand_vec, run_as};
     use crate::op::{Direction, Op};
     use crate::rng::Rng;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     type Arg = (Vec<usize>, Vec<f64>);
 

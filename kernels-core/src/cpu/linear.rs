@@ -149,9 +149,12 @@ pub fn backward<T: Real>(a: Activation, args: &[View<T>]) -> Result<Vec<Owned<T>
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::cpu::testutil::{f32_matches_f64, fwd, gradcheck, rand, run, t};
     use crate::op::{Direction, Op};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     const ALL: [Activation; 4] = [
         Activation::None,

@@ -147,8 +147,11 @@ pub fn mse_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::cpu::testutil::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use crate::gradcheck::{Options, check_op};
 

@@ -357,12 +357,15 @@ pub fn backward<T: Real>(trans_a: bool, trans_b: bool, args: &[View<T>]) -> Resu
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::cpu::run;
     use crate::cpu::testutil::*;
     use crate::op::{Direction, Op};
     use crate::rng::Rng;
     use alloc::vec::Vec;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn mm(ta: bool, tb: bool) -> Op {
         Op::Matmul {

@@ -200,7 +200,10 @@ pub fn rms_norm_backward<T: Real>(eps: f32, args: &[View<T>]) -> Result<Vec<Owne
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use crate::cpu::testutil::*;
     use crate::gradcheck::{Options, check_op};

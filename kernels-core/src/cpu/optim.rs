@@ -134,9 +134,12 @@ pub fn sgd_step<T: Real>(
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::cpu::run;
     use crate::op::{Direction, Op};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn views<'a>(shape: &'a [usize], xs: &'a [Vec<f64>]) -> Vec<View<'a, f64>> {
         xs.iter().map(|x| View::float(shape, x)).collect()

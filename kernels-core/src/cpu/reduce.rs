@@ -116,7 +116,10 @@ pub fn argmax<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use crate::cpu::testutil::*;
     use crate::gradcheck::{Options, check_op};

@@ -119,11 +119,14 @@ pub fn backward<T: Real>(log: bool, causal: bool, args: &[View<T>]) -> Result<Ve
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::cpu;
     use crate::cpu::testutil::*;
     use crate::error::Error;
     use crate::gradcheck::{Options, check_op};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use crate::op::Direction;
 

@@ -459,9 +459,12 @@ pub fn svd_lowrank<T: Real>(
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::cpu::run;
     use crate::op::{Direction, Op};
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     fn svd<T: Real>(
         a: &[T],

@@ -41,6 +41,7 @@
 pub mod sim;
 
 use alloc::format;
+use alloc::rc::Rc;
 use alloc::vec::Vec;
 
 use crate::autograd::{Graph, Var};
@@ -141,6 +142,18 @@ impl WorldModel {
             encoder,
             members,
         })
+    }
+
+    /// Loads a model from a safetensors file's bytes onto `backend`, its sizes read off the
+    /// tensors' shapes ([`WorldConfig::infer`]). Errors name the missing or misshapen tensor.
+    pub fn load(backend: Rc<dyn Backend>, bytes: &[u8]) -> Result<(WorldModel, ParamStore)> {
+        let host = crate::io::load(bytes)?;
+        let config = WorldConfig::infer(&host)?;
+        let mut store = ParamStore::new(backend);
+        // The initialization is overwritten by the file: its seed does not matter.
+        let model = WorldModel::new(&mut store, config, &mut Rng::new(0))?;
+        store.load_map(&host)?;
+        Ok((model, store))
     }
 
     fn check_state(&self, what: &str, shape: &[usize]) -> Result<usize> {

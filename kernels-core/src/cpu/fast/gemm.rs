@@ -277,7 +277,10 @@ fn aligned(buf: &mut Vec<f32>, len: usize) -> Result<&mut [f32]> {
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use alloc::vec;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::numerics::compare;

@@ -289,7 +289,10 @@ fn linear_backward(kernel: Kernel, a: Activation, args: &[View<f32>]) -> Result<
 
 #[cfg(test)]
 mod tests {
+    // wasm-pack test runs these in the browser too.
     use alloc::vec;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
 
     use super::*;
     use crate::numerics::compare;

@@ -120,6 +120,82 @@ impl Lift {
     }
 }
 
+impl Lift {
+    /// The raw observation whose lift is closest to `features` in the least-squares sense:
+    /// `atanh(f) - c = P o` solved through the normal equations (P has full column rank: 64
+    /// random rows, 6 columns). Features are clamped inside (-1, 1) first, so a model's
+    /// prediction slightly past tanh's range still decodes.
+    pub fn decode(&self, features: &[f32]) -> Result<[f64; RAW]> {
+        if features.len() != FEATURES {
+            return Err(Error::bad_shape(
+                "Lift::decode",
+                "features",
+                &[features.len()],
+                alloc::format!("expected [{FEATURES}]"),
+            ));
+        }
+        let mut a = [[0.0f64; RAW + 1]; RAW];
+        for (index, ((row, c), &f)) in self
+            .p
+            .chunks_exact(RAW)
+            .zip(&self.c)
+            .zip(features)
+            .enumerate()
+        {
+            if !f.is_finite() {
+                return Err(Error::NonFinite {
+                    op: "Lift::decode",
+                    tensor: "features".into(),
+                    index,
+                    value: f64::from(f),
+                });
+            }
+            let y = libm::atanh(f64::from(f).clamp(-0.999_999, 0.999_999)) - c;
+            for (i, &pi) in row.iter().enumerate() {
+                for (j, &pj) in row.iter().enumerate() {
+                    a[i][j] += pi * pj;
+                }
+                a[i][RAW] += pi * y;
+            }
+        }
+        // P is fixed and well conditioned: a zero pivot would be a broken lift, not bad input.
+        solve(a).map_err(|(index, value)| Error::NonFinite {
+            op: "Lift::decode",
+            tensor: "pivot of the normal equations".into(),
+            index,
+            value,
+        })
+    }
+}
+
+/// Gaussian elimination with partial pivoting on the augmented `[RAW, RAW + 1]` system.
+/// A (near) zero pivot is returned as `Err((column, pivot))`.
+fn solve(mut a: [[f64; RAW + 1]; RAW]) -> core::result::Result<[f64; RAW], (usize, f64)> {
+    for col in 0..RAW {
+        let pivot = (col..RAW)
+            .max_by(|&x, &y| a[x][col].abs().total_cmp(&a[y][col].abs()))
+            .unwrap_or(col);
+        // Also catches NaN.
+        if a[pivot][col].abs().is_nan() || a[pivot][col].abs() <= 1e-12 {
+            return Err((col, a[pivot][col]));
+        }
+        a.swap(col, pivot);
+        let top = a[col];
+        for row in a.iter_mut().skip(col + 1) {
+            let k = row[col] / top[col];
+            for (x, t) in row.iter_mut().zip(&top).skip(col) {
+                *x -= k * t;
+            }
+        }
+    }
+    let mut x = [0.0f64; RAW];
+    for r in (0..RAW).rev() {
+        let tail: f64 = (r + 1..RAW).map(|c| a[r][c] * x[c]).sum();
+        x[r] = (a[r][RAW] - tail) / a[r][r];
+    }
+    Ok(x)
+}
+
 impl Default for Lift {
     fn default() -> Self {
         Lift::new()
@@ -160,15 +236,24 @@ pub fn trajectories(seed: u64, count: usize, len: usize) -> Result<Vec<f32>> {
             bytes: total as u64 * 4,
         })?;
     for _ in 0..count {
-        let mut s = random_state(&mut rng);
-        for _ in 0..len {
+        let s0 = random_state(&mut rng);
+        for s in states(s0, len) {
             lift.apply(&observe(s), &mut out);
-            for _ in 0..SUBSTEPS {
-                s = rk4(s);
-            }
         }
     }
     Ok(out)
+}
+
+/// The states at observations `0..len` of the trajectory from `s0` (`s0` first).
+pub fn states(s0: State, len: usize) -> impl Iterator<Item = State> {
+    core::iter::successors(Some(s0), |&s| {
+        let mut s = s;
+        for _ in 0..SUBSTEPS {
+            s = rk4(s);
+        }
+        Some(s)
+    })
+    .take(len)
 }
 
 #[cfg(test)]
@@ -191,6 +276,34 @@ mod tests {
             }
             assert!(energy(s) < energy(s0) - 1e-3, "no dissipation over 4 s");
         }
+    }
+
+    #[test]
+    fn decode_inverts_the_lift_and_states_match_trajectories() {
+        let lift = Lift::new();
+        let mut rng = Rng::new(9);
+        for _ in 0..20 {
+            let o = observe(random_state(&mut rng));
+            let mut f = Vec::new();
+            lift.apply(&o, &mut f);
+            let back = lift.decode(&f).unwrap();
+            for (a, b) in o.iter().zip(&back) {
+                // f32 features: the inverse is as good as their rounding allows.
+                assert!((a - b).abs() < 1e-4, "{o:?} decoded as {back:?}");
+            }
+        }
+        assert!(lift.decode(&[0.0; 3]).is_err());
+        let mut bad = [0.0f32; FEATURES];
+        bad[5] = f32::NAN;
+        assert!(matches!(lift.decode(&bad), Err(Error::NonFinite { .. })));
+        // `states` is the trajectory `trajectories` lifts.
+        let s0 = random_state(&mut Rng::new(4));
+        let mut f = Vec::new();
+        for s in states(s0, 6) {
+            lift.apply(&observe(s), &mut f);
+        }
+        assert_eq!(f, trajectories(4, 1, 6).unwrap());
+        assert_eq!(states(s0, 6).count(), 6);
     }
 
     #[test]

@@ -258,3 +258,26 @@ fn config_is_inferred_from_a_saved_model() {
         Err(Error::Missing { .. })
     ));
 }
+
+#[test]
+fn load_reads_the_sizes_off_the_file_and_names_what_is_missing() {
+    let (model, store) = tiny(11);
+    let bytes = ready(store.save()).unwrap();
+    let (loaded, back) = WorldModel::load(Rc::new(CpuBackend::new()), &bytes).unwrap();
+    assert_eq!(loaded.config, model.config);
+    let w = |s: &ParamStore| {
+        s.get("members.2.readout.weight")
+            .unwrap()
+            .as_f32()
+            .unwrap()
+            .to_vec()
+    };
+    assert_eq!(w(&back), w(&store));
+    // A file without the encoder is refused, naming it.
+    let mut host = ready(store.to_host()).unwrap();
+    host.remove("encoder.weight");
+    let err =
+        WorldModel::load(Rc::new(CpuBackend::new()), &crate::io::save(&host).unwrap()).unwrap_err();
+    assert!(alloc::format!("{err}").contains("encoder.weight"), "{err}");
+    assert!(WorldModel::load(Rc::new(CpuBackend::new()), b"not a file").is_err());
+}

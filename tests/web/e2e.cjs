@@ -1,0 +1,211 @@
+// End-to-end test of the built page in headless Chromium (playwright-core driving the system's
+// /usr/bin/chromium; no browser download). Usage: node e2e.cjs BASE_URL OUT_DIR
+// Runs ?autorun=parity on WebGPU, ?autorun=parity&backend=cpu, ?autorun=bench, and
+// ?autorun=gru on WebGPU and on the CPU; waits for body[data-state=done], asserts the backend,
+// that every parity row passed, that the GRU plot drew finite points and follows a change of
+// the initial state, and that the page reported no error; saves a screenshot of each, and
+// prints the timings it saw.
+'use strict';
+const { chromium } = require('playwright-core');
+const path = require('path');
+
+const [base, outDir] = process.argv.slice(2);
+if (!base || !outDir) {
+  console.error('usage: node e2e.cjs BASE_URL OUT_DIR');
+  process.exit(2);
+}
+// The flags of gpu/webdriver.json: SwiftShader WebGPU, and no network (Chromium stalls without).
+const ARGS = [
+  '--enable-unsafe-webgpu',
+  '--use-webgpu-adapter=swiftshader',
+  '--enable-unsafe-swiftshader',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+  '--no-first-run',
+];
+const TIMEOUT_MS = Number(process.env.WEB_E2E_TIMEOUT_MS || 20 * 60 * 1000);
+
+function ms(text) {
+  const m = /([\d.]+)\s*(us|ms)/.exec(text || '');
+  if (!m) return 0;
+  return m[2] === 'ms' ? Number(m[1]) : Number(m[1]) / 1000;
+}
+
+async function open(browser, query, name) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page.on('pageerror', (e) => console.log(`  [${name}] page error: ${e}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error') console.log(`  [${name}] console error: ${m.text()}`);
+  });
+  const t0 = Date.now();
+  await page.goto(`${base}/?${query}`);
+  await page.waitForFunction(
+    () => ['done', 'error'].includes(document.body.dataset.state),
+    null,
+    { timeout: TIMEOUT_MS, polling: 500 },
+  );
+  const seconds = ((Date.now() - t0) / 1000).toFixed(1);
+  await page.screenshot({ path: path.join(outDir, `${name}.png`), fullPage: true });
+  const state = await page.getAttribute('body', 'data-state');
+  const backend = (await page.textContent('#backend')).trim();
+  const errors = await page.$$eval('#errors li', (li) => li.map((e) => e.textContent));
+  const notice = (await page.textContent('#notice')).trim();
+  return { page, state, backend, errors, notice, seconds };
+}
+
+async function parity(browser, query, name, want) {
+  const r = await open(browser, query, name);
+  const { page } = r;
+  const summary = await page.$eval('#parity-summary', (e) => ({
+    passed: Number(e.dataset.passed),
+    failed: Number(e.dataset.failed),
+  }));
+  const rows = await page.$$eval('tr[data-op][data-dir][data-pass]', (trs) =>
+    trs.map((tr) => ({
+      op: tr.dataset.op,
+      dir: tr.dataset.dir,
+      pass: tr.dataset.pass,
+      cells: [...tr.children].map((td) => td.textContent),
+    })),
+  );
+  const failed = rows.filter((x) => x.pass !== 'true');
+  const cpuMs = rows.reduce((a, x) => a + ms(x.cells[6]), 0);
+  const gpuMs = rows.reduce((a, x) => a + ms(x.cells[9]), 0);
+  const ops = new Set(rows.map((x) => x.op));
+  console.log(
+    `${name}: backend ${r.backend}, ${rows.length} rows over ${ops.size} ops, ` +
+      `${summary.passed} passed, ${summary.failed} failed, page done in ${r.seconds} s; ` +
+      `summed op time CPU ${cpuMs.toFixed(1)} ms, WebGPU ${gpuMs.toFixed(1)} ms` +
+      (r.notice ? `; notice: ${r.notice}` : ''),
+  );
+  const problems = [];
+  if (r.state !== 'done') problems.push(`body data-state is ${r.state}, not done`);
+  if (r.backend !== want) problems.push(`#backend is ${r.backend}, expected ${want}`);
+  if (rows.length === 0) problems.push('no parity rows');
+  if (summary.failed !== 0 || failed.length !== 0) {
+    problems.push(`failed rows:\n    ${failed.map((x) => x.cells.join(' | ')).join('\n    ')}`);
+  }
+  if (summary.passed !== rows.length) problems.push(`summary says ${summary.passed} passed of ${rows.length}`);
+  if (r.errors.length) problems.push(`page errors: ${r.errors.join('; ')}`);
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
+async function bench(browser, name) {
+  const r = await open(browser, 'autorun=bench', name);
+  const rows = await r.page.$$eval('#bench-rows tr', (trs) =>
+    trs.map((tr) => [...tr.children].map((td) => td.textContent)),
+  );
+  console.log(`${name}: backend ${r.backend}, page done in ${r.seconds} s`);
+  for (const row of rows) console.log(`  ${row.join(' | ')}`);
+  const problems = [];
+  if (r.state !== 'done') problems.push(`body data-state is ${r.state}, not done`);
+  if (!rows.some((x) => x[2] === 'webgpu')) problems.push('no WebGPU bench rows');
+  if (r.errors.length) problems.push(`page errors: ${r.errors.join('; ')}`);
+  const svgBars = await r.page.$$eval('#bench-chart rect', (b) => b.length);
+  if (svgBars !== rows.length) problems.push(`chart has ${svgBars} bars for ${rows.length} rows`);
+  await r.page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
+async function gru(browser, query, name, want) {
+  const r = await open(browser, query, name);
+  const { page } = r;
+  const got = await page.evaluate(() => {
+    const plot = document.getElementById('gru-plot');
+    const ms = document.getElementById('gru-rollout-ms');
+    const comp = document.getElementById('gru-compression');
+    return {
+      state: document.getElementById('gru-demo').dataset.state,
+      points: Number(plot.dataset.points),
+      finite: plot.dataset.finite,
+      backend: ms.dataset.backend,
+      ms: Number(ms.dataset.ms),
+      times: [...document.querySelectorAll('#gru-times tr[data-backend]')].map((tr) => ({
+        backend: tr.dataset.backend,
+        ms: Number(tr.dataset.ms),
+      })),
+      rank: Number(comp.dataset.rank),
+      ratio: Number(comp.dataset.ratio),
+      error: Number(comp.dataset.error),
+      readout: comp.textContent,
+      status: document.getElementById('gru-status').textContent,
+      agreement: document.getElementById('gru-agreement').textContent,
+      // Pixels that are not white: the canvas has drawn.
+      inked: (() => {
+        const d = plot.getContext('2d').getImageData(0, 0, plot.width, plot.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i] < 250 || d[i + 1] < 250 || d[i + 2] < 250) n++;
+        return n;
+      })(),
+    };
+  });
+  const times = got.times.map((t) => `${t.backend} ${t.ms.toFixed(1)} ms`).join(', ');
+  console.log(
+    `${name}: backend ${r.backend}, section ${got.state}, ${got.points} points, rollout ${times}; ` +
+      `${got.status}; ${got.readout}; ${got.agreement} (page done in ${r.seconds} s)`,
+  );
+  const problems = [];
+  if (r.state !== 'done') problems.push(`body data-state is ${r.state}, not done`);
+  if (got.state !== 'done') problems.push(`#gru-demo data-state is ${got.state}, not done`);
+  if (r.backend !== want) problems.push(`#backend is ${r.backend}, expected ${want}`);
+  if (got.backend !== want) problems.push(`#gru-rollout-ms is for ${got.backend}, expected ${want}`);
+  if (!(got.points > 0) || got.finite !== 'true') problems.push(`plot: ${got.points} points, finite ${got.finite}`);
+  if (got.inked < 1000) problems.push(`the canvas has only ${got.inked} non-white pixels`);
+  for (const v of [got.ms, got.ratio, got.error, ...got.times.map((t) => t.ms)]) {
+    if (!Number.isFinite(v) || v <= 0) problems.push(`a figure is not a positive finite number: ${v}`);
+  }
+  if (!(got.rank >= 1)) problems.push(`compression rank ${got.rank}`);
+  if (want === 'webgpu' && got.times.length !== 2) problems.push(`expected CPU and WebGPU timings, got ${times}`);
+  if (r.errors.length) problems.push(`page errors: ${r.errors.join('; ')}`);
+  // The visitor changes the initial state: the plot must follow.
+  const before = await page.locator('#gru-plot').screenshot();
+  const runs = Number(await page.$eval('#gru-demo', (e) => e.dataset.runs));
+  await page.fill('#gru-theta1', '-0.8');
+  await page.dispatchEvent('#gru-theta1', 'change');
+  await page.waitForFunction(
+    (n) => Number(document.getElementById('gru-demo').dataset.runs) > n,
+    runs,
+    { timeout: TIMEOUT_MS, polling: 250 },
+  );
+  const after = await page.locator('#gru-plot').screenshot();
+  const state2 = await page.$eval('#gru-demo', (e) => e.dataset.state);
+  if (state2 !== 'done') problems.push(`after changing theta1 the section is ${state2}`);
+  if (Buffer.compare(before, after) === 0) problems.push('the plot did not change with theta1');
+  await page.screenshot({ path: path.join(outDir, `${name}-changed.png`), fullPage: true });
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
+(async () => {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    headless: true,
+    args: ARGS,
+  });
+  const all = [
+    ['parity-webgpu', () => parity(browser, 'autorun=parity', 'parity-webgpu', 'webgpu')],
+    ['parity-cpu', () => parity(browser, 'autorun=parity&backend=cpu', 'parity-cpu', 'cpu')],
+    ['bench-webgpu', () => bench(browser, 'bench-webgpu')],
+    ['gru-webgpu', () => gru(browser, 'autorun=gru', 'gru-webgpu', 'webgpu')],
+    ['gru-cpu', () => gru(browser, 'autorun=gru&backend=cpu', 'gru-cpu', 'cpu')],
+  ];
+  // WEB_E2E_ONLY=gru-cpu,gru-webgpu runs a subset (while working on one section).
+  const only = (process.env.WEB_E2E_ONLY || '').split(',').filter(Boolean);
+  const chosen = all.filter(([n]) => only.length === 0 || only.includes(n));
+  let problems = [];
+  try {
+    for (const [, check] of chosen) problems = problems.concat(await check());
+  } finally {
+    await browser.close();
+  }
+  const checks = chosen.length;
+  const failedChecks = new Set(problems.map((p) => p.split(':')[0])).size;
+  for (const p of problems) console.error(`FAIL ${p}`);
+  console.log(`web e2e: ${checks - failedChecks} passed, ${failedChecks} failed`);
+  process.exit(failedChecks === 0 ? 0 : 1);
+})().catch((e) => {
+  console.error(`web e2e: ${e.stack || e}`);
+  process.exit(1);
+});
