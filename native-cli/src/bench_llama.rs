@@ -38,6 +38,7 @@ struct Measured {
     prefill_s: Vec<f64>,
     decode_s_per_token: Vec<f64>,
     step: Option<Counters>,
+    prefill: Option<Counters>,
 }
 
 fn measure(
@@ -56,9 +57,11 @@ fn measure(
         prefill_s: vec![],
         decode_s_per_token: vec![],
         step: None,
+        prefill: None,
     };
     // One untimed run builds the pipelines.
     for run in 0..=runs {
+        let before = gpu.map(|g| g.counters());
         let start = Instant::now();
         let mut marks: Vec<(Instant, Option<Counters>)> = Vec::new();
         pollster::block_on(llama::generate(model, prompt, &opts, &mut |_, _| {
@@ -79,6 +82,9 @@ fn measure(
         if let [.., (_, Some(a)), (_, Some(b))] = marks.as_slice() {
             m.step = Some(b.since(a));
         }
+        if let (Some(b), Some((_, Some(f)))) = (before, marks.first()) {
+            m.prefill = Some(f.since(&b));
+        }
     }
     Ok(m)
 }
@@ -97,7 +103,8 @@ pub fn rows(
 ) -> Vec<BenchRow> {
     let mut out = Vec::new();
     let mut rng = Rng::new(0x11a3a);
-    let (prompt_len, new_tokens) = if quick { (16, 8) } else { (128, 32) };
+    // Software adapters take seconds per 15M-parameter token: --quick keeps it to one short run.
+    let (prompt_len, new_tokens, runs) = if quick { (8, 4, 1) } else { (128, 32, runs) };
     let models: Vec<(&str, CliResult<Llama>, Vec<u32>, usize)> = vec![
         (
             "llama_demo",
@@ -136,6 +143,7 @@ pub fn rows(
                     size: label.clone(),
                     median_ms: pre.map(|s| s * 1e3),
                     tokens_per_s: pre.map(|s| prompt.len() as f64 / s.max(1e-12)),
+                    counters: m.prefill,
                     ..base.clone()
                 });
                 out.push(BenchRow {

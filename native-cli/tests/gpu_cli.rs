@@ -310,7 +310,11 @@ fn bench_quick_json_has_the_documented_shape() {
         if r["error"].is_null() {
             assert!(r["median_ms"].as_f64().is_some_and(|m| m > 0.0), "{r}");
             // Exactly one of the throughput figures applies.
-            assert!(r["gflops"].is_null() != r["gbps"].is_null(), "{r}");
+            let figures = ["gflops", "gbps", "tokens_per_s"]
+                .iter()
+                .filter(|k| !r[**k].is_null())
+                .count();
+            assert_eq!(figures, 1, "{r}");
         } else {
             assert!(r["median_ms"].is_null() && r["gflops"].is_null(), "{r}");
         }
@@ -356,6 +360,14 @@ fn bench_quick_json_has_the_documented_shape() {
             if let (Some(t), Some(m)) = (r["bytes_touched"].as_u64(), r["min_bytes"].as_u64()) {
                 assert!(t >= m, "{r}");
             }
+        }
+        // A llama decode step samples on the device: only the 4-byte token id comes back.
+        for r in rows.iter().filter(|r| {
+            r["bench"].as_str().unwrap().ends_with("_decode")
+                && r["backend"].as_str().unwrap().starts_with("wgpu")
+        }) {
+            assert_eq!(r["bytes_downloaded"], 4, "{r}");
+            assert!(r["tokens_per_s"].as_f64().is_some_and(|t| t > 0.0), "{r}");
         }
         // A training step of the MLP is one submit, with bias and relu fused into the matmuls.
         let step = rows
