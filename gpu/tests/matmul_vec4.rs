@@ -103,3 +103,22 @@ fn unaligned_shapes_keep_the_scalar_path_and_match() {
         "{built:?}"
     );
 }
+
+/// Products with at most 8 rows (decode steps) take `matmul_rows`: one thread per output column.
+#[test]
+fn few_rows_use_the_row_kernel_and_match() {
+    let Some(gpu) = common::backend() else { return };
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        for (m, k, n) in [(1, 129, 70), (3, 17, 130), (8, 64, 65)] {
+            let (a, b) = dims(m, k, n, ta, tb);
+            check(&gpu, &a, &b, ta, tb);
+        }
+        // Batched, with a shared 2-D right operand.
+        let (a, b) = dims(2, 33, 7, ta, tb);
+        let mut a3 = vec![3];
+        a3.extend(a);
+        check(&gpu, &a3, &b, ta, tb);
+    }
+    let built = gpu.pipelines_built();
+    assert!(built.iter().any(|p| p == "matmul/matmul_rows"), "{built:?}");
+}

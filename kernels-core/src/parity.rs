@@ -256,6 +256,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 (17, 15, 16),
                 (33, 64, 31),
                 (65, 63, 1),
+                (3, 129, 70),
             ] {
                 v.push(case(
                     Op::Matmul {

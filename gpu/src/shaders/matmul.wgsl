@@ -233,3 +233,38 @@ fn matmul_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     }
     store_tile(&acc, lid, base_c, row0, col0);
 }
+
+// Products with few rows (m <= SMALL_M: a decode step's projections and logits), where a 64x64
+// tile would leave 63 of its 64 rows idle: one thread per output column keeps every row's
+// accumulator in registers and walks k once, reading each element of b once (coalesced across
+// threads when b is [K, N]); a's elements are the same for every thread. Same operands,
+// transposes, batching, offsets and fused epilogue/prologue as `matmul`; the grid is 2-D over
+// column blocks of 64 (x, y) and the batch (z).
+const SMALL_M: u32 = 8u;
+
+@compute @workgroup_size(64, 1, 1)
+fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lidx: u32) {
+    let m_len = p.u0;
+    let n_len = p.u1;
+    let k_len = p.u2;
+    let col = (wid.y * nwg.x + wid.x) * 64u + lidx;
+    if (col >= n_len) { return; }
+    let batch = wid.z + p.u5;
+    let base_a = batch * p.u3 + p.u6;
+    let base_b = batch * p.u4 + p.u7;
+    let base_c = batch * m_len * n_len;
+    var acc: array<f32, 8>;
+    for (var i: u32 = 0u; i < SMALL_M; i = i + 1u) { acc[i] = 0.0; }
+    for (var k: u32 = 0u; k < k_len; k = k + 1u) {
+        let bv = load_b(base_b, k, col);
+        for (var i: u32 = 0u; i < m_len; i = i + 1u) {
+            acc[i] = acc[i] + load_a(base_a, i, k) * bv;
+        }
+    }
+    for (var i: u32 = 0u; i < m_len; i = i + 1u) {
+        var v = acc[i];
+        if (BIAS) { v = v + bias[col]; }
+        c[base_c + i * n_len + col] = act(v);
+    }
+}

@@ -144,6 +144,23 @@ fn wg_first_nan(lid: u32, base: u32, n: u32) -> u32 {
     return r;
 }
 
+// Values every thread holds after a reduction, made uniform for the WGSL uniformity analysis
+// (Chrome's Tint rejects a barrier under control flow that depends on workgroup memory, and
+// then the whole module; naga lets it through, so native tests cannot see it). Every thread
+// holds the same value; thread 0's is broadcast.
+var<workgroup> bc_u: u32;
+var<workgroup> bc_f: f32;
+
+fn uniform_u(lid: u32, v: u32) -> u32 {
+    if (lid == 0u) { bc_u = v; }
+    return workgroupUniformLoad(&bc_u);
+}
+
+fn uniform_f(lid: u32, v: f32) -> f32 {
+    if (lid == 0u) { bc_f = v; }
+    return workgroupUniformLoad(&bc_f);
+}
+
 // Weight of logit v: exp((v - m) / t) when its key clears both thresholds, else 0.
 fn sample_weight(v: f32, m: f32, t: f32, keep_from: u32) -> f32 {
     if (order_key(v) < keep_from) { return 0.0; }
@@ -160,7 +177,7 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let n = p.u1;
     let base = row * n;
     let t = p.f0;
-    let nan_at = wg_first_nan(lid, base, n);
+    let nan_at = uniform_u(lid, wg_first_nan(lid, base, n));
     if (nan_at != NONE) {
         if (lid == 0u) { out_idx[row] = i32(nan_at); }
         return;
@@ -182,7 +199,7 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
             for (var j: u32 = lid; j < n; j = j + WG) {
                 if (order_key(in0[base + j]) >= cand) { c = c + 1.0; }
             }
-            if (row_sum(lid, c) >= f32(k)) { tk = cand; }
+            if (uniform_f(lid, row_sum(lid, c)) >= f32(k)) { tk = cand; }
         }
         keep_from = tk;
     }
@@ -190,7 +207,7 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     if (p.f1 < 1.0) {
         var z: f32 = 0.0;
         for (var j: u32 = lid; j < n; j = j + WG) { z = z + sample_weight(in0[base + j], m, t, keep_from); }
-        let limit = p.f1 * row_sum(lid, z);
+        let limit = p.f1 * uniform_f(lid, row_sum(lid, z));
         var t0: u32 = 0u;
         var found = false;
         for (var bit: i32 = 31; bit >= 0; bit = bit - 1) {
@@ -200,7 +217,7 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
                 let v = in0[base + j];
                 if (order_key(v) > cand) { above = above + sample_weight(v, m, t, keep_from); }
             }
-            if (row_sum(lid, above) >= limit) { t0 = cand; found = true; }
+            if (uniform_f(lid, row_sum(lid, above)) >= limit) { t0 = cand; found = true; }
         }
         // t0 = 0 is the one candidate never tested: mass above key 0 is the whole row's.
         var tp: u32 = 0u;
@@ -210,7 +227,7 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
                 let v = in0[base + j];
                 if (order_key(v) > 0u) { above0 = above0 + sample_weight(v, m, t, keep_from); }
             }
-            if (row_sum(lid, above0) >= limit) { tp = 1u; }
+            if (uniform_f(lid, row_sum(lid, above0)) >= limit) { tp = 1u; }
         }
         keep_from = max(keep_from, tp);
     }
