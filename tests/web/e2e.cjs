@@ -1,8 +1,9 @@
 // End-to-end test of the built page in headless Chromium (playwright-core driving the system's
 // /usr/bin/chromium; no browser download). Usage: node e2e.cjs BASE_URL OUT_DIR
 // Runs ?autorun=parity on WebGPU, ?autorun=parity&backend=cpu, ?autorun=bench, and
-// ?autorun=gru on WebGPU and on the CPU; waits for body[data-state=done], asserts the backend,
-// that every parity row passed, that the GRU plot drew finite points and follows a change of
+// ?autorun=gru on WebGPU and on the CPU, ?autorun=llm (the transformer demo model on
+// `123+456=`) on WebGPU and on the CPU; waits for body[data-state=done], asserts the backend,
+// that every parity row passed, that the transformer wrote the right sum with finite tokens/s, that the GRU plot drew finite points and follows a change of
 // the initial state, and that the page reported no error; saves a screenshot of each, and
 // prints the timings it saw.
 'use strict';
@@ -190,6 +191,8 @@ async function gru(browser, query, name, want) {
     ['bench-webgpu', () => bench(browser, 'bench-webgpu')],
     ['gru-webgpu', () => gru(browser, 'autorun=gru', 'gru-webgpu', 'webgpu')],
     ['gru-cpu', () => gru(browser, 'autorun=gru&backend=cpu', 'gru-cpu', 'cpu')],
+    ['llm-webgpu', () => llm(browser, '123+456=', 'webgpu', 'llm-webgpu')],
+    ['llm-cpu', () => llm(browser, '123+456=', 'cpu', 'llm-cpu')],
   ];
   // WEB_E2E_ONLY=gru-cpu,gru-webgpu runs a subset (while working on one section).
   const only = (process.env.WEB_E2E_ONLY || '').split(',').filter(Boolean);
