@@ -2,9 +2,10 @@
 //! directory the visitor picks), its tokenizer, and the throughput figures. Plain data, tested
 //! natively; the browser glue is `llm::dom` (wasm32 only).
 //!
-//! Checkpoints load through kernels-core's `models::hf`, the loader the CLI uses. The
-//! `tokenizers` crate does not build for wasm32 (its regex engine is C), so the page reads
-//! character-level `WordLevel` tokenizers only ([`CharTokenizer`]), which covers the demo model.
+//! Checkpoints load through kernels-core's `models::hf`, the loader the CLI uses. The page does
+//! not link the `tokenizers` crate (its default regex engine, onig, is C; its `unstable_wasm`
+//! build is untried here), so it reads character-level `WordLevel` tokenizers only
+//! ([`CharTokenizer`]), which covers the demo model.
 
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod dom;

@@ -2,8 +2,8 @@
 //! directory on disk (the CLI) and files picked in a browser (the page): `config.json`,
 //! `model.safetensors` or the shards `model.safetensors.index.json` lists, and `tokenizer.json`.
 //!
-//! [`CharTokenizer`] is the tokenizer for builds without the `tokenizers` crate (it does not
-//! build for wasm32 without its C regex engine): `tokenizer.json` files whose model is
+//! [`CharTokenizer`] is the tokenizer for builds without the `tokenizers` crate (the web page,
+//! where its default C regex engine does not build): `tokenizer.json` files whose model is
 //! `WordLevel` over single characters, as the demo model's is.
 
 use alloc::collections::BTreeMap;
