@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use kernels_core::models::hf;
 use kernels_core::models::llama::{self, GenerateOptions, Llama, LlamaConfig, Sampling};
 use kernels_core::{Backend, Tensor};
 use tokenizers::Tokenizer;
@@ -26,68 +27,34 @@ pub struct ModelFiles {
     pub tokenizer: Option<Tokenizer>,
 }
 
-fn read(path: &Path) -> CliResult<Vec<u8>> {
-    std::fs::read(path).map_err(|e| fail(format!("cannot read {}: {e}", path.display())))
-}
-
 fn load_tokenizer_bytes(bytes: &[u8], origin: &str) -> CliResult<Tokenizer> {
     Tokenizer::from_bytes(bytes).map_err(|e| fail(format!("{origin}/tokenizer.json: {e}")))
 }
 
 /// Reads `config.json`, `model.safetensors` or the shards `model.safetensors.index.json` lists,
-/// and `tokenizer.json` when present.
+/// and `tokenizer.json` when present (kernels-core's `models::hf`, which the page shares).
 pub fn read_dir(dir: &Path) -> CliResult<ModelFiles> {
     let origin = dir.display().to_string();
-    let config = String::from_utf8(read(&dir.join("config.json"))?)
-        .map_err(|_| fail(format!("{origin}/config.json is not UTF-8")))?;
-    let single = dir.join("model.safetensors");
-    let index = dir.join("model.safetensors.index.json");
-    let mut tensors = BTreeMap::new();
-    if single.exists() {
-        let bytes = read(&single)?;
-        tensors = kernels_core::io::load_named(&bytes, &single.display().to_string())?;
-    } else if index.exists() {
-        let text = String::from_utf8(read(&index)?)
-            .map_err(|_| fail(format!("{} is not UTF-8", index.display())))?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| fail(format!("{}: {e}", index.display())))?;
-        let map = v
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .ok_or_else(|| fail(format!("{}: no `weight_map` object", index.display())))?;
-        let mut shards: Vec<&str> = map.values().filter_map(|f| f.as_str()).collect();
-        shards.sort_unstable();
-        shards.dedup();
-        for shard in shards {
-            // Shard names come from a file: refuse anything that leaves the directory.
-            if shard.contains('/') || shard.contains('\\') || shard.starts_with('.') {
-                return Err(fail(format!(
-                    "{}: bad shard name `{shard}`",
-                    index.display()
-                )));
-            }
-            let path = dir.join(shard);
-            let bytes = read(&path)?;
-            tensors.extend(kernels_core::io::load_named(
-                &bytes,
-                &path.display().to_string(),
-            )?);
+    let checkpoint = hf::load_checkpoint(&origin, &mut |name| {
+        let path = dir.join(name);
+        if !path.exists() {
+            return Ok(None);
         }
-    } else {
-        return Err(fail(format!(
-            "{origin}: neither model.safetensors nor model.safetensors.index.json"
-        )));
-    }
-    let tok_path = dir.join("tokenizer.json");
-    let tokenizer = if tok_path.exists() {
-        Some(load_tokenizer_bytes(&read(&tok_path)?, &origin)?)
-    } else {
-        None
-    };
+        std::fs::read(&path)
+            .map(Some)
+            .map_err(|e| kernels_core::Error::BadModelFile {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            })
+    })?;
+    let tokenizer = checkpoint
+        .tokenizer_json
+        .map(|b| load_tokenizer_bytes(&b, &origin))
+        .transpose()?;
     Ok(ModelFiles {
         origin,
-        config,
-        tensors,
+        config: checkpoint.config,
+        tensors: checkpoint.tensors,
         tokenizer,
     })
 }

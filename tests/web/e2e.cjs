@@ -1,8 +1,9 @@
 // End-to-end test of the built page in headless Chromium (playwright-core driving the system's
 // /usr/bin/chromium; no browser download). Usage: node e2e.cjs BASE_URL OUT_DIR
 // Runs ?autorun=parity on WebGPU, ?autorun=parity&backend=cpu, ?autorun=bench, and
-// ?autorun=gru on WebGPU and on the CPU; waits for body[data-state=done], asserts the backend,
-// that every parity row passed, that the GRU plot drew finite points and follows a change of
+// ?autorun=gru on WebGPU and on the CPU, ?autorun=llm (the transformer demo model on
+// `123+456=`) on WebGPU and on the CPU; waits for body[data-state=done], asserts the backend,
+// that every parity row passed, that the transformer wrote the right sum with finite tokens/s, that the GRU plot drew finite points and follows a change of
 // the initial state, and that the page reported no error; saves a screenshot of each, and
 // prints the timings it saw.
 'use strict';
@@ -178,6 +179,46 @@ async function gru(browser, query, name, want) {
   return problems.map((p) => `${name}: ${p}`);
 }
 
+// The demo model's answer to `aaa+bbb=`: the sum's four digits least-significant first, then `$`.
+function sumAnswer(prompt) {
+  const [a, b] = prompt.replace('=', '').split('+').map(Number);
+  return `${String(a + b).padStart(4, '0').split('').reverse().join('')}$`;
+}
+
+async function llm(browser, prompt, backend, name) {
+  const query = `autorun=llm&prompt=${encodeURIComponent(prompt)}` + (backend === 'cpu' ? '&backend=cpu' : '');
+  const r = await open(browser, query, name);
+  const got = await r.page.evaluate(() => {
+    const tps = document.getElementById('llm-tps');
+    return {
+      state: document.getElementById('transformer-demo').dataset.state,
+      output: document.getElementById('llm-output').textContent,
+      backend: document.getElementById('llm-backend').textContent.trim(),
+      prefill: Number(tps.dataset.prefill),
+      decode: Number(tps.dataset.decode),
+      tps: tps.textContent,
+      status: document.getElementById('llm-status').textContent,
+    };
+  });
+  const want = sumAnswer(prompt);
+  console.log(
+    `${name}: backend ${got.backend}, ${prompt} -> ${got.output} (want ${want}); ${got.tps}; ` +
+      `${got.status} (page done in ${r.seconds} s)`,
+  );
+  const problems = [];
+  if (r.state !== 'done') problems.push(`body data-state is ${r.state}, not done`);
+  if (got.state !== 'done') problems.push(`#transformer-demo data-state is ${got.state}, not done`);
+  if (got.output !== want) problems.push(`#llm-output is ${JSON.stringify(got.output)}, expected ${want}`);
+  if (got.backend !== backend) problems.push(`#llm-backend is ${got.backend}, expected ${backend}`);
+  if (r.backend !== backend) problems.push(`#backend is ${r.backend}, expected ${backend}`);
+  for (const v of [got.prefill, got.decode]) {
+    if (!Number.isFinite(v) || v <= 0) problems.push(`tokens/s is not a positive finite number: ${v}`);
+  }
+  if (r.errors.length) problems.push(`page errors: ${r.errors.join('; ')}`);
+  await r.page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
 (async () => {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -190,6 +231,8 @@ async function gru(browser, query, name, want) {
     ['bench-webgpu', () => bench(browser, 'bench-webgpu')],
     ['gru-webgpu', () => gru(browser, 'autorun=gru', 'gru-webgpu', 'webgpu')],
     ['gru-cpu', () => gru(browser, 'autorun=gru&backend=cpu', 'gru-cpu', 'cpu')],
+    ['llm-webgpu', () => llm(browser, '123+456=', 'webgpu', 'llm-webgpu')],
+    ['llm-cpu', () => llm(browser, '123+456=', 'cpu', 'llm-cpu')],
   ];
   // WEB_E2E_ONLY=gru-cpu,gru-webgpu runs a subset (while working on one section).
   const only = (process.env.WEB_E2E_ONLY || '').split(',').filter(Boolean);

@@ -3,14 +3,17 @@
 //! [`report`] is what the page shows, as plain data (parity lines of the CPU and WebGPU against
 //! the reference, summaries, the JSON export, the benchmark chart): it builds and is tested
 //! natively. `page` (wasm32 only) is the browser glue: DOM, `navigator.gpu`, the event loop.
-//! [`world`] is the GRU world-model section, split the same way (its glue in `world::dom`).
+//! [`world`] is the GRU world-model section, split the same way (its glue in `world::dom`), and
+//! [`llm`] the transformer section (its glue in `llm::dom`).
 //!
 //! Automation hooks (stable): `#backend` holds `webgpu` or `cpu`; each parity row is
 //! `tr[data-op][data-dir][data-pass]`; `#parity-summary` carries `data-passed` and
 //! `data-failed`; the body gets `data-state="done"` when an autorun finishes (the GRU section's
-//! hooks are listed in `world::dom`). `?autorun=parity` (or `bench`, `gru`, or `all`) runs panels on load;
+//! and the transformer section's hooks are listed in `world::dom` and `llm::dom`). `?autorun=parity` (or `bench`, `gru`, `llm`, or `all`) runs panels on load (`llm` with
+//! `?prompt=...` when given);
 //! `?backend=cpu` forces the CPU backend.
 
+pub mod llm;
 pub mod report;
 pub mod world;
 

@@ -183,9 +183,12 @@ async fn run() -> JsResult<()> {
             if matches!(what, "gru" | "all") {
                 crate::world::dom::run(&app).await;
             }
-            if !matches!(what, "parity" | "bench" | "gru" | "all") {
+            if matches!(what, "llm" | "all") {
+                crate::llm::dom::run(&app, params.get("prompt").as_deref()).await;
+            }
+            if !matches!(what, "parity" | "bench" | "gru" | "llm" | "all") {
                 report_error(&format!(
-                    "?autorun={what} is not a panel; expected parity, bench, gru or all"
+                    "?autorun={what} is not a panel; expected parity, bench, gru, llm or all"
                 ));
             }
             set_body_state("done");
@@ -264,6 +267,7 @@ fn wire(app: &Rc<App>) -> JsResult<()> {
         show_backend(&app);
     })?;
     crate::world::dom::wire(app)?;
+    crate::llm::dom::wire(app)?;
     Ok(())
 }
 

@@ -624,72 +624,134 @@ pub async fn generate(
     opts: &GenerateOptions,
     on_token: &mut dyn FnMut(usize, u32) -> bool,
 ) -> Result<(Vec<u32>, StopReason)> {
-    let c = &model.config;
-    if prompt.is_empty() {
-        return Err(Error::Empty {
-            op: "generate",
-            tensor: "prompt".into(),
-        });
-    }
-    if prompt.len() > c.max_position_embeddings {
-        return Err(Error::LimitExceeded {
-            what: "generate: prompt tokens over the model's max_position_embeddings".into(),
-            value: prompt.len() as u64,
-            limit: c.max_position_embeddings as u64,
-        });
-    }
-    if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= c.vocab_size) {
-        return Err(Error::IndexOutOfRange {
-            op: "generate",
-            tensor: "prompt".into(),
-            index: bad as i64,
-            bound: c.vocab_size,
-        });
-    }
-    let s = opts.sampling;
-    let sample_op = Op::Sample {
-        temperature: s.temperature,
-        top_k: s.top_k,
-        top_p: s.top_p,
-    };
-    // Validate the sampling attributes before any work.
-    crate::cpu::sample::check_attrs(s.temperature, s.top_k, s.top_p)?;
-    let backend = model.store.backend().clone();
-    let g = Graph::inference(backend.clone());
-    let p = model.bind(&g)?;
-    let mut rng = Rng::new(s.seed);
-    let mut cache = KvCache::new();
-    let ids: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
-    let mut input = g.constant(backend.upload(&Tensor::from_i32(&[1, ids.len()], ids)?)?)?;
-    let mut out = Vec::new();
-    loop {
-        if out.len() >= opts.max_new_tokens {
-            return Ok((out, StopReason::MaxTokens));
+    let mut run = Generation::start(model, prompt, opts)?;
+    while let Some(id) = run.next_token().await? {
+        if !on_token(run.tokens().len() - 1, id) && run.stopped().is_none() {
+            return Ok((run.into_tokens(), StopReason::Callback));
         }
-        if cache.len() + input.shape()[1] > c.max_position_embeddings {
-            return Ok((out, StopReason::MaxPositions));
+    }
+    let reason = run.stopped().unwrap_or(StopReason::MaxTokens);
+    Ok((run.into_tokens(), reason))
+}
+
+/// A generation driven one token at a time, for callers that must do something between tokens
+/// (a page yields to its event loop). [`generate`] is this in a loop.
+pub struct Generation<'m> {
+    model: &'m Llama,
+    graph: Graph,
+    params: Params,
+    cache: KvCache,
+    rng: Rng,
+    sample_op: Op,
+    opts: GenerateOptions,
+    /// The next forward's input: the prompt, then the last sampled token.
+    input: Var,
+    out: Vec<u32>,
+    stopped: Option<StopReason>,
+}
+
+impl<'m> Generation<'m> {
+    /// Validates the prompt and the sampling attributes; no work on the device yet.
+    pub fn start(
+        model: &'m Llama,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+    ) -> Result<Generation<'m>> {
+        let c = &model.config;
+        if prompt.is_empty() {
+            return Err(Error::Empty {
+                op: "generate",
+                tensor: "prompt".into(),
+            });
         }
-        let hidden = model.forward(&g, &p, &input, Some(&mut cache))?;
-        let last = model.last_positions(&g, &hidden)?;
-        let logits = model.logits(&g, &p, &last)?;
-        let u = g.constant(backend.upload(&Tensor::from_f32(&[1], vec![rng.uniform()])?)?)?;
+        if prompt.len() > c.max_position_embeddings {
+            return Err(Error::LimitExceeded {
+                what: "generate: prompt tokens over the model's max_position_embeddings".into(),
+                value: prompt.len() as u64,
+                limit: c.max_position_embeddings as u64,
+            });
+        }
+        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(Error::IndexOutOfRange {
+                op: "generate",
+                tensor: "prompt".into(),
+                index: bad as i64,
+                bound: c.vocab_size,
+            });
+        }
+        let s = opts.sampling;
+        crate::cpu::sample::check_attrs(s.temperature, s.top_k, s.top_p)?;
+        let backend = model.store.backend().clone();
+        let graph = Graph::inference(backend.clone());
+        let params = model.bind(&graph)?;
+        let ids: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
+        let input = graph.constant(backend.upload(&Tensor::from_i32(&[1, ids.len()], ids)?)?)?;
+        Ok(Generation {
+            model,
+            graph,
+            params,
+            cache: KvCache::new(),
+            rng: Rng::new(s.seed),
+            sample_op: Op::Sample {
+                temperature: s.temperature,
+                top_k: s.top_k,
+                top_p: s.top_p,
+            },
+            opts: opts.clone(),
+            input,
+            out: Vec::new(),
+            stopped: None,
+        })
+    }
+
+    /// The next token (the first call is the prefill), or `None` once generation has ended
+    /// ([`Generation::stopped`] says why).
+    pub async fn next_token(&mut self) -> Result<Option<u32>> {
+        if self.stopped.is_some() {
+            return Ok(None);
+        }
+        if self.out.len() >= self.opts.max_new_tokens {
+            self.stopped = Some(StopReason::MaxTokens);
+            return Ok(None);
+        }
+        if self.cache.len() + self.input.shape()[1] > self.model.config.max_position_embeddings {
+            self.stopped = Some(StopReason::MaxPositions);
+            return Ok(None);
+        }
+        let (g, p, model) = (&self.graph, &self.params, self.model);
+        let backend = model.store.backend().clone();
+        let hidden = model.forward(g, p, &self.input, Some(&mut self.cache))?;
+        let last = model.last_positions(g, &hidden)?;
+        let logits = model.logits(g, p, &last)?;
+        let u = g.constant(backend.upload(&Tensor::from_f32(&[1], vec![self.rng.uniform()])?)?)?;
         let next = g
-            .apply(&sample_op, &[&logits, &u])?
+            .apply(&self.sample_op, &[&logits, &u])?
             .pop()
             .ok_or_else(|| Error::Autograd {
                 why: "sample: expected one output".into(),
             })?;
         let host = backend.download(next.tensor()).await?;
         let id = host.to_i64_vec()?.first().copied().unwrap_or(0) as u32;
-        out.push(id);
-        let keep_going = on_token(out.len() - 1, id);
-        if opts.stop_tokens.contains(&id) {
-            return Ok((out, StopReason::StopToken));
+        self.out.push(id);
+        if self.opts.stop_tokens.contains(&id) {
+            self.stopped = Some(StopReason::StopToken);
         }
-        if !keep_going {
-            return Ok((out, StopReason::Callback));
-        }
-        input = g.reshape(&next, &[1, 1])?;
+        self.input = g.reshape(&next, &[1, 1])?;
+        Ok(Some(id))
+    }
+
+    /// The tokens generated so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.out
+    }
+
+    /// Why generation ended, once it has (`Callback` is never set here: the caller stopped).
+    pub fn stopped(&self) -> Option<StopReason> {
+        self.stopped
+    }
+
+    pub fn into_tokens(self) -> Vec<u32> {
+        self.out
     }
 }
 
