@@ -2,17 +2,17 @@
 //! directory the visitor picks), its tokenizer, and the throughput figures. Plain data, tested
 //! natively; the browser glue is `llm::dom` (wasm32 only).
 //!
-//! Checkpoints load through kernels-core's `models::hf`, the loader the CLI uses. The page does
-//! not link the `tokenizers` crate (its default regex engine, onig, is C; its `unstable_wasm`
-//! build is untried here), so it reads character-level `WordLevel` tokenizers only
-//! ([`CharTokenizer`]), which covers the demo model.
+//! Checkpoints load through kernels-core's `models::hf`, the loader the CLI uses, and
+//! `tokenizer.json` through the `tokenizers` crate, as in the CLI (built for wasm32 with its
+//! `unstable_wasm` feature: the pure-Rust regex engine, no C), so any Hugging Face tokenizer
+//! works in the page too.
 
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod dom;
 
 use std::collections::BTreeMap;
 
-use kernels_core::models::hf::{self, CharTokenizer, Checkpoint};
+use kernels_core::models::hf::{self, Checkpoint};
 use kernels_core::models::llama::{LlamaConfig, StopReason};
 use kernels_core::{Error, Result};
 
@@ -31,7 +31,48 @@ pub struct Source {
     pub origin: String,
     pub config: LlamaConfig,
     pub checkpoint: Checkpoint,
-    pub tokenizer: CharTokenizer,
+    pub tokenizer: PageTokenizer,
+}
+
+/// A Hugging Face tokenizer with the page's error type.
+#[derive(Clone)]
+pub struct PageTokenizer(tokenizers::Tokenizer);
+
+impl std::fmt::Debug for PageTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PageTokenizer({} tokens)", self.0.get_vocab_size(true))
+    }
+}
+
+impl PageTokenizer {
+    /// From the bytes of `tokenizer.json`; `origin` names the directory in errors.
+    pub fn from_json(origin: &str, bytes: &[u8]) -> Result<PageTokenizer> {
+        tokenizers::Tokenizer::from_bytes(bytes)
+            .map(PageTokenizer)
+            .map_err(|e| Error::BadModelFile {
+                path: format!("{origin}/tokenizer.json"),
+                why: e.to_string(),
+            })
+    }
+
+    /// Text to ids (no special tokens added: the prompt is the model's input as typed).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        self.0
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| Error::Backend {
+                backend: "tokenizers".into(),
+                why: e.to_string(),
+            })
+    }
+
+    /// Ids to text, special tokens included (the demo's end mark `$` is part of its answer).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.0.decode(ids, false).map_err(|e| Error::Backend {
+            backend: "tokenizers".into(),
+            why: e.to_string(),
+        })
+    }
 }
 
 impl Source {
@@ -50,7 +91,7 @@ impl Source {
                 what: "file in the model directory".into(),
                 name: format!("{origin}/tokenizer.json"),
             })
-            .and_then(CharTokenizer::from_json)?;
+            .and_then(|b| PageTokenizer::from_json(origin, b))?;
         Ok(Source {
             origin: origin.into(),
             config,

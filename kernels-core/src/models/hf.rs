@@ -1,10 +1,8 @@
 //! A Hugging Face model directory, read through a file lookup so the same code serves a
 //! directory on disk (the CLI) and files picked in a browser (the page): `config.json`,
 //! `model.safetensors` or the shards `model.safetensors.index.json` lists, and `tokenizer.json`.
-//!
-//! [`CharTokenizer`] is the tokenizer for builds without the `tokenizers` crate (the web page,
-//! where its default C regex engine does not build): `tokenizer.json` files whose model is
-//! `WordLevel` over single characters, as the demo model's is.
+//! `tokenizer.json` is returned as bytes: the CLI and the page parse it with the `tokenizers`
+//! crate.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -98,101 +96,9 @@ pub fn load_checkpoint_from_map(
     load_checkpoint(origin, &mut |name| Ok(files.get(name).cloned()))
 }
 
-/// One token per character, from a `tokenizer.json` whose model is `WordLevel` with
-/// single-character entries (the Hugging Face pre-tokenizer then splits on every character).
-#[derive(Debug, Clone, PartialEq)]
-pub struct CharTokenizer {
-    to_id: BTreeMap<char, u32>,
-    to_char: BTreeMap<u32, char>,
-    unk: Option<u32>,
-}
-
-impl CharTokenizer {
-    pub fn from_json(bytes: &[u8]) -> Result<CharTokenizer> {
-        let bad = |why: String| Error::BadModelFile {
-            path: "tokenizer.json".into(),
-            why,
-        };
-        let v: Value = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
-        let model = v.get("model").ok_or_else(|| bad("no `model`".into()))?;
-        let kind = model.get("type").and_then(Value::as_str).unwrap_or("BPE");
-        if kind != "WordLevel" {
-            return Err(bad(format!(
-                "tokenizer model `{kind}` is not supported in this build (only a WordLevel \
-                 vocabulary of single characters; the CLI reads any tokenizer)"
-            )));
-        }
-        let vocab = model
-            .get("vocab")
-            .and_then(Value::as_object)
-            .ok_or_else(|| bad("no `model.vocab` object".into()))?;
-        let mut to_id = BTreeMap::new();
-        let mut to_char = BTreeMap::new();
-        for (token, id) in vocab {
-            let mut chars = token.chars();
-            let (Some(c), None) = (chars.next(), chars.next()) else {
-                return Err(bad(format!(
-                    "vocabulary entry `{token}` is not one character (only character-level \
-                     WordLevel tokenizers are supported in this build)"
-                )));
-            };
-            let id = id
-                .as_u64()
-                .and_then(|i| u32::try_from(i).ok())
-                .ok_or_else(|| bad(format!("vocabulary entry `{token}` has id {id}")))?;
-            to_id.insert(c, id);
-            to_char.insert(id, c);
-        }
-        let unk = match model.get("unk_token").and_then(Value::as_str) {
-            Some(u) => Some(
-                u.chars()
-                    .next()
-                    .and_then(|c| to_id.get(&c).copied())
-                    .ok_or_else(|| bad(format!("unk_token `{u}` is not in the vocabulary")))?,
-            ),
-            None => None,
-        };
-        Ok(CharTokenizer {
-            to_id,
-            to_char,
-            unk,
-        })
-    }
-
-    /// Text to ids; a character outside the vocabulary is the unknown token, or an error
-    /// naming it when the tokenizer has none.
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        text.chars()
-            .map(|c| {
-                self.to_id
-                    .get(&c)
-                    .copied()
-                    .or(self.unk)
-                    .ok_or_else(|| Error::Missing {
-                        what: "character in the tokenizer's vocabulary".into(),
-                        name: c.to_string(),
-                    })
-            })
-            .collect()
-    }
-
-    /// Ids to text; an id outside the vocabulary is an error naming it.
-    pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        ids.iter()
-            .map(|id| {
-                self.to_char.get(id).copied().ok_or_else(|| Error::Missing {
-                    what: "token id in the tokenizer's vocabulary".into(),
-                    name: id.to_string(),
-                })
-            })
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::vec;
 
     fn files(entries: &[(&str, Vec<u8>)]) -> BTreeMap<String, Vec<u8>> {
         entries
@@ -249,28 +155,5 @@ mod tests {
         ]);
         let e = load_checkpoint_from_map("dir", &bad).unwrap_err();
         assert!(e.to_string().contains("bad shard name"), "{e}");
-    }
-
-    #[test]
-    fn char_tokenizer_round_trips_and_refuses_other_models() {
-        let json = br#"{"model": {"type": "WordLevel", "unk_token": "$",
-            "vocab": {"a": 0, "b": 1, "$": 2}}}"#;
-        let t = CharTokenizer::from_json(json).unwrap();
-        assert_eq!(t.encode("abba").unwrap(), vec![0, 1, 1, 0]);
-        assert_eq!(t.encode("az").unwrap(), vec![0, 2]);
-        assert_eq!(t.decode(&[1, 0, 2]).unwrap(), "ba$");
-        assert!(t.decode(&[3]).is_err());
-        let bpe = br#"{"model": {"type": "BPE", "vocab": {}}}"#;
-        let e = CharTokenizer::from_json(bpe).unwrap_err();
-        assert!(e.to_string().contains("BPE"), "{e}");
-        let words = br#"{"model": {"type": "WordLevel", "vocab": {"ab": 0}}}"#;
-        assert!(CharTokenizer::from_json(words).is_err());
-        let no_unk = br#"{"model": {"type": "WordLevel", "vocab": {"a": 0}}}"#;
-        assert!(
-            CharTokenizer::from_json(no_unk)
-                .unwrap()
-                .encode("b")
-                .is_err()
-        );
     }
 }
