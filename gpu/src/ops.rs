@@ -537,28 +537,30 @@ fn launch_matmul_fused(
     (step_a, step_b, batch): (usize, usize, usize),
     fused: Fused,
 ) -> Result<()> {
-    if m <= MATMUL_ROWS_MAX {
-        return launch_matmul_rows(
-            be,
-            name,
-            (a, off_a, trans_a),
-            (b, off_b, trans_b),
-            out,
-            (m, n, k),
-            (step_a, step_b, batch),
-            fused,
-        );
-    }
-    let gx = u32_of(name, "tiles", n.div_ceil(64))?;
-    let gy_tiles = u32_of(name, "tiles", m.div_ceil(64))?;
     let max = be.max_groups();
-    if gx > max || gy_tiles > max {
-        return Err(Error::LimitExceeded {
-            what: format!("{name}: 64x64 tiles per grid dimension"),
-            value: u64::from(gx.max(gy_tiles)),
-            limit: u64::from(max),
-        });
-    }
+    // Few rows (a decode step): one thread per column; else 64x64 tiles.
+    let (entry, gx, gy_tiles) = if m <= MATMUL_ROWS_MAX {
+        let (x, y, _) = be.grid_1d(n.div_ceil(64) as u64)?;
+        ("matmul_rows", x, y)
+    } else {
+        let gx = u32_of(name, "tiles", n.div_ceil(64))?;
+        let gy_tiles = u32_of(name, "tiles", m.div_ceil(64))?;
+        if gx > max || gy_tiles > max {
+            return Err(Error::LimitExceeded {
+                what: format!("{name}: 64x64 tiles per grid dimension"),
+                value: u64::from(gx.max(gy_tiles)),
+                limit: u64::from(max),
+            });
+        }
+        let entry = matmul_entry(
+            (m, n, k),
+            trans_a,
+            trans_b,
+            (step_a, step_b),
+            (off_a, off_b),
+        );
+        (entry, gx, gy_tiles)
+    };
     let consts = [
         ("TA", if trans_a { 1.0 } else { 0.0 }),
         ("TB", if trans_b { 1.0 } else { 0.0 }),
@@ -569,13 +571,6 @@ fn launch_matmul_fused(
     // Unused slots get `a` (bound, never read).
     let bias = fused.bias.unwrap_or(a);
     let gy = fused.a_dact.map_or(a, |(t, _)| t);
-    let entry = matmul_entry(
-        (m, n, k),
-        trans_a,
-        trans_b,
-        (step_a, step_b),
-        (off_a, off_b),
-    );
     let mut first = 0usize;
     while first < batch {
         let count = (batch - first).min(max as usize);
@@ -701,57 +696,6 @@ fn linear_backward(
 
 /// Products with at most this many rows take `matmul_rows` (`SMALL_M` in the shader).
 const MATMUL_ROWS_MAX: usize = 8;
-
-/// `matmul_rows`: one thread per output column, for `m <= MATMUL_ROWS_MAX` (decode steps).
-#[allow(clippy::too_many_arguments)]
-fn launch_matmul_rows(
-    be: &WgpuBackend,
-    name: &'static str,
-    (a, off_a, trans_a): (&Tensor, usize, bool),
-    (b, off_b, trans_b): (&Tensor, usize, bool),
-    out: &Tensor,
-    (m, n, k): (usize, usize, usize),
-    (step_a, step_b, batch): (usize, usize, usize),
-    fused: Fused,
-) -> Result<()> {
-    let consts = [
-        ("TA", if trans_a { 1.0 } else { 0.0 }),
-        ("TB", if trans_b { 1.0 } else { 0.0 }),
-        ("BIAS", if fused.bias.is_some() { 1.0 } else { 0.0 }),
-        ("ACT", fused.act.map_or(0.0, act_code)),
-        ("A_DACT", fused.a_dact.map_or(0.0, |(_, d)| act_code(d))),
-    ];
-    let bias = fused.bias.unwrap_or(a);
-    let gy = fused.a_dact.map_or(a, |(t, _)| t);
-    let (gx, gyd, _) = be.grid_1d(n.div_ceil(64) as u64)?;
-    let max = be.max_groups() as usize;
-    let mut first = 0usize;
-    while first < batch {
-        let count = (batch - first).min(max);
-        let p = Params::u(&[
-            u32_of(name, "m", m)?,
-            u32_of(name, "n", n)?,
-            u32_of(name, "k", k)?,
-            u32_of(name, "batch stride", step_a)?,
-            u32_of(name, "batch stride", step_b)?,
-            u32_of(name, "batch", first)?,
-            u32_of(name, "offset", off_a)?,
-            u32_of(name, "offset", off_b)?,
-        ]);
-        be.launch(
-            name,
-            Family::Matmul,
-            "matmul_rows",
-            &consts,
-            p,
-            &[a, b, bias, gy],
-            &[out],
-            (gx, gyd, count as u32),
-        )?;
-        first += count;
-    }
-    Ok(())
-}
 
 /// The gradient of a matmul operand: `mm(x, y, tx, ty)`, summed over the batch when the operand
 /// was a shared 2-D matrix.
