@@ -110,3 +110,91 @@ mod tests {
         assert!(concat("concat", &[2, 3], &[3, 5]).is_err());
     }
 }
+
+/// GRU geometry (`gru_cell` / `gru_sequence`).
+#[derive(Debug, Clone, Copy)]
+pub struct GruDims {
+    pub seq: usize,
+    pub batch: usize,
+    pub input: usize,
+    pub hidden: usize,
+}
+
+/// Validates x (`[batch, input]` for the cell, `[seq, batch, input]` for the sequence), h and
+/// the parameters, as the CPU reference does.
+pub fn gru(name: &'static str, sequence: bool, args: &[&[usize]]) -> Result<GruDims> {
+    let arg = |i: usize| -> &[usize] { args.get(i).copied().unwrap_or_default() };
+    let xs = arg(0);
+    let (seq, batch, input) = match (sequence, xs) {
+        (false, &[b, i]) => (1, b, i),
+        (true, &[s, b, i]) => (s, b, i),
+        (false, _) => {
+            return Err(Error::bad_shape(
+                name,
+                "x",
+                xs,
+                "needs rank 2 [batch, input]",
+            ));
+        }
+        (true, _) => {
+            return Err(Error::bad_shape(
+                name,
+                "x",
+                xs,
+                "needs rank 3 [seq, batch, input]",
+            ));
+        }
+    };
+    non_empty(name, "x", xs)?;
+    let h_name = if sequence { "h0" } else { "h" };
+    let hs = arg(1);
+    let &[h_batch, hidden] = hs else {
+        return Err(Error::bad_shape(
+            name,
+            h_name,
+            hs,
+            "needs rank 2 [batch, hidden]",
+        ));
+    };
+    non_empty(name, h_name, hs)?;
+    if h_batch != batch {
+        return Err(Error::mismatch(name, xs, hs));
+    }
+    let gates = hidden
+        .checked_mul(3)
+        .ok_or_else(|| Error::bad_shape(name, h_name, hs, "3 * hidden overflows"))?;
+    for (i, what, want) in [
+        (2, "weight_ih", vec![gates, input]),
+        (3, "weight_hh", vec![gates, hidden]),
+        (4, "bias_ih", vec![gates]),
+        (5, "bias_hh", vec![gates]),
+    ] {
+        let s = arg(i);
+        if s != want.as_slice() {
+            return Err(Error::bad_shape(
+                name,
+                what,
+                s,
+                format!("expected {want:?} for input size {input}, hidden size {hidden}"),
+            ));
+        }
+    }
+    Ok(GruDims {
+        seq,
+        batch,
+        input,
+        hidden,
+    })
+}
+
+/// cross_entropy geometry: logits `[..., classes]`, targets the leading dims; `(rows, classes)`.
+pub fn cross_entropy(
+    name: &'static str,
+    logits: &[usize],
+    targets: &[usize],
+) -> Result<(usize, usize)> {
+    min_rank(name, "logits", logits, 1)?;
+    non_empty(name, "logits", logits)?;
+    same(name, targets, &logits[..logits.len() - 1])?;
+    Ok(rows_last(logits))
+}

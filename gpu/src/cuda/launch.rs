@@ -1083,11 +1083,7 @@ fn ce_dims(
     logits: &Tensor,
     targets: &Tensor,
 ) -> Result<(usize, usize)> {
-    let sl = logits.shape();
-    shapes::min_rank(name, "logits", sl, 1)?;
-    shapes::non_empty(name, "logits", sl)?;
-    let (rows, c) = shapes::rows_last(sl);
-    shapes::same(name, targets.shape(), &sl[..sl.len() - 1])?;
+    let (rows, c) = shapes::cross_entropy(name, logits.shape(), targets.shape())?;
     check_ints(be, name, "targets", targets, c)?;
     Ok((rows, c))
 }
@@ -1259,78 +1255,12 @@ fn attention_backward(
 
 // --- GRU -----------------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy)]
-struct GruDims {
-    seq: usize,
-    batch: usize,
-    input: usize,
-    hidden: usize,
-}
+use crate::shapes::GruDims;
 
-/// Validates x (`[batch, input]` for the cell, `[seq, batch, input]` for the sequence), h and
-/// the parameters, as the CPU reference does.
+/// The GRU geometry checks shared with the wgpu launcher (`crate::shapes::gru`).
 fn gru_dims(name: &'static str, sequence: bool, args: &[&Tensor]) -> Result<GruDims> {
-    let xs = arg(args, 0).shape();
-    let (seq, batch, input) = match (sequence, xs) {
-        (false, &[b, i]) => (1, b, i),
-        (true, &[s, b, i]) => (s, b, i),
-        (false, _) => {
-            return Err(Error::bad_shape(
-                name,
-                "x",
-                xs,
-                "needs rank 2 [batch, input]",
-            ));
-        }
-        (true, _) => {
-            return Err(Error::bad_shape(
-                name,
-                "x",
-                xs,
-                "needs rank 3 [seq, batch, input]",
-            ));
-        }
-    };
-    shapes::non_empty(name, "x", xs)?;
-    let h_name = if sequence { "h0" } else { "h" };
-    let hs = arg(args, 1).shape();
-    let &[h_batch, hidden] = hs else {
-        return Err(Error::bad_shape(
-            name,
-            h_name,
-            hs,
-            "needs rank 2 [batch, hidden]",
-        ));
-    };
-    shapes::non_empty(name, h_name, hs)?;
-    if h_batch != batch {
-        return Err(Error::mismatch(name, xs, hs));
-    }
-    let gates = hidden
-        .checked_mul(3)
-        .ok_or_else(|| Error::bad_shape(name, h_name, hs, "3 * hidden overflows"))?;
-    for (i, what, want) in [
-        (2, "weight_ih", vec![gates, input]),
-        (3, "weight_hh", vec![gates, hidden]),
-        (4, "bias_ih", vec![gates]),
-        (5, "bias_hh", vec![gates]),
-    ] {
-        let s = arg(args, i).shape();
-        if s != want.as_slice() {
-            return Err(Error::bad_shape(
-                name,
-                what,
-                s,
-                format!("expected {want:?} for input size {input}, hidden size {hidden}"),
-            ));
-        }
-    }
-    Ok(GruDims {
-        seq,
-        batch,
-        input,
-        hidden,
-    })
+    let shapes: Vec<&[usize]> = args.iter().take(6).map(|t| t.shape()).collect();
+    crate::shapes::gru(name, sequence, &shapes)
 }
 
 struct GruForward {

@@ -18,11 +18,7 @@ fn ce_plan(
     logits: &Tensor,
     targets: &Tensor,
 ) -> Result<(usize, usize)> {
-    let sl = logits.shape();
-    shapes::min_rank(name, "logits", sl, 1)?;
-    shapes::non_empty(name, "logits", sl)?;
-    let (rows, c) = shapes::rows_last(sl);
-    shapes::same(name, targets.shape(), &sl[..sl.len() - 1])?;
+    let (rows, c) = shapes::cross_entropy(name, logits.shape(), targets.shape())?;
     if let Some(host) = be.buffer_of(name, targets)?.host_ints() {
         for &k in host.iter() {
             if k < 0 || k as u64 >= c as u64 {
