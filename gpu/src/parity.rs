@@ -370,6 +370,28 @@ pub fn small_cases(seed: u64, max_elems: usize) -> Result<Vec<Case>> {
     Ok(out)
 }
 
+/// The ops of `kinds` (and directions) with no row that ran without error: forward always,
+/// backward when the op is differentiable. Empty when coverage is complete.
+pub fn missing(rows: &[Row], kinds: &[OpKind]) -> Vec<String> {
+    let ran = |k: &OpKind, d: Direction| {
+        rows.iter()
+            .any(|r| r.kind == k.name() && r.dir == d && r.error.is_none())
+    };
+    kinds
+        .iter()
+        .flat_map(|k| {
+            let mut m = Vec::new();
+            if !ran(k, Direction::Forward) {
+                m.push(format!("{k} forward"));
+            }
+            if k.spec().differentiable() && !ran(k, Direction::Backward) {
+                m.push(format!("{k} backward"));
+            }
+            m
+        })
+        .collect()
+}
+
 /// The failures among `rows`, one line each: backend, op, direction, shapes and what went wrong.
 pub fn failures(rows: &[Row]) -> Vec<String> {
     rows.iter()

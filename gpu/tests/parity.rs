@@ -80,23 +80,7 @@ fn suite(gpu: &kernels_gpu::WgpuBackend, kinds: &[OpKind]) {
     }
     println!("counters: {:?}", gpu.counters());
     // Coverage: every op ran on wgpu forward and, if differentiable, backward.
-    let ran = |k: &OpKind, d: Direction| {
-        rows.iter()
-            .any(|r| r.kind == k.name() && r.dir == d && r.error.is_none())
-    };
-    let missing: Vec<String> = kinds
-        .iter()
-        .flat_map(|k| {
-            let mut m = Vec::new();
-            if !ran(k, Direction::Forward) {
-                m.push(format!("{k} forward"));
-            }
-            if k.spec().differentiable() && !ran(k, Direction::Backward) {
-                m.push(format!("{k} backward"));
-            }
-            m
-        })
-        .collect();
+    let missing = kernels_gpu::parity::missing(&rows, kinds);
     assert!(
         missing.is_empty(),
         "ops without a wgpu parity case run: {missing:?}"

@@ -10,7 +10,7 @@
 #![cfg(target_arch = "wasm32")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use kernels_core::{CpuBackend, Direction, OpKind, parity::Case};
+use kernels_core::{CpuBackend, OpKind, parity::Case};
 use kernels_gpu::parity::{Row, SMALL_CASE_ELEMS, check_both_async, failures, small_cases};
 use kernels_gpu::{WgpuBackend, WgpuOptions};
 use wasm_bindgen_test::{console_log, wasm_bindgen_test, wasm_bindgen_test_configure};
@@ -51,23 +51,7 @@ async fn run(gpu: &WgpuBackend, cases: &[Case]) -> Vec<Row> {
 
 /// Every op in `kinds` ran forward and, if differentiable, backward, and nothing failed.
 fn assert_all_pass(rows: &[Row], kinds: &[OpKind]) {
-    let ran = |k: &OpKind, d: Direction| {
-        rows.iter()
-            .any(|r| r.kind == k.name() && r.dir == d && r.error.is_none())
-    };
-    let missing: Vec<String> = kinds
-        .iter()
-        .flat_map(|k| {
-            let mut m = Vec::new();
-            if !ran(k, Direction::Forward) {
-                m.push(format!("{k} forward"));
-            }
-            if k.spec().differentiable() && !ran(k, Direction::Backward) {
-                m.push(format!("{k} backward"));
-            }
-            m
-        })
-        .collect();
+    let missing = kernels_gpu::parity::missing(rows, kinds);
     assert!(
         missing.is_empty(),
         "ops that did not run on WebGPU: {missing:?}"
