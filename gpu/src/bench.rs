@@ -17,7 +17,7 @@ use web_time::Instant;
 /// them with the op families' shaders.
 pub const SHADERS: &[(&str, &str)] = &[(
     "matmul_naive.wgsl",
-    include_str!("shaders/matmul_naive.wgsl"),
+    include_str!("wgpu/shaders/matmul_naive.wgsl"),
 )];
 
 fn err(why: impl Into<String>) -> Error {

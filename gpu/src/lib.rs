@@ -3,7 +3,7 @@
 //! [`WgpuBackend`] runs the op vocabulary on wgpu (WebGPU in the browser; Vulkan, Metal or DX12
 //! natively): tensors stay in pooled device buffers, ops are recorded into one command encoder
 //! and submitted in batches, and counters report dispatches, submits and bytes moved. WGSL lives
-//! in `src/shaders/<family>.wgsl`, one file per op family, specialized with override constants.
+//! in `src/wgpu/shaders/<family>.wgsl`, one file per op family, specialized with override constants.
 //!
 //! With the `cuda` feature, `CudaBackend` runs the same vocabulary through cudarc: cuBLAS
 //! SGEMM for matmul, CUDA C (`src/cuda/kernels/<family>.cu`, compiled at run time by NVRTC)
@@ -18,14 +18,16 @@ pub mod cuda;
 #[cfg(all(test, not(feature = "cuda")))]
 #[path = "cuda/kernels.rs"]
 mod cuda_kernels;
+mod device;
 mod ops;
 pub mod parity;
 pub mod select;
 pub mod shapes;
-pub mod wgpu_backend;
+pub mod wgpu;
 
+pub use self::wgpu::SVD_MAX_Q;
+pub use self::wgpu::{Counters, GpuBuffer, WgpuBackend, WgpuOptions};
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaBackend, CudaCounters};
-pub use ops::SVD_MAX_Q;
+pub use device::Family;
 pub use select::{BackendChoice, Selected, cuda_status, select_backend};
-pub use wgpu_backend::{Counters, GpuBuffer, WgpuBackend, WgpuOptions};

@@ -10,7 +10,7 @@ use std::rc::Rc;
 
 use kernels_core::{Backend, CpuBackend, Error, Result};
 
-use crate::wgpu_backend::WgpuBackend;
+use crate::wgpu::WgpuBackend;
 
 /// What the user asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,4 +1,4 @@
-//! Every `src/shaders/*.wgsl` parses and validates with naga (no GPU needed).
+//! Every `src/wgpu/shaders/*.wgsl` parses and validates with naga (no GPU needed).
 
 // Native adapters (pollster, lavapipe); the browser's suite is web_parity.rs.
 #![cfg(not(target_arch = "wasm32"))]
@@ -19,7 +19,8 @@ fn validate(label: &str, src: &str, caps: naga::valid::Capabilities) -> Result<u
 /// has) parses and validates; the subgroup variants with only the subgroup capability added.
 #[test]
 fn every_wgsl_file_parses_and_validates() {
-    use kernels_gpu::wgpu_backend::{Family, ROW_REDUCE_SUBGROUP, ROW_REDUCE_WORKGROUP};
+    use kernels_gpu::Family;
+    use kernels_gpu::wgpu::{ROW_REDUCE_SUBGROUP, ROW_REDUCE_WORKGROUP};
     let mut failures = Vec::new();
     let mut seen = 0;
     for family in Family::ALL {
@@ -69,14 +70,14 @@ fn every_wgsl_file_parses_and_validates() {
 /// The shaders the crate embeds are exactly the files on disk (nothing unvalidated slips in).
 #[test]
 fn embedded_shader_list_matches_the_directory() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/shaders");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/wgpu/shaders");
     let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .filter(|n| n.ends_with(".wgsl"))
         .collect();
     on_disk.sort();
-    let mut embedded: Vec<String> = kernels_gpu::wgpu_backend::Family::ALL
+    let mut embedded: Vec<String> = kernels_gpu::Family::ALL
         .iter()
         .map(|f| format!("{}.wgsl", f.name()))
         .chain(

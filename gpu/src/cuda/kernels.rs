@@ -1,4 +1,4 @@
-//! The CUDA C kernels: one `.cu` file per op family (mirroring `src/shaders/*.wgsl`), embedded
+//! The CUDA C kernels: one `.cu` file per op family (mirroring `src/wgpu/shaders/*.wgsl`), embedded
 //! with `include_str!`, each compiled at run time by NVRTC after the shared prelude. Matmul has
 //! no file: it is cuBLAS SGEMM.
 

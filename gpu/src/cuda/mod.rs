@@ -130,7 +130,7 @@ impl CudaBackend {
     pub(crate) fn with_engine(engine: Box<dyn Engine>) -> Self {
         CudaBackend {
             engine,
-            id: DeviceId(crate::wgpu_backend::NEXT_DEVICE.fetch_add(1, Ordering::Relaxed)),
+            id: DeviceId(crate::wgpu::NEXT_DEVICE.fetch_add(1, Ordering::Relaxed)),
             tables: RefCell::new(HashMap::new()),
             counters: Cell::new(CudaCounters::default()),
         }

@@ -1,4 +1,4 @@
-//! gru_cell and gru_sequence on wgpu (`shaders/gru.wgsl` plus the matmul kernel). Everything
+//! gru_cell and gru_sequence (`gru` family plus the matmul hook). Everything
 //! stays on the device:
 //!
 //! - forward: the input projections of all steps in one matmul (`x [seq*batch, input] @
@@ -11,9 +11,12 @@
 use kernels_core::op::BinaryOp;
 use kernels_core::{DType, Error, Result, Tensor};
 
-use super::{arg, binary_forward, concat, grid_elems, matmul_at, sum_rows, u32_of};
+use super::common::arg;
+use super::elementwise::{binary_forward, sum_rows};
+use super::layout::concat;
+use super::matmul::matmul_at;
+use crate::device::{Device, Family, Grid, Params, u32_of};
 use crate::shapes;
-use crate::wgpu_backend::{Family, Params, WgpuBackend};
 
 use crate::shapes::GruDims as Dims;
 
@@ -31,7 +34,7 @@ struct Forward {
 }
 
 fn run_forward(
-    be: &WgpuBackend,
+    be: &dyn Device,
     name: &'static str,
     dm: Dims,
     args: &[&Tensor],
@@ -95,7 +98,7 @@ fn run_forward(
         if let Some(tr) = trace.as_ref() {
             outs.push(tr);
         }
-        be.launch(
+        be.run_kernel(
             name,
             Family::Gru,
             "gate_forward",
@@ -103,14 +106,14 @@ fn run_forward(
             p,
             &[&gi, &gh, h0, &biases],
             &outs,
-            grid_elems(be, bh)?,
+            Grid::Elems(bh),
         )?;
     }
     Ok(Forward { output, h_n, trace })
 }
 
 pub(super) fn cell_forward(
-    be: &WgpuBackend,
+    be: &dyn Device,
     name: &'static str,
     args: &[&Tensor],
 ) -> Result<Tensor> {
@@ -120,7 +123,7 @@ pub(super) fn cell_forward(
 }
 
 pub(super) fn sequence_forward(
-    be: &WgpuBackend,
+    be: &dyn Device,
     name: &'static str,
     args: &[&Tensor],
 ) -> Result<Vec<Tensor>> {
@@ -132,7 +135,7 @@ pub(super) fn sequence_forward(
 /// Backward of either op. Args: the six inputs, the outputs (`h_next`, or `output` and `h_n`),
 /// then their gradients. Returns gradients for the six inputs.
 pub(super) fn backward(
-    be: &WgpuBackend,
+    be: &dyn Device,
     name: &'static str,
     sequence: bool,
     args: &[&Tensor],
@@ -190,7 +193,7 @@ pub(super) fn backward(
             u32_of(name, "batch", batch)?,
             mode,
         ]);
-        be.launch(
+        be.run_kernel(
             name,
             Family::Gru,
             "gate_backward",
@@ -198,7 +201,7 @@ pub(super) fn backward(
             p,
             &[&trace, h_prev, g_out, extra],
             &[&d_gi, &d_gh, &dh],
-            grid_elems(be, bh)?,
+            Grid::Elems(bh),
         )?;
         // The hidden-state gradient through W_hh, for step t - 1 (or h0).
         matmul_at(

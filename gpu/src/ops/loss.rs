@@ -3,9 +3,9 @@
 
 use kernels_core::{DType, Error, Result, Tensor};
 
-use super::{arg, grid_elems, grid_rows, u32_of};
+use super::common::arg;
+use crate::device::{Device, Family, Grid, Params, u32_of};
 use crate::shapes;
-use crate::wgpu_backend::{Family, Params, WgpuBackend};
 
 /// Elements per workgroup of the mse partial sums.
 const MSE_CHUNK: usize = 4096;
@@ -13,13 +13,13 @@ const MSE_CHUNK: usize = 4096;
 /// Checks logits `[..., c]` against targets `[...]` (and, for host-made targets, the class
 /// range); returns `(rows, c)`.
 fn ce_plan(
-    be: &WgpuBackend,
+    be: &dyn Device,
     name: &'static str,
     logits: &Tensor,
     targets: &Tensor,
 ) -> Result<(usize, usize)> {
     let (rows, c) = shapes::cross_entropy(name, logits.shape(), targets.shape())?;
-    if let Some(host) = be.buffer_of(name, targets)?.host_ints() {
+    if let Some(host) = be.host_ints(name, targets)? {
         for &k in host.iter() {
             if k < 0 || k as u64 >= c as u64 {
                 return Err(Error::IndexOutOfRange {
@@ -35,15 +35,10 @@ fn ce_plan(
 }
 
 /// `out [] = scale * sum(partials)`, one workgroup.
-fn sum_scale(
-    be: &WgpuBackend,
-    name: &'static str,
-    partials: &Tensor,
-    scale: f32,
-) -> Result<Tensor> {
+fn sum_scale(be: &dyn Device, name: &'static str, partials: &Tensor, scale: f32) -> Result<Tensor> {
     let out = be.alloc(name, &[], DType::F32)?;
     let p = Params::u(&[u32_of(name, "partials", partials.numel())?]).with_f(&[scale]);
-    be.launch(
+    be.run_kernel(
         name,
         Family::Loss,
         "sum_scale",
@@ -51,13 +46,13 @@ fn sum_scale(
         p,
         &[partials],
         &[&out],
-        (1, 1, 1),
+        Grid::Groups(1),
     )?;
     Ok(out)
 }
 
 pub(super) fn cross_entropy_forward(
-    be: &WgpuBackend,
+    be: &dyn Device,
     name: &'static str,
     args: &[&Tensor],
 ) -> Result<Tensor> {
@@ -66,7 +61,7 @@ pub(super) fn cross_entropy_forward(
     let partial = be.alloc(name, &[rows], DType::F32)?;
     let p = Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "classes", c)?]);
     // Targets sit in the fourth read-only slot (declared i32 in the shader).
-    be.launch(
+    be.run_kernel(
         name,
         Family::Loss,
         "ce_rows",
@@ -74,13 +69,13 @@ pub(super) fn cross_entropy_forward(
         p,
         &[x, x, x, t],
         &[&partial],
-        grid_rows(be, rows)?,
+        Grid::Groups(rows),
     )?;
     sum_scale(be, name, &partial, (1.0 / rows as f64) as f32)
 }
 
 pub(super) fn cross_entropy_backward(
-    be: &WgpuBackend,
+    be: &dyn Device,
     name: &'static str,
     args: &[&Tensor],
 ) -> Result<Tensor> {
@@ -91,7 +86,7 @@ pub(super) fn cross_entropy_backward(
     let gx = be.alloc(name, x.shape(), DType::F32)?;
     let p = Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "classes", c)?])
         .with_f(&[(1.0 / rows as f64) as f32]);
-    be.launch(
+    be.run_kernel(
         name,
         Family::Loss,
         "ce_backward",
@@ -99,7 +94,7 @@ pub(super) fn cross_entropy_backward(
         p,
         &[x, x, g, t],
         &[&gx],
-        grid_rows(be, rows)?,
+        Grid::Groups(rows),
     )?;
     Ok(gx)
 }
@@ -111,17 +106,13 @@ fn mse_check(name: &'static str, a: &Tensor, b: &Tensor) -> Result<usize> {
     Ok(a.numel())
 }
 
-pub(super) fn mse_forward(
-    be: &WgpuBackend,
-    name: &'static str,
-    args: &[&Tensor],
-) -> Result<Tensor> {
+pub(super) fn mse_forward(be: &dyn Device, name: &'static str, args: &[&Tensor]) -> Result<Tensor> {
     let (a, b) = (arg(args, 0), arg(args, 1));
     let n = mse_check(name, a, b)?;
     let chunks = n.div_ceil(MSE_CHUNK);
     let partial = be.alloc(name, &[chunks], DType::F32)?;
     let p = Params::u(&[u32_of(name, "elements", n)?, MSE_CHUNK as u32]);
-    be.launch(
+    be.run_kernel(
         name,
         Family::Loss,
         "mse_chunks",
@@ -129,13 +120,13 @@ pub(super) fn mse_forward(
         p,
         &[a, b],
         &[&partial],
-        grid_rows(be, chunks)?,
+        Grid::Groups(chunks),
     )?;
     sum_scale(be, name, &partial, (1.0 / n as f64) as f32)
 }
 
 pub(super) fn mse_backward(
-    be: &WgpuBackend,
+    be: &dyn Device,
     name: &'static str,
     args: &[&Tensor],
 ) -> Result<Vec<Tensor>> {
@@ -146,7 +137,7 @@ pub(super) fn mse_backward(
     let ga = be.alloc(name, a.shape(), DType::F32)?;
     let gb = be.alloc(name, b.shape(), DType::F32)?;
     let p = Params::u(&[u32_of(name, "elements", n)?]).with_f(&[(2.0 / n as f64) as f32]);
-    be.launch(
+    be.run_kernel(
         name,
         Family::Loss,
         "mse_backward",
@@ -154,7 +145,7 @@ pub(super) fn mse_backward(
         p,
         &[a, b, g],
         &[&ga, &gb],
-        grid_elems(be, n)?,
+        Grid::Elems(n),
     )?;
     Ok(vec![ga, gb])
 }

@@ -5,9 +5,9 @@
 
 use kernels_core::{DType, Error, Result, Tensor};
 
-use super::{arg, grid_elems, u32_of};
+use super::common::arg;
+use crate::device::{Device, Family, Grid, Params, u32_of};
 use crate::shapes;
-use crate::wgpu_backend::{Family, Params, WgpuBackend};
 
 /// `[half, 2]` words `(high, low)` of `frac(inv_freq_i / 2pi) * 2^64`, bit-cast to i32.
 fn turn_table(theta: f32, head_dim: usize) -> Result<Tensor> {
@@ -49,8 +49,8 @@ fn check(
 }
 
 #[allow(clippy::too_many_arguments)]
-pub(super) fn rope(
-    be: &WgpuBackend,
+pub(super) fn forward(
+    be: &dyn Device,
     name: &'static str,
     theta: f32,
     offset: usize,
@@ -59,9 +59,10 @@ pub(super) fn rope(
     x: &Tensor,
 ) -> Result<Tensor> {
     let (rows, seq, half) = check(name, theta, offset, x.shape())?;
-    let table = be.table(format!("rope {:08x} {}", theta.to_bits(), 2 * half), || {
-        turn_table(theta, 2 * half)
-    })?;
+    let table = be.table(
+        format!("rope {:08x} {}", theta.to_bits(), 2 * half),
+        &|| turn_table(theta, 2 * half),
+    )?;
     let pairs = rows * half;
     let p = Params::u(&[
         u32_of(name, "pairs", pairs)?,
@@ -70,11 +71,11 @@ pub(super) fn rope(
         u32_of(name, "offset", offset)?,
     ]);
     let consts = [
-        ("INTERLEAVED", if interleaved { 1.0 } else { 0.0 }),
-        ("INVERSE", if inverse { 1.0 } else { 0.0 }),
+        ("INTERLEAVED", u32::from(interleaved)),
+        ("INVERSE", u32::from(inverse)),
     ];
     let out = be.alloc(name, x.shape(), DType::F32)?;
-    be.launch(
+    be.run_kernel(
         name,
         Family::Rope,
         "rope",
@@ -82,13 +83,13 @@ pub(super) fn rope(
         p,
         &[x, x, x, &table],
         &[&out],
-        grid_elems(be, pairs)?,
+        Grid::Elems(pairs),
     )?;
     Ok(out)
 }
 
-pub(super) fn rope_backward(
-    be: &WgpuBackend,
+pub(super) fn backward(
+    be: &dyn Device,
     name: &'static str,
     theta: f32,
     offset: usize,
@@ -99,5 +100,5 @@ pub(super) fn rope_backward(
     check(name, theta, offset, x.shape())?;
     shapes::same(name, x.shape(), out.shape())?;
     shapes::same(name, x.shape(), g.shape())?;
-    rope(be, name, theta, offset, interleaved, true, g)
+    forward(be, name, theta, offset, interleaved, true, g)
 }

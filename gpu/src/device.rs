@@ -1,0 +1,335 @@
+//! The one device interface the GPU op layer is written against (`crate::ops`): allocate, launch
+//! a kernel of a family with its parameters, upload constant tables, read integer tensors'
+//! host copies, and the named hooks where the backends' paths really differ (matmul: the tiled
+//! WGSL kernels against cuBLAS; attention: different kernel geometries; svd_lowrank: on the
+//! device against host steps). The wgpu and CUDA backends
+//! implement it; nothing in `ops` knows which one runs.
+
+use std::sync::Arc;
+
+use kernels_core::op::{Activation, BinaryOp, GeluApprox, ReduceOp, UnaryOp};
+use kernels_core::{DType, Error, Result, Tensor};
+
+/// The op families, one WGSL file (`wgpu/shaders/<name>.wgsl`) and, except matmul and svd, one CUDA C file (`cuda/kernels/<name>.cu`) each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    Elementwise,
+    Matmul,
+    Reduce,
+    Softmax,
+    Norm,
+    Layout,
+    Optim,
+    Loss,
+    Rope,
+    Attention,
+    Gru,
+    Svd,
+}
+
+impl Family {
+    /// Every family.
+    pub const ALL: &'static [Family] = &[
+        Family::Elementwise,
+        Family::Matmul,
+        Family::Reduce,
+        Family::Softmax,
+        Family::Norm,
+        Family::Layout,
+        Family::Optim,
+        Family::Loss,
+        Family::Rope,
+        Family::Attention,
+        Family::Gru,
+        Family::Svd,
+    ];
+    /// File stem of the family's shader.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Elementwise => "elementwise",
+            Family::Matmul => "matmul",
+            Family::Reduce => "reduce",
+            Family::Softmax => "softmax",
+            Family::Norm => "norm",
+            Family::Layout => "layout",
+            Family::Optim => "optim",
+            Family::Loss => "loss",
+            Family::Rope => "rope",
+            Family::Attention => "attention",
+            Family::Gru => "gru",
+            Family::Svd => "svd",
+        }
+    }
+}
+
+/// Per-launch parameters: eight u32 then eight f32 (`struct Params` in the WGSL prelude and the
+/// CUDA header).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Params {
+    pub u: [u32; 8],
+    pub f: [f32; 8],
+}
+
+impl Params {
+    pub fn u(vals: &[u32]) -> Self {
+        let mut p = Params::default();
+        for (d, s) in p.u.iter_mut().zip(vals) {
+            *d = *s;
+        }
+        p
+    }
+    pub fn with_f(mut self, vals: &[f32]) -> Self {
+        for (d, s) in self.f.iter_mut().zip(vals) {
+            *d = *s;
+        }
+        self
+    }
+}
+
+/// A kernel's specialization constants (op codes and flags), by name, in the order the family
+/// declares them: WGSL override constants on wgpu; `p.c[0..]` on CUDA.
+pub type Consts<'a> = &'a [(&'static str, u32)];
+
+/// A binding's element range: `Some((start, len))`, or `None` for the whole tensor.
+pub type ElemRange = Option<(usize, usize)>;
+
+/// How many threads a launch runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grid {
+    /// One thread per element over this many elements (256 per workgroup / block).
+    Elems(usize),
+    /// One workgroup / block per item (a row, a batch, a chunk); its threads cooperate.
+    Groups(usize),
+}
+
+/// One kernel launch.
+#[derive(Debug, Clone, Copy)]
+pub struct Launch<'a> {
+    pub family: Family,
+    pub entry: &'static str,
+    pub consts: Consts<'a>,
+    pub params: Params,
+    /// Read-only bindings (at most 4), each whole or an element range.
+    pub inputs: &'a [(&'a Tensor, ElemRange)],
+    /// Read-write bindings (at most 3).
+    pub outputs: &'a [(&'a Tensor, ElemRange)],
+    pub grid: Grid,
+}
+
+/// A matmul operand: a tensor, the element offset its matrix starts at, and whether it is read
+/// transposed.
+pub type Operand<'t> = (&'t Tensor, usize, bool);
+
+/// Elementwise work fused into a matmul (the `linear` op): a bias added and an activation
+/// applied to each output, and/or each element of `a` scaled by the derivative of an activation
+/// read from `gy` (laid out like `a`) as it is loaded.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fused<'t> {
+    pub bias: Option<&'t Tensor>,
+    pub act: Option<Activation>,
+    pub a_dact: Option<(&'t Tensor, Activation)>,
+}
+
+/// What a GPU backend gives the op layer.
+pub trait Device {
+    /// A fresh tensor of `shape` on this device (contents undefined until written).
+    fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor>;
+    /// A copy of the host tensor `t` on this device.
+    fn upload_host(&self, t: &Tensor) -> Result<Tensor>;
+    /// A constant table uploaded on first use of `key` and kept.
+    fn table(&self, key: String, make: &dyn Fn() -> Result<Tensor>) -> Result<Tensor>;
+    /// The host copy of an integer tensor uploaded from the host (ids, targets), if kept.
+    fn host_ints(&self, op: &'static str, t: &Tensor) -> Result<Option<Arc<Vec<i64>>>>;
+    /// Most elements one binding may hold (elementwise ops split larger tensors).
+    fn chunk_elems(&self) -> usize;
+    /// Records (or queues) one kernel launch.
+    fn launch(&self, op: &'static str, l: &Launch<'_>) -> Result<()>;
+
+    /// Hook: `batch` products `out = fused(op(a) @ op(b))`, `op(a) [m, k]`, `op(b) [k, n]`,
+    /// operands at element offsets with batch steps (0: shared).
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &self,
+        op: &'static str,
+        a: Operand<'_>,
+        b: Operand<'_>,
+        out: &Tensor,
+        mnk: (usize, usize, usize),
+        steps_batch: (usize, usize, usize),
+        fused: Fused<'_>,
+    ) -> Result<()>;
+    /// Hook: attention forward on checked geometry.
+    fn attention_forward(
+        &self,
+        op: &'static str,
+        dims: &kernels_core::cpu::attention::Dims,
+        causal: bool,
+        scale: f32,
+        qkv: [&Tensor; 3],
+    ) -> Result<Tensor>;
+    /// Hook: attention backward on checked geometry; returns `[grad_q, grad_k, grad_v]`.
+    fn attention_backward(
+        &self,
+        op: &'static str,
+        dims: &kernels_core::cpu::attention::Dims,
+        causal: bool,
+        scale: f32,
+        qkvg: [&Tensor; 4],
+    ) -> Result<Vec<Tensor>>;
+    /// Hook: the largest `q = min(rank, m, n)` `svd_lowrank` supports.
+    fn svd_max_q(&self) -> usize;
+    /// Hook: orthonormalizes the columns of each matrix of `y [batch.., rows, cols]` (Gram-Schmidt
+    /// as the CPU reference); `y` is a fresh tensor of the op. Returns the result.
+    fn svd_orth(
+        &self,
+        op: &'static str,
+        y: &Tensor,
+        batch: usize,
+        rows_cols: (usize, usize),
+    ) -> Result<Tensor>;
+    /// Hook: the Jacobi SVD of each `b [batch.., q, n]`: `(v [.., n, q], s [.., q], u_b [.., q, q])`.
+    fn svd_small(
+        &self,
+        op: &'static str,
+        b: &Tensor,
+        lead: &[usize],
+        q: usize,
+        n: usize,
+    ) -> Result<[Tensor; 3]>;
+    /// Hook: the reference's sign fix of `u [.., m, q]` and `v [.., n, q]`.
+    fn svd_fix_signs(
+        &self,
+        op: &'static str,
+        u: Tensor,
+        v: Tensor,
+        lead: &[usize],
+        mnq: (usize, usize, usize),
+    ) -> Result<[Tensor; 2]>;
+}
+
+impl dyn Device + '_ {
+    /// [`Device::launch`] with every tensor bound whole.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_kernel(
+        &self,
+        op: &'static str,
+        family: Family,
+        entry: &'static str,
+        consts: Consts<'_>,
+        params: Params,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        grid: Grid,
+    ) -> Result<()> {
+        let ins: Vec<_> = inputs.iter().map(|t| (*t, None)).collect();
+        let outs: Vec<_> = outputs.iter().map(|t| (*t, None)).collect();
+        self.launch(
+            op,
+            &Launch {
+                family,
+                entry,
+                consts,
+                params,
+                inputs: &ins,
+                outputs: &outs,
+                grid,
+            },
+        )
+    }
+}
+
+impl dyn Device + '_ {
+    /// [`Device::launch`] with each tensor bound whole (`None`) or as the element range
+    /// `(start, len)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_ranges(
+        &self,
+        op: &'static str,
+        family: Family,
+        entry: &'static str,
+        consts: Consts<'_>,
+        params: Params,
+        inputs: &[(&Tensor, ElemRange)],
+        outputs: &[(&Tensor, ElemRange)],
+        grid: Grid,
+    ) -> Result<()> {
+        self.launch(
+            op,
+            &Launch {
+                family,
+                entry,
+                consts,
+                params,
+                inputs,
+                outputs,
+                grid,
+            },
+        )
+    }
+}
+
+/// Kernel code of a unary op (`OP` in the elementwise family).
+pub fn unary_code(u: UnaryOp) -> u32 {
+    match u {
+        UnaryOp::Neg => 0,
+        UnaryOp::Exp => 1,
+        UnaryOp::Log => 2,
+        UnaryOp::Sqrt => 3,
+        UnaryOp::Relu => 4,
+        UnaryOp::Sigmoid => 5,
+        UnaryOp::Tanh => 6,
+        UnaryOp::Silu => 7,
+    }
+}
+
+/// Kernel code of gelu (`OP`).
+pub fn gelu_code(a: GeluApprox) -> u32 {
+    match a {
+        GeluApprox::None => 8,
+        GeluApprox::Tanh => 9,
+    }
+}
+
+/// Kernel code of scale (`OP`).
+pub const SCALE_CODE: u32 = 10;
+
+/// Kernel code of a binary op (`BOP`).
+pub fn bop_code(b: BinaryOp) -> u32 {
+    match b {
+        BinaryOp::Add => 0,
+        BinaryOp::Sub => 1,
+        BinaryOp::Mul => 2,
+        BinaryOp::Div => 3,
+    }
+}
+
+/// Kernel code of an activation (`ACT`, `A_DACT`, `DACT` in the matmul and elementwise
+/// families).
+pub fn act_code(a: Activation) -> u32 {
+    match a {
+        Activation::None => 0,
+        Activation::Relu => 1,
+        Activation::Tanh => 2,
+        Activation::Sigmoid => 3,
+    }
+}
+
+/// A binding's element range: `Some((start, len))`, or `None` for the whole tensor.
+
+/// Kernel code of a reduction (`OP` in the reduce family).
+pub fn reduce_code(r: ReduceOp) -> u32 {
+    match r {
+        ReduceOp::Sum => 0,
+        ReduceOp::Mean => 1,
+        ReduceOp::Max => 2,
+    }
+}
+
+/// `v` as a u32 kernel parameter, or `LimitExceeded` naming the op.
+pub fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::LimitExceeded {
+        what: format!("{op}: {what}"),
+        value: v as u64,
+        limit: u64::from(u32::MAX),
+    })
+}

@@ -1,0 +1,196 @@
+//! Elementwise ops (`elementwise` family): unary ops, scale and gelu, binary ops with suffix
+//! broadcasting, and the row sums their backward needs; tensors above one binding are split into
+//! chunks.
+
+use kernels_core::op::BinaryOp;
+use kernels_core::{DType, Result, Tensor};
+
+use super::common::{arg, elem_chunks};
+use crate::device::{Device, ElemRange, Family, Grid, Params, bop_code, u32_of};
+use crate::shapes;
+
+/// Unary ops, scale and gelu, forward and backward: one thread per element, chunked over
+/// tensors above the storage binding limit.
+pub(crate) fn unary(
+    be: &dyn Device,
+    name: &'static str,
+    code: u32,
+    factor: f32,
+    args: &[&Tensor],
+    backward: bool,
+) -> Result<Tensor> {
+    let x = arg(args, 0);
+    shapes::non_empty(name, "x", x.shape())?;
+    let n = x.numel();
+    u32_of(name, "elements", n)?;
+    let consts = [("OP", code)];
+    let out = be.alloc(name, x.shape(), DType::F32)?;
+    if backward {
+        let (y, g) = (arg(args, 1), arg(args, 2));
+        shapes::same(name, x.shape(), y.shape())?;
+        shapes::same(name, x.shape(), g.shape())?;
+    }
+    for (start, len) in elem_chunks(be, n) {
+        let r = Some((start, len));
+        let p = Params::u(&[u32_of(name, "elements", len)?]).with_f(&[factor]);
+        if backward {
+            let (y, g) = (arg(args, 1), arg(args, 2));
+            be.run_ranges(
+                name,
+                Family::Elementwise,
+                "unary_backward",
+                &consts,
+                p,
+                &[(x, r), (y, r), (g, r)],
+                &[(&out, r)],
+                Grid::Elems(len),
+            )?;
+        } else {
+            be.run_ranges(
+                name,
+                Family::Elementwise,
+                "unary_forward",
+                &consts,
+                p,
+                &[(x, r)],
+                &[(&out, r)],
+                Grid::Elems(len),
+            )?;
+        }
+    }
+    Ok(out)
+}
+
+/// Binds `b` for the chunk `(start, len)` of `a`: the same chunk when `b` has `a`'s size,
+/// else whole (it repeats every `nb`, and the kernel is told where the chunk starts).
+pub(crate) fn b_chunk(
+    name: &'static str,
+    n: usize,
+    nb: usize,
+    (start, len): (usize, usize),
+) -> Result<(ElemRange, [u32; 3])> {
+    if nb == n {
+        let l = u32_of(name, "elements", len)?;
+        Ok((Some((start, len)), [l, l, 0]))
+    } else {
+        Ok((
+            None,
+            [
+                u32_of(name, "elements", len)?,
+                u32_of(name, "elements", nb)?,
+                u32_of(name, "elements", start)?,
+            ],
+        ))
+    }
+}
+
+pub(crate) fn binary_forward(
+    be: &dyn Device,
+    name: &'static str,
+    b: BinaryOp,
+    args: &[&Tensor],
+) -> Result<Tensor> {
+    let (a, bt) = (arg(args, 0), arg(args, 1));
+    let (n, nb) = shapes::broadcast_suffix(name, a.shape(), bt.shape())?;
+    let out = be.alloc(name, a.shape(), DType::F32)?;
+    for chunk in elem_chunks(be, n) {
+        let r = Some(chunk);
+        let (rb, u) = b_chunk(name, n, nb, chunk)?;
+        be.run_ranges(
+            name,
+            Family::Elementwise,
+            "binary_forward",
+            &[("BOP", bop_code(b))],
+            Params::u(&u),
+            &[(a, r), (bt, rb)],
+            &[(&out, r)],
+            Grid::Elems(chunk.1),
+        )?;
+    }
+    Ok(out)
+}
+
+pub(crate) fn binary_backward(
+    be: &dyn Device,
+    name: &'static str,
+    b: BinaryOp,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    let (a, bt, g) = (arg(args, 0), arg(args, 1), arg(args, 3));
+    let (n, nb) = shapes::broadcast_suffix(name, a.shape(), bt.shape())?;
+    shapes::same(name, a.shape(), g.shape())?;
+    let consts = [("BOP", bop_code(b))];
+    let ga = be.alloc(name, a.shape(), DType::F32)?;
+    for chunk in elem_chunks(be, n) {
+        let r = Some(chunk);
+        let (rb, u) = b_chunk(name, n, nb, chunk)?;
+        be.run_ranges(
+            name,
+            Family::Elementwise,
+            "binary_backward_a",
+            &consts,
+            Params::u(&u),
+            &[(a, r), (bt, rb), (g, r)],
+            &[(&ga, r)],
+            Grid::Elems(chunk.1),
+        )?;
+    }
+    let gb = be.alloc(name, bt.shape(), DType::F32)?;
+    if nb == n {
+        // No broadcast: grad_b is elementwise too, and chunks like grad_a.
+        for chunk in elem_chunks(be, n) {
+            let r = Some(chunk);
+            let l = u32_of(name, "elements", chunk.1)?;
+            be.run_ranges(
+                name,
+                Family::Elementwise,
+                "binary_backward_b",
+                &consts,
+                Params::u(&[l, l]),
+                &[(a, r), (bt, r), (g, r)],
+                &[(&gb, r)],
+                Grid::Elems(chunk.1),
+            )?;
+        }
+    } else {
+        // A sum over the broadcast rows: needs `a` and `grad_out` whole.
+        let p = Params::u(&[u32_of(name, "elements", n)?, u32_of(name, "elements", nb)?]);
+        be.run_kernel(
+            name,
+            Family::Elementwise,
+            "binary_backward_b",
+            &consts,
+            p,
+            &[a, bt, g],
+            &[&gb],
+            Grid::Elems(nb),
+        )?;
+    }
+    Ok(vec![ga, gb])
+}
+
+/// Sums `x` viewed as `[rows, cols]` over rows into a tensor of `shape` (`cols` elements).
+pub(crate) fn sum_rows(
+    be: &dyn Device,
+    name: &'static str,
+    x: &Tensor,
+    shape: &[usize],
+) -> Result<Tensor> {
+    let cols: usize = shape.iter().product();
+    let p = Params::u(&[
+        u32_of(name, "elements", x.numel())?,
+        u32_of(name, "elements", cols)?,
+    ]);
+    let out = be.alloc(name, shape, DType::F32)?;
+    be.run_kernel(
+        name,
+        Family::Elementwise,
+        "sum_rows",
+        &[],
+        p,
+        &[x],
+        &[&out],
+        Grid::Elems(cols),
+    )?;
+    Ok(out)
+}

@@ -1,0 +1,208 @@
+//! matmul and linear: shape checks, the fused epilogues and the backward composition, over the
+//! device's matmul hook (tiled WGSL on wgpu, cuBLAS on CUDA).
+
+use kernels_core::op::Activation;
+use kernels_core::{DType, Error, Result, Tensor};
+
+use super::common::arg;
+use super::elementwise::sum_rows;
+use crate::device::{Device, Family, Fused, Grid, Params, act_code, u32_of};
+use crate::shapes;
+
+pub(crate) fn matmul(
+    be: &dyn Device,
+    name: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Tensor> {
+    let d = shapes::matmul(name, a.shape(), b.shape(), trans_a, trans_b)?;
+    let out = be.alloc(name, &d.out_shape, DType::F32)?;
+    be.matmul(
+        name,
+        (a, 0, trans_a),
+        (b, 0, trans_b),
+        &out,
+        (d.m, d.n, d.k),
+        (d.a_step, d.b_step, d.batch),
+        Fused::default(),
+    )?;
+    Ok(out)
+}
+
+/// `out [m, n] = op(a) @ op(b)` for one matrix each, read from element offsets `off_a` and
+/// `off_b` of larger buffers (one step of a sequence, say), written into `out`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_at(
+    be: &dyn Device,
+    name: &'static str,
+    (a, off_a, trans_a): (&Tensor, usize, bool),
+    (b, off_b, trans_b): (&Tensor, usize, bool),
+    out: &Tensor,
+    (m, n, k): (usize, usize, usize),
+) -> Result<()> {
+    let fits =
+        |t: &Tensor, off: usize, len: usize| off.checked_add(len).is_some_and(|e| e <= t.numel());
+    if !fits(a, off_a, m * k) || !fits(b, off_b, k * n) || out.numel() != m * n {
+        return Err(Error::bad_shape(
+            name,
+            "matmul operand",
+            a.shape(),
+            format!("[{m}, {k}] @ [{k}, {n}] at offsets {off_a}, {off_b} does not fit"),
+        ));
+    }
+    be.matmul(
+        name,
+        (a, off_a, trans_a),
+        (b, off_b, trans_b),
+        out,
+        (m, n, k),
+        (0, 0, 1),
+        Fused::default(),
+    )
+}
+
+/// `linear` forward: one matmul `x [rows, in] @ weight^T` with the bias and activation in its
+/// epilogue.
+pub(crate) fn linear_forward(
+    be: &dyn Device,
+    name: &'static str,
+    activation: Activation,
+    args: &[&Tensor],
+) -> Result<Tensor> {
+    let (x, w, b) = (arg(args, 0), arg(args, 1), arg(args, 2));
+    let (rows, in_f, out_f) = kernels_core::cpu::linear::check(x.shape(), w.shape(), b.shape())?;
+    let out = be.alloc(
+        name,
+        &kernels_core::cpu::linear::out_shape(x.shape(), out_f),
+        DType::F32,
+    )?;
+    be.matmul(
+        name,
+        (x, 0, false),
+        (w, 0, true),
+        &out,
+        (rows, out_f, in_f),
+        (0, 0, 1),
+        Fused {
+            bias: Some(b),
+            act: Some(activation),
+            a_dact: None,
+        },
+    )?;
+    Ok(out)
+}
+
+/// `linear` backward in three dispatches, `g' = g * act'(out)` applied while loading and never
+/// stored: `grad_x = g' @ weight`, `grad_weight = g'^T @ x`, `grad_bias` = column sums of `g'`.
+pub(crate) fn linear_backward(
+    be: &dyn Device,
+    name: &'static str,
+    activation: Activation,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    let (x, w, b) = (arg(args, 0), arg(args, 1), arg(args, 2));
+    let (y, g) = (arg(args, 3), arg(args, 4));
+    let (rows, in_f, out_f) = kernels_core::cpu::linear::check(x.shape(), w.shape(), b.shape())?;
+    let want = kernels_core::cpu::linear::out_shape(x.shape(), out_f);
+    shapes::same(name, y.shape(), &want)?;
+    shapes::same(name, g.shape(), &want)?;
+    let a_dact = match activation {
+        Activation::None => None,
+        Activation::Relu | Activation::Tanh | Activation::Sigmoid => Some((y, activation)),
+    };
+    let fused = Fused {
+        bias: None,
+        act: None,
+        a_dact,
+    };
+    let gx = be.alloc(name, x.shape(), DType::F32)?;
+    be.matmul(
+        name,
+        (g, 0, false),
+        (w, 0, false),
+        &gx,
+        (rows, in_f, out_f),
+        (0, 0, 1),
+        fused,
+    )?;
+    let gw = be.alloc(name, w.shape(), DType::F32)?;
+    be.matmul(
+        name,
+        (g, 0, true),
+        (x, 0, false),
+        &gw,
+        (out_f, in_f, rows),
+        (0, 0, 1),
+        fused,
+    )?;
+    let gb = be.alloc(name, b.shape(), DType::F32)?;
+    let p = Params::u(&[
+        u32_of(name, "elements", g.numel())?,
+        u32_of(name, "elements", out_f)?,
+    ]);
+    be.run_kernel(
+        name,
+        Family::Elementwise,
+        "sum_rows",
+        &[("DACT", a_dact.map_or(0, |(_, d)| act_code(d)))],
+        p,
+        &[g, y],
+        &[&gb],
+        Grid::Elems(out_f),
+    )?;
+    Ok(vec![gx, gw, gb])
+}
+
+/// The gradient of a matmul operand: `mm(x, y, tx, ty)`, summed over the batch when the operand
+/// was a shared 2-D matrix.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn grad_operand(
+    be: &dyn Device,
+    name: &'static str,
+    x: &Tensor,
+    y: &Tensor,
+    tx: bool,
+    ty: bool,
+    target: &[usize],
+) -> Result<Tensor> {
+    let full = matmul(be, name, x, y, tx, ty)?;
+    if full.shape() == target {
+        return Ok(full);
+    }
+    sum_rows(be, name, &full, target)
+}
+
+pub(crate) fn matmul_backward(
+    be: &dyn Device,
+    name: &'static str,
+    args: &[&Tensor],
+    ta: bool,
+    tb: bool,
+) -> Result<Vec<Tensor>> {
+    let (a, b, g) = (arg(args, 0), arg(args, 1), arg(args, 3));
+    let d = shapes::matmul(name, a.shape(), b.shape(), ta, tb)?;
+    shapes::same(name, g.shape(), &d.out_shape)?;
+    // Gradients of C = op(A) op(B) expressed as matmuls with transpose flags, so no transposed
+    // copy is ever materialized.
+    let (ga, gb) = match (ta, tb) {
+        (false, false) => (
+            grad_operand(be, name, g, b, false, true, a.shape())?,
+            grad_operand(be, name, a, g, true, false, b.shape())?,
+        ),
+        (true, false) => (
+            grad_operand(be, name, b, g, false, true, a.shape())?,
+            grad_operand(be, name, a, g, false, false, b.shape())?,
+        ),
+        (false, true) => (
+            grad_operand(be, name, g, b, false, false, a.shape())?,
+            grad_operand(be, name, g, a, true, false, b.shape())?,
+        ),
+        (true, true) => (
+            grad_operand(be, name, b, g, true, true, a.shape())?,
+            grad_operand(be, name, g, a, true, true, b.shape())?,
+        ),
+    };
+    Ok(vec![ga, gb])
+}

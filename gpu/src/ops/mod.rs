@@ -1,0 +1,187 @@
+//! The GPU op layer: each op family's glue (shape checks, parameter packing, backward
+//! composition, host steps) written once against [`Device`], for wgpu and CUDA alike, and an
+//! exhaustive `match` over the op vocabulary (a new op is a compile error here until handled).
+
+use kernels_core::op::{Direction, Op};
+use kernels_core::{DType, Error, Result, Tensor};
+
+use crate::device::{Device, Params};
+use crate::shapes;
+
+mod attention;
+mod common;
+mod elementwise;
+mod gru;
+mod layout;
+mod loss;
+mod matmul;
+mod optim;
+mod rope;
+mod rows;
+mod svd;
+
+use crate::device::{SCALE_CODE, gelu_code, unary_code};
+use common::arg;
+use elementwise::{binary_backward, binary_forward, unary};
+use layout::{concat, concat_backward, embedding, embedding_backward, transpose, transposed_shape};
+use matmul::{linear_backward, linear_forward, matmul, matmul_backward};
+use optim::optim;
+use rows::{argmax, norm_backward, norm_forward, reduce, sample, softmax};
+
+/// Runs one op (arity, dtypes and shapes checked first).
+pub(crate) fn run(
+    be: &dyn Device,
+    op: &Op,
+    dir: Direction,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    let dtypes: Vec<DType> = args.iter().map(|t| t.dtype()).collect();
+    op.check_signature(dir, &dtypes)?;
+    use Direction::{Backward as B, Forward as F};
+    let name = op.name();
+    match (*op, dir) {
+        (Op::Matmul { trans_a, trans_b }, F) => {
+            let out = matmul(be, name, arg(args, 0), arg(args, 1), trans_a, trans_b)?;
+            Ok(vec![out])
+        }
+        (Op::Matmul { trans_a, trans_b }, B) => matmul_backward(be, name, args, trans_a, trans_b),
+        (Op::Linear { activation }, F) => Ok(vec![linear_forward(be, name, activation, args)?]),
+        (Op::Linear { activation }, B) => linear_backward(be, name, activation, args),
+        (Op::Binary(b), F) => Ok(vec![binary_forward(be, name, b, args)?]),
+        (Op::Binary(b), B) => binary_backward(be, name, b, args),
+        (Op::Scale { factor }, F) => Ok(vec![unary(be, name, SCALE_CODE, factor, args, false)?]),
+        (Op::Scale { factor }, B) => Ok(vec![unary(be, name, SCALE_CODE, factor, args, true)?]),
+        (Op::Unary(u), d) => Ok(vec![unary(be, name, unary_code(u), 0.0, args, d == B)?]),
+        (Op::Gelu { approximate }, d) => Ok(vec![unary(
+            be,
+            name,
+            gelu_code(approximate),
+            0.0,
+            args,
+            d == B,
+        )?]),
+        (Op::Softmax { causal }, d) => Ok(vec![softmax(be, name, false, causal, args, d == B)?]),
+        (Op::LogSoftmax { causal }, d) => Ok(vec![softmax(be, name, true, causal, args, d == B)?]),
+        (Op::LayerNorm { eps }, F) => Ok(vec![norm_forward(be, name, false, eps, args)?]),
+        (Op::LayerNorm { eps }, B) => norm_backward(be, name, false, eps, args),
+        (Op::RmsNorm { eps }, F) => Ok(vec![norm_forward(be, name, true, eps, args)?]),
+        (Op::RmsNorm { eps }, B) => norm_backward(be, name, true, eps, args),
+        (Op::Embedding, F) => Ok(vec![embedding(be, name, args)?]),
+        (Op::Embedding, B) => Ok(vec![embedding_backward(be, name, args)?]),
+        (Op::Reduce(r), d) => Ok(vec![reduce(be, name, r, args, d == B)?]),
+        (Op::Argmax, F) => Ok(vec![argmax(be, name, arg(args, 0))?]),
+        (
+            Op::Sample {
+                temperature,
+                top_k,
+                top_p,
+            },
+            F,
+        ) => Ok(vec![sample(be, name, temperature, top_k, top_p, args)?]),
+        (Op::Transpose, F) => Ok(vec![transpose(be, name, arg(args, 0))?]),
+        (Op::Transpose, B) => {
+            let (x, g) = (arg(args, 0), arg(args, 2));
+            let out_shape = transposed_shape(x.shape());
+            shapes::same(name, g.shape(), &out_shape)?;
+            Ok(vec![transpose(be, name, g)?])
+        }
+        (Op::Concat, F) => Ok(vec![concat(be, name, arg(args, 0), arg(args, 1))?]),
+        (Op::Concat, B) => concat_backward(be, name, args),
+        (
+            Op::AdamwStep {
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                step,
+            },
+            F,
+        ) => {
+            let bc1 = 1.0 - f64::from(beta1).powf(step as f64);
+            let bc2 = (1.0 - f64::from(beta2).powf(step as f64)).sqrt();
+            let p = Params::u(&[]).with_f(&[
+                lr,
+                beta1,
+                beta2,
+                eps,
+                weight_decay,
+                bc1 as f32,
+                bc2 as f32,
+            ]);
+            optim(be, name, "adamw_step", p, args, 3)
+        }
+        (
+            Op::SgdStep {
+                lr,
+                momentum,
+                weight_decay,
+                nesterov,
+            },
+            F,
+        ) => {
+            let p = Params::u(&[0, u32::from(nesterov)]).with_f(&[lr, momentum, weight_decay]);
+            optim(be, name, "sgd_step", p, args, 2)
+        }
+        (
+            Op::Rope {
+                theta,
+                offset,
+                interleaved,
+            },
+            F,
+        ) => Ok(vec![rope::forward(
+            be,
+            name,
+            theta,
+            offset,
+            interleaved,
+            false,
+            arg(args, 0),
+        )?]),
+        (
+            Op::Rope {
+                theta,
+                offset,
+                interleaved,
+            },
+            B,
+        ) => Ok(vec![rope::backward(
+            be,
+            name,
+            theta,
+            offset,
+            interleaved,
+            args,
+        )?]),
+        (Op::CrossEntropy, F) => Ok(vec![loss::cross_entropy_forward(be, name, args)?]),
+        (Op::CrossEntropy, B) => Ok(vec![loss::cross_entropy_backward(be, name, args)?]),
+        (Op::Mse, F) => Ok(vec![loss::mse_forward(be, name, args)?]),
+        (Op::Mse, B) => loss::mse_backward(be, name, args),
+        (Op::Attention { causal, scale }, F) => {
+            Ok(vec![attention::forward(be, name, causal, scale, args)?])
+        }
+        (Op::Attention { causal, scale }, B) => attention::backward(be, name, causal, scale, args),
+        (Op::GruCell, F) => Ok(vec![gru::cell_forward(be, name, args)?]),
+        (Op::GruCell, B) => gru::backward(be, name, false, args),
+        (Op::GruSequence, F) => gru::sequence_forward(be, name, args),
+        (Op::GruSequence, B) => gru::backward(be, name, true, args),
+        (
+            Op::SvdLowrank {
+                rank,
+                power_iters,
+                seed,
+            },
+            F,
+        ) => svd::forward(be, name, rank, power_iters, seed, arg(args, 0)),
+        // Non-differentiable ops: rejected by `check_args` above.
+        (
+            Op::Argmax
+            | Op::Sample { .. }
+            | Op::AdamwStep { .. }
+            | Op::SgdStep { .. }
+            | Op::SvdLowrank { .. },
+            B,
+        ) => Err(Error::NoBackward { op: name }),
+    }
+}

@@ -1,0 +1,44 @@
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Compute dispatches recorded.
+    pub dispatches: u64,
+    /// Queue submits.
+    pub submits: u64,
+    /// Bytes copied host -> device.
+    pub bytes_uploaded: u64,
+    /// Bytes copied device -> host.
+    pub bytes_downloaded: u64,
+    /// Storage buffers created (pool misses).
+    pub buffers_created: u64,
+    /// Storage buffers taken from the pool (pool hits).
+    pub buffers_reused: u64,
+    /// Bytes currently held by free storage buffers in the pool.
+    pub pool_bytes: u64,
+    /// Free buffers released because the pool was above [`WgpuOptions::max_pool_bytes`].
+    pub buffers_evicted: u64,
+    /// Bytes of the distinct tensors bound to each dispatch, summed over dispatches: the
+    /// device memory traffic if every kernel read each input and wrote each output once (a
+    /// tiled kernel's re-reads of its operands through the caches are not counted). Against
+    /// an op's minimum it shows intermediates that fusion would remove.
+    pub bytes_touched: u64,
+}
+
+impl Counters {
+    /// What happened between `earlier` and `self`, field by field; `pool_bytes` is a level, not a
+    /// count, so it keeps `self`'s value.
+    pub fn since(&self, earlier: &Counters) -> Counters {
+        Counters {
+            dispatches: self.dispatches.saturating_sub(earlier.dispatches),
+            submits: self.submits.saturating_sub(earlier.submits),
+            bytes_uploaded: self.bytes_uploaded.saturating_sub(earlier.bytes_uploaded),
+            bytes_downloaded: self
+                .bytes_downloaded
+                .saturating_sub(earlier.bytes_downloaded),
+            buffers_created: self.buffers_created.saturating_sub(earlier.buffers_created),
+            buffers_reused: self.buffers_reused.saturating_sub(earlier.buffers_reused),
+            pool_bytes: self.pool_bytes,
+            buffers_evicted: self.buffers_evicted.saturating_sub(earlier.buffers_evicted),
+            bytes_touched: self.bytes_touched.saturating_sub(earlier.bytes_touched),
+        }
+    }
+}

@@ -1,0 +1,234 @@
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::counters::Counters;
+use super::options::WgpuOptions;
+use super::pool::FreeLists;
+use super::pool::Shared;
+use crate::device::Family;
+use kernels_core::{DeviceId, Error, Result, Tensor};
+
+/// Every shader uses one bind group layout: binding 0 the params uniform, 1..=4 read-only
+/// storage, 5..=7 read-write storage. Unused slots get small dummy buffers.
+pub(crate) const RO_SLOTS: usize = 4;
+pub(crate) const RW_SLOTS: usize = 3;
+/// Bytes of the per-dispatch parameter block (`struct Params` in every shader).
+pub(crate) const PARAMS_BYTES: usize = 64;
+
+pub(crate) type PipelineKey = (Family, &'static str, Vec<(&'static str, u64)>);
+
+pub(crate) static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) struct Recording {
+    pub(crate) encoder: Option<wgpu::CommandEncoder>,
+    pub(crate) dispatches: usize,
+    /// Parameter blocks of this batch, one aligned slot per dispatch.
+    pub(crate) params: Vec<u8>,
+}
+
+/// Everything that belongs to one wgpu device: replaced wholesale when the device is lost and
+/// the backend recovers.
+pub(crate) struct Gpu {
+    pub(crate) id: DeviceId,
+    /// Everything the adapter offers (the device enables only what the backend uses).
+    pub(crate) adapter_features: wgpu::Features,
+    pub(crate) device: wgpu::Device,
+    pub(crate) queue: wgpu::Queue,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) layout: wgpu::BindGroupLayout,
+    pub(crate) pipeline_layout: wgpu::PipelineLayout,
+    pub(crate) modules: RefCell<HashMap<(Family, bool), wgpu::ShaderModule>>,
+    pub(crate) pipelines: RefCell<HashMap<PipelineKey, wgpu::ComputePipeline>>,
+    /// Small constant tables uploaded once and kept (e.g. rope frequencies), by key.
+    pub(crate) tables: RefCell<HashMap<String, Tensor>>,
+    pub(crate) rec: RefCell<Recording>,
+    pub(crate) arena: wgpu::Buffer,
+    pub(crate) slot: usize,
+    pub(crate) dummy_ro: wgpu::Buffer,
+    pub(crate) dummy_rw: [wgpu::Buffer; RW_SLOTS],
+    pub(crate) lost: Arc<Mutex<Option<String>>>,
+    pub(crate) uncaptured: Arc<Mutex<Option<String>>>,
+}
+
+pub(crate) fn backend_err(why: impl Into<String>) -> Error {
+    Error::Backend {
+        backend: "wgpu".into(),
+        why: why.into(),
+    }
+}
+
+pub(crate) fn map_wgpu_error(e: wgpu::Error, what: &str) -> Error {
+    match e {
+        wgpu::Error::OutOfMemory { .. } => Error::OutOfMemory {
+            what: what.into(),
+            bytes: 0,
+        },
+        wgpu::Error::Validation { description, .. } => {
+            backend_err(format!("{what}: validation error: {description}"))
+        }
+        wgpu::Error::Internal { description, .. } => {
+            backend_err(format!("{what}: internal error: {description}"))
+        }
+    }
+}
+
+/// Opens a device on the preferred adapter of `instance`. Returns the adapter info, the limits
+/// requested, whether subgroups were enabled, the smallest subgroup size, and the device state
+/// (starting from `counters`).
+pub(crate) async fn open(
+    instance: &wgpu::Instance,
+    options: &WgpuOptions,
+    counters: Counters,
+) -> Result<(wgpu::AdapterInfo, wgpu::Limits, bool, u32, Gpu)> {
+    let adapter = instance
+        .request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: options.power_preference,
+            force_fallback_adapter: false,
+            compatible_surface: None,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| backend_err(format!("no adapter: {e}")))?;
+    let info = adapter.get_info();
+    let adapter_limits = adapter.limits();
+    let required_limits = wgpu::Limits::default().or_better_values_from(&adapter_limits);
+    // `or_better_values_from` may still ask for a default the adapter lacks (downlevel
+    // adapters); fall back to exactly what the adapter has.
+    let required_limits = if required_limits.check_limits(&adapter_limits) {
+        required_limits
+    } else {
+        adapter_limits.clone()
+    };
+    // Subgroup reductions need at least 4 lanes (WebGPU's guaranteed minimum); below that
+    // the workgroup-memory path is as good.
+    let subgroups = options.subgroups
+        && adapter.features().contains(wgpu::Features::SUBGROUP)
+        && info.subgroup_min_size >= 4;
+    let required_features = if subgroups {
+        wgpu::Features::SUBGROUP
+    } else {
+        wgpu::Features::empty()
+    };
+    let (device, queue) = adapter
+        .request_device(&wgpu::DeviceDescriptor {
+            label: Some("kernels"),
+            required_features,
+            required_limits: required_limits.clone(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| backend_err(format!("device request failed on {}: {e}", info.name)))?;
+
+    let lost = Arc::new(Mutex::new(None));
+    {
+        let lost = lost.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut l) = lost.lock() {
+                *l = Some(format!("{reason:?}: {msg}"));
+            }
+        });
+    }
+    let uncaptured = Arc::new(Mutex::new(None));
+    {
+        let u = uncaptured.clone();
+        // The default handler panics; keep the first message and report it as an Error.
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut slot) = u.lock()
+                && slot.is_none()
+            {
+                *slot = Some(e.to_string());
+            }
+        }));
+    }
+
+    let storage = |binding: u32, read_only: bool| wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    };
+    let mut entries = vec![wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: false,
+            min_binding_size: NonZeroU64::new(PARAMS_BYTES as u64),
+        },
+        count: None,
+    }];
+    for i in 0..RO_SLOTS {
+        entries.push(storage(1 + i as u32, true));
+    }
+    for i in 0..RW_SLOTS {
+        entries.push(storage((1 + RO_SLOTS + i) as u32, false));
+    }
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some("kernels-layout"),
+        entries: &entries,
+    });
+    let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some("kernels-pipeline-layout"),
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    let slot = (required_limits.min_uniform_buffer_offset_alignment as usize).max(PARAMS_BYTES);
+    let max_batch = options.max_batch_dispatches.max(1);
+    let arena = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("params-arena"),
+        size: (slot * max_batch) as u64,
+        usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mk = |label: &'static str| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: 16,
+            usage: wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        })
+    };
+    let dummy_ro = mk("dummy-ro");
+    let dummy_rw = [mk("dummy-rw0"), mk("dummy-rw1"), mk("dummy-rw2")];
+    let counters = Counters {
+        pool_bytes: 0,
+        ..counters
+    };
+    let gpu = Gpu {
+        id: DeviceId(NEXT_DEVICE.fetch_add(1, Ordering::Relaxed)),
+        adapter_features: adapter.features(),
+        device,
+        queue,
+        shared: Arc::new(Shared {
+            free: Mutex::new(FreeLists::default()),
+            max_bytes: options.max_pool_bytes,
+            counters: Mutex::new(counters),
+            batch: AtomicU64::new(0),
+        }),
+        layout,
+        pipeline_layout,
+        modules: RefCell::new(HashMap::new()),
+        pipelines: RefCell::new(HashMap::new()),
+        tables: RefCell::new(HashMap::new()),
+        rec: RefCell::new(Recording {
+            encoder: None,
+            dispatches: 0,
+            params: Vec::new(),
+        }),
+        arena,
+        slot,
+        dummy_ro,
+        dummy_rw,
+        lost,
+        uncaptured,
+    };
+    let min_sg = info.subgroup_min_size;
+    Ok((info, required_limits, subgroups, min_sg, gpu))
+}

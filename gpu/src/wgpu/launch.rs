@@ -1,0 +1,351 @@
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use kernels_core::{DType, Error, Result, Tensor};
+
+use kernels_core::cpu::attention::Dims;
+
+use super::WgpuBackend;
+use super::device::PARAMS_BYTES;
+use super::device::RO_SLOTS;
+use super::device::RW_SLOTS;
+use super::device::backend_err;
+use crate::device::Family;
+use crate::device::{Device, Fused, Grid, Launch, Operand, Params};
+
+/// Threads per workgroup of the one-thread-per-element kernels (`WG` in the shaders).
+const ELEM_WORKGROUP: u64 = 256;
+
+/// The parameter block's bytes (`struct Params` in the shaders).
+pub(crate) fn params_bytes(p: &Params) -> [u8; PARAMS_BYTES] {
+    let mut out = [0u8; PARAMS_BYTES];
+    for (i, v) in p.u.iter().enumerate() {
+        out[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    for (i, v) in p.f.iter().enumerate() {
+        out[32 + i * 4..32 + i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+impl WgpuBackend {
+    /// Splits `groups` workgroups into a 2-D grid within the per-dimension limit; kernels
+    /// recover the flat index as `wid.y * nwg.x + wid.x` and drop the excess.
+    pub(crate) fn grid_1d(&self, groups: u64) -> Result<(u32, u32, u32)> {
+        let max = u64::from(self.limits.max_compute_workgroups_per_dimension.max(1));
+        let groups = groups.max(1);
+        if groups <= max {
+            return Ok((groups as u32, 1, 1));
+        }
+        let y = groups.div_ceil(max);
+        if y > max {
+            return Err(Error::LimitExceeded {
+                what: "workgroups of one dispatch".into(),
+                value: groups,
+                limit: max * max,
+            });
+        }
+        Ok((max as u32, y as u32, 1))
+    }
+
+    /// Max workgroups per grid dimension.
+    pub(crate) fn max_groups(&self) -> u32 {
+        self.limits.max_compute_workgroups_per_dimension.max(1)
+    }
+
+    /// One storage binding, checked against the binding limit.
+    pub(crate) fn bind_one<'t>(
+        &self,
+        op: &'static str,
+        t: &'t Tensor,
+        range: Option<(usize, usize)>,
+    ) -> Result<wgpu::BufferBinding<'t>> {
+        let buf = self.buffer_of(op, t)?;
+        let limit = self.limits.max_storage_buffer_binding_size;
+        let bytes = match range {
+            Some((_, len)) => (len as u64) * 4,
+            None => buf.len,
+        };
+        if bytes > limit {
+            return Err(Error::LimitExceeded {
+                what: format!(
+                    "{op}: bytes of a {:?} tensor in one storage binding (only elementwise ops split it)",
+                    t.shape()
+                ),
+                value: bytes,
+                limit,
+            });
+        }
+        buf.binding(range)
+            .ok_or_else(|| backend_err(format!("{op}: buffer already released")))
+    }
+
+    /// Records one dispatch: the family's `entry` specialized with `constants`, `params` in
+    /// binding 0, `inputs` in the read-only slots and `outputs` in the read-write slots, each
+    /// tensor bound whole (`None`) or as the element range `(start, len)`; `start * 4` must be a
+    /// multiple of the storage offset alignment. A binding above the storage binding limit is
+    /// `LimitExceeded` naming the op. Every tensor must live on this device.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn dispatch(
+        &self,
+        op: &'static str,
+        family: Family,
+        entry: &'static str,
+        constants: &[(&'static str, f64)],
+        params: Params,
+        inputs: &[(&Tensor, Option<(usize, usize)>)],
+        outputs: &[(&Tensor, Option<(usize, usize)>)],
+        grid: (u32, u32, u32),
+    ) -> Result<()> {
+        let g = self.gpu();
+        if inputs.len() > RO_SLOTS || outputs.len() > RW_SLOTS {
+            return Err(backend_err(format!("{op}: too many bindings for {entry}")));
+        }
+        let in_bufs = inputs
+            .iter()
+            .map(|(t, r)| self.bind_one(op, t, *r))
+            .collect::<Result<Vec<_>>>()?;
+        let out_bufs = outputs
+            .iter()
+            .map(|(t, r)| self.bind_one(op, t, *r))
+            .collect::<Result<Vec<_>>>()?;
+        // WebGPU rejects a dispatch whose writable binding overlaps any other binding (native
+        // wgpu does not check): catch it here, so native tests find what the browser would.
+        let overlaps = |a: &wgpu::BufferBinding, b: &wgpu::BufferBinding| {
+            let end = |x: &wgpu::BufferBinding| x.size.map_or(u64::MAX, |s| x.offset + s.get());
+            a.buffer == b.buffer && a.offset < end(b) && b.offset < end(a)
+        };
+        for (i, o) in out_bufs.iter().enumerate() {
+            if out_bufs[i + 1..]
+                .iter()
+                .chain(&in_bufs)
+                .any(|b| overlaps(o, b))
+            {
+                return Err(backend_err(format!(
+                    "{op}: {entry} binds its writable slot {i} to a buffer another slot uses"
+                )));
+            }
+        }
+        let pipeline = self.pipeline(&g, family, entry, constants);
+        // Launchers pass a tensor again for slots a kernel does not read: count each once.
+        let mut touched: Vec<(*const Tensor, Option<(usize, usize)>)> = Vec::new();
+        let mut bytes_touched = 0u64;
+        for (t, r) in inputs.iter().chain(outputs) {
+            let key = (*t as *const Tensor, *r);
+            if !touched.contains(&key) {
+                touched.push(key);
+                bytes_touched += 4 * r.map_or(t.numel(), |(_, len)| len) as u64;
+            }
+        }
+
+        let mut rec = g.rec.borrow_mut();
+        if rec.dispatches >= self.options.max_batch_dispatches {
+            drop(rec);
+            self.submit()?;
+            rec = g.rec.borrow_mut();
+        }
+        let offset = rec.dispatches * g.slot;
+        rec.params.resize(offset, 0);
+        rec.params.extend_from_slice(&params_bytes(&params));
+        rec.dispatches += 1;
+
+        let mut entries = vec![wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &g.arena,
+                offset: offset as u64,
+                size: NonZeroU64::new(PARAMS_BYTES as u64),
+            }),
+        }];
+        for i in 0..RO_SLOTS {
+            let resource = match in_bufs.get(i) {
+                Some(b) => wgpu::BindingResource::Buffer(b.clone()),
+                None => g.dummy_ro.as_entire_binding(),
+            };
+            entries.push(wgpu::BindGroupEntry {
+                binding: 1 + i as u32,
+                resource,
+            });
+        }
+        for (i, dummy) in g.dummy_rw.iter().enumerate() {
+            let resource = match out_bufs.get(i) {
+                Some(b) => wgpu::BindingResource::Buffer(b.clone()),
+                None => dummy.as_entire_binding(),
+            };
+            entries.push(wgpu::BindGroupEntry {
+                binding: (1 + RO_SLOTS + i) as u32,
+                resource,
+            });
+        }
+        let bind_group = g.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(entry),
+            layout: &g.layout,
+            entries: &entries,
+        });
+        let encoder = rec.encoder.get_or_insert_with(|| {
+            g.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("kernels-batch"),
+                })
+        });
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(entry),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind_group, &[]);
+            pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+        }
+        g.shared.count(|c| {
+            c.dispatches += 1;
+            c.bytes_touched += bytes_touched;
+        });
+        Ok(())
+    }
+
+    /// An f32 tensor of zeros made on the device: a pooled buffer cleared by a command in the
+    /// current batch (ordered after any recorded work that used the buffer before), with no
+    /// host allocation and no upload.
+    pub(crate) fn zeros_inner(&self, shape: &[usize]) -> Result<Tensor> {
+        let t = self.alloc("zeros", shape, DType::F32)?;
+        let bytes = (t.numel() as u64) * 4;
+        if bytes == 0 {
+            return Ok(t);
+        }
+        let g = self.gpu();
+        let raw = self
+            .buffer_of("zeros", &t)?
+            .raw()
+            .ok_or_else(|| backend_err(String::from("zeros: buffer already released")))?;
+        let mut rec = g.rec.borrow_mut();
+        let encoder = rec.encoder.get_or_insert_with(|| {
+            g.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("kernels-batch"),
+                })
+        });
+        encoder.clear_buffer(raw, 0, Some(bytes));
+        Ok(t)
+    }
+
+    /// Submits the recorded batch (if any).
+    pub(crate) fn submit(&self) -> Result<()> {
+        let g = self.gpu();
+        let mut rec = g.rec.borrow_mut();
+        let Some(encoder) = rec.encoder.take() else {
+            return Ok(());
+        };
+        if !rec.params.is_empty() {
+            g.queue.write_buffer(&g.arena, 0, &rec.params);
+        }
+        rec.params.clear();
+        rec.dispatches = 0;
+        drop(rec);
+        g.queue.submit(Some(encoder.finish()));
+        g.shared.batch.fetch_add(1, Ordering::Relaxed);
+        g.shared.count(|c| c.submits += 1);
+        Ok(())
+    }
+}
+
+impl Device for WgpuBackend {
+    fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        WgpuBackend::alloc(self, op, shape, dtype)
+    }
+    fn upload_host(&self, t: &Tensor) -> Result<Tensor> {
+        self.upload_inner(t)
+    }
+    fn table(&self, key: String, make: &dyn Fn() -> Result<Tensor>) -> Result<Tensor> {
+        WgpuBackend::table(self, key, make)
+    }
+    fn host_ints(&self, op: &'static str, t: &Tensor) -> Result<Option<Arc<Vec<i64>>>> {
+        Ok(self.buffer_of(op, t)?.host_ints().cloned())
+    }
+    fn chunk_elems(&self) -> usize {
+        WgpuBackend::chunk_elems(self)
+    }
+    fn launch(&self, op: &'static str, l: &Launch<'_>) -> Result<()> {
+        let groups = match l.grid {
+            Grid::Elems(n) => (n as u64).div_ceil(ELEM_WORKGROUP),
+            Grid::Groups(n) => n as u64,
+        };
+        let consts: Vec<(&'static str, f64)> =
+            l.consts.iter().map(|&(k, v)| (k, f64::from(v))).collect();
+        self.dispatch(
+            op,
+            l.family,
+            l.entry,
+            &consts,
+            l.params,
+            l.inputs,
+            l.outputs,
+            self.grid_1d(groups)?,
+        )
+    }
+    fn matmul(
+        &self,
+        op: &'static str,
+        a: Operand<'_>,
+        b: Operand<'_>,
+        out: &Tensor,
+        mnk: (usize, usize, usize),
+        steps_batch: (usize, usize, usize),
+        fused: Fused<'_>,
+    ) -> Result<()> {
+        super::matmul::matmul(self, op, a, b, out, mnk, steps_batch, fused)
+    }
+    fn attention_forward(
+        &self,
+        op: &'static str,
+        dims: &Dims,
+        causal: bool,
+        scale: f32,
+        qkv: [&Tensor; 3],
+    ) -> Result<Tensor> {
+        super::attention::forward(self, op, dims, causal, scale, qkv)
+    }
+    fn attention_backward(
+        &self,
+        op: &'static str,
+        dims: &Dims,
+        causal: bool,
+        scale: f32,
+        qkvg: [&Tensor; 4],
+    ) -> Result<Vec<Tensor>> {
+        super::attention::backward(self, op, dims, causal, scale, qkvg)
+    }
+    fn svd_max_q(&self) -> usize {
+        super::svd::MAX_Q
+    }
+    fn svd_orth(
+        &self,
+        op: &'static str,
+        y: &Tensor,
+        batch: usize,
+        rows_cols: (usize, usize),
+    ) -> Result<Tensor> {
+        super::svd::orth(self, op, y, batch, rows_cols)
+    }
+    fn svd_small(
+        &self,
+        op: &'static str,
+        b: &Tensor,
+        lead: &[usize],
+        q: usize,
+        n: usize,
+    ) -> Result<[Tensor; 3]> {
+        super::svd::small(self, op, b, lead, q, n)
+    }
+    fn svd_fix_signs(
+        &self,
+        op: &'static str,
+        u: Tensor,
+        v: Tensor,
+        lead: &[usize],
+        mnq: (usize, usize, usize),
+    ) -> Result<[Tensor; 2]> {
+        super::svd::fix_signs(self, op, u, v, lead, mnq)
+    }
+}

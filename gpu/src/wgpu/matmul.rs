@@ -1,0 +1,107 @@
+//! The matmul hook on wgpu (`shaders/matmul.wgsl`): tiled kernels, the vec4 variant, and the
+//! small-m kernel for decode steps.
+
+use kernels_core::{Error, Result, Tensor};
+
+use super::WgpuBackend;
+use crate::device::{Family, Fused, Params, act_code, u32_of};
+
+/// The matmul entry point: `matmul_vec4` when each operand's contiguous dim, batch stride and
+/// offset are multiples of 4 (whole vec4 loads), else the scalar `matmul`.
+fn matmul_entry(
+    (m, n, k): (usize, usize, usize),
+    trans_a: bool,
+    trans_b: bool,
+    strides: (usize, usize),
+    offsets: (usize, usize),
+) -> &'static str {
+    let a_inner = if trans_a { m } else { k };
+    let b_inner = if trans_b { k } else { n };
+    let aligned = [a_inner, b_inner, strides.0, strides.1, offsets.0, offsets.1]
+        .iter()
+        .all(|v| v % 4 == 0);
+    if aligned { "matmul_vec4" } else { "matmul" }
+}
+
+/// The matmul hook on wgpu, the matmul family's one launcher: `batch` products `op(a) @ op(b)`
+/// into `out`, operands read from element offsets with batch steps (0: shared), 64x64 output
+/// tiles per workgroup (or one thread per column for at most 8 rows), batches above the z limit
+/// in several dispatches, each told its first batch; `fused` work in the prologue / epilogue.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn matmul(
+    be: &WgpuBackend,
+    name: &'static str,
+    (a, off_a, trans_a): (&Tensor, usize, bool),
+    (b, off_b, trans_b): (&Tensor, usize, bool),
+    out: &Tensor,
+    (m, n, k): (usize, usize, usize),
+    (step_a, step_b, batch): (usize, usize, usize),
+    fused: Fused<'_>,
+) -> Result<()> {
+    let max = be.max_groups();
+    // Few rows (a decode step): one thread per column; else 64x64 tiles.
+    let (entry, gx, gy_tiles) = if m <= MATMUL_ROWS_MAX {
+        let (x, y, _) = be.grid_1d(n.div_ceil(64) as u64)?;
+        ("matmul_rows", x, y)
+    } else {
+        let gx = u32_of(name, "tiles", n.div_ceil(64))?;
+        let gy_tiles = u32_of(name, "tiles", m.div_ceil(64))?;
+        if gx > max || gy_tiles > max {
+            return Err(Error::LimitExceeded {
+                what: format!("{name}: 64x64 tiles per grid dimension"),
+                value: u64::from(gx.max(gy_tiles)),
+                limit: u64::from(max),
+            });
+        }
+        let entry = matmul_entry(
+            (m, n, k),
+            trans_a,
+            trans_b,
+            (step_a, step_b),
+            (off_a, off_b),
+        );
+        (entry, gx, gy_tiles)
+    };
+    let consts = [
+        ("TA", f64::from(u32::from(trans_a))),
+        ("TB", f64::from(u32::from(trans_b))),
+        ("BIAS", if fused.bias.is_some() { 1.0 } else { 0.0 }),
+        ("ACT", f64::from(fused.act.map_or(0, act_code))),
+        (
+            "A_DACT",
+            f64::from(fused.a_dact.map_or(0, |(_, d)| act_code(d))),
+        ),
+    ];
+    // Unused slots get `a` (bound, never read).
+    let bias = fused.bias.unwrap_or(a);
+    let gy = fused.a_dact.map_or(a, |(t, _)| t);
+    let mut first = 0usize;
+    while first < batch {
+        let count = (batch - first).min(max as usize);
+        let p = Params::u(&[
+            u32_of(name, "m", m)?,
+            u32_of(name, "n", n)?,
+            u32_of(name, "k", k)?,
+            u32_of(name, "batch stride", step_a)?,
+            u32_of(name, "batch stride", step_b)?,
+            u32_of(name, "batch", first)?,
+            u32_of(name, "offset", off_a)?,
+            u32_of(name, "offset", off_b)?,
+        ]);
+        be.dispatch(
+            name,
+            Family::Matmul,
+            entry,
+            &consts,
+            p,
+            &[(a, None), (b, None), (bias, None), (gy, None)],
+            &[(out, None)],
+            (gx, gy_tiles, count as u32),
+        )?;
+        first += count;
+    }
+    Ok(())
+}
+
+/// Products with at most this many rows take `matmul_rows` (`SMALL_M` in the shader).
+const MATMUL_ROWS_MAX: usize = 8;

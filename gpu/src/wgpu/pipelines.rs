@@ -1,0 +1,92 @@
+use super::WgpuBackend;
+use super::device::Gpu;
+use super::device::PipelineKey;
+use crate::device::Family;
+
+impl WgpuBackend {
+    pub(crate) fn module(&self, g: &Gpu, family: Family, subgroups: bool) -> wgpu::ShaderModule {
+        let mut modules = g.modules.borrow_mut();
+        modules
+            .entry((family, subgroups))
+            .or_insert_with(|| {
+                g.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                    label: Some(family.name()),
+                    source: wgpu::ShaderSource::Wgsl(family.module_source(subgroups).into()),
+                })
+            })
+            .clone()
+    }
+
+    /// Levels of the subgroup tree that cover a 256-thread workgroup at the smallest
+    /// subgroup size.
+    pub(crate) fn subgroup_levels(&self) -> u32 {
+        let size = u64::from(self.subgroup_min.max(2));
+        let mut levels = 1;
+        let mut covered = size;
+        while covered < 256 {
+            covered *= size;
+            levels += 1;
+        }
+        levels
+    }
+
+    pub(crate) fn pipeline(
+        &self,
+        g: &Gpu,
+        family: Family,
+        entry: &'static str,
+        constants: &[(&'static str, f64)],
+    ) -> wgpu::ComputePipeline {
+        let subgroups = self.subgroups && family.has_subgroup_variant();
+        let mut constants = constants.to_vec();
+        if subgroups {
+            constants.push(("SG_LEVELS", f64::from(self.subgroup_levels())));
+        }
+        let key: PipelineKey = (
+            family,
+            entry,
+            constants.iter().map(|(k, v)| (*k, v.to_bits())).collect(),
+        );
+        if let Some(p) = g.pipelines.borrow().get(&key) {
+            return p.clone();
+        }
+        let module = self.module(g, family, subgroups);
+        let p = g
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(entry),
+                layout: Some(&g.pipeline_layout),
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    constants: &constants,
+                    zero_initialize_workgroup_memory: false,
+                },
+                cache: None,
+            });
+        g.pipelines.borrow_mut().insert(key, p.clone());
+        p
+    }
+
+    /// The pipelines built so far, as `family/entry` plus `+subgroup` for subgroup variants
+    /// (lets tests check which kernel variant ran).
+    pub fn pipelines_built(&self) -> Vec<String> {
+        let g = self.gpu();
+        let mut out: Vec<String> = g
+            .pipelines
+            .borrow()
+            .keys()
+            .map(|(f, e, c)| {
+                let sg = if c.iter().any(|(k, _)| *k == "SG_LEVELS") {
+                    "+subgroup"
+                } else {
+                    ""
+                };
+                format!("{}/{e}{sg}", f.name())
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}

@@ -1,0 +1,106 @@
+//! The svd_lowrank hooks on wgpu (`shaders/svd.wgsl`): the tall-skinny orthonormalizations, the
+//! `q x n` Jacobi SVD and the sign fix on the device, one workgroup per matrix, following the
+//! CPU reference step for step (the op layer's svd_lowrank holds the skeleton), so the op needs no readback and runs in
+//! the browser too.
+//!
+//! Differences from the reference, both documented in the op table: `a` is not pre-scaled by a
+//! power of two (the scale is exact and cancels; it only guards f32 squared norms against
+//! overflow for entries near 1e19), and a non-finite `a`, which the reference refuses with
+//! `NonFinite`, gives NaN outputs, because refusing would need a readback (the CLI checks its
+//! inputs on the host first, so `kernels op` still refuses it).
+
+use kernels_core::{DType, Result, Tensor};
+
+use crate::device::{Device, Family, Grid, Params, u32_of};
+
+/// Largest `q = min(rank, m, n)` the device Jacobi step keeps per-vector state for
+/// (`MAX_Q` in the shader).
+pub const MAX_Q: usize = 256;
+
+fn with(lead: &[usize], tail: &[usize]) -> Vec<usize> {
+    lead.iter().chain(tail).copied().collect()
+}
+
+/// Orthonormalizes the columns of each matrix of `y` in place (it is a fresh tensor of the op).
+pub(super) fn orth(
+    be: &dyn Device,
+    name: &'static str,
+    y: &Tensor,
+    batch: usize,
+    (rows, cols): (usize, usize),
+) -> Result<Tensor> {
+    let p = Params::u(&[
+        u32_of(name, "batch", batch)?,
+        u32_of(name, "rows", rows)?,
+        u32_of(name, "cols", cols)?,
+    ]);
+    be.run_kernel(
+        name,
+        Family::Svd,
+        "orth_columns",
+        &[],
+        p,
+        &[],
+        &[y],
+        Grid::Groups(batch),
+    )?;
+    Ok(y.clone())
+}
+
+pub(super) fn small(
+    be: &dyn Device,
+    name: &'static str,
+    b: &Tensor,
+    lead: &[usize],
+    q: usize,
+    n: usize,
+) -> Result<[Tensor; 3]> {
+    let batch: usize = lead.iter().product();
+    let v = be.alloc(name, &with(lead, &[n, q]), DType::F32)?;
+    let s = be.alloc(name, &with(lead, &[q]), DType::F32)?;
+    let ub = be.alloc(name, &with(lead, &[q, q]), DType::F32)?;
+    let p = Params::u(&[
+        u32_of(name, "batch", batch)?,
+        u32_of(name, "q", q)?,
+        u32_of(name, "n", n)?,
+    ]);
+    be.run_kernel(
+        name,
+        Family::Svd,
+        "jacobi",
+        &[],
+        p,
+        &[b],
+        &[&v, &s, &ub],
+        Grid::Groups(batch),
+    )?;
+    Ok([v, s, ub])
+}
+
+pub(super) fn fix_signs(
+    be: &dyn Device,
+    name: &'static str,
+    u: Tensor,
+    v: Tensor,
+    lead: &[usize],
+    (m, n, q): (usize, usize, usize),
+) -> Result<[Tensor; 2]> {
+    let columns = lead.iter().product::<usize>() * q;
+    let p = Params::u(&[
+        u32_of(name, "batch * q", columns)?,
+        u32_of(name, "m", m)?,
+        u32_of(name, "n", n)?,
+        u32_of(name, "q", q)?,
+    ]);
+    be.run_kernel(
+        name,
+        Family::Svd,
+        "fix_signs",
+        &[],
+        p,
+        &[],
+        &[&u, &v],
+        Grid::Groups(columns),
+    )?;
+    Ok([u, v])
+}
