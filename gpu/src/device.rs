@@ -314,8 +314,6 @@ pub fn act_code(a: Activation) -> u32 {
     }
 }
 
-/// A binding's element range: `Some((start, len))`, or `None` for the whole tensor.
-
 /// Kernel code of a reduction (`OP` in the reduce family).
 pub fn reduce_code(r: ReduceOp) -> u32 {
     match r {

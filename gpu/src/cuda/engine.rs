@@ -9,33 +9,24 @@ use kernels_core::Result;
 
 use super::kernels::Family;
 
-/// Per-launch parameters: eight u32 then eight f32 (`struct Params` in the prelude), passed
-/// by value.
+/// Per-launch parameters: eight u32, eight f32, then the launch's specialization constants
+/// (`struct Params` in the prelude), passed by value.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Params {
     pub u: [u32; 8],
     pub f: [f32; 8],
+    pub c: [u32; 4],
 }
 
 impl Params {
-    pub fn u(vals: &[u32]) -> Self {
-        let mut p = Params::default();
-        for (d, s) in p.u.iter_mut().zip(vals) {
-            *d = *s;
+    /// The op layer's parameters with the launch's constants.
+    pub fn with_consts(p: &crate::device::Params, consts: &[(&'static str, u32)]) -> Self {
+        let mut c = [0u32; 4];
+        for (d, (_, v)) in c.iter_mut().zip(consts) {
+            *d = *v;
         }
-        p
-    }
-    pub fn with_f(mut self, vals: &[f32]) -> Self {
-        for (d, s) in self.f.iter_mut().zip(vals) {
-            *d = *s;
-        }
-        self
-    }
-    /// Sets `u[7]`, the op code slot of the families that select an op at run time.
-    pub fn code(mut self, code: u32) -> Self {
-        self.u[7] = code;
-        self
+        Params { u: p.u, f: p.f, c }
     }
 }
 

@@ -9,26 +9,28 @@
 //! - the driver, NVRTC and cuBLAS are loaded dynamically: the crate builds without the CUDA
 //!   toolkit, and a machine without them gets a clear [`Error::Backend`], never a panic.
 //!
-//! Launchers live in [`launch`] (an exhaustive `match` over the op vocabulary); the device
-//! behind them is an [`engine::Engine`] (cudarc: [`driver`]), a seam kept narrow so that in
+//! The op glue is the shared op layer (`crate::ops`, written once against `crate::device::Device`,
+//! which [`launch`] implements); the device behind it is an [`engine::Engine`] (cudarc: [`driver`]), a seam kept narrow so that in
 //! tests a CPU emulator running the same CUDA C (`emulator.rs`) stands in for the device.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use kernels_core::backend::LocalBoxFuture;
 use kernels_core::op::{Direction, Op};
 use kernels_core::tensor::{DeviceBuffer, Storage};
 use kernels_core::{Backend, DType, DeviceId, Error, Result, Tensor};
 
+mod attention;
 pub mod driver;
 #[cfg(test)]
 mod emulator;
 pub mod engine;
 pub mod kernels;
 mod launch;
+mod matmul;
+mod svd;
 
 use engine::{Engine, Gemm, Grid, Kernel, Mem, Params};
 
@@ -130,7 +132,7 @@ impl CudaBackend {
     pub(crate) fn with_engine(engine: Box<dyn Engine>) -> Self {
         CudaBackend {
             engine,
-            id: DeviceId(crate::wgpu::NEXT_DEVICE.fetch_add(1, Ordering::Relaxed)),
+            id: DeviceId::fresh(),
             tables: RefCell::new(HashMap::new()),
             counters: Cell::new(CudaCounters::default()),
         }
@@ -246,11 +248,7 @@ impl CudaBackend {
     }
 
     /// A constant table cached by `key`, made by `make` on first use.
-    pub(crate) fn table(
-        &self,
-        key: String,
-        make: impl FnOnce() -> Result<Tensor>,
-    ) -> Result<Tensor> {
+    pub(crate) fn table(&self, key: String, make: &dyn Fn() -> Result<Tensor>) -> Result<Tensor> {
         if let Some(t) = self.tables.borrow().get(&key) {
             return Ok(t.clone());
         }
@@ -329,7 +327,7 @@ impl Backend for CudaBackend {
         Box::pin(std::future::ready(self.download_blocking(t)))
     }
     fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        launch::run(self, op, dir, inputs)
+        crate::ops::run(self, op, dir, inputs)
     }
     fn flush(&self) -> Result<()> {
         // Launches are already queued on the stream; waiting surfaces any asynchronous error.

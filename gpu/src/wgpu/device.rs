@@ -1,7 +1,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use super::counters::Counters;
@@ -19,8 +19,6 @@ pub(crate) const RW_SLOTS: usize = 3;
 pub(crate) const PARAMS_BYTES: usize = 64;
 
 pub(crate) type PipelineKey = (Family, &'static str, Vec<(&'static str, u64)>);
-
-pub(crate) static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) struct Recording {
     pub(crate) encoder: Option<wgpu::CommandEncoder>,
@@ -202,7 +200,7 @@ pub(crate) async fn open(
         ..counters
     };
     let gpu = Gpu {
-        id: DeviceId(NEXT_DEVICE.fetch_add(1, Ordering::Relaxed)),
+        id: DeviceId::fresh(),
         adapter_features: adapter.features(),
         device,
         queue,

@@ -1,4 +1,4 @@
-// Elementwise ops, forward and backward: unary ops (op code p.u[7]), scale, gelu, and binary
+// Elementwise ops, forward and backward: unary ops (op code p.c[0]), scale, gelu, and binary
 // ops where `b` broadcasts over `a`'s leading dims (b repeats every nb elements); the column
 // sums of broadcast gradients. One thread per element. CPU references: kernels-core
 // src/cpu/elementwise.rs (unary, binary) and the matmul backward's batch sum.
@@ -55,21 +55,21 @@ __device__ inline float unary_grad(unsigned int op, float x, float y, float g, f
     }
 }
 
-// in0 = x [n]; out0 [n]. p.u[0] = n, p.u[7] = op, p.f[0] = factor
+// in0 = x [n]; out0 [n]. p.u[0] = n, p.c[0] = op, p.f[0] = factor
 KERNEL(unary_forward) {
     unsigned long long i = global_index();
     if (i >= p.u[0]) return;
-    out0[i] = unary_value(p.u[7], in0[i], p.f[0]);
+    out0[i] = unary_value(p.c[0], in0[i], p.f[0]);
 }
 
 // in0 = x, in1 = y (forward output), in2 = grad_y; out0 = grad_x. p as unary_forward.
 KERNEL(unary_backward) {
     unsigned long long i = global_index();
     if (i >= p.u[0]) return;
-    out0[i] = unary_grad(p.u[7], in0[i], in1[i], in2[i], p.f[0]);
+    out0[i] = unary_grad(p.c[0], in0[i], in1[i], in2[i], p.f[0]);
 }
 
-// Binary op code p.u[7]: 0 add, 1 sub, 2 mul, 3 div.
+// Binary op code p.c[0]: 0 add, 1 sub, 2 mul, 3 div.
 __device__ inline float binary_value(unsigned int op, float a, float b) {
     switch (op) {
         case 0: return a + b;
@@ -83,7 +83,7 @@ __device__ inline float binary_value(unsigned int op, float a, float b) {
 KERNEL(binary_forward) {
     unsigned long long i = global_index();
     if (i >= p.u[0]) return;
-    out0[i] = binary_value(p.u[7], in0[i], in1[i % p.u[1]]);
+    out0[i] = binary_value(p.c[0], in0[i], in1[i % p.u[1]]);
 }
 
 // grad_a: in0 = a, in1 = b, in2 = grad_out; out0 = grad_a [n]. p as binary_forward.
@@ -91,7 +91,7 @@ KERNEL(binary_backward_a) {
     unsigned long long i = global_index();
     if (i >= p.u[0]) return;
     float g = in2[i];
-    switch (p.u[7]) {
+    switch (p.c[0]) {
         case 0:
         case 1: out0[i] = g; break;
         case 2: out0[i] = g * in1[i % p.u[1]]; break;
@@ -111,7 +111,7 @@ KERNEL(binary_backward_b) {
     for (unsigned long long r = 0; r < rows; r++) {
         unsigned long long i = r * nb + j;
         float g = in2[i];
-        switch (p.u[7]) {
+        switch (p.c[0]) {
             case 0: acc = acc + g; break;
             case 1: acc = acc - g; break;
             case 2: acc = acc + g * in0[i]; break;
@@ -121,20 +121,9 @@ KERNEL(binary_backward_b) {
     out0[j] = acc;
 }
 
-// out0[j] = sum_r in0[r * nb + j] for r < n / nb (batched-matmul gradients of a shared 2-D
-// operand, GRU bias gradients). p.u[0] = n, p.u[1] = nb
-KERNEL(sum_rows) {
-    unsigned long long j = global_index();
-    unsigned long long nb = p.u[1];
-    if (j >= nb) return;
-    unsigned long long rows = p.u[0] / nb;
-    float acc = 0.0f;
-    for (unsigned long long r = 0; r < rows; r++) acc = acc + in0[r * nb + j];
-    out0[j] = acc;
-}
 
 // linear's elementwise halves (CPU reference: kernels-core src/cpu/linear.rs); the products run
-// on cuBLAS. Activation code p.u[7]: 0 none, 1 relu, 2 tanh, 3 sigmoid.
+// on cuBLAS. Activation code p.c[0]: 0 none, 1 relu, 2 tanh, 3 sigmoid.
 __device__ inline float linear_act(unsigned int act, float v) {
     switch (act) {
         case 1: return v > 0.0f ? v : 0.0f;
@@ -159,12 +148,30 @@ __device__ inline float linear_dact(unsigned int act, float y) {
 KERNEL(linear_epilogue) {
     unsigned long long i = global_index();
     if (i >= p.u[0]) return;
-    out0[i] = linear_act(p.u[7], out0[i] + in0[i % p.u[1]]);
+    out0[i] = linear_act(p.c[0], out0[i] + in0[i % p.u[1]]);
 }
 
 // g' = g * act'(y): in0 = grad_out, in1 = out (y); out0 = g'. p.u[0] = n
 KERNEL(linear_grad_pre) {
     unsigned long long i = global_index();
     if (i >= p.u[0]) return;
-    out0[i] = in0[i] * linear_dact(p.u[7], in1[i]);
+    out0[i] = in0[i] * linear_dact(p.c[0], in1[i]);
+}
+
+// out0[j] = sum_r in0[r * nb + j] for r < n / nb (batched-matmul gradients of a shared 2-D
+// operand, GRU bias gradients). p.u[0] = n, p.u[1] = nb
+KERNEL(sum_rows) {
+    unsigned long long j = global_index();
+    unsigned long long nb = p.u[1];
+    if (j >= nb) return;
+    unsigned long long rows = p.u[0] / nb;
+    float acc = 0.0f;
+    // With an activation code c[0] (linear's backward), each term is scaled by act'(in1), the
+    // activation's derivative from its output laid out like in0.
+    for (unsigned long long r = 0; r < rows; r++) {
+        float v = in0[r * nb + j];
+        if (p.c[0] != 0) v = v * linear_dact(p.c[0], in1[r * nb + j]);
+        acc = acc + v;
+    }
+    out0[j] = acc;
 }

@@ -1,4 +1,4 @@
-// layer_norm and rms_norm over the last dim (p.u[7] = 1 for rms), forward and backward. One
+// layer_norm and rms_norm over the last dim (p.c[0] = 1 for rms), forward and backward. One
 // block per row; the backward writes grad_x and per-row statistics, then a second kernel sums
 // grad_weight / grad_bias over rows, one thread per column, in row order. CPU reference:
 // kernels-core src/cpu/norm.rs.
@@ -8,7 +8,7 @@
 __device__ inline void row_stats(const Params& p, const float* x, unsigned int n, float* mean_out,
                                  float* rstd_out) {
     float mean = 0.0f;
-    if (p.u[7] == 0) {
+    if (p.c[0] == 0) {
         float acc = 0.0f;
         for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) acc = acc + x[j];
         mean = block_sum(acc) / (float)n;
@@ -33,7 +33,7 @@ KERNEL(norm_forward) {
     row_stats(p, in0 + base, n, &mean, &rstd);
     for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) {
         float xhat = (in0[base + j] - mean) * rstd;
-        out0[base + j] = p.u[7] == 1 ? xhat * in1[j] : xhat * in1[j] + in2[j];
+        out0[base + j] = p.c[0] == 1 ? xhat * in1[j] : xhat * in1[j] + in2[j];
     }
 }
 
@@ -58,7 +58,7 @@ KERNEL(norm_backward_rows) {
     for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) {
         float gh = in2[base + j] * in1[j];
         float xhat = (in0[base + j] - mean) * rstd;
-        out0[base + j] = p.u[7] == 1 ? rstd * (gh - xhat * m2) : rstd * (gh - m1 - xhat * m2);
+        out0[base + j] = p.c[0] == 1 ? rstd * (gh - xhat * m2) : rstd * (gh - m1 - xhat * m2);
     }
     if (threadIdx.x == 0) {
         out1[2 * row] = mean;
@@ -80,5 +80,5 @@ KERNEL(norm_backward_cols) {
         gb = gb + g;
     }
     out0[j] = gw;
-    if (p.u[7] == 0) out1[j] = gb;
+    if (p.c[0] == 0) out1[j] = gb;
 }

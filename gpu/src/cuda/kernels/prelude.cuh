@@ -2,13 +2,16 @@
 // checks or emulates it in the tests): the parameter block, the uniform kernel signature, the
 // index helpers and the block reductions shared by the row kernels.
 //
-// Every kernel takes the same arguments, like the WGSL bind group: a 64-byte parameter block by
+// Every kernel takes the same arguments, like the WGSL bind group: an 80-byte parameter block by
 // value, four read-only inputs and three outputs (unused ones are null). Integer tensors (ids,
 // targets) are i32 on the device and read through `const int*` casts.
 
 struct Params {
     unsigned int u[8];
     float f[8];
+    // The launch's specialization constants (op codes and flags) in the order the family
+    // declares them: what the WGSL kernels get as override constants.
+    unsigned int c[4];
 };
 
 #define KERNEL(name)                                                                          \

@@ -1,5 +1,5 @@
 // Rotary position embedding over x [batch, heads, seq, head_dim], forward and backward (the
-// backward rotates grad_out by the negated angle, p.u[5] = 1). One thread per rotated pair.
+// backward rotates grad_out by the negated angle, p.c[1] = 1). One thread per rotated pair.
 // CPU reference: kernels-core src/cpu/rope.rs.
 //
 // Accuracy: at long positions the angle p * inv_freq is thousands of radians, where an f32
@@ -36,7 +36,7 @@ __device__ inline void cos_sin(const unsigned int* turns, unsigned int pos, unsi
 
 // in0 = x [rows, head_dim] (rows = batch * heads * seq), in3 = turns; out0 same shape as x.
 // p.u[0] = rows * half (pairs), p.u[1] = seq, p.u[2] = half, p.u[3] = offset,
-// p.u[4] = interleaved, p.u[5] = inverse
+// p.c[0] = interleaved, p.c[1] = inverse
 KERNEL(rope) {
     unsigned long long idx = global_index();
     if (idx >= p.u[0]) return;
@@ -46,10 +46,10 @@ KERNEL(rope) {
     unsigned int pos = p.u[3] + (unsigned int)(row % p.u[1]);
     float c, sn;
     cos_sin((const unsigned int*)in3, pos, i, &c, &sn);
-    if (p.u[5] != 0) sn = -sn;
+    if (p.c[1] != 0) sn = -sn;
     unsigned long long base = row * 2 * half;
     unsigned long long ia = base + i, ib = base + i + half;
-    if (p.u[4] != 0) {
+    if (p.c[0] != 0) {
         ia = base + 2 * (unsigned long long)i;
         ib = ia + 1;
     }

@@ -1,12 +1,12 @@
-// softmax / log_softmax over the last dim (p.u[7] = 1 for log), forward and backward, with an
-// optional causal mask (p.u[6] = 1): key j is masked for row i of each [s, t] block when
+// softmax / log_softmax over the last dim (p.c[0] = 1 for log), forward and backward, with an
+// optional causal mask (p.c[1] = 1): key j is masked for row i of each [s, t] block when
 // j > i + (t - s). Masked outputs are 0 (softmax) or -inf (log_softmax) and get zero gradient.
 // One block per row. CPU reference: kernels-core src/cpu/softmax.rs.
 
 // Number of visible keys of this row: keys 0..valid.
 __device__ inline unsigned int valid_len(const Params& p, unsigned long long row) {
     unsigned int t = p.u[1];
-    if (p.u[6] == 0) return t;
+    if (p.c[1] == 0) return t;
     long long s = p.u[2];
     long long i = (long long)(row % (unsigned long long)s);
     long long last = i + (long long)t - s;
@@ -21,7 +21,7 @@ KERNEL(softmax_forward) {
     const float* x = in0 + row * t;
     float* y = out0 + row * t;
     unsigned int valid = valid_len(p, row);
-    bool log_out = p.u[7] == 1;
+    bool log_out = p.c[0] == 1;
     float m = -k_inf();
     for (unsigned int j = threadIdx.x; j < valid; j += blockDim.x) m = fmaxf(m, x[j]);
     m = block_max(m);
@@ -44,7 +44,7 @@ KERNEL(softmax_backward) {
     unsigned int t = p.u[1];
     unsigned long long base = row * t;
     unsigned int valid = valid_len(p, row);
-    bool log_out = p.u[7] == 1;
+    bool log_out = p.c[0] == 1;
     float acc = 0.0f;
     for (unsigned int j = threadIdx.x; j < valid; j += blockDim.x) {
         acc = acc + (log_out ? in2[base + j] : in2[base + j] * in1[base + j]);
