@@ -130,8 +130,9 @@ pub struct Fused<'t> {
     pub a_dact: Option<(&'t Tensor, Activation)>,
 }
 
-/// What a GPU backend gives the op layer.
-pub trait Device {
+/// What a GPU backend gives the op layer: the core below, and the hooks where the backends'
+/// paths really differ.
+pub trait Device: MatmulHook + AttentionHook + SvdHook {
     /// A fresh tensor of `shape` on this device (contents undefined until written).
     fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor>;
     /// A copy of the host tensor `t` on this device.
@@ -144,66 +145,59 @@ pub trait Device {
     fn chunk_elems(&self) -> usize;
     /// Records (or queues) one kernel launch.
     fn launch(&self, op: &'static str, l: &Launch<'_>) -> Result<()>;
+}
 
-    /// Hook: `batch` products `out = fused(op(a) @ op(b))`, `op(a) [m, k]`, `op(b) [k, n]`,
-    /// operands at element offsets with batch steps (0: shared).
-    #[allow(clippy::too_many_arguments)]
-    fn matmul(
-        &self,
-        op: &'static str,
-        a: Operand<'_>,
-        b: Operand<'_>,
-        out: &Tensor,
-        mnk: (usize, usize, usize),
-        steps_batch: (usize, usize, usize),
-        fused: Fused<'_>,
-    ) -> Result<()>;
-    /// Hook: attention forward on checked geometry.
-    fn attention_forward(
-        &self,
-        op: &'static str,
-        dims: &kernels_core::cpu::attention::Dims,
-        causal: bool,
-        scale: f32,
-        qkv: [&Tensor; 3],
-    ) -> Result<Tensor>;
-    /// Hook: attention backward on checked geometry; returns `[grad_q, grad_k, grad_v]`.
-    fn attention_backward(
-        &self,
-        op: &'static str,
-        dims: &kernels_core::cpu::attention::Dims,
-        causal: bool,
-        scale: f32,
-        qkvg: [&Tensor; 4],
-    ) -> Result<Vec<Tensor>>;
-    /// Hook: the largest `q = min(rank, m, n)` `svd_lowrank` supports.
+/// `batch` products `out = fused(op(a) @ op(b))`, `op(a) [m, k]`, `op(b) [k, n]`, operands at
+/// element offsets with batch steps (0: shared).
+#[derive(Debug, Clone, Copy)]
+pub struct Matmul<'t> {
+    pub a: Operand<'t>,
+    pub b: Operand<'t>,
+    pub out: &'t Tensor,
+    pub mnk: (usize, usize, usize),
+    /// `(step_a, step_b, batch)`.
+    pub steps_batch: (usize, usize, usize),
+    pub fused: Fused<'t>,
+}
+
+/// Hook: matmul (the tiled WGSL kernels on wgpu, cuBLAS SGEMM on CUDA).
+pub trait MatmulHook {
+    fn matmul(&self, op: &'static str, mm: &Matmul<'_>) -> Result<()>;
+}
+
+/// Hook: the attention forward (one workgroup per block of query rows, or a decode kernel, on
+/// wgpu; one block per query row on CUDA); the backward is shared (`crate::ops`).
+pub trait AttentionHook {
+    /// Largest head dim (of q/k and of v) the kernels hold in registers.
+    fn attention_head_dim_max(&self) -> usize;
+    /// `out [b, hq, s, dv]` on checked geometry.
+    fn attention_forward(&self, op: &'static str, at: &AttentionArgs<'_>) -> Result<Tensor>;
+}
+
+/// An attention forward: checked geometry, the mask, the scale and `q`, `k`, `v`.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionArgs<'t> {
+    pub dims: &'t kernels_core::cpu::attention::Dims,
+    pub causal: bool,
+    pub scale: f32,
+    pub qkv: [&'t Tensor; 3],
+}
+
+/// Hook: svd_lowrank's small steps (on the device on wgpu; on the host with the reference's
+/// helpers on CUDA). The skeleton is shared (`crate::ops`).
+pub trait SvdHook {
+    /// The largest `q = min(rank, m, n)` supported.
     fn svd_max_q(&self) -> usize;
-    /// Hook: orthonormalizes the columns of each matrix of `y [batch.., rows, cols]` (Gram-Schmidt
-    /// as the CPU reference); `y` is a fresh tensor of the op. Returns the result.
-    fn svd_orth(
-        &self,
-        op: &'static str,
-        y: &Tensor,
-        batch: usize,
-        rows_cols: (usize, usize),
-    ) -> Result<Tensor>;
-    /// Hook: the Jacobi SVD of each `b [batch.., q, n]`: `(v [.., n, q], s [.., q], u_b [.., q, q])`.
-    fn svd_small(
-        &self,
-        op: &'static str,
-        b: &Tensor,
-        lead: &[usize],
-        q: usize,
-        n: usize,
-    ) -> Result<[Tensor; 3]>;
-    /// Hook: the reference's sign fix of `u [.., m, q]` and `v [.., n, q]`.
+    /// Orthonormalizes the columns of each `[rows, cols]` matrix of a fresh `y`; returns it.
+    fn svd_orth(&self, op: &'static str, y: &Tensor, rows_cols: (usize, usize)) -> Result<Tensor>;
+    /// The Jacobi SVD of each `b [lead.., q, n]`: `[v [.., n, q], s [.., q], u_b [.., q, q]]`.
+    fn svd_small(&self, op: &'static str, b: &Tensor, lead: &[usize]) -> Result<[Tensor; 3]>;
+    /// The reference's sign fix of `u [.., m, q]` and `v [.., n, q]`.
     fn svd_fix_signs(
         &self,
         op: &'static str,
-        u: Tensor,
-        v: Tensor,
+        uv: [Tensor; 2],
         lead: &[usize],
-        mnq: (usize, usize, usize),
     ) -> Result<[Tensor; 2]>;
 }
 

@@ -4,13 +4,12 @@
 
 use std::sync::Arc;
 
-use kernels_core::cpu::attention::Dims;
 use kernels_core::{Backend, DType, Error, Result, Tensor};
 
 use super::CudaBackend;
 use super::engine::{Grid as CudaGrid, Kernel, Params};
 use super::kernels::Family as CudaFamily;
-use crate::device::{Device, Family, Fused, Grid, Launch, Operand};
+use crate::device::{Device, Family, Grid, Launch};
 
 /// Threads per block of the one-thread-per-element kernels.
 const ELEM_THREADS: u32 = 256;
@@ -102,69 +101,5 @@ impl Device for CudaBackend {
             &ins.iter().collect::<Vec<_>>(),
             &outs.iter().collect::<Vec<_>>(),
         )
-    }
-    fn matmul(
-        &self,
-        op: &'static str,
-        a: Operand<'_>,
-        b: Operand<'_>,
-        out: &Tensor,
-        mnk: (usize, usize, usize),
-        steps_batch: (usize, usize, usize),
-        fused: Fused<'_>,
-    ) -> Result<()> {
-        super::matmul::matmul(self, op, a, b, out, mnk, steps_batch, fused)
-    }
-    fn attention_forward(
-        &self,
-        op: &'static str,
-        dims: &Dims,
-        causal: bool,
-        scale: f32,
-        qkv: [&Tensor; 3],
-    ) -> Result<Tensor> {
-        super::attention::forward(self, op, dims, causal, scale, qkv)
-    }
-    fn attention_backward(
-        &self,
-        op: &'static str,
-        dims: &Dims,
-        causal: bool,
-        scale: f32,
-        qkvg: [&Tensor; 4],
-    ) -> Result<Vec<Tensor>> {
-        super::attention::backward(self, op, dims, causal, scale, qkvg)
-    }
-    fn svd_max_q(&self) -> usize {
-        usize::MAX
-    }
-    fn svd_orth(
-        &self,
-        op: &'static str,
-        y: &Tensor,
-        batch: usize,
-        rows_cols: (usize, usize),
-    ) -> Result<Tensor> {
-        super::svd::orth(self, op, y, batch, rows_cols)
-    }
-    fn svd_small(
-        &self,
-        op: &'static str,
-        b: &Tensor,
-        lead: &[usize],
-        q: usize,
-        n: usize,
-    ) -> Result<[Tensor; 3]> {
-        super::svd::small(self, op, b, lead, q, n)
-    }
-    fn svd_fix_signs(
-        &self,
-        op: &'static str,
-        u: Tensor,
-        v: Tensor,
-        lead: &[usize],
-        mnq: (usize, usize, usize),
-    ) -> Result<[Tensor; 2]> {
-        super::svd::fix_signs(self, op, u, v, lead, mnq)
     }
 }

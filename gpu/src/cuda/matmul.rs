@@ -3,23 +3,27 @@
 //! derivative applied to `a` into a scratch copy before the product, the bias and activation
 //! applied in place after it.
 
-use kernels_core::{DType, Result, Tensor};
+use kernels_core::{DType, Result};
 
 use super::CudaBackend;
 use super::engine::Gemm;
-use crate::device::{Device, Family, Fused, Grid, Operand, Params, act_code, u32_of};
+use crate::device::{Device, Family, Grid, Matmul, MatmulHook, Params, act_code, u32_of};
 
-#[allow(clippy::too_many_arguments)]
-pub(super) fn matmul(
-    be: &CudaBackend,
-    name: &'static str,
-    (a, offset_a, trans_a): Operand<'_>,
-    (b, offset_b, trans_b): Operand<'_>,
-    out: &Tensor,
-    (m, n, k): (usize, usize, usize),
-    (stride_a, stride_b, batch): (usize, usize, usize),
-    fused: Fused<'_>,
-) -> Result<()> {
+impl MatmulHook for CudaBackend {
+    fn matmul(&self, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
+        matmul(self, name, mm)
+    }
+}
+
+fn matmul(be: &CudaBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
+    let Matmul {
+        a: (a, offset_a, trans_a),
+        b: (b, offset_b, trans_b),
+        out,
+        mnk: (m, n, k),
+        steps_batch: (stride_a, stride_b, batch),
+        fused,
+    } = *mm;
     let dev: &dyn Device = be;
     // g' = g * act'(y), laid out like `a`.
     let scaled;

@@ -6,6 +6,7 @@ use kernels_core::cpu::svd::{fix_signs as fix_signs_ref, jacobi_svd, orthonormal
 use kernels_core::{Backend, Error, Result, Tensor};
 
 use super::CudaBackend;
+use crate::device::SvdHook;
 
 /// Downloads a product with `a`, refusing non-finite values.
 fn download_finite(be: &CudaBackend, name: &'static str, t: &Tensor) -> Result<Vec<f32>> {
@@ -25,58 +26,62 @@ fn with(lead: &[usize], tail: &[usize]) -> Vec<usize> {
     lead.iter().chain(tail).copied().collect()
 }
 
-pub(super) fn orth(
-    be: &CudaBackend,
-    name: &'static str,
-    y: &Tensor,
-    _batch: usize,
-    (rows, cols): (usize, usize),
-) -> Result<Tensor> {
-    let mut v = download_finite(be, name, y)?;
-    for mat in v.chunks_exact_mut(rows * cols) {
-        orthonormalize_columns(mat, rows, cols)?;
-    }
-    be.upload(&Tensor::from_f32(y.shape(), v)?)
+/// The last two dims of a tensor of the op (rank >= 2 by construction).
+fn mat(t: &Tensor) -> (usize, usize) {
+    let s = t.shape();
+    (s[s.len() - 2], s[s.len() - 1])
 }
 
-pub(super) fn small(
-    be: &CudaBackend,
-    name: &'static str,
-    b: &Tensor,
-    lead: &[usize],
-    q: usize,
-    n: usize,
-) -> Result<[Tensor; 3]> {
-    let b = download_finite(be, name, b)?;
-    let (mut ub, mut s, mut v) = (Vec::new(), Vec::new(), Vec::new());
-    for bm in b.chunks_exact(q * n) {
-        let (u1, s1, v1) = jacobi_svd(bm, q, n)?;
-        ub.extend(u1);
-        s.extend(s1);
-        v.extend(v1);
+impl SvdHook for CudaBackend {
+    fn svd_max_q(&self) -> usize {
+        usize::MAX
     }
-    Ok([
-        be.upload(&Tensor::from_f32(&with(lead, &[n, q]), v)?)?,
-        be.upload(&Tensor::from_f32(&with(lead, &[q]), s)?)?,
-        be.upload(&Tensor::from_f32(&with(lead, &[q, q]), ub)?)?,
-    ])
-}
 
-pub(super) fn fix_signs(
-    be: &CudaBackend,
-    name: &'static str,
-    u: Tensor,
-    v: Tensor,
-    lead: &[usize],
-    (m, n, q): (usize, usize, usize),
-) -> Result<[Tensor; 2]> {
-    let mut u = download_finite(be, name, &u)?;
-    let mut v = be.download_blocking(&v)?.as_f32()?.to_vec();
-    for (um, vm) in u.chunks_exact_mut(m * q).zip(v.chunks_exact_mut(n * q)) {
-        fix_signs_ref(um, q, vm);
+    fn svd_orth(
+        &self,
+        name: &'static str,
+        y: &Tensor,
+        (rows, cols): (usize, usize),
+    ) -> Result<Tensor> {
+        let mut v = download_finite(self, name, y)?;
+        for m in v.chunks_exact_mut(rows * cols) {
+            orthonormalize_columns(m, rows, cols)?;
+        }
+        self.upload(&Tensor::from_f32(y.shape(), v)?)
     }
-    Ok([
-        be.upload(&Tensor::from_f32(&with(lead, &[m, q]), u)?)?,
-        be.upload(&Tensor::from_f32(&with(lead, &[n, q]), v)?)?,
-    ])
+
+    fn svd_small(&self, name: &'static str, b: &Tensor, lead: &[usize]) -> Result<[Tensor; 3]> {
+        let (q, n) = mat(b);
+        let host = download_finite(self, name, b)?;
+        let (mut ub, mut s, mut v) = (Vec::new(), Vec::new(), Vec::new());
+        for bm in host.chunks_exact(q * n) {
+            let (u1, s1, v1) = jacobi_svd(bm, q, n)?;
+            ub.extend(u1);
+            s.extend(s1);
+            v.extend(v1);
+        }
+        Ok([
+            self.upload(&Tensor::from_f32(&with(lead, &[n, q]), v)?)?,
+            self.upload(&Tensor::from_f32(&with(lead, &[q]), s)?)?,
+            self.upload(&Tensor::from_f32(&with(lead, &[q, q]), ub)?)?,
+        ])
+    }
+
+    fn svd_fix_signs(
+        &self,
+        name: &'static str,
+        [u, v]: [Tensor; 2],
+        _lead: &[usize],
+    ) -> Result<[Tensor; 2]> {
+        let ((m, q), (n, _)) = (mat(&u), mat(&v));
+        let mut uh = download_finite(self, name, &u)?;
+        let mut vh = self.download_blocking(&v)?.as_f32()?.to_vec();
+        for (um, vm) in uh.chunks_exact_mut(m * q).zip(vh.chunks_exact_mut(n * q)) {
+            fix_signs_ref(um, q, vm);
+        }
+        Ok([
+            self.upload(&Tensor::from_f32(u.shape(), uh)?)?,
+            self.upload(&Tensor::from_f32(v.shape(), vh)?)?,
+        ])
+    }
 }

@@ -1,12 +1,52 @@
-//! attention: the reference's geometry checks, the scale, and the backward's shape checks,
-//! around the device's attention hooks (their kernel geometries differ between wgpu and CUDA).
+//! attention: the reference's geometry checks, the scale, the kernels' head-dim limit and the
+//! two-kernel backward (dq plus row statistics, then dk/dv per key over the query heads sharing
+//! its kv head, both recomputing the probabilities), written once; the forward's kernel geometry
+//! differs between the backends and is the device's hook.
 
 use kernels_core::cpu::attention::{Dims, scale_value};
-use kernels_core::{Result, Tensor};
+use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
-use crate::device::Device;
+use crate::device::{AttentionArgs, Device, Family, Grid, Params, u32_of};
 use crate::shapes;
+
+/// The attention family's parameters: geometry in `u[0..6]`, the work items (and, for the
+/// blocked forward, blocks of query rows) in `u[6..8]`, the scale in `f[0]`.
+pub(crate) fn params(
+    name: &'static str,
+    dm: &Dims,
+    items: usize,
+    blocks: usize,
+    scale: f32,
+) -> Result<Params> {
+    Ok(Params::u(&[
+        u32_of(name, "seq_q", dm.s)?,
+        u32_of(name, "seq_kv", dm.t)?,
+        u32_of(name, "head_dim", dm.d)?,
+        u32_of(name, "head_dim_v", dm.dv)?,
+        u32_of(name, "heads_q", dm.hq)?,
+        u32_of(name, "group", dm.hq / dm.hkv)?,
+        u32_of(name, "work items", items)?,
+        u32_of(name, "blocks", blocks)?,
+    ])
+    .with_f(&[scale]))
+}
+
+/// The reference's geometry checks, then the kernels' own register limit on the head dims.
+fn dims(be: &dyn Device, name: &'static str, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Dims> {
+    let dm = Dims::new(q.shape(), k.shape(), v.shape())?;
+    let max = be.attention_head_dim_max();
+    for (what, x) in [("head_dim", dm.d), ("head_dim_v", dm.dv)] {
+        if x > max {
+            return Err(Error::LimitExceeded {
+                what: format!("{name}: {what} held in registers by the kernel"),
+                value: x as u64,
+                limit: max as u64,
+            });
+        }
+    }
+    Ok(dm)
+}
 
 pub(super) fn forward(
     be: &dyn Device,
@@ -16,9 +56,17 @@ pub(super) fn forward(
     args: &[&Tensor],
 ) -> Result<Tensor> {
     let (q, k, v) = (arg(args, 0), arg(args, 1), arg(args, 2));
-    let dm = Dims::new(q.shape(), k.shape(), v.shape())?;
+    let dm = dims(be, name, q, k, v)?;
     let scale = scale_value::<f32>(scale, dm.d)?;
-    be.attention_forward(name, &dm, causal, scale, [q, k, v])
+    be.attention_forward(
+        name,
+        &AttentionArgs {
+            dims: &dm,
+            causal,
+            scale,
+            qkv: [q, k, v],
+        },
+    )
 }
 
 pub(super) fn backward(
@@ -35,10 +83,41 @@ pub(super) fn backward(
         arg(args, 3),
         arg(args, 4),
     );
-    let dm = Dims::new(q.shape(), k.shape(), v.shape())?;
+    let dm = dims(be, name, q, k, v)?;
     let out_shape = [dm.batch, dm.hq, dm.s, dm.dv];
     shapes::same(name, &out_shape, out.shape())?;
     shapes::same(name, &out_shape, g.shape())?;
     let scale = scale_value::<f32>(scale, dm.d)?;
-    be.attention_backward(name, &dm, causal, scale, [q, k, v, g])
+    let consts = [("CAUSAL", u32::from(causal))];
+    let rows = dm.batch * dm.hq * dm.s;
+    let gq = be.alloc(name, q.shape(), DType::F32)?;
+    let stats = be.alloc(name, &[rows, 4], DType::F32)?;
+    // The stats buffer sits in the third read-write slot in both kernels. attn_dq writes no
+    // second output, but its slot needs a buffer other than gq: WebGPU rejects a dispatch that
+    // binds one buffer to two writable bindings (native wgpu lets it through).
+    let unused = be.alloc(name, &[1], DType::F32)?;
+    be.run_kernel(
+        name,
+        Family::Attention,
+        "attn_dq",
+        &consts,
+        params(name, &dm, rows, 0, scale)?,
+        &[q, k, v, g],
+        &[&gq, &unused, &stats],
+        Grid::Groups(rows),
+    )?;
+    let gk = be.alloc(name, k.shape(), DType::F32)?;
+    let gv = be.alloc(name, v.shape(), DType::F32)?;
+    let keys = dm.batch * dm.hkv * dm.t;
+    be.run_kernel(
+        name,
+        Family::Attention,
+        "attn_dkv",
+        &consts,
+        params(name, &dm, keys, 0, scale)?,
+        &[q, k, v, g],
+        &[&gk, &gv, &stats],
+        Grid::Groups(keys),
+    )?;
+    Ok(vec![gq, gk, gv])
 }

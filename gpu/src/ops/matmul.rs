@@ -6,7 +6,7 @@ use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
 use super::elementwise::sum_rows;
-use crate::device::{Device, Family, Fused, Grid, Params, act_code, u32_of};
+use crate::device::{Device, Family, Fused, Grid, Matmul, Params, act_code, u32_of};
 use crate::shapes;
 
 pub(crate) fn matmul(
@@ -21,12 +21,14 @@ pub(crate) fn matmul(
     let out = be.alloc(name, &d.out_shape, DType::F32)?;
     be.matmul(
         name,
-        (a, 0, trans_a),
-        (b, 0, trans_b),
-        &out,
-        (d.m, d.n, d.k),
-        (d.a_step, d.b_step, d.batch),
-        Fused::default(),
+        &Matmul {
+            a: (a, 0, trans_a),
+            b: (b, 0, trans_b),
+            out: &out,
+            mnk: (d.m, d.n, d.k),
+            steps_batch: (d.a_step, d.b_step, d.batch),
+            fused: Fused::default(),
+        },
     )?;
     Ok(out)
 }
@@ -54,12 +56,14 @@ pub(crate) fn matmul_at(
     }
     be.matmul(
         name,
-        (a, off_a, trans_a),
-        (b, off_b, trans_b),
-        out,
-        (m, n, k),
-        (0, 0, 1),
-        Fused::default(),
+        &Matmul {
+            a: (a, off_a, trans_a),
+            b: (b, off_b, trans_b),
+            out,
+            mnk: (m, n, k),
+            steps_batch: (0, 0, 1),
+            fused: Fused::default(),
+        },
     )
 }
 
@@ -80,15 +84,17 @@ pub(crate) fn linear_forward(
     )?;
     be.matmul(
         name,
-        (x, 0, false),
-        (w, 0, true),
-        &out,
-        (rows, out_f, in_f),
-        (0, 0, 1),
-        Fused {
-            bias: Some(b),
-            act: Some(activation),
-            a_dact: None,
+        &Matmul {
+            a: (x, 0, false),
+            b: (w, 0, true),
+            out: &out,
+            mnk: (rows, out_f, in_f),
+            steps_batch: (0, 0, 1),
+            fused: Fused {
+                bias: Some(b),
+                act: Some(activation),
+                a_dact: None,
+            },
         },
     )?;
     Ok(out)
@@ -120,22 +126,26 @@ pub(crate) fn linear_backward(
     let gx = be.alloc(name, x.shape(), DType::F32)?;
     be.matmul(
         name,
-        (g, 0, false),
-        (w, 0, false),
-        &gx,
-        (rows, in_f, out_f),
-        (0, 0, 1),
-        fused,
+        &Matmul {
+            a: (g, 0, false),
+            b: (w, 0, false),
+            out: &gx,
+            mnk: (rows, in_f, out_f),
+            steps_batch: (0, 0, 1),
+            fused,
+        },
     )?;
     let gw = be.alloc(name, w.shape(), DType::F32)?;
     be.matmul(
         name,
-        (g, 0, true),
-        (x, 0, false),
-        &gw,
-        (out_f, in_f, rows),
-        (0, 0, 1),
-        fused,
+        &Matmul {
+            a: (g, 0, true),
+            b: (x, 0, false),
+            out: &gw,
+            mnk: (out_f, in_f, rows),
+            steps_batch: (0, 0, 1),
+            fused,
+        },
     )?;
     let gb = be.alloc(name, b.shape(), DType::F32)?;
     let p = Params::u(&[

@@ -40,27 +40,22 @@ pub(super) fn forward(
             limit: be.svd_max_q() as u64,
         });
     }
-    let batch: usize = lead.iter().product();
     let omega = be.upload_host(&Tensor::from_f32(
         &[n, q],
         kernels_core::cpu::svd::gaussian_omega::<f32>(seed, n, q),
     )?)?;
     // Q [..., m, q] spans (approximately) the dominant range of a.
-    let mut qm = be.svd_orth(
-        name,
-        &matmul(be, name, a, &omega, false, false)?,
-        batch,
-        (m, q),
-    )?;
+    let y = matmul(be, name, a, &omega, false, false)?;
+    let mut qm = be.svd_orth(name, &y, (m, q))?;
     for _ in 0..power_iters {
         let z = matmul(be, name, a, &qm, true, false)?; // a^T Q [.., n, q]
-        let z = be.svd_orth(name, &z, batch, (n, q))?;
+        let z = be.svd_orth(name, &z, (n, q))?;
         let y = matmul(be, name, a, &z, false, false)?; // a Z [.., m, q]
-        qm = be.svd_orth(name, &y, batch, (m, q))?;
+        qm = be.svd_orth(name, &y, (m, q))?;
     }
     let b = matmul(be, name, &qm, a, true, false)?; // Q^T a [.., q, n]
-    let [v, s, ub] = be.svd_small(name, &b, lead, q, n)?;
+    let [v, s, ub] = be.svd_small(name, &b, lead)?;
     let u = matmul(be, name, &qm, &ub, false, false)?; // [.., m, q]
-    let [u, v] = be.svd_fix_signs(name, u, v, lead, (m, n, q))?;
+    let [u, v] = be.svd_fix_signs(name, [u, v], lead)?;
     Ok(vec![u, s, v])
 }

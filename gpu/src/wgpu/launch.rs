@@ -4,15 +4,13 @@ use std::sync::atomic::Ordering;
 
 use kernels_core::{DType, Error, Result, Tensor};
 
-use kernels_core::cpu::attention::Dims;
-
 use super::WgpuBackend;
 use super::device::PARAMS_BYTES;
 use super::device::RO_SLOTS;
 use super::device::RW_SLOTS;
 use super::device::backend_err;
 use crate::device::Family;
-use crate::device::{Device, Fused, Grid, Launch, Operand, Params};
+use crate::device::{Device, Grid, Launch, Params};
 
 /// Threads per workgroup of the one-thread-per-element kernels (`WG` in the shaders).
 const ELEM_WORKGROUP: u64 = 256;
@@ -283,69 +281,5 @@ impl Device for WgpuBackend {
             l.outputs,
             self.grid_1d(groups)?,
         )
-    }
-    fn matmul(
-        &self,
-        op: &'static str,
-        a: Operand<'_>,
-        b: Operand<'_>,
-        out: &Tensor,
-        mnk: (usize, usize, usize),
-        steps_batch: (usize, usize, usize),
-        fused: Fused<'_>,
-    ) -> Result<()> {
-        super::matmul::matmul(self, op, a, b, out, mnk, steps_batch, fused)
-    }
-    fn attention_forward(
-        &self,
-        op: &'static str,
-        dims: &Dims,
-        causal: bool,
-        scale: f32,
-        qkv: [&Tensor; 3],
-    ) -> Result<Tensor> {
-        super::attention::forward(self, op, dims, causal, scale, qkv)
-    }
-    fn attention_backward(
-        &self,
-        op: &'static str,
-        dims: &Dims,
-        causal: bool,
-        scale: f32,
-        qkvg: [&Tensor; 4],
-    ) -> Result<Vec<Tensor>> {
-        super::attention::backward(self, op, dims, causal, scale, qkvg)
-    }
-    fn svd_max_q(&self) -> usize {
-        super::svd::MAX_Q
-    }
-    fn svd_orth(
-        &self,
-        op: &'static str,
-        y: &Tensor,
-        batch: usize,
-        rows_cols: (usize, usize),
-    ) -> Result<Tensor> {
-        super::svd::orth(self, op, y, batch, rows_cols)
-    }
-    fn svd_small(
-        &self,
-        op: &'static str,
-        b: &Tensor,
-        lead: &[usize],
-        q: usize,
-        n: usize,
-    ) -> Result<[Tensor; 3]> {
-        super::svd::small(self, op, b, lead, q, n)
-    }
-    fn svd_fix_signs(
-        &self,
-        op: &'static str,
-        u: Tensor,
-        v: Tensor,
-        lead: &[usize],
-        mnq: (usize, usize, usize),
-    ) -> Result<[Tensor; 2]> {
-        super::svd::fix_signs(self, op, u, v, lead, mnq)
     }
 }

@@ -1,10 +1,10 @@
 //! The matmul hook on wgpu (`shaders/matmul.wgsl`): tiled kernels, the vec4 variant, and the
 //! small-m kernel for decode steps.
 
-use kernels_core::{Error, Result, Tensor};
+use kernels_core::{Error, Result};
 
 use super::WgpuBackend;
-use crate::device::{Family, Fused, Params, act_code, u32_of};
+use crate::device::{Family, Matmul, MatmulHook, Params, act_code, u32_of};
 
 /// The matmul entry point: `matmul_vec4` when each operand's contiguous dim, batch stride and
 /// offset are multiples of 4 (whole vec4 loads), else the scalar `matmul`.
@@ -27,17 +27,21 @@ fn matmul_entry(
 /// into `out`, operands read from element offsets with batch steps (0: shared), 64x64 output
 /// tiles per workgroup (or one thread per column for at most 8 rows), batches above the z limit
 /// in several dispatches, each told its first batch; `fused` work in the prologue / epilogue.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn matmul(
-    be: &WgpuBackend,
-    name: &'static str,
-    (a, off_a, trans_a): (&Tensor, usize, bool),
-    (b, off_b, trans_b): (&Tensor, usize, bool),
-    out: &Tensor,
-    (m, n, k): (usize, usize, usize),
-    (step_a, step_b, batch): (usize, usize, usize),
-    fused: Fused<'_>,
-) -> Result<()> {
+impl MatmulHook for WgpuBackend {
+    fn matmul(&self, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
+        matmul(self, name, mm)
+    }
+}
+
+fn matmul(be: &WgpuBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
+    let Matmul {
+        a: (a, off_a, trans_a),
+        b: (b, off_b, trans_b),
+        out,
+        mnk: (m, n, k),
+        steps_batch: (step_a, step_b, batch),
+        fused,
+    } = *mm;
     let max = be.max_groups();
     // Few rows (a decode step): one thread per column; else 64x64 tiles.
     let (entry, gx, gy_tiles) = if m <= MATMUL_ROWS_MAX {

@@ -1,6 +1,6 @@
 // Scaled dot-product attention with GQA and an optional causal mask, forward and backward.
 // q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv]; query head h reads kv head
-// h / (hq / hkv) by index (no repeated K/V). Causal (p.u[6] = 1): key j is masked for query row
+// h / (hq / hkv) by index (no repeated K/V). Causal (p.c[0] = 1): key j is masked for query row
 // i when j > i + (t - s). A row that sees no key outputs 0. CPU reference: kernels-core
 // src/cpu/attention.rs.
 //
@@ -12,12 +12,12 @@
 // key of each kv head) loops over the query rows of the heads sharing the kv head.
 //
 // p.u[0] = s, p.u[1] = t, p.u[2] = d, p.u[3] = dv, p.u[4] = hq, p.u[5] = hq / hkv,
-// p.u[6] = causal; p.f[0] = scale.
+// p.u[6] = work items, p.u[7] = blocks (unused here); p.c[0] = causal; p.f[0] = scale.
 
 // Keys 0..visible(i) are seen by query row i.
 __device__ inline unsigned int visible(const Params& p, unsigned int i) {
     unsigned int s = p.u[0], t = p.u[1];
-    if (p.u[6] == 0) return t;
+    if (p.c[0] == 0) return t;
     if ((unsigned long long)i + 1 + t <= s) return 0;
     unsigned long long v = (unsigned long long)i + 1 + t - s;
     return v < t ? (unsigned int)v : t;
