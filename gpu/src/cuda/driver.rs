@@ -17,7 +17,7 @@ use cudarc::nvrtc::CompileOptions;
 use kernels_core::{Error, Result};
 
 use super::engine::{Engine, Gemm, Grid, Kernel, Mem, Params};
-use super::kernels::Family;
+use crate::device::Family;
 
 // SAFETY: `Params` is `#[repr(C)]` plain old data matching `struct Params` in the prelude.
 unsafe impl DeviceRepr for Params {}
@@ -135,7 +135,7 @@ impl Driver {
             name: Some(format!("{}.cu", family.name())),
             ..Default::default()
         };
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(family.module_source(), opts)
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(family.cuda_module_source(), opts)
             .map_err(|e| err(format!("NVRTC compiling {}.cu: {e:?}", family.name())))?;
         let module = self
             .ctx

@@ -91,9 +91,8 @@ fn libraries() -> Option<&'static Libraries> {
         let dir = host::scratch("emulator");
         // Compiled in parallel: the families are independent translation units.
         let built: Vec<(Family, std::result::Result<PathBuf, String>)> = std::thread::scope(|s| {
-            let jobs: Vec<_> = Family::ALL
-                .iter()
-                .map(|&f| {
+            let jobs: Vec<_> = Family::cuda_families()
+                .map(|f| {
                     let (cc, dir) = (&cc, &dir);
                     s.spawn(move || {
                         let so = dir.join(format!("lib{}.so", f.name()));
@@ -453,9 +452,8 @@ mod tests {
         );
         // Every KERNEL of every family ran under the real launchers.
         let launched = dev.launched();
-        let never: Vec<String> = Family::ALL
-            .iter()
-            .flat_map(|f| f.entries().into_iter().map(move |e| (f.name(), e)))
+        let never: Vec<String> = Family::cuda_families()
+            .flat_map(|f| f.cuda_entries().into_iter().map(move |e| (f.name(), e)))
             .filter(|fe| !launched.contains(fe))
             .map(|(f, e)| format!("{f}.cu {e}"))
             .collect();

@@ -7,7 +7,7 @@ use std::any::Any;
 
 use kernels_core::Result;
 
-use super::kernels::Family;
+use crate::device::Family;
 
 /// Per-launch parameters: eight u32, eight f32, then the launch's specialization constants
 /// (`struct Params` in the prelude), passed by value.

@@ -2,83 +2,50 @@
 //! with `include_str!`, each compiled at run time by NVRTC after the shared prelude. Matmul has
 //! no file: it is cuBLAS SGEMM.
 
-/// The op families with a CUDA C file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    Elementwise,
-    Reduce,
-    Softmax,
-    Norm,
-    Layout,
-    Optim,
-    Loss,
-    Rope,
-    Attention,
-    Gru,
-}
+pub use crate::device::Family;
 
 /// The prelude every family is compiled after: `Params`, `KERNEL(name)`, block reductions.
 pub const PRELUDE: &str = include_str!("kernels/prelude.cuh");
 
+/// The families with a CUDA C file, and its source (matmul is cuBLAS; svd_lowrank's small steps
+/// run on the host).
+const SOURCES: &[(Family, &str)] = &[
+    (Family::Elementwise, include_str!("kernels/elementwise.cu")),
+    (Family::Reduce, include_str!("kernels/reduce.cu")),
+    (Family::Softmax, include_str!("kernels/softmax.cu")),
+    (Family::Norm, include_str!("kernels/norm.cu")),
+    (Family::Layout, include_str!("kernels/layout.cu")),
+    (Family::Optim, include_str!("kernels/optim.cu")),
+    (Family::Loss, include_str!("kernels/loss.cu")),
+    (Family::Rope, include_str!("kernels/rope.cu")),
+    (Family::Attention, include_str!("kernels/attention.cu")),
+    (Family::Gru, include_str!("kernels/gru.cu")),
+];
+
 impl Family {
-    /// Every family.
-    pub const ALL: &'static [Family] = &[
-        Family::Elementwise,
-        Family::Reduce,
-        Family::Softmax,
-        Family::Norm,
-        Family::Layout,
-        Family::Optim,
-        Family::Loss,
-        Family::Rope,
-        Family::Attention,
-        Family::Gru,
-    ];
-
-    /// File stem of the family's `.cu` file.
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Elementwise => "elementwise",
-            Family::Reduce => "reduce",
-            Family::Softmax => "softmax",
-            Family::Norm => "norm",
-            Family::Layout => "layout",
-            Family::Optim => "optim",
-            Family::Loss => "loss",
-            Family::Rope => "rope",
-            Family::Attention => "attention",
-            Family::Gru => "gru",
-        }
+    /// The families with a `.cu` file, in file-table order.
+    pub fn cuda_families() -> impl Iterator<Item = Family> {
+        SOURCES.iter().map(|(f, _)| *f)
     }
 
-    /// The embedded CUDA C source of the family (without the prelude).
-    pub fn source(self) -> &'static str {
-        match self {
-            Family::Elementwise => include_str!("kernels/elementwise.cu"),
-            Family::Reduce => include_str!("kernels/reduce.cu"),
-            Family::Softmax => include_str!("kernels/softmax.cu"),
-            Family::Norm => include_str!("kernels/norm.cu"),
-            Family::Layout => include_str!("kernels/layout.cu"),
-            Family::Optim => include_str!("kernels/optim.cu"),
-            Family::Loss => include_str!("kernels/loss.cu"),
-            Family::Rope => include_str!("kernels/rope.cu"),
-            Family::Attention => include_str!("kernels/attention.cu"),
-            Family::Gru => include_str!("kernels/gru.cu"),
-        }
+    /// The embedded CUDA C source of the family (without the prelude), if it has one.
+    pub fn cuda_source(self) -> Option<&'static str> {
+        SOURCES.iter().find(|(f, _)| *f == self).map(|(_, s)| *s)
     }
 
-    /// What NVRTC compiles: the prelude, then the family.
-    pub fn module_source(self) -> String {
+    /// What NVRTC compiles: the prelude, then the family (empty for a family without a file).
+    pub fn cuda_module_source(self) -> String {
         format!(
             "{PRELUDE}\n#line 1 \"{}.cu\"\n{}",
             self.name(),
-            self.source()
+            self.cuda_source().unwrap_or_default()
         )
     }
 
     /// The kernel entry points the family defines (`KERNEL(name)`), in file order.
-    pub fn entries(self) -> Vec<&'static str> {
-        self.source()
+    pub fn cuda_entries(self) -> Vec<&'static str> {
+        self.cuda_source()
+            .unwrap_or_default()
             .lines()
             .filter_map(|l| l.strip_prefix("KERNEL(")?.split(')').next())
             .collect()
@@ -121,7 +88,7 @@ pub(crate) mod host {
         format!(
             "{SHIM}\n#line 1 \"prelude.cuh\"\n{PRELUDE}\n#line 1 \"{}.cu\"\n{}\n#include \"host_runtime\"\n",
             f.name(),
-            f.source()
+            f.cuda_source().unwrap_or_default()
         )
     }
 
@@ -186,9 +153,9 @@ mod tests {
         let Some(cc) = host::compiler() else { return };
         let dir = host::scratch("syntax");
         let mut failed = Vec::new();
-        for f in Family::ALL {
-            assert!(!f.entries().is_empty(), "{}.cu defines no KERNEL", f.name());
-            if let Err(e) = host::compile(&cc, *f, &dir, &["-fsyntax-only"]) {
+        for f in Family::cuda_families() {
+            assert!(!f.cuda_entries().is_empty(), "{}.cu defines no KERNEL", f.name());
+            if let Err(e) = host::compile(&cc, f, &dir, &["-fsyntax-only"]) {
                 failed.push(format!("{}.cu:\n{e}", f.name()));
             }
         }
@@ -223,12 +190,12 @@ mod tests {
     #[test]
     fn entries_are_listed_from_the_sources() {
         assert_eq!(
-            Family::Optim.entries(),
+            Family::Optim.cuda_entries(),
             vec!["adamw_step", "sgd_step"],
             "KERNEL(name) lines"
         );
-        for f in Family::ALL {
-            assert!(f.module_source().starts_with(PRELUDE));
+        for f in Family::cuda_families() {
+            assert!(f.cuda_module_source().starts_with(PRELUDE));
         }
     }
 }

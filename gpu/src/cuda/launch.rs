@@ -8,32 +8,20 @@ use kernels_core::{Backend, DType, Error, Result, Tensor};
 
 use super::CudaBackend;
 use super::engine::{Grid as CudaGrid, Kernel, Params};
-use super::kernels::Family as CudaFamily;
 use crate::device::{Device, Family, Grid, Launch};
 
 /// Threads per block of the one-thread-per-element kernels.
 const ELEM_THREADS: u32 = 256;
 
-/// The `.cu` file of a family (matmul and svd have none: cuBLAS and host steps).
-fn cuda_family(op: &'static str, f: Family) -> Result<CudaFamily> {
-    Ok(match f {
-        Family::Elementwise => CudaFamily::Elementwise,
-        Family::Reduce => CudaFamily::Reduce,
-        Family::Softmax => CudaFamily::Softmax,
-        Family::Norm => CudaFamily::Norm,
-        Family::Layout => CudaFamily::Layout,
-        Family::Optim => CudaFamily::Optim,
-        Family::Loss => CudaFamily::Loss,
-        Family::Rope => CudaFamily::Rope,
-        Family::Attention => CudaFamily::Attention,
-        Family::Gru => CudaFamily::Gru,
-        Family::Matmul | Family::Svd => {
-            return Err(Error::Backend {
-                backend: "cuda".into(),
-                why: format!("{op}: the {} family has no CUDA C kernels", f.name()),
-            });
-        }
-    })
+/// A family with a `.cu` file (matmul and svd have none: cuBLAS and host steps).
+fn cuda_family(op: &'static str, f: Family) -> Result<Family> {
+    match f.cuda_source() {
+        Some(_) => Ok(f),
+        None => Err(Error::Backend {
+            backend: "cuda".into(),
+            why: format!("{op}: the {} family has no CUDA C kernels", f.name()),
+        }),
+    }
 }
 
 /// Blocks and threads of a launch, within the grid's 2^31 - 1 blocks.
