@@ -189,16 +189,11 @@ pub trait SvdHook {
     /// The largest `q = min(rank, m, n)` supported.
     fn svd_max_q(&self) -> usize;
     /// Orthonormalizes the columns of each `[rows, cols]` matrix of a fresh `y`; returns it.
-    fn svd_orth(&self, op: &'static str, y: &Tensor, rows_cols: (usize, usize)) -> Result<Tensor>;
+    fn svd_orth(&self, op: &'static str, y: &Tensor, rc: (usize, usize)) -> Result<Tensor>;
     /// The Jacobi SVD of each `b [lead.., q, n]`: `[v [.., n, q], s [.., q], u_b [.., q, q]]`.
-    fn svd_small(&self, op: &'static str, b: &Tensor, lead: &[usize]) -> Result<[Tensor; 3]>;
+    fn svd_small(&self, op: &'static str, b: &Tensor) -> Result<[Tensor; 3]>;
     /// The reference's sign fix of `u [.., m, q]` and `v [.., n, q]`.
-    fn svd_fix_signs(
-        &self,
-        op: &'static str,
-        uv: [Tensor; 2],
-        lead: &[usize],
-    ) -> Result<[Tensor; 2]>;
+    fn svd_fix_signs(&self, op: &'static str, uv: [Tensor; 2]) -> Result<[Tensor; 2]>;
 }
 
 impl dyn Device + '_ {

@@ -198,3 +198,17 @@ pub fn cross_entropy(
     same(name, targets, &logits[..logits.len() - 1])?;
     Ok(rows_last(logits))
 }
+
+/// The last two dims of a shape of rank >= 2 (`(rows, cols)` of each matrix).
+pub fn matrix_dims(shape: &[usize]) -> (usize, usize) {
+    match shape {
+        [.., r, c] => (*r, *c),
+        [c] => (1, *c),
+        [] => (1, 1),
+    }
+}
+
+/// `lead ++ tail`.
+pub fn with_lead(lead: &[usize], tail: &[usize]) -> Vec<usize> {
+    lead.iter().chain(tail).copied().collect()
+}

@@ -154,7 +154,11 @@ mod tests {
         let dir = host::scratch("syntax");
         let mut failed = Vec::new();
         for f in Family::cuda_families() {
-            assert!(!f.cuda_entries().is_empty(), "{}.cu defines no KERNEL", f.name());
+            assert!(
+                !f.cuda_entries().is_empty(),
+                "{}.cu defines no KERNEL",
+                f.name()
+            );
             if let Err(e) = host::compile(&cc, f, &dir, &["-fsyntax-only"]) {
                 failed.push(format!("{}.cu:\n{e}", f.name()));
             }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use kernels_core::{Backend, DType, Error, Result, Tensor};
 
-use super::CudaBackend;
 use super::engine::{Grid as CudaGrid, Kernel, Params};
+use super::{CudaBackend, CudaBuffer};
 use crate::device::{Device, Family, Grid, Launch};
 
 /// Threads per block of the one-thread-per-element kernels.
@@ -45,14 +45,32 @@ fn cuda_grid(be: &CudaBackend, op: &'static str, grid: Grid) -> Result<CudaGrid>
 }
 
 impl Device for CudaBackend {
+    /// An uninitialized-looking (zeroed) tensor on this device.
     fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        CudaBackend::alloc(self, op, shape, dtype)
+        let n = kernels_core::tensor::numel(shape)
+            .ok_or_else(|| Error::bad_shape(op, "output", shape, "element count overflows"))?;
+        let mem = self.engine.alloc_zeroed(n)?;
+        Ok(Tensor::from_device(
+            shape,
+            dtype,
+            Arc::new(CudaBuffer {
+                mem,
+                device: self.id,
+                host_ints: None,
+            }),
+        ))
     }
     fn upload_host(&self, t: &Tensor) -> Result<Tensor> {
         self.upload(t)
     }
+    /// A constant table cached by `key`, made by `make` on first use.
     fn table(&self, key: String, make: &dyn Fn() -> Result<Tensor>) -> Result<Tensor> {
-        CudaBackend::table(self, key, make)
+        if let Some(t) = self.tables.borrow().get(&key) {
+            return Ok(t.clone());
+        }
+        let t = self.upload(&make()?)?;
+        self.tables.borrow_mut().insert(key, t.clone());
+        Ok(t)
     }
     fn host_ints(&self, op: &'static str, t: &Tensor) -> Result<Option<Arc<Vec<i64>>>> {
         Ok(self.buffer_of(op, t)?.host_ints().cloned())

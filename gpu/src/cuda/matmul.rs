@@ -11,70 +11,62 @@ use crate::device::{Device, Family, Grid, Matmul, MatmulHook, Params, act_code, 
 
 impl MatmulHook for CudaBackend {
     fn matmul(&self, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
-        matmul(self, name, mm)
-    }
-}
-
-fn matmul(be: &CudaBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
-    let Matmul {
-        a: (a, offset_a, trans_a),
-        b: (b, offset_b, trans_b),
-        out,
-        mnk: (m, n, k),
-        steps_batch: (stride_a, stride_b, batch),
-        fused,
-    } = *mm;
-    let dev: &dyn Device = be;
-    // g' = g * act'(y), laid out like `a`.
-    let scaled;
-    let a = match fused.a_dact {
-        Some((gy, act)) => {
-            let n_a = a.numel();
-            scaled = be.alloc(name, a.shape(), DType::F32)?;
+        let (a, offset_a, trans_a) = mm.a;
+        let (b, offset_b, trans_b) = mm.b;
+        let ((m, n, k), (stride_a, stride_b, batch)) = (mm.mnk, mm.steps_batch);
+        let (out, fused, be) = (mm.out, mm.fused, self);
+        let dev: &dyn Device = be;
+        // g' = g * act'(y), laid out like `a`.
+        let scaled;
+        let a = match fused.a_dact {
+            Some((gy, act)) => {
+                let n_a = a.numel();
+                scaled = be.alloc(name, a.shape(), DType::F32)?;
+                dev.run_kernel(
+                    name,
+                    Family::Elementwise,
+                    "linear_grad_pre",
+                    &[("DACT", act_code(act))],
+                    Params::u(&[u32_of(name, "elements", n_a)?]),
+                    &[a, gy],
+                    &[&scaled],
+                    Grid::Elems(n_a),
+                )?;
+                &scaled
+            }
+            None => a,
+        };
+        let g = Gemm {
+            m,
+            n,
+            k,
+            trans_a,
+            trans_b,
+            batch,
+            stride_a,
+            stride_b,
+            offset_a,
+            offset_b,
+            offset_c: 0,
+        };
+        be.gemm(name, &g, a, b, out)?;
+        if let Some(bias) = fused.bias {
+            let total = batch * m * n;
+            let p = Params::u(&[
+                u32_of(name, "elements", total)?,
+                u32_of(name, "elements", n)?,
+            ]);
             dev.run_kernel(
                 name,
                 Family::Elementwise,
-                "linear_grad_pre",
-                &[("DACT", act_code(act))],
-                Params::u(&[u32_of(name, "elements", n_a)?]),
-                &[a, gy],
-                &[&scaled],
-                Grid::Elems(n_a),
+                "linear_epilogue",
+                &[("ACT", fused.act.map_or(0, act_code))],
+                p,
+                &[bias],
+                &[out],
+                Grid::Elems(total),
             )?;
-            &scaled
         }
-        None => a,
-    };
-    let g = Gemm {
-        m,
-        n,
-        k,
-        trans_a,
-        trans_b,
-        batch,
-        stride_a,
-        stride_b,
-        offset_a,
-        offset_b,
-        offset_c: 0,
-    };
-    be.gemm(name, &g, a, b, out)?;
-    if let Some(bias) = fused.bias {
-        let total = batch * m * n;
-        let p = Params::u(&[
-            u32_of(name, "elements", total)?,
-            u32_of(name, "elements", n)?,
-        ]);
-        dev.run_kernel(
-            name,
-            Family::Elementwise,
-            "linear_epilogue",
-            &[("ACT", fused.act.map_or(0, act_code))],
-            p,
-            &[bias],
-            &[out],
-            Grid::Elems(total),
-        )?;
+        Ok(())
     }
-    Ok(())
 }

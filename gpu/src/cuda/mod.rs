@@ -153,22 +153,6 @@ impl CudaBackend {
         self.engine.row_threads()
     }
 
-    /// An uninitialized-looking (zeroed) tensor on this device.
-    pub(crate) fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        let n = kernels_core::tensor::numel(shape)
-            .ok_or_else(|| Error::bad_shape(op, "output", shape, "element count overflows"))?;
-        let mem = self.engine.alloc_zeroed(n)?;
-        Ok(Tensor::from_device(
-            shape,
-            dtype,
-            Arc::new(CudaBuffer {
-                mem,
-                device: self.id,
-                host_ints: None,
-            }),
-        ))
-    }
-
     pub(crate) fn buffer_of<'a>(&self, op: &'static str, t: &'a Tensor) -> Result<&'a CudaBuffer> {
         t.check_device(op, self.id)?;
         t.device_buffer()
@@ -245,16 +229,6 @@ impl CudaBackend {
             .sgemm(g, ma.mem.as_ref(), mb.mem.as_ref(), mc.mem.as_ref())?;
         self.count(|c| c.gemms += 1);
         Ok(())
-    }
-
-    /// A constant table cached by `key`, made by `make` on first use.
-    pub(crate) fn table(&self, key: String, make: &dyn Fn() -> Result<Tensor>) -> Result<Tensor> {
-        if let Some(t) = self.tables.borrow().get(&key) {
-            return Ok(t.clone());
-        }
-        let t = self.upload(&make()?)?;
-        self.tables.borrow_mut().insert(key, t.clone());
-        Ok(t)
     }
 
     /// Downloads now (CUDA copies block the host thread anyway).
@@ -334,6 +308,6 @@ impl Backend for CudaBackend {
         self.engine.synchronize()
     }
     fn zeros(&self, shape: &[usize]) -> Result<Tensor> {
-        self.alloc("zeros", shape, DType::F32)
+        crate::device::Device::alloc(self, "zeros", shape, DType::F32)
     }
 }

@@ -2,6 +2,7 @@
 //! helpers (the products with `a` stay cuBLAS SGEMMs in the op layer's skeleton). A product
 //! that holds a non-finite value is refused with `NonFinite`, as the reference refuses `a`.
 
+use crate::shapes::{matrix_dims, with_lead};
 use kernels_core::cpu::svd::{fix_signs as fix_signs_ref, jacobi_svd, orthonormalize_columns};
 use kernels_core::{Backend, Error, Result, Tensor};
 
@@ -22,27 +23,13 @@ fn download_finite(be: &CudaBackend, name: &'static str, t: &Tensor) -> Result<V
     Ok(v)
 }
 
-fn with(lead: &[usize], tail: &[usize]) -> Vec<usize> {
-    lead.iter().chain(tail).copied().collect()
-}
-
-/// The last two dims of a tensor of the op (rank >= 2 by construction).
-fn mat(t: &Tensor) -> (usize, usize) {
-    let s = t.shape();
-    (s[s.len() - 2], s[s.len() - 1])
-}
-
 impl SvdHook for CudaBackend {
     fn svd_max_q(&self) -> usize {
         usize::MAX
     }
 
-    fn svd_orth(
-        &self,
-        name: &'static str,
-        y: &Tensor,
-        (rows, cols): (usize, usize),
-    ) -> Result<Tensor> {
+    fn svd_orth(&self, op: &'static str, y: &Tensor, rc: (usize, usize)) -> Result<Tensor> {
+        let (name, (rows, cols)) = (op, rc);
         let mut v = download_finite(self, name, y)?;
         for m in v.chunks_exact_mut(rows * cols) {
             orthonormalize_columns(m, rows, cols)?;
@@ -50,8 +37,9 @@ impl SvdHook for CudaBackend {
         self.upload(&Tensor::from_f32(y.shape(), v)?)
     }
 
-    fn svd_small(&self, name: &'static str, b: &Tensor, lead: &[usize]) -> Result<[Tensor; 3]> {
-        let (q, n) = mat(b);
+    fn svd_small(&self, op: &'static str, b: &Tensor) -> Result<[Tensor; 3]> {
+        let (name, lead) = (op, &b.shape()[..b.rank() - 2]);
+        let (q, n) = matrix_dims(b.shape());
         let host = download_finite(self, name, b)?;
         let (mut ub, mut s, mut v) = (Vec::new(), Vec::new(), Vec::new());
         for bm in host.chunks_exact(q * n) {
@@ -61,19 +49,15 @@ impl SvdHook for CudaBackend {
             v.extend(v1);
         }
         Ok([
-            self.upload(&Tensor::from_f32(&with(lead, &[n, q]), v)?)?,
-            self.upload(&Tensor::from_f32(&with(lead, &[q]), s)?)?,
-            self.upload(&Tensor::from_f32(&with(lead, &[q, q]), ub)?)?,
+            self.upload(&Tensor::from_f32(&with_lead(lead, &[n, q]), v)?)?,
+            self.upload(&Tensor::from_f32(&with_lead(lead, &[q]), s)?)?,
+            self.upload(&Tensor::from_f32(&with_lead(lead, &[q, q]), ub)?)?,
         ])
     }
 
-    fn svd_fix_signs(
-        &self,
-        name: &'static str,
-        [u, v]: [Tensor; 2],
-        _lead: &[usize],
-    ) -> Result<[Tensor; 2]> {
-        let ((m, q), (n, _)) = (mat(&u), mat(&v));
+    fn svd_fix_signs(&self, op: &'static str, [u, v]: [Tensor; 2]) -> Result<[Tensor; 2]> {
+        let name = op;
+        let ((m, q), (n, _)) = (matrix_dims(u.shape()), matrix_dims(v.shape()));
         let mut uh = download_finite(self, name, &u)?;
         let mut vh = self.download_blocking(&v)?.as_f32()?.to_vec();
         for (um, vm) in uh.chunks_exact_mut(m * q).zip(vh.chunks_exact_mut(n * q)) {

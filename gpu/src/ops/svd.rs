@@ -30,7 +30,7 @@ pub(super) fn forward(
             why: "must be >= 1".into(),
         });
     }
-    let (lead, mn) = shape.split_at(shape.len() - 2);
+    let (_, mn) = shape.split_at(shape.len() - 2);
     let (m, n) = (mn[0], mn[1]);
     let q = rank.min(m).min(n);
     if q > be.svd_max_q() {
@@ -54,8 +54,8 @@ pub(super) fn forward(
         qm = be.svd_orth(name, &y, (m, q))?;
     }
     let b = matmul(be, name, &qm, a, true, false)?; // Q^T a [.., q, n]
-    let [v, s, ub] = be.svd_small(name, &b, lead)?;
+    let [v, s, ub] = be.svd_small(name, &b)?;
     let u = matmul(be, name, &qm, &ub, false, false)?; // [.., m, q]
-    let [u, v] = be.svd_fix_signs(name, [u, v], lead)?;
+    let [u, v] = be.svd_fix_signs(name, [u, v])?;
     Ok(vec![u, s, v])
 }

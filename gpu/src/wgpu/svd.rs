@@ -9,6 +9,7 @@
 //! `NonFinite`, gives NaN outputs, because refusing would need a readback (the CLI checks its
 //! inputs on the host first, so `kernels op` still refuses it).
 
+use crate::shapes::{matrix_dims, with_lead};
 use kernels_core::{DType, Result, Tensor};
 
 use super::WgpuBackend;
@@ -18,28 +19,14 @@ use crate::device::{Device, Family, Grid, Params, SvdHook, u32_of};
 /// (`MAX_Q` in the shader).
 pub const MAX_Q: usize = 256;
 
-/// The last two dims of a tensor of the op (rank >= 2 by construction).
-fn mat(t: &Tensor) -> (usize, usize) {
-    let s = t.shape();
-    (s[s.len() - 2], s[s.len() - 1])
-}
-
-fn with(lead: &[usize], tail: &[usize]) -> Vec<usize> {
-    lead.iter().chain(tail).copied().collect()
-}
-
 impl SvdHook for WgpuBackend {
     fn svd_max_q(&self) -> usize {
         MAX_Q
     }
 
     /// In place: `y` is a fresh tensor of the op.
-    fn svd_orth(
-        &self,
-        name: &'static str,
-        y: &Tensor,
-        (rows, cols): (usize, usize),
-    ) -> Result<Tensor> {
+    fn svd_orth(&self, op: &'static str, y: &Tensor, rc: (usize, usize)) -> Result<Tensor> {
+        let (name, (rows, cols)) = (op, rc);
         let be: &dyn Device = self;
         let batch = y.numel() / (rows * cols).max(1);
         let p = Params::u(&[
@@ -60,13 +47,14 @@ impl SvdHook for WgpuBackend {
         Ok(y.clone())
     }
 
-    fn svd_small(&self, name: &'static str, b: &Tensor, lead: &[usize]) -> Result<[Tensor; 3]> {
+    fn svd_small(&self, op: &'static str, b: &Tensor) -> Result<[Tensor; 3]> {
+        let (name, lead) = (op, &b.shape()[..b.rank() - 2]);
         let be: &dyn Device = self;
-        let (q, n) = mat(b);
+        let (q, n) = matrix_dims(b.shape());
         let batch: usize = lead.iter().product();
-        let v = be.alloc(name, &with(lead, &[n, q]), DType::F32)?;
-        let s = be.alloc(name, &with(lead, &[q]), DType::F32)?;
-        let ub = be.alloc(name, &with(lead, &[q, q]), DType::F32)?;
+        let v = be.alloc(name, &with_lead(lead, &[n, q]), DType::F32)?;
+        let s = be.alloc(name, &with_lead(lead, &[q]), DType::F32)?;
+        let ub = be.alloc(name, &with_lead(lead, &[q, q]), DType::F32)?;
         let p = Params::u(&[
             u32_of(name, "batch", batch)?,
             u32_of(name, "q", q)?,
@@ -86,14 +74,10 @@ impl SvdHook for WgpuBackend {
         Ok([v, s, ub])
     }
 
-    fn svd_fix_signs(
-        &self,
-        name: &'static str,
-        [u, v]: [Tensor; 2],
-        lead: &[usize],
-    ) -> Result<[Tensor; 2]> {
+    fn svd_fix_signs(&self, op: &'static str, [u, v]: [Tensor; 2]) -> Result<[Tensor; 2]> {
+        let (name, lead) = (op, &u.shape()[..u.rank() - 2]);
         let be: &dyn Device = self;
-        let ((m, q), (n, _)) = (mat(&u), mat(&v));
+        let ((m, q), (n, _)) = (matrix_dims(u.shape()), matrix_dims(v.shape()));
         let columns = lead.iter().product::<usize>() * q;
         let p = Params::u(&[
             u32_of(name, "batch * q", columns)?,
