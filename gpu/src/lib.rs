@@ -27,5 +27,5 @@ pub mod wgpu_backend;
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaBackend, CudaCounters};
 pub use ops::SVD_MAX_Q;
-pub use select::{BackendChoice, Selected, cuda_status, select_backend};
+pub use select::{BackendChoice, Selected, cuda_status, require_wgpu, select_backend};
 pub use wgpu_backend::{Counters, GpuBuffer, WgpuBackend, WgpuOptions};
