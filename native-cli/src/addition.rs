@@ -156,7 +156,7 @@ pub fn eval_cmd(
     seed: u64,
     backend: Option<&str>,
 ) -> CliResult<()> {
-    let chosen = crate::backends::choose(crate::backends::parse_choice(backend)?)?;
+    let chosen = kernels_gpu::select_backend(kernels_gpu::BackendChoice::from_arg(backend)?)?;
     let files = match dir {
         Some(d) => transformer::read_dir(d)?,
         None => embedded()?,

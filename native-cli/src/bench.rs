@@ -17,7 +17,7 @@ use kernels_gpu::adapters::is_software;
 use kernels_gpu::bench::{
     BenchCase, NaiveMatmul, Work, attention_case, matmul_cases, median, rowwise_cases, time_runs,
 };
-use kernels_gpu::{Counters, WgpuBackend};
+use kernels_gpu::{Counters, WgpuBackend, require_wgpu};
 
 use crate::demo::fmt_duration;
 use crate::parity::download;
@@ -152,26 +152,32 @@ fn targets(spec: Option<&str>) -> CliResult<(Vec<Target>, Vec<String>)> {
                 gpu: None,
                 fence: None,
             }),
-            "wgpu" | "gpu" | "auto-wgpu" => match WgpuBackend::new() {
-                Ok(g) => {
-                    let g = Rc::new(g);
-                    let fence = g.upload(&Tensor::zeros(&[1])?)?;
-                    if is_software(g.adapter_info()) {
-                        notes.push(format!(
-                            "{} is a software adapter: its timings say nothing about GPU speed; \
-                             the counters, the bytes moved and tiled vs naive carry over",
-                            g.adapter_info().name
-                        ));
+            "wgpu" | "gpu" | "auto-wgpu" => {
+                let g = if n == "auto-wgpu" {
+                    match WgpuBackend::new() {
+                        Ok(g) => Rc::new(g),
+                        Err(e) => {
+                            notes.push(format!("no wgpu rows: {e}"));
+                            continue;
+                        }
                     }
-                    out.push(Target {
-                        backend: g.clone(),
-                        gpu: Some(g),
-                        fence: Some(fence),
-                    });
+                } else {
+                    require_wgpu()?
+                };
+                let fence = g.upload(&Tensor::zeros(&[1])?)?;
+                if is_software(g.adapter_info()) {
+                    notes.push(format!(
+                        "{} is a software adapter: its timings say nothing about GPU speed; \
+                             the counters, the bytes moved and tiled vs naive carry over",
+                        g.adapter_info().name
+                    ));
                 }
-                Err(e) if n == "auto-wgpu" => notes.push(format!("no wgpu rows: {e}")),
-                Err(e) => return Err(fail(format!("requested wgpu, but it is unavailable: {e}"))),
-            },
+                out.push(Target {
+                    backend: g.clone(),
+                    gpu: Some(g),
+                    fence: Some(fence),
+                });
+            }
             other => {
                 return Err(fail(format!(
                     "bench: unknown backend `{other}`; expected a comma-separated list of cpu, wgpu"

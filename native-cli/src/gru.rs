@@ -448,8 +448,7 @@ pub fn run_files(
 ) -> CliResult<String> {
     let w = read_tensors("--weights", weights)?;
     let x = read_tensors("--input", input)?;
-    let choice = crate::backends::parse_choice(backend)?;
-    let selected = kernels_gpu::select_backend(choice)?;
+    let selected = kernels_gpu::select_backend(kernels_gpu::BackendChoice::from_arg(backend)?)?;
     let result = run_gru(selected.backend.as_ref(), &w, &x)?;
     let bytes = io::save(&result)?;
     write_atomically(out, &bytes)

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
+use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::backends::{choose, parse_choice};
 use crate::gru::{self, TrainOptions};
 use crate::gru_bench::{self, GruBenchOptions};
 use crate::{CliResult, emit};
@@ -119,7 +119,7 @@ pub fn run(cmd: GruCmd) -> CliResult<()> {
             members,
             backend,
         } => {
-            let chosen = choose(parse_choice(backend.as_deref())?)?;
+            let chosen = select_backend(BackendChoice::from_arg(backend.as_deref())?)?;
             gru::train(
                 chosen.backend,
                 &chosen.reason,
@@ -170,7 +170,7 @@ pub fn run(cmd: GruCmd) -> CliResult<()> {
             rank,
             backend,
         } => {
-            let chosen = choose(parse_choice(backend.as_deref())?)?;
+            let chosen = select_backend(BackendChoice::from_arg(backend.as_deref())?)?;
             let rep = gru::predict(chosen.backend, &weights, horizon, rank)?;
             emit(&rep)
         }

@@ -3,7 +3,6 @@
 //! above all).
 
 pub mod addition;
-pub mod backends;
 pub mod bench;
 pub mod bench_llama;
 pub mod demo;

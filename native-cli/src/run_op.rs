@@ -240,11 +240,7 @@ pub fn run(req: &OpRequest) -> CliResult<OpReport> {
         grads.push(t);
     }
 
-    let choice = match &req.backend {
-        Some(b) => BackendChoice::parse(b)?,
-        None => BackendChoice::from_env()?,
-    };
-    let selected = select_backend(choice)?;
+    let selected = select_backend(BackendChoice::from_arg(req.backend.as_deref())?)?;
     let backend = selected.backend.as_ref();
 
     let in_refs: Vec<&Tensor> = inputs.iter().collect();

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use kernels_core::models::hf;
 use kernels_core::models::llama::{self, GenerateOptions, Llama, LlamaConfig, Sampling};
 use kernels_core::{Backend, Tensor};
+use kernels_gpu::{BackendChoice, select_backend};
 use tokenizers::Tokenizer;
 
-use crate::backends::{choose, parse_choice};
 use crate::{CliResult, emit, fail};
 
 /// A model directory's files as bytes (from disk, or embedded in the binary).
@@ -173,7 +173,7 @@ pub fn generate_ids(
 
 /// `kernels generate`: streams the completion to stdout, the timings to stderr.
 pub fn generate(args: &GenerateArgs) -> CliResult<()> {
-    let chosen = choose(parse_choice(args.backend.as_deref())?)?;
+    let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
     let files = match &args.model {
         Some(dir) => read_dir(dir)?,
         None => crate::addition::embedded()?,
@@ -270,7 +270,7 @@ pub fn logits(model: &Llama, tokens: &[u32], all_positions: bool) -> CliResult<V
 
 /// `kernels logits --json`.
 pub fn logits_cmd(args: &LogitsArgs) -> CliResult<()> {
-    let chosen = choose(parse_choice(args.backend.as_deref())?)?;
+    let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
     let files = match &args.model {
         Some(dir) => read_dir(dir)?,
         None => crate::addition::embedded()?,
