@@ -8,7 +8,7 @@
 
 use kernels_core::Rng;
 
-use crate::transformer::{self, ModelFiles};
+use crate::llama::{self, ModelFiles};
 use crate::{CliResult, fail};
 
 /// The characters, in id order.
@@ -106,7 +106,7 @@ pub fn tokenizer_json() -> String {
 
 /// The shipped demo model, embedded in the binary.
 pub fn embedded() -> CliResult<ModelFiles> {
-    transformer::from_bytes(
+    llama::from_bytes(
         "embedded demo model (native-cli/models/adder)",
         include_str!("../models/adder/config.json"),
         include_bytes!("../models/adder/model.safetensors"),
@@ -158,10 +158,10 @@ pub fn eval_cmd(
 ) -> CliResult<()> {
     let chosen = kernels_gpu::select_backend(kernels_gpu::BackendChoice::from_arg(backend)?)?;
     let files = match dir {
-        Some(d) => transformer::read_dir(d)?,
+        Some(d) => llama::read_dir(d)?,
         None => embedded()?,
     };
-    let model = transformer::build(&files, chosen.backend.clone())?;
+    let model = llama::build(&files, chosen.backend.clone())?;
     let (ok, n, wrong) = evaluate(&model, n, seed, 256)?;
     crate::emit(&format!(
         "{}: held-out three-digit addition, exact match {ok}/{n} = {:.2}% on {}\n",

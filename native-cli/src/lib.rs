@@ -3,21 +3,11 @@
 //! above all).
 
 pub mod addition;
-pub mod bench;
-pub mod bench_llama;
-pub mod demo;
-pub mod gru;
-pub mod gru_bench;
-pub mod gru_cmd;
-pub mod gru_demo;
-pub mod info;
-pub mod ops;
+pub mod commands;
+pub mod world_model;
 /// The parity runner lives with the backends; re-exported for the CLI's commands.
 pub use kernels_gpu::parity;
-pub mod parity_cmd;
-pub mod run_op;
-pub mod train;
-pub mod transformer;
+pub mod llama;
 
 /// Errors of the CLI: a message naming the op, the tensor and the values.
 pub type CliError = Box<dyn std::error::Error + Send + Sync>;
@@ -55,7 +45,7 @@ mod tests {
     fn attr_args_round_trip_for_every_parity_case() {
         for case in kernels_core::parity::all_cases(0, false).unwrap() {
             let args = attr_args(&case.op);
-            let op = run_op::parse_op(case.op.kind(), &args).unwrap();
+            let op = commands::op::parse_op(case.op.kind(), &args).unwrap();
             assert_eq!(op, case.op, "{}", case.op);
         }
         let s = Op::from_attrs(OpKind::Scale, &[("factor", "0.37")]).unwrap();

@@ -5,14 +5,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use native_cli::bench::{self, BenchOptions};
-use native_cli::demo::{self, DemoOptions};
-use native_cli::gru_cmd::{self, GruCmd};
-use native_cli::parity_cmd::{self, ParityOptions};
-use native_cli::run_op::{self, OpRequest};
-use native_cli::train::{self, TrainArgs};
-use native_cli::transformer::{self, GenerateArgs, LogitsArgs};
-use native_cli::{CliResult, emit, info, ops};
+use native_cli::commands::bench::{self, BenchOptions};
+use native_cli::commands::demo::{self, DemoOptions};
+use native_cli::commands::gru::{self, GruCmd};
+use native_cli::commands::op::{self, OpRequest};
+use native_cli::commands::parity::{self, ParityOptions};
+use native_cli::commands::train::{self, TrainArgs};
+use native_cli::commands::{info, ops};
+use native_cli::llama::{self, GenerateArgs, LogitsArgs};
+use native_cli::{CliResult, emit};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -275,7 +276,7 @@ fn run(cli: Cli) -> CliResult<()> {
                 backward,
                 backend,
             };
-            let rep = run_op::run(&req)?;
+            let rep = op::run(&req)?;
             let written: Vec<String> = rep
                 .written
                 .iter()
@@ -311,7 +312,7 @@ fn run(cli: Cli) -> CliResult<()> {
             top_p,
             seed,
             backend,
-        } => transformer::generate(&GenerateArgs {
+        } => llama::generate(&GenerateArgs {
             model,
             prompt,
             max_tokens,
@@ -329,9 +330,9 @@ fn run(cli: Cli) -> CliResult<()> {
             all_positions,
             backend,
             json: _,
-        } => transformer::logits_cmd(&LogitsArgs {
+        } => llama::logits_cmd(&LogitsArgs {
             model,
-            tokens: transformer::parse_tokens(&tokens)?,
+            tokens: llama::parse_tokens(&tokens)?,
             all_positions,
             backend,
         })?,
@@ -375,13 +376,13 @@ fn run(cli: Cli) -> CliResult<()> {
             seed,
             backend,
         } => native_cli::addition::eval_cmd(model.as_deref(), problems, seed, backend.as_deref())?,
-        Cmd::Gru { cmd } => gru_cmd::run(cmd)?,
+        Cmd::Gru { cmd } => gru::run(cmd)?,
         Cmd::Parity {
             backend,
             json,
             seed,
             large,
-        } => parity_cmd::run(&ParityOptions {
+        } => parity::run(&ParityOptions {
             backend,
             json,
             seed,

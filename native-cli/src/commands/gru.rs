@@ -1,13 +1,15 @@
-//! The arguments of `kernels gru ...` and their dispatch to [`crate::gru`].
+//! The arguments of `kernels gru ...` and their dispatch to [`crate::world_model`].
+
+pub mod bench;
 
 use std::path::PathBuf;
 
 use clap::Subcommand;
 use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::gru::{self, TrainOptions};
-use crate::gru_bench::{self, GruBenchOptions};
+use crate::world_model::{self as gru, TrainOptions};
 use crate::{CliResult, emit};
+use bench::GruBenchOptions;
 
 #[derive(Subcommand, Debug)]
 pub enum GruCmd {
@@ -161,8 +163,8 @@ pub fn run(cmd: GruCmd) -> CliResult<()> {
                 runs,
                 weights: Some(weights),
             };
-            let b = gru_bench::measure(&o)?;
-            emit(&gru_bench::table(&b, &o))
+            let b = bench::measure(&o)?;
+            emit(&bench::table(&b, &o))
         }
         GruCmd::Predict {
             weights,

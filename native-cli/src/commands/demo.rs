@@ -9,6 +9,8 @@ use kernels_core::parity::all_cases;
 use kernels_core::{Backend, CpuBackend, DeviceId};
 use kernels_gpu::{BackendChoice, select_backend};
 
+pub mod world;
+
 use crate::parity::{Row, check_all};
 use crate::{CliResult, emit, fail};
 
@@ -148,7 +150,7 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
     for (backend, reason) in &backends {
         model_demo(backend.clone(), reason, opts.seed)?;
     }
-    crate::gru_demo::run(&backends, &opts.plot)?;
+    world::run(&backends, &opts.plot)?;
     let mut totals: Vec<(String, usize, usize, Duration)> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     for (backend, reason) in &backends {
@@ -200,9 +202,9 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
 /// token, then the held-out accuracy.
 fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<()> {
     use crate::addition;
-    use crate::transformer;
+    use crate::llama;
     let files = addition::embedded()?;
-    let model = transformer::build(&files, backend.clone())?;
+    let model = llama::build(&files, backend.clone())?;
     emit(&format!(
         "llama demo model ({} parameters, {} layers) on {} ({reason}): three-digit addition, the sum written least-significant digit first\n",
         model.config.num_parameters(),
@@ -214,7 +216,7 @@ fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<()
         let (a, b) = addition::draw(&mut rng, true);
         let prompt = addition::prompt(a, b);
         emit(&format!("  {prompt}"))?;
-        let (ids, stats) = transformer::generate_ids(
+        let (ids, stats) = llama::generate_ids(
             &model,
             &addition::ids(&prompt)?,
             addition::ANSWER_LEN,

@@ -19,7 +19,9 @@ use kernels_gpu::bench::{
 };
 use kernels_gpu::{Counters, WgpuBackend, require_wgpu};
 
-use crate::demo::fmt_duration;
+pub mod llama;
+
+use crate::commands::demo::fmt_duration;
 use crate::parity::download;
 use crate::{CliResult, emit, fail};
 
@@ -335,7 +337,7 @@ pub fn measure(opts: &BenchOptions) -> CliResult<(Vec<BenchRow>, Vec<String>)> {
         rows.push(mlp_step_row(t, &mut rng, sz.runs)?);
     }
     for t in &targets {
-        rows.extend(crate::bench_llama::rows(
+        rows.extend(llama::rows(
             t.backend.clone(),
             t.gpu.as_deref(),
             opts.quick,

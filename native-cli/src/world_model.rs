@@ -18,7 +18,7 @@ use kernels_core::nn::ParamStore;
 use kernels_core::optim::AdamW;
 use kernels_core::{Backend, Rng, Tensor, io};
 
-use crate::run_op::write_atomically;
+use crate::commands::op::write_atomically;
 use crate::{CliResult, emit, fail};
 
 /// The shipped weights (committed; `kernels gru train` writes here by default).

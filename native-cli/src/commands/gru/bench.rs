@@ -20,8 +20,8 @@ use kernels_core::{Backend, CpuBackend, Rng, Tensor};
 use kernels_gpu::bench::{median, time_runs};
 use kernels_gpu::{Counters, WgpuBackend, require_wgpu};
 
-use crate::demo::fmt_duration;
-use crate::gru::load_world;
+use crate::commands::demo::fmt_duration;
+use crate::world_model::load_world;
 use crate::{CliResult, fail};
 
 /// Options of `kernels gru bench`.
