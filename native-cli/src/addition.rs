@@ -149,32 +149,6 @@ pub fn evaluate(
     Ok((correct, n, wrong))
 }
 
-/// `kernels eval`: prints the exact-match accuracy.
-pub fn eval_cmd(
-    dir: Option<&std::path::Path>,
-    n: usize,
-    seed: u64,
-    backend: Option<&str>,
-) -> CliResult<()> {
-    let chosen = kernels_gpu::select_backend(kernels_gpu::BackendChoice::from_arg(backend)?)?;
-    let files = match dir {
-        Some(d) => llama::read_dir(d)?,
-        None => embedded()?,
-    };
-    let model = llama::build(&files, chosen.backend.clone())?;
-    let (ok, n, wrong) = evaluate(&model, n, seed, 256)?;
-    crate::emit(&format!(
-        "{}: held-out three-digit addition, exact match {ok}/{n} = {:.2}% on {}\n",
-        files.origin,
-        100.0 * ok as f64 / n.max(1) as f64,
-        kernels_core::Backend::name(&*chosen.backend)
-    ))?;
-    for w in wrong {
-        crate::emit(&format!("  wrong: {w}\n"))?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

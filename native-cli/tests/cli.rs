@@ -14,7 +14,7 @@ use common::{kernels, stderr};
 
 use kernels_core::parity::{Case, all_cases, grad_outputs};
 use kernels_core::{Backend, CpuBackend, Direction, OpKind, Tensor, io};
-use native_cli::attr_args;
+use native_cli::commands::op::attr_args;
 use native_cli::parity::GRAD_SEED;
 
 fn save(path: &Path, tensors: &[(&str, Tensor)]) {

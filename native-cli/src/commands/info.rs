@@ -4,7 +4,12 @@ use kernels_core::OpKind;
 use kernels_gpu::adapters::{AdapterSummary, list_adapters};
 use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::CliResult;
+use crate::{CliResult, emit};
+
+/// Runs `kernels info`: prints [`report`].
+pub fn run() -> CliResult<()> {
+    emit(&report()?)
+}
 
 /// CPU features the fast paths can use, as detected at run time.
 fn cpu_features() -> Vec<&'static str> {

@@ -5,7 +5,7 @@
 use kernels_core::parity::all_cases;
 use kernels_gpu::{BackendChoice, Counters, Selected, select_backend};
 
-use crate::commands::demo::table;
+use crate::format::table;
 use crate::parity::{Row, check_all};
 use crate::{CliResult, emit, fail};
 

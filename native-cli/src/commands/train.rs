@@ -108,6 +108,11 @@ pub fn save_checkpoint(model: &Llama, dir: &Path) -> CliResult<()> {
     Ok(())
 }
 
+/// Runs `kernels train transformer`.
+pub fn run(args: &TrainArgs) -> CliResult<()> {
+    train(args).map(drop)
+}
+
 /// Trains and checkpoints; returns the final held-out accuracy when evaluated.
 pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
     if args.steps == 0 || args.batch == 0 {

@@ -11,7 +11,7 @@ use kernels_core::models::llama::{self, GenerateOptions, Llama, LlamaConfig, Sam
 use kernels_core::{Backend, Rng};
 use kernels_gpu::Counters;
 
-use crate::commands::bench::BenchRow;
+use crate::commands::bench::report::BenchRow;
 use crate::{CliResult, addition};
 
 /// A random llama of about 15M parameters (8 layers, hidden 384, GQA 6/2, vocab 8192, tied).

@@ -13,7 +13,7 @@ use kernels_core::models::world::{
 };
 use kernels_core::{Backend, Tensor};
 
-use crate::commands::op::write_atomically;
+use crate::atomic_write::write_atomically;
 use crate::world_model::{HELD_OUT, HELD_OUT_SEED, HORIZON, default_weights, load_world};
 use crate::{CliResult, emit, fail};
 

@@ -20,9 +20,9 @@ use kernels_core::{Backend, CpuBackend, Rng, Tensor};
 use kernels_gpu::bench::{median, time_runs};
 use kernels_gpu::{Counters, WgpuBackend, require_wgpu};
 
-use crate::commands::demo::fmt_duration;
+use crate::format::fmt_duration;
 use crate::world_model::load_world;
-use crate::{CliResult, fail};
+use crate::{CliResult, emit, fail};
 
 /// Options of `kernels gru bench`.
 #[derive(Debug, Clone)]
@@ -134,6 +134,12 @@ fn model_on(
             Ok((m, store))
         }
     }
+}
+
+/// Runs `kernels gru bench`: [`measure`], then prints the [`table`].
+pub fn run(o: &GruBenchOptions) -> CliResult<()> {
+    let b = measure(o)?;
+    emit(&table(&b, o))
 }
 
 /// Runs the benchmark.
