@@ -43,11 +43,22 @@ impl BackendChoice {
             Err(_) => Ok(BackendChoice::Auto),
         }
     }
+
+    /// A command's `--backend` value when given, else `KERNELS_BACKEND`, else `auto`.
+    pub fn from_arg(arg: Option<&str>) -> Result<Self> {
+        match arg {
+            Some(s) => Self::parse(s),
+            None => Self::from_env(),
+        }
+    }
 }
 
 /// A selected backend and the reason it was chosen.
 pub struct Selected {
     pub backend: Rc<dyn Backend>,
+    /// The same backend as [`WgpuBackend`] when wgpu was chosen, for what `dyn Backend` does not
+    /// offer (its counters, adapter, limits); `None` for the CPU and CUDA.
+    pub gpu: Option<Rc<WgpuBackend>>,
     pub reason: String,
 }
 
@@ -62,18 +73,13 @@ pub fn select_backend(choice: BackendChoice) -> Result<Selected> {
     match choice {
         BackendChoice::Cpu => Ok(Selected {
             backend: Rc::new(CpuBackend::new()),
+            gpu: None,
             reason: "requested cpu".into(),
         }),
         BackendChoice::Wgpu => {
-            let be = new_wgpu().map_err(|e| Error::Backend {
-                backend: "wgpu".into(),
-                why: format!("requested wgpu, but it is unavailable: {e}"),
-            })?;
+            let be = require_wgpu()?;
             let reason = format!("requested wgpu: {}", be.name());
-            Ok(Selected {
-                backend: Rc::new(be),
-                reason,
-            })
+            Ok(wgpu_selected(be, reason))
         }
         BackendChoice::Cuda => {
             let be = new_cuda().map_err(|e| Error::Backend {
@@ -83,6 +89,7 @@ pub fn select_backend(choice: BackendChoice) -> Result<Selected> {
             let reason = format!("requested cuda: {}", be.name());
             Ok(Selected {
                 backend: be,
+                gpu: None,
                 reason,
             })
         }
@@ -95,6 +102,7 @@ pub fn select_backend(choice: BackendChoice) -> Result<Selected> {
                         let reason = format!("auto: found a CUDA device, using {}", be.name());
                         return Ok(Selected {
                             backend: be,
+                            gpu: None,
                             reason,
                         });
                     }
@@ -107,17 +115,32 @@ pub fn select_backend(choice: BackendChoice) -> Result<Selected> {
                 Ok(be) => {
                     let reason =
                         format!("auto: {cuda_note}found a GPU adapter, using {}", be.name());
-                    Ok(Selected {
-                        backend: Rc::new(be),
-                        reason,
-                    })
+                    Ok(wgpu_selected(Rc::new(be), reason))
                 }
                 Err(e) => Ok(Selected {
                     backend: Rc::new(CpuBackend::new()),
+                    gpu: None,
                     reason: format!("auto: {cuda_note}wgpu unavailable ({e}), using the CPU"),
                 }),
             }
         }
+    }
+}
+
+/// An explicit request for wgpu (`--backend wgpu`, `KERNELS_BACKEND=wgpu`, a benchmark's
+/// `wgpu` target): the backend, or an error saying it was requested and why it is unavailable.
+pub fn require_wgpu() -> Result<Rc<WgpuBackend>> {
+    new_wgpu().map(Rc::new).map_err(|e| Error::Backend {
+        backend: "wgpu".into(),
+        why: format!("requested wgpu, but it is unavailable: {e}"),
+    })
+}
+
+fn wgpu_selected(be: Rc<WgpuBackend>, reason: String) -> Selected {
+    Selected {
+        backend: be.clone(),
+        gpu: Some(be),
+        reason,
     }
 }
 
@@ -186,13 +209,44 @@ mod tests {
             select_backend(BackendChoice::Cpu).unwrap().backend.name(),
             "cpu"
         );
+        assert!(select_backend(BackendChoice::Cpu).unwrap().gpu.is_none());
         let auto = select_backend(BackendChoice::Auto).unwrap();
         // Either a GPU was found (and named) or the CPU fallback says why.
         assert!(auto.reason.starts_with("auto: "), "{}", auto.reason);
+        // The wgpu handle is there exactly when wgpu was chosen.
+        assert_eq!(
+            auto.gpu.is_some(),
+            auto.backend.name().starts_with("wgpu"),
+            "{}",
+            auto.reason
+        );
         match select_backend(BackendChoice::Wgpu) {
-            Ok(s) => assert!(s.backend.name().starts_with("wgpu")),
+            Ok(s) => {
+                assert!(s.backend.name().starts_with("wgpu"));
+                assert!(s.gpu.is_some());
+            }
             Err(e) => assert!(e.to_string().contains("requested wgpu"), "{e}"),
         }
+    }
+
+    #[test]
+    fn backend_flag_wins_over_the_environment() {
+        assert_eq!(
+            BackendChoice::from_arg(Some("cpu")).unwrap(),
+            BackendChoice::Cpu
+        );
+        assert_eq!(
+            BackendChoice::from_arg(Some("webgpu")).unwrap(),
+            BackendChoice::Wgpu
+        );
+        let e = BackendChoice::from_arg(Some("tpu"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tpu") && e.contains("unknown backend"), "{e}");
+        assert_eq!(
+            BackendChoice::from_arg(None).ok(),
+            BackendChoice::from_env().ok()
+        );
     }
 
     /// `cuda` is selected only when it is compiled in and a device answers; otherwise the

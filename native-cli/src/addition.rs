@@ -8,7 +8,7 @@
 
 use kernels_core::Rng;
 
-use crate::transformer::{self, ModelFiles};
+use crate::llama::{self, ModelFiles};
 use crate::{CliResult, fail};
 
 /// The characters, in id order.
@@ -106,7 +106,7 @@ pub fn tokenizer_json() -> String {
 
 /// The shipped demo model, embedded in the binary.
 pub fn embedded() -> CliResult<ModelFiles> {
-    transformer::from_bytes(
+    llama::from_bytes(
         "embedded demo model (native-cli/models/adder)",
         include_str!("../models/adder/config.json"),
         include_bytes!("../models/adder/model.safetensors"),
@@ -147,32 +147,6 @@ pub fn evaluate(
         }
     }
     Ok((correct, n, wrong))
-}
-
-/// `kernels eval`: prints the exact-match accuracy.
-pub fn eval_cmd(
-    dir: Option<&std::path::Path>,
-    n: usize,
-    seed: u64,
-    backend: Option<&str>,
-) -> CliResult<()> {
-    let chosen = crate::backends::choose(crate::backends::parse_choice(backend)?)?;
-    let files = match dir {
-        Some(d) => transformer::read_dir(d)?,
-        None => embedded()?,
-    };
-    let model = transformer::build(&files, chosen.backend.clone())?;
-    let (ok, n, wrong) = evaluate(&model, n, seed, 256)?;
-    crate::emit(&format!(
-        "{}: held-out three-digit addition, exact match {ok}/{n} = {:.2}% on {}\n",
-        files.origin,
-        100.0 * ok as f64 / n.max(1) as f64,
-        kernels_core::Backend::name(&*chosen.backend)
-    ))?;
-    for w in wrong {
-        crate::emit(&format!("  wrong: {w}\n"))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

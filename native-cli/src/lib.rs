@@ -1,24 +1,20 @@
 //! The `kernels` command-line tool, as a library: the binary (`src/main.rs`) parses arguments and
 //! calls in here, and the integration tests and other crates reuse the pieces (the parity runner
 //! above all).
+//!
+//! [`commands`] holds one module per subcommand. What several of them share sits beside it:
+//! [`llama`] (checkpoints, tokenizer, timed generation, logits), [`addition`] (the demo model's
+//! task and the embedded demo model), [`world_model`] (the GRU world model's files and held-out
+//! evaluation), [`format`] (durations, the parity table) and [`atomic_write`].
 
 pub mod addition;
-pub mod backends;
-pub mod bench;
-pub mod bench_llama;
-pub mod demo;
-pub mod gru;
-pub mod gru_bench;
-pub mod gru_cmd;
-pub mod gru_demo;
-pub mod info;
-pub mod ops;
+pub mod atomic_write;
+pub mod commands;
+pub mod format;
+pub mod llama;
 /// The parity runner lives with the backends; re-exported for the CLI's commands.
 pub use kernels_gpu::parity;
-pub mod parity_cmd;
-pub mod run_op;
-pub mod train;
-pub mod transformer;
+pub mod world_model;
 
 /// Errors of the CLI: a message naming the op, the tensor and the values.
 pub type CliError = Box<dyn std::error::Error + Send + Sync>;
@@ -39,32 +35,5 @@ pub fn emit(s: &str) -> CliResult<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// The attributes of `op` as `name=value` strings for `kernels op --attr`.
-pub fn attr_args(op: &kernels_core::Op) -> Vec<String> {
-    op.attrs().iter().map(|(k, v)| format!("{k}={v}")).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use kernels_core::{Op, OpKind};
-
-    #[test]
-    fn attr_args_round_trip_for_every_parity_case() {
-        for case in kernels_core::parity::all_cases(0, false).unwrap() {
-            let args = attr_args(&case.op);
-            let op = run_op::parse_op(case.op.kind(), &args).unwrap();
-            assert_eq!(op, case.op, "{}", case.op);
-        }
-        let s = Op::from_attrs(OpKind::Scale, &[("factor", "0.37")]).unwrap();
-        assert_eq!(s.to_string(), "scale(factor=0.37)");
-        assert_eq!(s.short_label(), "scale(factor=0.37)");
-        let m = Op::from_attrs(OpKind::Matmul, &[("trans_b", "true")]).unwrap();
-        assert_eq!(m.short_label(), "matmul(trans_b=true)");
-        let ln = Op::default_for(OpKind::LayerNorm).unwrap();
-        assert_eq!(ln.short_label(), "layer_norm");
     }
 }

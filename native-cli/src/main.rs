@@ -1,18 +1,28 @@
 //! `kernels`: list ops, run one op on safetensors files, check every op against the CPU
 //! reference, report the build and backend. Errors go to stderr with a non-zero exit.
+//!
+//! This file is the command line (clap) and its dispatch; each subcommand is a module of
+//! `native_cli::commands`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use native_cli::bench::{self, BenchOptions};
-use native_cli::demo::{self, DemoOptions};
-use native_cli::gru_cmd::{self, GruCmd};
-use native_cli::parity_cmd::{self, ParityOptions};
-use native_cli::run_op::{self, OpRequest};
-use native_cli::train::{self, TrainArgs};
-use native_cli::transformer::{self, GenerateArgs, LogitsArgs};
-use native_cli::{CliResult, emit, info, ops};
+use kernels_core::models::llama::Sampling;
+use native_cli::CliResult;
+use native_cli::commands::bench::BenchOptions;
+use native_cli::commands::demo::DemoOptions;
+use native_cli::commands::generate::GenerateArgs;
+use native_cli::commands::gru::bench::GruBenchOptions;
+use native_cli::commands::gru::train::TrainOptions;
+use native_cli::commands::logits::{LogitsArgs, parse_tokens};
+use native_cli::commands::op::OpRequest;
+use native_cli::commands::parity::ParityOptions;
+use native_cli::commands::train::TrainArgs;
+use native_cli::commands::{
+    bench, demo, eval, generate, gru, info, logits, op, ops, parity, train,
+};
+use native_cli::world_model::{HORIZON, default_weights};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -244,21 +254,103 @@ enum TrainCmd {
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum GruCmd {
+    /// Train the world model by backpropagation through time (AdamW) on simulated trajectories
+    /// of a damped double pendulum; saves F16 weights (every 100 iterations and at the end),
+    /// then reports the held-out error against persistence.
+    Train {
+        /// Where to write the weights.
+        #[arg(long, default_value_os_t = default_weights())]
+        out: PathBuf,
+        /// Continue from these weights.
+        #[arg(long)]
+        init: Option<PathBuf>,
+        #[arg(long, default_value_t = 3000)]
+        iters: usize,
+        /// Stop (and save) after this many minutes.
+        #[arg(long, default_value_t = 12.0)]
+        max_minutes: f64,
+        #[arg(long, default_value_t = 32)]
+        batch: usize,
+        /// Steps rolled out (and backpropagated through) per window.
+        #[arg(long, default_value_t = HORIZON)]
+        horizon: usize,
+        #[arg(long, default_value_t = 2e-3)]
+        lr: f32,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Training trajectories.
+        #[arg(long, default_value_t = 512)]
+        trajectories: usize,
+        /// Observations per trajectory (0.05 s apart).
+        #[arg(long, default_value_t = 120)]
+        length: usize,
+        /// GRU hidden size (fresh models only).
+        #[arg(long, default_value_t = 256)]
+        hidden: usize,
+        /// Ensemble members (fresh models only).
+        #[arg(long, default_value_t = 5)]
+        members: usize,
+        /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
+        #[arg(long)]
+        backend: Option<String>,
+    },
+    /// Run a one-layer GRU whose weights carry PyTorch `nn.GRU` state_dict names on a
+    /// safetensors input; writes `output` [seq, batch, hidden] and `h_n` [1, batch, hidden] as
+    /// PyTorch returns them. Nothing is written unless every shape checks out and the run
+    /// succeeds.
+    Run {
+        /// weight_ih_l0 [3H, I], weight_hh_l0 [3H, H], bias_ih_l0 [3H], bias_hh_l0 [3H].
+        #[arg(long, value_name = "W.safetensors")]
+        weights: PathBuf,
+        /// x [seq, batch, I] and optionally h0 [1, batch, H] (zeros when absent).
+        #[arg(long, value_name = "X.safetensors")]
+        input: PathBuf,
+        /// Output file (replaced atomically on success).
+        #[arg(long, value_name = "Y.safetensors")]
+        out: PathBuf,
+        /// cpu, wgpu, cuda or auto (default: $KERNELS_BACKEND, else auto).
+        #[arg(long)]
+        backend: Option<String>,
+    },
+    /// Latency of the world-model pipeline, CPU against wgpu in one run: state encode, the
+    /// ensemble rollout, rank-k svd_lowrank of the residuals, corrections and the total
+    /// (median of several runs), with wgpu dispatches per rollout step.
+    Bench {
+        /// Comma-separated: cpu, wgpu (default: cpu, plus wgpu when an adapter exists).
+        #[arg(long)]
+        backend: Option<String>,
+        #[arg(long, default_value_t = 32)]
+        batch: usize,
+        #[arg(long, default_value_t = HORIZON)]
+        steps: usize,
+        #[arg(long, default_value_t = 32)]
+        rank: usize,
+        #[arg(long, default_value_t = 7)]
+        runs: usize,
+        #[arg(long, default_value_os_t = default_weights())]
+        weights: PathBuf,
+    },
+    /// Predict held-out trajectories: per-step error of the ensemble mean against persistence
+    /// ("no change"), ensemble spread, and the residuals' rank-k compression.
+    Predict {
+        #[arg(long, default_value_os_t = default_weights())]
+        weights: PathBuf,
+        #[arg(long, default_value_t = HORIZON)]
+        horizon: usize,
+        /// Rank of the residual compression.
+        #[arg(long, default_value_t = 32)]
+        rank: usize,
+        #[arg(long)]
+        backend: Option<String>,
+    },
+}
+
 fn run(cli: Cli) -> CliResult<()> {
     match cli.cmd {
-        Cmd::Info => emit(&info::report()?)?,
-        Cmd::Ops { json, markdown } => {
-            if json {
-                emit(&format!(
-                    "{}\n",
-                    serde_json::to_string_pretty(&ops::all_json())?
-                ))?;
-            } else if markdown {
-                emit(&ops::markdown())?;
-            } else {
-                emit(&ops::text())?;
-            }
-        }
+        Cmd::Info => info::run(),
+        Cmd::Ops { json, markdown } => ops::run(json, markdown),
         Cmd::Op {
             name,
             input,
@@ -266,31 +358,26 @@ fn run(cli: Cli) -> CliResult<()> {
             attrs,
             backward,
             backend,
-        } => {
-            let req = OpRequest {
-                name,
-                input,
-                output: out,
-                attrs,
-                backward,
-                backend,
-            };
-            let rep = run_op::run(&req)?;
-            let written: Vec<String> = rep
-                .written
-                .iter()
-                .map(|(n, s, d)| format!("{n}{s:?} ({})", d.name()))
-                .collect();
-            emit(&format!(
-                "{} {} on {}: wrote {} to {}\n",
-                rep.op,
-                rep.dir.name(),
-                rep.backend,
-                written.join(", "),
-                req.output.display()
-            ))?;
-        }
-        Cmd::Demo { seed, large, plot } => demo::run(DemoOptions { seed, large, plot })?,
+        } => op::run(&OpRequest {
+            name,
+            input,
+            output: out,
+            attrs,
+            backward,
+            backend,
+        }),
+        Cmd::Demo { seed, large, plot } => demo::run(DemoOptions { seed, large, plot }),
+        Cmd::Parity {
+            backend,
+            json,
+            seed,
+            large,
+        } => parity::run(&ParityOptions {
+            backend,
+            json,
+            seed,
+            large,
+        }),
         Cmd::Bench {
             backend,
             json,
@@ -301,7 +388,8 @@ fn run(cli: Cli) -> CliResult<()> {
             json,
             quick,
             peak_gflops,
-        })?,
+        }),
+        Cmd::Gru { cmd } => run_gru(cmd),
         Cmd::Generate {
             model,
             prompt,
@@ -311,30 +399,30 @@ fn run(cli: Cli) -> CliResult<()> {
             top_p,
             seed,
             backend,
-        } => transformer::generate(&GenerateArgs {
+        } => generate::run(&GenerateArgs {
             model,
             prompt,
             max_tokens,
-            sampling: kernels_core::models::llama::Sampling {
+            sampling: Sampling {
                 temperature,
                 top_k,
                 top_p,
                 seed,
             },
             backend,
-        })?,
+        }),
         Cmd::Logits {
             model,
             tokens,
             all_positions,
             backend,
             json: _,
-        } => transformer::logits_cmd(&LogitsArgs {
+        } => logits::run(&LogitsArgs {
             model,
-            tokens: transformer::parse_tokens(&tokens)?,
+            tokens: parse_tokens(&tokens)?,
             all_positions,
             backend,
-        })?,
+        }),
         Cmd::Train {
             what:
                 TrainCmd::Transformer {
@@ -352,43 +440,91 @@ fn run(cli: Cli) -> CliResult<()> {
                     checkpoint_every,
                     eval_problems,
                 },
-        } => {
-            train::train(&TrainArgs {
-                out,
-                steps,
-                batch,
-                lr,
-                hidden,
-                layers,
-                heads,
-                kv_heads,
-                intermediate,
-                seed,
-                backend,
-                checkpoint_every,
-                eval_problems,
-            })?;
-        }
+        } => train::run(&TrainArgs {
+            out,
+            steps,
+            batch,
+            lr,
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            intermediate,
+            seed,
+            backend,
+            checkpoint_every,
+            eval_problems,
+        }),
         Cmd::Eval {
             model,
             problems,
             seed,
             backend,
-        } => native_cli::addition::eval_cmd(model.as_deref(), problems, seed, backend.as_deref())?,
-        Cmd::Gru { cmd } => gru_cmd::run(cmd)?,
-        Cmd::Parity {
-            backend,
-            json,
-            seed,
-            large,
-        } => parity_cmd::run(&ParityOptions {
-            backend,
-            json,
-            seed,
-            large,
-        })?,
+        } => eval::run(model.as_deref(), problems, seed, backend.as_deref()),
     }
-    Ok(())
+}
+
+fn run_gru(cmd: GruCmd) -> CliResult<()> {
+    match cmd {
+        GruCmd::Train {
+            out,
+            init,
+            iters,
+            max_minutes,
+            batch,
+            horizon,
+            lr,
+            seed,
+            trajectories,
+            length,
+            hidden,
+            members,
+            backend,
+        } => gru::train::run(
+            backend.as_deref(),
+            &TrainOptions {
+                out,
+                init,
+                iters,
+                max_minutes,
+                batch,
+                horizon,
+                lr,
+                seed,
+                trajectories,
+                length,
+                hidden,
+                members,
+            },
+        ),
+        GruCmd::Run {
+            weights,
+            input,
+            out,
+            backend,
+        } => gru::run::run(&weights, &input, &out, backend.as_deref()),
+        GruCmd::Bench {
+            backend,
+            batch,
+            steps,
+            rank,
+            runs,
+            weights,
+        } => gru::bench::run(&GruBenchOptions {
+            backends: backend,
+            batch,
+            steps,
+            rank,
+            runs,
+            weights: Some(weights),
+        }),
+        GruCmd::Predict {
+            weights,
+            horizon,
+            rank,
+            backend,
+        } => gru::predict::run(backend.as_deref(), &weights, horizon, rank),
+    }
 }
 
 fn main() -> ExitCode {

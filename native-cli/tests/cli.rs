@@ -14,7 +14,7 @@ use common::{kernels, stderr};
 
 use kernels_core::parity::{Case, all_cases, grad_outputs};
 use kernels_core::{Backend, CpuBackend, Direction, OpKind, Tensor, io};
-use native_cli::attr_args;
+use native_cli::commands::op::attr_args;
 use native_cli::parity::GRAD_SEED;
 
 fn save(path: &Path, tensors: &[(&str, Tensor)]) {
@@ -467,7 +467,7 @@ fn readme_tables_are_the_generated_ones() {
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
             .unwrap();
-    let md = native_cli::ops::markdown();
+    let md = native_cli::commands::ops::markdown();
     let (ops, budgets) = md.split_at(md.find("\n| op | forward budget").unwrap() + 1);
     let between = |begin: &str, end: &str| {
         let i = readme.find(begin).unwrap() + begin.len();

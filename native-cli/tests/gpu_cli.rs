@@ -11,7 +11,7 @@ use common::{kernels, stderr};
 
 use kernels_core::parity::{Case, all_cases};
 use kernels_core::{CpuBackend, Direction, OpKind, Tensor, io};
-use native_cli::attr_args;
+use native_cli::commands::op::attr_args;
 use native_cli::parity::{args_for, compare_tensors};
 
 /// True when wgpu finds an adapter. In CI a missing adapter is a failure, never a skip.

@@ -11,7 +11,7 @@ use kernels_core::models::llama::{self, GenerateOptions, Llama, Sampling, StopRe
 use kernels_core::{Backend, CpuBackend};
 use kernels_gpu::WgpuBackend;
 use native_cli::addition;
-use native_cli::transformer::{build, read_dir};
+use native_cli::llama::{build, read_dir};
 
 fn gpu() -> Option<Rc<WgpuBackend>> {
     match WgpuBackend::new() {

@@ -11,7 +11,7 @@ use std::rc::Rc;
 use kernels_core::autograd::Graph;
 use kernels_core::models::llama::{KvCache, Llama};
 use kernels_core::{Backend, CpuBackend, Tensor};
-use native_cli::transformer::{build, logits, read_dir};
+use native_cli::llama::{build, logits, read_dir};
 
 const CASES: &[&str] = &["gqa_tied", "mha_untied", "gqa_untied_bf16"];
 

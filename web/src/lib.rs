@@ -4,7 +4,9 @@
 //! the reference, summaries, the JSON export, the benchmark chart): it builds and is tested
 //! natively. `page` (wasm32 only) is the browser glue: DOM, `navigator.gpu`, the event loop.
 //! [`world`] is the GRU world-model section, split the same way (its glue in `world::dom`), and
-//! [`llm`] the transformer section (its glue in `llm::dom`).
+//! [`llm`] the transformer section (its glue in `llm::dom`). What `page` and the sections' glue
+//! share (the backend state, DOM helpers, error reporting) is `app` (wasm32 only): `page` uses
+//! the sections, the sections use `app`, and neither `app` nor a section uses `page`.
 //!
 //! Automation hooks (stable): `#backend` holds `webgpu` or `cpu`; each parity row is
 //! `tr[data-op][data-dir][data-pass]`; `#parity-summary` carries `data-passed` and
@@ -17,6 +19,8 @@ pub mod llm;
 pub mod report;
 pub mod world;
 
+#[cfg(target_arch = "wasm32")]
+mod app;
 #[cfg(target_arch = "wasm32")]
 mod page;
 

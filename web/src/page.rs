@@ -1,10 +1,11 @@
-//! The browser glue: picks the backend, renders the panels, runs work without blocking.
+//! The browser glue: picks the backend, renders the panels, runs work without blocking. What
+//! the sections (`world::dom`, `llm::dom`) share with it is in [`crate::app`]; this file uses
+//! the sections, never the other way round.
 //!
 //! Long work runs case by case and yields to the event loop between cases (`next_tick`), with
 //! progress in `#status`; every device read is awaited. A failed op is a failed row; a lost
 //! device is reported in `#errors`, recovered once, and otherwise the page falls back to CPU.
 
-use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use kernels_core::{Backend, CpuBackend, Tensor};
@@ -13,9 +14,13 @@ use kernels_gpu::parity::{SMALL_CASE_ELEMS, check_both_async, small_cases};
 use kernels_gpu::{WgpuBackend, WgpuOptions};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::{JsFuture, spawn_local};
+use wasm_bindgen_futures::spawn_local;
 use web_sys::{Document, Element, HtmlAnchorElement, HtmlSelectElement};
 
+use crate::app::{
+    Active, App, JsResult, by_id, describe, document, handle_loss, js_err, next_tick, report_error,
+    set_body_state, set_text, show_backend,
+};
 use crate::report::{
     BenchResult, PARITY_SEED, ParityLine, bench_chart_svg, fmt_time, missing_ops, parity_json,
     summary,
@@ -26,35 +31,6 @@ const BENCH_MATMUL: [usize; 3] = [64, 128, 256];
 const BENCH_ROWS: (usize, usize) = (256, 1024);
 const BENCH_RUNS: usize = 5;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Active {
-    WebGpu,
-    Cpu,
-}
-
-impl Active {
-    pub(crate) fn id(self) -> &'static str {
-        match self {
-            Active::WebGpu => "webgpu",
-            Active::Cpu => "cpu",
-        }
-    }
-}
-
-pub(crate) struct App {
-    pub(crate) doc: Document,
-    pub(crate) gpu: RefCell<Option<Rc<WgpuBackend>>>,
-    pub(crate) active: Cell<Active>,
-    busy: Cell<bool>,
-    parity: RefCell<Vec<ParityLine>>,
-}
-
-pub(crate) type JsResult<T> = Result<T, JsValue>;
-
-pub(crate) fn js_err(e: impl std::fmt::Display) -> JsValue {
-    JsValue::from_str(&e.to_string())
-}
-
 #[wasm_bindgen(start)]
 pub fn start() {
     spawn_local(async {
@@ -63,55 +39,6 @@ pub fn start() {
             set_body_state("error");
         }
     });
-}
-
-pub(crate) fn describe(e: &JsValue) -> String {
-    e.as_string().unwrap_or_else(|| format!("{e:?}"))
-}
-
-fn document() -> JsResult<Document> {
-    web_sys::window()
-        .and_then(|w| w.document())
-        .ok_or_else(|| js_err("no document"))
-}
-
-pub(crate) fn by_id(doc: &Document, id: &str) -> JsResult<Element> {
-    doc.get_element_by_id(id)
-        .ok_or_else(|| js_err(format!("#{id} is missing from index.html")))
-}
-
-pub(crate) fn set_text(doc: &Document, id: &str, text: &str) {
-    if let Some(e) = doc.get_element_by_id(id) {
-        e.set_text_content(Some(text));
-    }
-}
-
-fn set_body_state(state: &str) {
-    if let Some(b) = document().ok().and_then(|d| d.body()) {
-        let _ = b.set_attribute("data-state", state);
-    }
-}
-
-/// Appends a message to `#errors` (and the console): the page keeps working.
-pub(crate) fn report_error(msg: &str) {
-    web_sys::console::error_1(&JsValue::from_str(msg));
-    if let Ok(doc) = document()
-        && let Ok(list) = by_id(&doc, "errors")
-        && let Ok(li) = doc.create_element("li")
-    {
-        li.set_text_content(Some(msg));
-        let _ = list.append_child(&li);
-    }
-}
-
-/// Lets the browser paint and handle input before the next piece of work.
-pub(crate) async fn next_tick() {
-    let promise = js_sys::Promise::new(&mut |resolve, _| {
-        if let Some(w) = web_sys::window() {
-            let _ = w.set_timeout_with_callback(&resolve);
-        }
-    });
-    let _ = JsFuture::from(promise).await;
 }
 
 /// `navigator.gpu` is there: the browser has WebGPU (it may still give no adapter).
@@ -129,13 +56,7 @@ async fn run() -> JsResult<()> {
     let forced = params.get("backend");
     let autorun = params.get("autorun");
 
-    let app = Rc::new(App {
-        doc: doc.clone(),
-        gpu: RefCell::new(None),
-        active: Cell::new(Active::Cpu),
-        busy: Cell::new(false),
-        parity: RefCell::new(Vec::new()),
-    });
+    let app = Rc::new(App::new(doc.clone()));
 
     set_text(&doc, "status", "looking for a WebGPU adapter...");
     let notice = match forced.as_deref() {
@@ -195,16 +116,6 @@ async fn run() -> JsResult<()> {
         }
     }
     Ok(())
-}
-
-fn show_backend(app: &App) {
-    let id = app.active.get().id();
-    set_text(&app.doc, "backend", id);
-    if let Ok(sel) = by_id(&app.doc, "backend-picker")
-        && let Ok(sel) = sel.dyn_into::<HtmlSelectElement>()
-    {
-        sel.set_value(id);
-    }
 }
 
 fn render_adapter(doc: &Document, gpu: &WgpuBackend) {
@@ -293,24 +204,6 @@ fn active_gpu(app: &App) -> Option<Rc<WgpuBackend>> {
     match app.active.get() {
         Active::WebGpu => app.gpu.borrow().clone(),
         Active::Cpu => None,
-    }
-}
-
-/// After a device loss: one recovery attempt, else the CPU from now on.
-pub(crate) async fn handle_loss(app: &App, gpu: &WgpuBackend, why: &str) {
-    report_error(&format!("WebGPU device lost ({why}); recovering"));
-    if let Err(e) = gpu.recover_async().await {
-        report_error(&format!(
-            "WebGPU recovery failed ({e}); switching to the CPU"
-        ));
-        app.gpu.borrow_mut().take();
-        app.active.set(Active::Cpu);
-        set_text(
-            &app.doc,
-            "notice",
-            "CPU backend: the WebGPU device was lost and could not be recovered.",
-        );
-        show_backend(app);
     }
 }
 

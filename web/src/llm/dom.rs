@@ -21,7 +21,7 @@ use web_sys::{Document, File, HtmlInputElement};
 use web_time::Instant;
 
 use super::{DEMO_PROMPT, Source, dir_name, fmt_rate, rate, stop_text, wanted};
-use crate::page::{
+use crate::app::{
     Active, App, JsResult, by_id, describe, handle_loss, js_err, next_tick, report_error, set_text,
 };
 

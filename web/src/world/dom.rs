@@ -26,7 +26,7 @@ use super::{
     Panel, Prediction, STEP_SECONDS, Series, Settings, WEIGHTS, agreement, compression_text,
     fmt_ms, points_drawn, predict, tick_decimals, ticks,
 };
-use crate::page::{
+use crate::app::{
     Active, App, JsResult, by_id, describe, handle_loss, js_err, next_tick, report_error, set_text,
 };
 

@@ -7,15 +7,15 @@
 //! and never touches an existing one.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use kernels_core::op::InputKind;
 use kernels_core::{DType, Direction, Error, Op, OpKind, Tensor, io};
 use kernels_gpu::{BackendChoice, select_backend};
 
+use crate::atomic_write::write_atomically;
 use crate::parity::run_on;
-use crate::{CliResult, fail};
+use crate::{CliResult, emit, fail};
 
 /// What `kernels op` was asked to do.
 #[derive(Debug, Clone)]
@@ -60,6 +60,12 @@ pub fn parse_op(kind: OpKind, attrs: &[String]) -> CliResult<Op> {
         pairs.push((k, v));
     }
     Ok(Op::from_attrs(kind, &pairs)?)
+}
+
+/// The attributes of `op` as `name=value` strings for `kernels op --attr` (what [`parse_op`]
+/// reads back).
+pub fn attr_args(op: &Op) -> Vec<String> {
+    op.attrs().iter().map(|(k, v)| format!("{k}={v}")).collect()
 }
 
 /// `a[2,3] (f32), b[3] (f32)`: names, shapes and dtypes, for messages.
@@ -169,36 +175,26 @@ fn quote_list(names: &[&str]) -> String {
         .join(", ")
 }
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, renamed over
-/// `path` only when complete. On failure the temporary file is removed and `path` is untouched.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{file_name}."))
-        .suffix(".tmp")
-        .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // tempfile creates 0600; a result file is an ordinary file.
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    }
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+/// Runs `kernels op` and prints what it wrote.
+pub fn run(req: &OpRequest) -> CliResult<()> {
+    let rep = apply(req)?;
+    let written: Vec<String> = rep
+        .written
+        .iter()
+        .map(|(n, s, d)| format!("{n}{s:?} ({})", d.name()))
+        .collect();
+    emit(&format!(
+        "{} {} on {}: wrote {} to {}\n",
+        rep.op,
+        rep.dir.name(),
+        rep.backend,
+        written.join(", "),
+        req.output.display()
+    ))
 }
 
-/// Runs `kernels op`. See the module docs.
-pub fn run(req: &OpRequest) -> CliResult<OpReport> {
+/// Does what `kernels op` does (see the module docs) and says what was written.
+pub fn apply(req: &OpRequest) -> CliResult<OpReport> {
     let kind = OpKind::from_name(&req.name)?;
     let name = kind.name();
     let op = parse_op(kind, &req.attrs)?;
@@ -240,11 +236,7 @@ pub fn run(req: &OpRequest) -> CliResult<OpReport> {
         grads.push(t);
     }
 
-    let choice = match &req.backend {
-        Some(b) => BackendChoice::parse(b)?,
-        None => BackendChoice::from_env()?,
-    };
-    let selected = select_backend(choice)?;
+    let selected = select_backend(BackendChoice::from_arg(req.backend.as_deref())?)?;
     let backend = selected.backend.as_ref();
 
     let in_refs: Vec<&Tensor> = inputs.iter().collect();
@@ -381,17 +373,18 @@ mod tests {
     }
 
     #[test]
-    fn atomic_write_replaces_only_when_complete() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("out.safetensors");
-        write_atomically(&p, b"first").unwrap();
-        write_atomically(&p, b"second").unwrap();
-        assert_eq!(std::fs::read(&p).unwrap(), b"second");
-        // A missing directory fails without creating anything.
-        let q = dir.path().join("nope").join("out.safetensors");
-        assert!(write_atomically(&q, b"x").is_err());
-        assert!(!q.exists());
-        // No temporary files left behind.
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    fn attr_args_round_trip_for_every_parity_case() {
+        for case in kernels_core::parity::all_cases(0, false).unwrap() {
+            let args = attr_args(&case.op);
+            let op = parse_op(case.op.kind(), &args).unwrap();
+            assert_eq!(op, case.op, "{}", case.op);
+        }
+        let s = Op::from_attrs(OpKind::Scale, &[("factor", "0.37")]).unwrap();
+        assert_eq!(s.to_string(), "scale(factor=0.37)");
+        assert_eq!(s.short_label(), "scale(factor=0.37)");
+        let m = Op::from_attrs(OpKind::Matmul, &[("trans_b", "true")]).unwrap();
+        assert_eq!(m.short_label(), "matmul(trans_b=true)");
+        let ln = Op::default_for(OpKind::LayerNorm).unwrap();
+        assert_eq!(ln.short_label(), "layer_norm");
     }
 }

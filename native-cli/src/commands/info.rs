@@ -1,11 +1,15 @@
 //! `kernels info`: what this build is and which backend it would use, and why.
 
 use kernels_core::OpKind;
-use kernels_gpu::BackendChoice;
 use kernels_gpu::adapters::{AdapterSummary, list_adapters};
+use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::CliResult;
-use crate::backends::choose;
+use crate::{CliResult, emit};
+
+/// Runs `kernels info`: prints [`report`].
+pub fn run() -> CliResult<()> {
+    emit(&report()?)
+}
 
 /// CPU features the fast paths can use, as detected at run time.
 fn cpu_features() -> Vec<&'static str> {
@@ -81,8 +85,7 @@ pub fn report() -> CliResult<String> {
             Err(why) => why,
         }
     ));
-    let choice = BackendChoice::from_env()?;
-    let chosen = choose(choice)?;
+    let chosen = select_backend(BackendChoice::from_env()?)?;
     s.push_str(&format!(
         "backend:         {} ({})\n",
         chosen.backend.name(),

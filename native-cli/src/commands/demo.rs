@@ -2,6 +2,8 @@
 //! backend, the GRU world model, then every parity case of every op, forward and backward,
 //! against the CPU reference, as a table with totals.
 
+pub mod world;
+
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -9,8 +11,9 @@ use kernels_core::parity::all_cases;
 use kernels_core::{Backend, CpuBackend, DeviceId};
 use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::parity::{Row, check_all};
-use crate::{CliResult, emit, fail};
+use crate::format::{fmt_duration, table};
+use crate::parity::check_all;
+use crate::{CliResult, addition, emit, fail, llama};
 
 /// Options of `kernels demo`.
 #[derive(Debug, Clone)]
@@ -37,103 +40,6 @@ pub fn backends() -> CliResult<Vec<(Rc<dyn Backend>, String)>> {
     Ok(v)
 }
 
-/// `12.3 us`, `4.56 ms`, `1.23 s`.
-pub fn fmt_duration(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s < 1e-3 {
-        format!("{:.1} us", s * 1e6)
-    } else if s < 1.0 {
-        format!("{:.2} ms", s * 1e3)
-    } else {
-        format!("{s:.2} s")
-    }
-}
-
-fn fmt_err(e: f64) -> String {
-    if e == 0.0 {
-        "0".into()
-    } else if e.is_infinite() {
-        "inf (NaN/Inf)".into()
-    } else {
-        format!("{e:.2e}")
-    }
-}
-
-fn fmt_budget(r: &Row) -> String {
-    if r.atol == 0.0 && r.rtol == 0.0 {
-        "exact".into()
-    } else {
-        let num = |x: f64| {
-            if x == 0.0 {
-                "0".to_string()
-            } else {
-                format!("{x:.1e}")
-            }
-        };
-        format!("{} + {}|ref|", num(r.atol), num(r.rtol))
-    }
-}
-
-/// Renders rows as an aligned table.
-pub fn table(rows: &[Row], with_backend: bool) -> String {
-    let mut cells: Vec<Vec<String>> = vec![
-        [
-            "backend",
-            "op",
-            "dir",
-            "shape",
-            "max abs err",
-            "budget",
-            "pass",
-            "time",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-    ];
-    for r in rows {
-        cells.push(vec![
-            r.backend.clone(),
-            r.op.clone(),
-            r.dir.name().to_string(),
-            r.shape.clone(),
-            if r.error.is_some() {
-                "error".into()
-            } else {
-                fmt_err(r.max_abs_err())
-            },
-            fmt_budget(r),
-            if r.pass() { "ok" } else { "FAIL" }.into(),
-            fmt_duration(r.time),
-        ]);
-    }
-    let skip = usize::from(!with_backend);
-    let ncol = 8;
-    let widths: Vec<usize> = (0..ncol)
-        .map(|c| {
-            cells
-                .iter()
-                .map(|row| row[c].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut s = String::new();
-    for (i, row) in cells.iter().enumerate() {
-        let line: Vec<String> = (skip..ncol)
-            .map(|c| format!("{:<w$}", row[c], w = widths[c]))
-            .collect();
-        s.push_str(line.join("  ").trim_end());
-        s.push('\n');
-        if i == 0 {
-            let rule: Vec<String> = (skip..ncol).map(|c| "-".repeat(widths[c])).collect();
-            s.push_str(&rule.join("  "));
-            s.push('\n');
-        }
-    }
-    s
-}
-
 /// Runs the demo, printing as it goes. Fails when any check fails.
 pub fn run(opts: DemoOptions) -> CliResult<()> {
     let cases = all_cases(opts.seed, opts.large)?;
@@ -148,7 +54,7 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
     for (backend, reason) in &backends {
         model_demo(backend.clone(), reason, opts.seed)?;
     }
-    crate::gru_demo::run(&backends, &opts.plot)?;
+    world::run(&backends, &opts.plot)?;
     let mut totals: Vec<(String, usize, usize, Duration)> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     for (backend, reason) in &backends {
@@ -199,10 +105,8 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
 /// The embedded llama (three-digit addition) on one backend: a few problems streamed token by
 /// token, then the held-out accuracy.
 fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<()> {
-    use crate::addition;
-    use crate::transformer;
     let files = addition::embedded()?;
-    let model = transformer::build(&files, backend.clone())?;
+    let model = llama::build(&files, backend.clone())?;
     emit(&format!(
         "llama demo model ({} parameters, {} layers) on {} ({reason}): three-digit addition, the sum written least-significant digit first\n",
         model.config.num_parameters(),
@@ -214,7 +118,7 @@ fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<()
         let (a, b) = addition::draw(&mut rng, true);
         let prompt = addition::prompt(a, b);
         emit(&format!("  {prompt}"))?;
-        let (ids, stats) = transformer::generate_ids(
+        let (ids, stats) = llama::generate_ids(
             &model,
             &addition::ids(&prompt)?,
             addition::ANSWER_LEN,
@@ -245,16 +149,4 @@ fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<()
         "  held-out exact match: {ok}/{n} = {:.1}%\n\n",
         100.0 * ok as f64 / n as f64
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_pick_a_readable_unit() {
-        assert_eq!(fmt_duration(Duration::from_micros(12)), "12.0 us");
-        assert_eq!(fmt_duration(Duration::from_micros(4560)), "4.56 ms");
-        assert_eq!(fmt_duration(Duration::from_millis(1230)), "1.23 s");
-    }
 }

@@ -11,8 +11,8 @@ use kernels_core::models::llama::{self, GenerateOptions, Llama, LlamaConfig, Sam
 use kernels_core::{Backend, Rng};
 use kernels_gpu::Counters;
 
-use crate::bench::BenchRow;
-use crate::{CliResult, addition, transformer};
+use crate::commands::bench::report::BenchRow;
+use crate::{CliResult, addition};
 
 /// A random llama of about 15M parameters (8 layers, hidden 384, GQA 6/2, vocab 8192, tied).
 pub fn random_15m() -> LlamaConfig {
@@ -108,7 +108,7 @@ pub fn rows(
     let models: Vec<(&str, CliResult<Llama>, Vec<u32>, usize)> = vec![
         (
             "llama_demo",
-            addition::embedded().and_then(|f| transformer::build(&f, backend.clone())),
+            addition::embedded().and_then(|f| crate::llama::build(&f, backend.clone())),
             addition::ids(&addition::prompt(123, 456)).unwrap_or_default(),
             addition::ANSWER_LEN,
         ),

@@ -18,11 +18,11 @@ use kernels_core::models::world::{
 use kernels_core::nn::ParamStore;
 use kernels_core::{Backend, CpuBackend, Rng, Tensor};
 use kernels_gpu::bench::{median, time_runs};
-use kernels_gpu::{Counters, WgpuBackend};
+use kernels_gpu::{Counters, WgpuBackend, require_wgpu};
 
-use crate::demo::fmt_duration;
-use crate::gru::load_world;
-use crate::{CliResult, fail};
+use crate::format::fmt_duration;
+use crate::world_model::load_world;
+use crate::{CliResult, emit, fail};
 
 /// Options of `kernels gru bench`.
 #[derive(Debug, Clone)]
@@ -87,25 +87,31 @@ fn targets(spec: Option<&str>, notes: &mut Vec<String>) -> CliResult<Vec<Target>
                 gpu: None,
                 fence: None,
             }),
-            "wgpu" | "wgpu?" => match WgpuBackend::new() {
-                Ok(g) => {
-                    let g = Rc::new(g);
-                    if kernels_gpu::adapters::is_software(g.adapter_info()) {
-                        notes.push(format!(
-                            "{} is a software adapter: its timings say nothing about GPU speed",
-                            g.name()
-                        ));
+            "wgpu" | "wgpu?" => {
+                let g = if n == "wgpu?" {
+                    match WgpuBackend::new() {
+                        Ok(g) => Rc::new(g),
+                        Err(e) => {
+                            notes.push(format!("wgpu skipped: {e}"));
+                            continue;
+                        }
                     }
-                    let fence = Some(g.upload(&Tensor::scalar(0.0))?);
-                    out.push(Target {
-                        backend: g.clone(),
-                        gpu: Some(g),
-                        fence,
-                    });
+                } else {
+                    require_wgpu()?
+                };
+                if kernels_gpu::adapters::is_software(g.adapter_info()) {
+                    notes.push(format!(
+                        "{} is a software adapter: its timings say nothing about GPU speed",
+                        g.name()
+                    ));
                 }
-                Err(e) if n == "wgpu?" => notes.push(format!("wgpu skipped: {e}")),
-                Err(e) => return Err(fail(format!("requested wgpu, but it is unavailable: {e}"))),
-            },
+                let fence = Some(g.upload(&Tensor::scalar(0.0))?);
+                out.push(Target {
+                    backend: g.clone(),
+                    gpu: Some(g),
+                    fence,
+                });
+            }
             other => {
                 return Err(fail(format!(
                     "gru bench: unknown backend `{other}` (cpu, wgpu)"
@@ -128,6 +134,12 @@ fn model_on(
             Ok((m, store))
         }
     }
+}
+
+/// Runs `kernels gru bench`: [`measure`], then prints the [`table`].
+pub fn run(o: &GruBenchOptions) -> CliResult<()> {
+    let b = measure(o)?;
+    emit(&table(&b, o))
 }
 
 /// Runs the benchmark.

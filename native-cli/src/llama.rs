@@ -1,10 +1,10 @@
-//! Llama checkpoints from a Hugging Face model directory, their tokenizer, and the `generate`
-//! and `logits` commands. The model itself is kernels-core's `models::llama`; this module only
-//! reads files and talks to the terminal.
+//! Llama checkpoints from a Hugging Face model directory (or the demo model embedded in the
+//! binary), their tokenizer, timed generation and the logits of a token sequence. The model
+//! itself is kernels-core's `models::llama`; this module only reads files. The `generate`,
+//! `logits` and `eval` commands, the demo and the benchmarks load their models through it.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -13,8 +13,7 @@ use kernels_core::models::llama::{self, GenerateOptions, Llama, LlamaConfig, Sam
 use kernels_core::{Backend, Tensor};
 use tokenizers::Tokenizer;
 
-use crate::backends::{choose, parse_choice};
-use crate::{CliResult, emit, fail};
+use crate::{CliResult, fail};
 
 /// A model directory's files as bytes (from disk, or embedded in the binary).
 pub struct ModelFiles {
@@ -99,16 +98,6 @@ pub fn decode(tok: &Tokenizer, ids: &[u32]) -> CliResult<String> {
         .map_err(|e| fail(format!("tokenizer: {e}")))
 }
 
-/// Options of `kernels generate`.
-#[derive(Debug, Clone)]
-pub struct GenerateArgs {
-    pub model: Option<PathBuf>,
-    pub prompt: String,
-    pub max_tokens: usize,
-    pub sampling: Sampling,
-    pub backend: Option<String>,
-}
-
 /// Timings of one generation: prefill (prompt -> first token) and decode (the rest).
 #[derive(Debug, Clone, Copy)]
 pub struct GenStats {
@@ -171,63 +160,6 @@ pub fn generate_ids(
     ))
 }
 
-/// `kernels generate`: streams the completion to stdout, the timings to stderr.
-pub fn generate(args: &GenerateArgs) -> CliResult<()> {
-    let chosen = choose(parse_choice(args.backend.as_deref())?)?;
-    let files = match &args.model {
-        Some(dir) => read_dir(dir)?,
-        None => crate::addition::embedded()?,
-    };
-    let model = build(&files, chosen.backend.clone())?;
-    let tok = files.tokenizer.as_ref().ok_or_else(|| {
-        fail(format!(
-            "{}: no tokenizer.json (use `kernels logits --tokens` for raw ids)",
-            files.origin
-        ))
-    })?;
-    let prompt = encode(tok, &args.prompt)?;
-    eprintln!(
-        "{} on {} ({}), {} prompt tokens",
-        files.origin,
-        chosen.backend.name(),
-        chosen.reason,
-        prompt.len()
-    );
-    emit(&args.prompt)?;
-    let mut shown = String::new();
-    let mut all = Vec::new();
-    let mut stream_err = None;
-    let (_, stats) = generate_ids(&model, &prompt, args.max_tokens, args.sampling, &mut |id| {
-        all.push(id);
-        // Decode the whole completion and print what is new: multi-token characters appear
-        // once they are complete.
-        match decode(tok, &all) {
-            Ok(text) if text.starts_with(&shown) => {
-                let _ = emit(&text[shown.len()..]);
-                shown = text;
-            }
-            Ok(text) => shown = text,
-            Err(e) => stream_err = Some(e),
-        }
-    })?;
-    if let Some(e) = stream_err {
-        return Err(e);
-    }
-    emit("\n")?;
-    let _ = std::io::stdout().flush();
-    eprintln!("{}", stats.line());
-    Ok(())
-}
-
-/// Options of `kernels logits`.
-#[derive(Debug, Clone)]
-pub struct LogitsArgs {
-    pub model: Option<PathBuf>,
-    pub tokens: Vec<u32>,
-    pub all_positions: bool,
-    pub backend: Option<String>,
-}
-
 /// The logits of a token sequence: `[positions][vocab]`, the last position or all of them.
 pub fn logits(model: &Llama, tokens: &[u32], all_positions: bool) -> CliResult<Vec<Vec<f32>>> {
     let c = &model.config;
@@ -266,42 +198,4 @@ pub fn logits(model: &Llama, tokens: &[u32], all_positions: bool) -> CliResult<V
         .chunks(c.vocab_size)
         .map(<[f32]>::to_vec)
         .collect())
-}
-
-/// `kernels logits --json`.
-pub fn logits_cmd(args: &LogitsArgs) -> CliResult<()> {
-    let chosen = choose(parse_choice(args.backend.as_deref())?)?;
-    let files = match &args.model {
-        Some(dir) => read_dir(dir)?,
-        None => crate::addition::embedded()?,
-    };
-    let model = build(&files, chosen.backend.clone())?;
-    let rows = logits(&model, &args.tokens, args.all_positions)?;
-    let n = args.tokens.len();
-    let positions: Vec<usize> = if args.all_positions {
-        (0..n).collect()
-    } else {
-        vec![n - 1]
-    };
-    let doc = serde_json::json!({
-        "model": files.origin,
-        "backend": chosen.backend.name(),
-        "tokens": args.tokens,
-        "vocab_size": model.config.vocab_size,
-        "positions": positions,
-        "logits": rows,
-    });
-    emit(&format!("{doc}\n"))
-}
-
-/// Parses `1,2,3`.
-pub fn parse_tokens(s: &str) -> CliResult<Vec<u32>> {
-    s.split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| {
-            p.trim()
-                .parse::<u32>()
-                .map_err(|_| fail(format!("--tokens: `{p}` is not a token id")))
-        })
-        .collect()
 }

@@ -3,9 +3,9 @@
 //! including ops the backend does not support (those are failed rows carrying the error).
 
 use kernels_core::parity::all_cases;
+use kernels_gpu::{BackendChoice, Counters, Selected, select_backend};
 
-use crate::backends::{Chosen, choose, counters_json, counters_text, parse_choice};
-use crate::demo::table;
+use crate::format::table;
 use crate::parity::{Row, check_all};
 use crate::{CliResult, emit, fail};
 
@@ -45,7 +45,7 @@ pub fn row_json(r: &Row) -> serde_json::Value {
 }
 
 /// The JSON document `kernels parity --json` prints.
-pub fn report_json(chosen: &Chosen, seed: u64, rows: &[Row]) -> serde_json::Value {
+pub fn report_json(chosen: &Selected, seed: u64, rows: &[Row]) -> serde_json::Value {
     let passed = rows.iter().filter(|r| r.pass()).count();
     serde_json::json!({
         "backend": chosen.backend.name(),
@@ -59,9 +59,38 @@ pub fn report_json(chosen: &Chosen, seed: u64, rows: &[Row]) -> serde_json::Valu
     })
 }
 
+/// The counters as a JSON object (the names of [`Counters`]' fields).
+pub fn counters_json(c: &Counters) -> serde_json::Value {
+    serde_json::json!({
+        "dispatches": c.dispatches,
+        "submits": c.submits,
+        "bytes_uploaded": c.bytes_uploaded,
+        "bytes_downloaded": c.bytes_downloaded,
+        "buffers_created": c.buffers_created,
+        "buffers_reused": c.buffers_reused,
+        "pool_bytes": c.pool_bytes,
+        "buffers_evicted": c.buffers_evicted,
+    })
+}
+
+/// The counters as one line of text.
+pub fn counters_text(c: &Counters) -> String {
+    format!(
+        "dispatches {}, submits {}, uploaded {} B, downloaded {} B, buffers created {}, reused {}, evicted {}, pool {} B",
+        c.dispatches,
+        c.submits,
+        c.bytes_uploaded,
+        c.bytes_downloaded,
+        c.buffers_created,
+        c.buffers_reused,
+        c.buffers_evicted,
+        c.pool_bytes
+    )
+}
+
 /// Runs `kernels parity`.
 pub fn run(opts: &ParityOptions) -> CliResult<()> {
-    let chosen = choose(parse_choice(opts.backend.as_deref())?)?;
+    let chosen = select_backend(BackendChoice::from_arg(opts.backend.as_deref())?)?;
     let cases = all_cases(opts.seed, opts.large)?;
     let rows = check_all(&cases, chosen.backend.as_ref());
     let failed: Vec<&Row> = rows.iter().filter(|r| !r.pass()).collect();

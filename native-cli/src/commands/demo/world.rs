@@ -13,8 +13,8 @@ use kernels_core::models::world::{
 };
 use kernels_core::{Backend, Tensor};
 
-use crate::gru::{HELD_OUT, HELD_OUT_SEED, HORIZON, default_weights, load_world};
-use crate::run_op::write_atomically;
+use crate::atomic_write::write_atomically;
+use crate::world_model::{HELD_OUT, HELD_OUT_SEED, HORIZON, default_weights, load_world};
 use crate::{CliResult, emit, fail};
 
 /// Windows of the demo batch: one per held-out trajectory, from t = 20.

@@ -11,9 +11,9 @@ use kernels_core::autograd::Graph;
 use kernels_core::models::llama::{Llama, LlamaConfig};
 use kernels_core::optim::AdamW;
 use kernels_core::{Rng, Tensor};
+use kernels_gpu::{BackendChoice, select_backend};
 
 use crate::addition::{self, ANSWER_LEN, PROMPT_LEN};
-use crate::backends::{choose, parse_choice};
 use crate::{CliResult, fail};
 
 /// Options of `kernels train transformer`.
@@ -108,12 +108,17 @@ pub fn save_checkpoint(model: &Llama, dir: &Path) -> CliResult<()> {
     Ok(())
 }
 
+/// Runs `kernels train transformer`.
+pub fn run(args: &TrainArgs) -> CliResult<()> {
+    train(args).map(drop)
+}
+
 /// Trains and checkpoints; returns the final held-out accuracy when evaluated.
 pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
     if args.steps == 0 || args.batch == 0 {
         return Err(fail("train: --steps and --batch must be > 0"));
     }
-    let chosen = choose(parse_choice(args.backend.as_deref())?)?;
+    let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
     let backend = chosen.backend.clone();
     let cfg = config(args);
     let mut rng = Rng::new(args.seed);

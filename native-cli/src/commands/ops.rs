@@ -6,6 +6,8 @@ use kernels_core::numerics::Budget;
 use kernels_core::op::{AttrDefault, AttrKind, AttrSpec, AttrValue, InputKind, OpSpec};
 use serde_json::{Value, json};
 
+use crate::{CliResult, emit};
+
 fn attr_type(k: &AttrKind) -> String {
     match k {
         AttrKind::Bool => "bool".into(),
@@ -210,6 +212,18 @@ pub fn markdown() -> String {
         ));
     }
     s
+}
+
+/// Runs `kernels ops`: the text listing, or with `json` the JSON list, or with `tables` the
+/// README's Markdown tables.
+pub fn run(json: bool, tables: bool) -> CliResult<()> {
+    if json {
+        emit(&format!("{}\n", serde_json::to_string_pretty(&all_json())?))
+    } else if tables {
+        emit(&markdown())
+    } else {
+        emit(&text())
+    }
 }
 
 #[cfg(test)]

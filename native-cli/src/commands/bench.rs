@@ -8,6 +8,9 @@
 //! one submit and the 4 downloaded bytes every wgpu row shows. CPU rows use
 //! `CpuBackend::new()` (the fast paths of kernels-core).
 
+pub mod llama;
+pub mod report;
+
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -17,11 +20,11 @@ use kernels_gpu::adapters::is_software;
 use kernels_gpu::bench::{
     BenchCase, NaiveMatmul, Work, attention_case, matmul_cases, median, rowwise_cases, time_runs,
 };
-use kernels_gpu::{Counters, WgpuBackend};
+use kernels_gpu::{Counters, WgpuBackend, require_wgpu};
 
-use crate::demo::fmt_duration;
 use crate::parity::download;
 use crate::{CliResult, emit, fail};
+use report::{BenchRow, table, tiled_vs_naive};
 
 /// Options of `kernels bench`.
 #[derive(Debug, Clone)]
@@ -34,54 +37,6 @@ pub struct BenchOptions {
     /// Peak GFLOPS per backend (`cpu=96,wgpu=5000`), for GFLOPS as a fraction of peak; the
     /// CPU's is estimated from its clock and vector unit when not given.
     pub peak_gflops: Option<String>,
-}
-
-/// One benchmark on one backend.
-#[derive(Debug, Clone, Default)]
-pub struct BenchRow {
-    pub bench: String,
-    pub backend: String,
-    pub size: String,
-    pub median_ms: Option<f64>,
-    pub gflops: Option<f64>,
-    pub gbps: Option<f64>,
-    pub runs: usize,
-    /// Counters of one timed run (wgpu only).
-    pub counters: Option<Counters>,
-    /// Least bytes the op must move (read inputs once, write outputs once).
-    pub min_bytes: Option<u64>,
-    /// GFLOPS over the backend's known peak.
-    pub peak_fraction: Option<f64>,
-    /// Tokens per second (llama prefill and decode rows).
-    pub tokens_per_s: Option<f64>,
-    pub error: Option<String>,
-}
-
-impl BenchRow {
-    /// `{"bench","backend","size","median_ms","gflops","gbps"}` plus `runs`, `dispatches`,
-    /// `submits`, `bytes_uploaded`, `bytes_downloaded`, `min_bytes`, `bytes_touched`,
-    /// `peak_fraction`, `tokens_per_s` and `error` (null where a figure does not apply).
-    pub fn json(&self) -> serde_json::Value {
-        let c = self.counters.as_ref();
-        serde_json::json!({
-            "bench": self.bench,
-            "backend": self.backend,
-            "size": self.size,
-            "median_ms": self.median_ms,
-            "gflops": self.gflops,
-            "gbps": self.gbps,
-            "runs": self.runs,
-            "dispatches": c.map(|c| c.dispatches),
-            "submits": c.map(|c| c.submits),
-            "bytes_uploaded": c.map(|c| c.bytes_uploaded),
-            "bytes_downloaded": c.map(|c| c.bytes_downloaded),
-            "min_bytes": self.min_bytes,
-            "bytes_touched": c.map(|c| c.bytes_touched),
-            "peak_fraction": self.peak_fraction,
-            "tokens_per_s": self.tokens_per_s,
-            "error": self.error,
-        })
-    }
 }
 
 /// A backend under test, with the wgpu backend again for its counters.
@@ -152,26 +107,32 @@ fn targets(spec: Option<&str>) -> CliResult<(Vec<Target>, Vec<String>)> {
                 gpu: None,
                 fence: None,
             }),
-            "wgpu" | "gpu" | "auto-wgpu" => match WgpuBackend::new() {
-                Ok(g) => {
-                    let g = Rc::new(g);
-                    let fence = g.upload(&Tensor::zeros(&[1])?)?;
-                    if is_software(g.adapter_info()) {
-                        notes.push(format!(
-                            "{} is a software adapter: its timings say nothing about GPU speed; \
-                             the counters, the bytes moved and tiled vs naive carry over",
-                            g.adapter_info().name
-                        ));
+            "wgpu" | "gpu" | "auto-wgpu" => {
+                let g = if n == "auto-wgpu" {
+                    match WgpuBackend::new() {
+                        Ok(g) => Rc::new(g),
+                        Err(e) => {
+                            notes.push(format!("no wgpu rows: {e}"));
+                            continue;
+                        }
                     }
-                    out.push(Target {
-                        backend: g.clone(),
-                        gpu: Some(g),
-                        fence: Some(fence),
-                    });
+                } else {
+                    require_wgpu()?
+                };
+                let fence = g.upload(&Tensor::zeros(&[1])?)?;
+                if is_software(g.adapter_info()) {
+                    notes.push(format!(
+                        "{} is a software adapter: its timings say nothing about GPU speed; \
+                             the counters, the bytes moved and tiled vs naive carry over",
+                        g.adapter_info().name
+                    ));
                 }
-                Err(e) if n == "auto-wgpu" => notes.push(format!("no wgpu rows: {e}")),
-                Err(e) => return Err(fail(format!("requested wgpu, but it is unavailable: {e}"))),
-            },
+                out.push(Target {
+                    backend: g.clone(),
+                    gpu: Some(g),
+                    fence: Some(fence),
+                });
+            }
             other => {
                 return Err(fail(format!(
                     "bench: unknown backend `{other}`; expected a comma-separated list of cpu, wgpu"
@@ -329,7 +290,7 @@ pub fn measure(opts: &BenchOptions) -> CliResult<(Vec<BenchRow>, Vec<String>)> {
         rows.push(mlp_step_row(t, &mut rng, sz.runs)?);
     }
     for t in &targets {
-        rows.extend(crate::bench_llama::rows(
+        rows.extend(llama::rows(
             t.backend.clone(),
             t.gpu.as_deref(),
             opts.quick,
@@ -461,118 +422,6 @@ fn mlp_step_row(t: &Target, rng: &mut Rng, runs: usize) -> CliResult<BenchRow> {
     row.median_ms = Some(s * 1e3);
     row.gflops = Some(flops / s / 1e9);
     Ok(row)
-}
-
-fn fmt_opt(v: Option<f64>, prec: usize) -> String {
-    match v {
-        Some(x) => format!("{x:.prec$}"),
-        None => "-".into(),
-    }
-}
-
-/// The rows as an aligned table.
-pub fn table(rows: &[BenchRow]) -> String {
-    let mut cells: Vec<Vec<String>> = vec![
-        [
-            "bench",
-            "backend",
-            "size",
-            "median",
-            "GFLOPS",
-            "peak",
-            "GB/s",
-            "tok/s",
-            "disp",
-            "submits",
-            "up B",
-            "down B",
-            "min B",
-            "touched B",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-    ];
-    for r in rows {
-        let c = r.counters.as_ref();
-        let cnt = |f: fn(&Counters) -> u64| c.map(|c| f(c).to_string()).unwrap_or("-".into());
-        cells.push(vec![
-            r.bench.clone(),
-            r.backend.clone(),
-            r.size.clone(),
-            match (r.median_ms, &r.error) {
-                (Some(ms), _) => fmt_duration(Duration::from_secs_f64(ms / 1e3)),
-                (None, Some(_)) => "error".into(),
-                (None, None) => "-".into(),
-            },
-            fmt_opt(r.gflops, 2),
-            r.peak_fraction
-                .map(|f| format!("{:.0}%", 100.0 * f))
-                .unwrap_or("-".into()),
-            fmt_opt(r.gbps, 2),
-            fmt_opt(r.tokens_per_s, 1),
-            cnt(|c| c.dispatches),
-            cnt(|c| c.submits),
-            cnt(|c| c.bytes_uploaded),
-            cnt(|c| c.bytes_downloaded),
-            r.min_bytes.map(|b| b.to_string()).unwrap_or("-".into()),
-            match (c, r.min_bytes) {
-                (Some(c), Some(m)) if m > 0 => format!(
-                    "{} ({:.2}x)",
-                    c.bytes_touched,
-                    c.bytes_touched as f64 / m as f64
-                ),
-                (Some(c), _) => c.bytes_touched.to_string(),
-                (None, _) => "-".into(),
-            },
-        ]);
-    }
-    let ncol = cells[0].len();
-    let widths: Vec<usize> = (0..ncol)
-        .map(|i| {
-            cells
-                .iter()
-                .map(|r| r[i].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut s = String::new();
-    for (i, row) in cells.iter().enumerate() {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        s.push_str(line.join("  ").trim_end());
-        s.push('\n');
-        if i == 0 {
-            let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-            s.push_str(&rule.join("  "));
-            s.push('\n');
-        }
-    }
-    s
-}
-
-/// `tiled vs naive at 256: 3.1x` lines for the sizes both ran.
-pub fn tiled_vs_naive(rows: &[BenchRow]) -> Vec<String> {
-    rows.iter()
-        .filter(|r| r.bench == "matmul_naive")
-        .filter_map(|nv| {
-            let tiled = rows.iter().find(|r| {
-                r.bench == "matmul" && r.size == nv.size && r.backend.starts_with("wgpu")
-            })?;
-            let (t, n) = (tiled.median_ms?, nv.median_ms?);
-            Some(format!(
-                "tiled vs naive WGSL matmul at {}: {:.2} ms vs {:.2} ms, {:.1}x",
-                nv.size,
-                t,
-                n,
-                n / t
-            ))
-        })
-        .collect()
 }
 
 /// Runs `kernels bench`.

@@ -1,0 +1,34 @@
+//! `kernels eval`: exact-match accuracy of a model (by default the embedded demo model) on
+//! held-out three-digit addition problems.
+
+use kernels_gpu::{BackendChoice, select_backend};
+
+use crate::addition::{embedded, evaluate};
+use crate::llama::{build, read_dir};
+use crate::{CliResult, emit};
+
+/// `kernels eval`: prints the exact-match accuracy.
+pub fn run(
+    dir: Option<&std::path::Path>,
+    n: usize,
+    seed: u64,
+    backend: Option<&str>,
+) -> CliResult<()> {
+    let chosen = select_backend(BackendChoice::from_arg(backend)?)?;
+    let files = match dir {
+        Some(d) => read_dir(d)?,
+        None => embedded()?,
+    };
+    let model = build(&files, chosen.backend.clone())?;
+    let (ok, n, wrong) = evaluate(&model, n, seed, 256)?;
+    emit(&format!(
+        "{}: held-out three-digit addition, exact match {ok}/{n} = {:.2}% on {}\n",
+        files.origin,
+        100.0 * ok as f64 / n.max(1) as f64,
+        kernels_core::Backend::name(&*chosen.backend)
+    ))?;
+    for w in wrong {
+        emit(&format!("  wrong: {w}\n"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,69 @@
+//! `kernels generate`: text from a llama checkpoint (or the embedded demo model), streamed to
+//! stdout as it is decoded, with the prefill and decode rates on stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use kernels_core::models::llama::Sampling;
+use kernels_gpu::{BackendChoice, select_backend};
+
+use crate::llama::{build, decode, encode, generate_ids, read_dir};
+use crate::{CliResult, addition, emit, fail};
+
+/// Options of `kernels generate`.
+#[derive(Debug, Clone)]
+pub struct GenerateArgs {
+    pub model: Option<PathBuf>,
+    pub prompt: String,
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    pub backend: Option<String>,
+}
+
+/// `kernels generate`: streams the completion to stdout, the timings to stderr.
+pub fn run(args: &GenerateArgs) -> CliResult<()> {
+    let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
+    let files = match &args.model {
+        Some(dir) => read_dir(dir)?,
+        None => addition::embedded()?,
+    };
+    let model = build(&files, chosen.backend.clone())?;
+    let tok = files.tokenizer.as_ref().ok_or_else(|| {
+        fail(format!(
+            "{}: no tokenizer.json (use `kernels logits --tokens` for raw ids)",
+            files.origin
+        ))
+    })?;
+    let prompt = encode(tok, &args.prompt)?;
+    eprintln!(
+        "{} on {} ({}), {} prompt tokens",
+        files.origin,
+        chosen.backend.name(),
+        chosen.reason,
+        prompt.len()
+    );
+    emit(&args.prompt)?;
+    let mut shown = String::new();
+    let mut all = Vec::new();
+    let mut stream_err = None;
+    let (_, stats) = generate_ids(&model, &prompt, args.max_tokens, args.sampling, &mut |id| {
+        all.push(id);
+        // Decode the whole completion and print what is new: multi-token characters appear
+        // once they are complete.
+        match decode(tok, &all) {
+            Ok(text) if text.starts_with(&shown) => {
+                let _ = emit(&text[shown.len()..]);
+                shown = text;
+            }
+            Ok(text) => shown = text,
+            Err(e) => stream_err = Some(e),
+        }
+    })?;
+    if let Some(e) = stream_err {
+        return Err(e);
+    }
+    emit("\n")?;
+    let _ = std::io::stdout().flush();
+    eprintln!("{}", stats.line());
+    Ok(())
+}

@@ -1,0 +1,56 @@
+//! `kernels logits --json`: the logits of a token sequence, to compare with another
+//! implementation.
+
+use std::path::PathBuf;
+
+use kernels_gpu::{BackendChoice, select_backend};
+
+use crate::llama::{build, logits, read_dir};
+use crate::{CliResult, addition, emit, fail};
+
+/// Options of `kernels logits`.
+#[derive(Debug, Clone)]
+pub struct LogitsArgs {
+    pub model: Option<PathBuf>,
+    pub tokens: Vec<u32>,
+    pub all_positions: bool,
+    pub backend: Option<String>,
+}
+
+/// `kernels logits --json`.
+pub fn run(args: &LogitsArgs) -> CliResult<()> {
+    let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
+    let files = match &args.model {
+        Some(dir) => read_dir(dir)?,
+        None => addition::embedded()?,
+    };
+    let model = build(&files, chosen.backend.clone())?;
+    let rows = logits(&model, &args.tokens, args.all_positions)?;
+    let n = args.tokens.len();
+    let positions: Vec<usize> = if args.all_positions {
+        (0..n).collect()
+    } else {
+        vec![n - 1]
+    };
+    let doc = serde_json::json!({
+        "model": files.origin,
+        "backend": chosen.backend.name(),
+        "tokens": args.tokens,
+        "vocab_size": model.config.vocab_size,
+        "positions": positions,
+        "logits": rows,
+    });
+    emit(&format!("{doc}\n"))
+}
+
+/// Parses `1,2,3`.
+pub fn parse_tokens(s: &str) -> CliResult<Vec<u32>> {
+    s.split(',')
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| {
+            p.trim()
+                .parse::<u32>()
+                .map_err(|_| fail(format!("--tokens: `{p}` is not a token id")))
+        })
+        .collect()
+}
