@@ -10,6 +10,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 use core::any::Any;
 use core::fmt;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, Result};
 
@@ -47,9 +48,25 @@ impl DType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeviceId(pub u64);
 
+/// The next id [`DeviceId::fresh`] hands out. `usize`, not `u64`: 32-bit targets without 64-bit
+/// atomics (`thumbv7em-none-eabihf`) have this one.
+static NEXT_DEVICE: AtomicUsize = AtomicUsize::new(1);
+
 impl DeviceId {
     /// Host memory.
     pub const CPU: DeviceId = DeviceId(0);
+
+    /// A new device id, never [`DeviceId::CPU`] and never handed out before in this process
+    /// (one global counter for every backend, so buffers of two devices are never confused).
+    pub fn fresh() -> DeviceId {
+        loop {
+            let n = NEXT_DEVICE.fetch_add(1, Ordering::Relaxed);
+            // 0 comes round again only after the counter wraps: it is the host's.
+            if n != 0 {
+                return DeviceId(n as u64);
+            }
+        }
+    }
 }
 
 /// A buffer owned by a device backend. Backends downcast through [`DeviceBuffer::as_any`].
@@ -291,5 +308,20 @@ impl Tensor {
             (Storage::I64(a), Storage::I64(b)) => a == b,
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    #[test]
+    fn fresh_device_ids_are_unique_and_not_the_host() {
+        let (a, b) = (DeviceId::fresh(), DeviceId::fresh());
+        assert_ne!(a, b);
+        assert_ne!(a, DeviceId::CPU);
+        assert_ne!(b, DeviceId::CPU);
     }
 }
