@@ -27,6 +27,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 pub use attrs::{Activation, GeluApprox};
+// `Op`, `OpKind`, `BinaryOp`, `UnaryOp`, `ReduceOp` and the default constants.
 pub use decl::*;
 pub use spec::{AttrDefault, AttrKind, AttrSpec, AttrValue, InputKind, InputSpec};
 
