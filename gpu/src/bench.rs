@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use kernels_core::op::{Direction, Op};
+use kernels_core::op::{Direction, LAYER_NORM_EPS, Op, RMS_NORM_EPS};
 use kernels_core::{Backend, Error, Result, Rng, Tensor};
 // `std::time::Instant` panics in the browser; web-time is std's natively.
 use web_time::Instant;
@@ -126,10 +126,12 @@ pub fn rowwise_cases(rows: usize, cols: usize, rng: &mut Rng) -> Result<Vec<Benc
         case("softmax", Op::Softmax { causal: false }, vec![x.clone()]),
         case(
             "layer_norm",
-            Op::LayerNorm { eps: 1e-5 },
+            Op::LayerNorm {
+                eps: LAYER_NORM_EPS,
+            },
             vec![x.clone(), w.clone(), bias],
         ),
-        case("rms_norm", Op::RmsNorm { eps: 1e-6 }, vec![x, w]),
+        case("rms_norm", Op::RmsNorm { eps: RMS_NORM_EPS }, vec![x, w]),
     ])
 }
 

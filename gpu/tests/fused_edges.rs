@@ -8,7 +8,7 @@
 mod common;
 
 use kernels_core::numerics::compare;
-use kernels_core::op::{Direction, Op};
+use kernels_core::op::{Direction, Op, ROPE_THETA};
 use kernels_core::rng::Rng;
 use kernels_core::{Backend, CpuBackend, Tensor};
 
@@ -93,7 +93,7 @@ fn rope_stays_accurate_at_large_positions() {
     let Some(gpu) = common::backend() else { return };
     for interleaved in [false, true] {
         let op = Op::Rope {
-            theta: 10000.0,
+            theta: ROPE_THETA,
             offset: 1_000_003,
             interleaved,
         };

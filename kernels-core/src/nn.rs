@@ -361,7 +361,8 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
-    /// Registers `prefix.weight` = 1 and `prefix.bias` = 0; PyTorch's default eps is 1e-5.
+    /// Registers `prefix.weight` = 1 and `prefix.bias` = 0; PyTorch's default eps is
+    /// [`LAYER_NORM_EPS`](crate::op::LAYER_NORM_EPS).
     pub fn new(store: &mut ParamStore, prefix: &str, dim: usize, eps: f32) -> Result<LayerNorm> {
         if dim == 0 {
             return Err(Error::Empty {
@@ -511,8 +512,8 @@ mod tests {
         let mut rng = Rng::new(3);
         let lin = Linear::new(&mut s, "fc1", 7, 13, true, &mut rng).unwrap();
         Embedding::new(&mut s, "emb", 11, 5, &mut rng).unwrap();
-        LayerNorm::new(&mut s, "ln", 5, 1e-5).unwrap();
-        RmsNorm::new(&mut s, "", 5, 1e-6).unwrap();
+        LayerNorm::new(&mut s, "ln", 5, crate::op::LAYER_NORM_EPS).unwrap();
+        RmsNorm::new(&mut s, "", 5, crate::op::RMS_NORM_EPS).unwrap();
         let gru = Gru::new(&mut s, "rnn", 3, 4, &mut rng).unwrap();
         let names: Vec<&str> = s.names().map(String::as_str).collect();
         assert_eq!(

@@ -17,7 +17,10 @@ use crate::autograd::Gradients;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::nn::ParamStore;
-use crate::op::{Direction, Op};
+use crate::op::{
+    ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY, Direction, Op, SGD_MOMENTUM,
+    SGD_NESTEROV, SGD_WEIGHT_DECAY,
+};
 use crate::tensor::Tensor;
 
 fn check_grad(op: &'static str, name: &str, p: &Tensor, g: &Tensor) -> Result<()> {
@@ -58,13 +61,13 @@ pub struct Sgd {
 }
 
 impl Sgd {
-    /// Plain SGD (no momentum, no weight decay).
+    /// Plain SGD (no momentum, no weight decay): `sgd_step`'s defaults.
     pub fn new(lr: f32) -> Sgd {
         Sgd {
             lr,
-            momentum: 0.0,
-            weight_decay: 0.0,
-            nesterov: false,
+            momentum: SGD_MOMENTUM,
+            weight_decay: SGD_WEIGHT_DECAY,
+            nesterov: SGD_NESTEROV,
             momentum_bufs: BTreeMap::new(),
         }
     }
@@ -134,14 +137,15 @@ pub struct AdamW {
 }
 
 impl AdamW {
-    /// PyTorch's defaults: betas (0.9, 0.999), eps 1e-8, weight_decay 0.01.
+    /// `adamw_step`'s defaults, which are PyTorch's: betas (0.9, 0.999), eps 1e-8,
+    /// weight_decay 0.01.
     pub fn new(lr: f32) -> AdamW {
         AdamW {
             lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.01,
+            beta1: ADAMW_BETA1,
+            beta2: ADAMW_BETA2,
+            eps: ADAMW_EPS,
+            weight_decay: ADAMW_WEIGHT_DECAY,
             step: 0,
             moments: BTreeMap::new(),
         }

@@ -12,7 +12,11 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::error::Result;
-use crate::op::{Activation, BinaryOp, GeluApprox, Op, OpKind, ReduceOp, UnaryOp};
+use crate::op::{
+    ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY, Activation, BinaryOp, GeluApprox,
+    LAYER_NORM_EPS, Op, OpKind, RMS_NORM_EPS, ROPE_THETA, ReduceOp, SGD_WEIGHT_DECAY,
+    SVD_POWER_ITERS, UnaryOp,
+};
 use crate::rng::Rng;
 use crate::tensor::{Tensor, numel};
 
@@ -357,7 +361,9 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             for s in [vec![1usize, 1], vec![7, 13], vec![3, 5, 65]] {
                 let d = *s.last().unwrap_or(&1);
                 v.push(case(
-                    Op::LayerNorm { eps: 1e-5 },
+                    Op::LayerNorm {
+                        eps: LAYER_NORM_EPS,
+                    },
                     vec![g.f(&s, Normal)?, g.f(&[d], Normal)?, g.f(&[d], Normal)?],
                 ));
             }
@@ -368,7 +374,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             for s in [vec![1usize, 1], vec![7, 13], vec![3, 5, 65]] {
                 let d = *s.last().unwrap_or(&1);
                 v.push(case(
-                    Op::RmsNorm { eps: 1e-6 },
+                    Op::RmsNorm { eps: RMS_NORM_EPS },
                     vec![g.f(&s, Normal)?, g.f(&[d], Normal)?],
                 ));
             }
@@ -377,7 +383,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
         K::Rope => vec![
             case(
                 Op::Rope {
-                    theta: 10000.0,
+                    theta: ROPE_THETA,
                     offset: 0,
                     interleaved: false,
                 },
@@ -385,7 +391,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             ),
             case(
                 Op::Rope {
-                    theta: 10000.0,
+                    theta: ROPE_THETA,
                     offset: 0,
                     interleaved: false,
                 },
@@ -401,7 +407,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             ),
             case(
                 Op::Rope {
-                    theta: 10000.0,
+                    theta: ROPE_THETA,
                     offset: 3,
                     interleaved: true,
                 },
@@ -620,7 +626,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             case(
                 Op::SvdLowrank {
                     rank: 3,
-                    power_iters: 2,
+                    power_iters: SVD_POWER_ITERS,
                     seed: 0,
                 },
                 vec![g.low_rank(20, 13, 3)?],
@@ -628,7 +634,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             case(
                 Op::SvdLowrank {
                     rank: 5,
-                    power_iters: 2,
+                    power_iters: SVD_POWER_ITERS,
                     seed: 7,
                 },
                 vec![g.decaying(33, 17)?],
@@ -637,10 +643,10 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
         K::AdamwStep => vec![case(
             Op::AdamwStep {
                 lr: 1e-2,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.01,
+                beta1: ADAMW_BETA1,
+                beta2: ADAMW_BETA2,
+                eps: ADAMW_EPS,
+                weight_decay: ADAMW_WEIGHT_DECAY,
                 step: 3,
             },
             vec![
@@ -655,7 +661,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 Op::SgdStep {
                     lr: 0.1,
                     momentum: 0.9,
-                    weight_decay: 0.0,
+                    weight_decay: SGD_WEIGHT_DECAY,
                     nesterov: false,
                 },
                 vec![

@@ -23,7 +23,7 @@ use kernels_core::autograd::{Graph, Var};
 use kernels_core::backend::{Backend, CpuBackend, LocalBoxFuture, now_or_never};
 use kernels_core::cpu::{self, Data, OwnedData, View};
 use kernels_core::nn::{Gru, LayerNorm, Linear, ParamStore};
-use kernels_core::op::{Direction, Op};
+use kernels_core::op::{Direction, LAYER_NORM_EPS, Op, RMS_NORM_EPS, ROPE_THETA};
 use kernels_core::optim::{AdamW, Sgd};
 use kernels_core::tensor::{DType, DeviceBuffer, DeviceId, Storage, Tensor};
 use kernels_core::{Error, Result, Rng};
@@ -260,7 +260,7 @@ fn attention_with_shared_inputs_matches_finite_differences() {
         .unwrap();
     s.register("q", rng.normal_tensor(&[1, 4, 3, 4], 0.0, 1.0).unwrap())
         .unwrap();
-    LayerNorm::new(&mut s, "ln", 4, 1e-5).unwrap();
+    LayerNorm::new(&mut s, "ln", 4, LAYER_NORM_EPS).unwrap();
     let target = rng.normal_tensor(&[1, 2, 5, 4], 0.0, 1.0).unwrap();
     let target_q = rng.normal_tensor(&[1, 4, 3, 4], 0.0, 1.0).unwrap();
     // Self-attention with the same var as q, k and v, then a residual use of it again; plus
@@ -269,9 +269,9 @@ fn attention_with_shared_inputs_matches_finite_differences() {
         let x = p.get("x")?;
         let a = g.attention(x, x, x, true, None)?;
         let r = g.add(&a, x)?;
-        let n = g.layer_norm(&r, p.get("ln.weight")?, p.get("ln.bias")?, 1e-5)?;
+        let n = g.layer_norm(&r, p.get("ln.weight")?, p.get("ln.bias")?, LAYER_NORM_EPS)?;
         let l1 = g.mse(&n, &constant(g, &target))?;
-        let kv = g.rope(x, 10000.0, 2, false)?;
+        let kv = g.rope(x, ROPE_THETA, 2, false)?;
         let b = g.attention(p.get("q")?, &kv, &kv, false, Some(0.7))?;
         let l2 = g.mse(&b, &constant(g, &target_q))?;
         g.add(&l1, &l2)
@@ -778,7 +778,7 @@ fn gru_attention_rope_layer_norm_gelu_composite_matches_finite_differences() {
     let head = Linear::new(&mut s, "head", 6, 2, true, &mut rng).unwrap();
     s.register("x", rng.normal_tensor(&[1, 2, 5, 4], 0.0, 1.0).unwrap())
         .unwrap();
-    LayerNorm::new(&mut s, "ln", 4, 1e-5).unwrap();
+    LayerNorm::new(&mut s, "ln", 4, LAYER_NORM_EPS).unwrap();
     let x = rng.normal_tensor(&[4, 3, 5], 0.0, 1.0).unwrap();
     let f = |g: &Graph, p: &kernels_core::nn::Params| {
         let (out, _h_n) = gru.forward(g, p, &constant(g, &x), None)?;
@@ -787,8 +787,8 @@ fn gru_attention_rope_layer_norm_gelu_composite_matches_finite_differences() {
         let xa = p.get("x")?;
         let a = g.attention(xa, xa, xa, true, None)?;
         let r = g.add(&a, xa)?;
-        let n = g.layer_norm(&r, p.get("ln.weight")?, p.get("ln.bias")?, 1e-5)?;
-        let kv = g.rope(xa, 10000.0, 2, false)?;
+        let n = g.layer_norm(&r, p.get("ln.weight")?, p.get("ln.bias")?, LAYER_NORM_EPS)?;
+        let kv = g.rope(xa, ROPE_THETA, 2, false)?;
         let b = g.attention(xa, &kv, &kv, false, Some(0.7))?;
         let l2 = dot_loss(g, &n, 2)?;
         let l3 = dot_loss(g, &g.gelu(&b)?, 3)?;
@@ -801,7 +801,7 @@ fn model(store: &mut ParamStore, seed: u64) -> (Linear, Gru) {
     let mut rng = Rng::new(seed);
     let lin = Linear::new(store, "head", 6, 3, true, &mut rng).unwrap();
     let gru = Gru::new(store, "rnn", 4, 6, &mut rng).unwrap();
-    LayerNorm::new(store, "ln", 6, 1e-5).unwrap();
+    LayerNorm::new(store, "ln", 6, LAYER_NORM_EPS).unwrap();
     (lin, gru)
 }
 
@@ -919,7 +919,7 @@ fn embedding_rms_norm_and_the_remaining_ops_match_finite_differences() {
     let mut rng = Rng::new(4);
     let mut s = f64_store();
     let emb = Embedding::new(&mut s, "tok", 11, 4, &mut rng).unwrap();
-    let norm = RmsNorm::new(&mut s, "norm", 4, 1e-6).unwrap();
+    let norm = RmsNorm::new(&mut s, "norm", 4, RMS_NORM_EPS).unwrap();
     s.register("w", rng.normal_tensor(&[8], 0.0, 1.0).unwrap())
         .unwrap();
     // Token 3 appears twice: its embedding row gets two contributions.

@@ -167,10 +167,10 @@ enum Cmd {
         #[arg(long, default_value_t = 0.0)]
         temperature: f32,
         /// Keep the k most likely tokens (0: all).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_K)]
         top_k: usize,
         /// Keep the most likely tokens holding this much probability (1: all).
-        #[arg(long, default_value_t = 1.0)]
+        #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_P)]
         top_p: f32,
         #[arg(long, default_value_t = 0)]
         seed: u64,

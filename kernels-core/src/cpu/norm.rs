@@ -210,8 +210,12 @@ mod tests {
 
     use crate::op::Direction;
 
-    const LN: Op = Op::LayerNorm { eps: 1e-5 };
-    const RMS: Op = Op::RmsNorm { eps: 1e-6 };
+    const LN: Op = Op::LayerNorm {
+        eps: crate::op::LAYER_NORM_EPS,
+    };
+    const RMS: Op = Op::RmsNorm {
+        eps: crate::op::RMS_NORM_EPS,
+    };
 
     #[test]
     fn layer_norm_by_hand() {

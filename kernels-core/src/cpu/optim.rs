@@ -137,7 +137,7 @@ mod tests {
     // wasm-pack test runs these in the browser too.
     use super::*;
     use crate::cpu::run;
-    use crate::op::{Direction, Op};
+    use crate::op::{ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, Direction, Op};
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -334,7 +334,8 @@ mod tests {
         let ok = View::float(&s23, &a);
         let bad = View::float(&s32, &a);
         for args in [[ok, bad, ok, ok], [ok, ok, bad, ok], [ok, ok, ok, bad]] {
-            let e = adamw_step(0.1, 0.9, 0.999, 1e-8, 0.0, 1, &args).unwrap_err();
+            let e =
+                adamw_step(0.1, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, 0.0, 1, &args).unwrap_err();
             assert!(
                 matches!(
                     e,
@@ -353,7 +354,16 @@ mod tests {
                 "{e:?}"
             );
         }
-        let e = adamw_step(0.1, 0.9, 0.999, 1e-8, 0.0, 0, &[ok, ok, ok, ok]).unwrap_err();
+        let e = adamw_step(
+            0.1,
+            ADAMW_BETA1,
+            ADAMW_BETA2,
+            ADAMW_EPS,
+            0.0,
+            0,
+            &[ok, ok, ok, ok],
+        )
+        .unwrap_err();
         assert!(matches!(e, Error::BadAttr { attr: "step", .. }), "{e:?}");
         let e = sgd_step(0.1, 0.9, 0.0, false, &[ok, ok]).unwrap_err();
         assert!(matches!(e, Error::Arity { .. }), "{e:?}");
@@ -364,7 +374,16 @@ mod tests {
         let shape = [0, 4];
         let e: Vec<f64> = Vec::new();
         let v = View::float(&shape, &e);
-        let out = adamw_step(0.1, 0.9, 0.999, 1e-8, 0.0, 1, &[v, v, v, v]).unwrap();
+        let out = adamw_step(
+            0.1,
+            ADAMW_BETA1,
+            ADAMW_BETA2,
+            ADAMW_EPS,
+            0.0,
+            1,
+            &[v, v, v, v],
+        )
+        .unwrap();
         assert!(
             out.iter()
                 .all(|o| o.shape == [0, 4] && o.floats().is_empty())
@@ -383,7 +402,16 @@ mod tests {
             vec![0.0; 2],
             vec![0.0; 2],
         ];
-        let out = adamw_step(0.1, 0.9, 0.999, 1e-8, 0.0, 1, &views(&shape, &xs)).unwrap();
+        let out = adamw_step(
+            0.1,
+            ADAMW_BETA1,
+            ADAMW_BETA2,
+            ADAMW_EPS,
+            0.0,
+            1,
+            &views(&shape, &xs),
+        )
+        .unwrap();
         assert!(out[0].floats()[0].is_nan() && out[0].floats()[1].is_finite());
     }
 }

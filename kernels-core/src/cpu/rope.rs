@@ -151,7 +151,7 @@ mod tests {
     use super::*;
     use crate::cpu::run;
     use crate::cpu::testutil::{assert_close, grad_check, rand_vec, run_as};
-    use crate::op::{Direction, Op};
+    use crate::op::{Direction, Op, ROPE_THETA};
     use crate::rng::Rng;
     #[cfg(target_arch = "wasm32")]
     use wasm_bindgen_test::wasm_bindgen_test as test;
@@ -169,7 +169,10 @@ mod tests {
         let mut rng = Rng::new(1);
         let x = rand_vec(&mut rng, 2 * 3 * 8);
         for inter in [false, true] {
-            let out = run_as::<f64>(&rope(10000.0, 0, inter), &[(vec![2, 3, 1, 8], x.clone())]);
+            let out = run_as::<f64>(
+                &rope(ROPE_THETA, 0, inter),
+                &[(vec![2, 3, 1, 8], x.clone())],
+            );
             assert_eq!(out[0].floats(), x.as_slice());
         }
     }
@@ -236,8 +239,14 @@ mod tests {
                 })
                 .collect()
         };
-        let inter = run_as::<f64>(&rope(10000.0, 3, true), &[(vec![1, 2, 13, d], x.clone())]);
-        let half = run_as::<f64>(&rope(10000.0, 3, false), &[(vec![1, 2, 13, d], perm(&x))]);
+        let inter = run_as::<f64>(
+            &rope(ROPE_THETA, 3, true),
+            &[(vec![1, 2, 13, d], x.clone())],
+        );
+        let half = run_as::<f64>(
+            &rope(ROPE_THETA, 3, false),
+            &[(vec![1, 2, 13, d], perm(&x))],
+        );
         assert_eq!(perm(inter[0].floats()), half[0].floats());
     }
 
@@ -247,7 +256,7 @@ mod tests {
         let shape = vec![2, 3, 7, 8];
         let x = rand_vec(&mut rng, 2 * 3 * 7 * 8);
         for inter in [false, true] {
-            let op = rope(10000.0, 11, inter);
+            let op = rope(ROPE_THETA, 11, inter);
             let out = run_as::<f64>(&op, &[(shape.clone(), x.clone())]);
             for (xr, or) in x.chunks(8).zip(out[0].floats().chunks(8)) {
                 let nx: f64 = xr.iter().map(|v| v * v).sum();
@@ -273,7 +282,7 @@ mod tests {
     fn large_positions_are_accurate_in_f32() {
         // At position 100000 the angle is 1e5 rad; computing it in f32 would be off by ~4e-3 rad.
         let x = vec![1.0, 0.0];
-        let out = run_as::<f32>(&rope(10000.0, 100_000, false), &[(vec![1, 1, 1, 2], x)]);
+        let out = run_as::<f32>(&rope(ROPE_THETA, 100_000, false), &[(vec![1, 1, 1, 2], x)]);
         let want = [libm::cos(1e5), libm::sin(1e5)];
         assert_close(out[0].floats(), &want, 1e-7, 0.0);
     }
@@ -288,7 +297,7 @@ mod tests {
             for inter in [false, true] {
                 let x = rand_vec(&mut rng, shape.iter().product());
                 grad_check(
-                    &rope(10000.0, 3, inter),
+                    &rope(ROPE_THETA, 3, inter),
                     &[(shape.clone(), x)],
                     i as u64 * 2 + inter as u64,
                 );
@@ -301,7 +310,7 @@ mod tests {
         let mut rng = Rng::new(6);
         let x = rand_vec(&mut rng, 3 * 2 * 13 * 16);
         for inter in [false, true] {
-            let op = rope(10000.0, 2047, inter);
+            let op = rope(ROPE_THETA, 2047, inter);
             let lo = run_as::<f32>(&op, &[(vec![3, 2, 13, 16], x.clone())]);
             let hi = run_as::<f64>(&op, &[(vec![3, 2, 13, 16], x.clone())]);
             assert_close(lo[0].floats(), hi[0].floats(), 1e-6, 1e-5);
@@ -314,23 +323,23 @@ mod tests {
         let fwd = |op: Op, shape: &[usize], data: &[f32]| {
             run(&op, Direction::Forward, &[View::float(shape, data)]).unwrap_err()
         };
-        let e = fwd(rope(10000.0, 0, false), &[2, 3, 4], &x);
+        let e = fwd(rope(ROPE_THETA, 0, false), &[2, 3, 4], &x);
         assert!(matches!(e, Error::BadShape { op: "rope", .. }), "{e:?}");
-        let e = fwd(rope(10000.0, 0, false), &[1, 2, 4, 3], &x);
+        let e = fwd(rope(ROPE_THETA, 0, false), &[1, 2, 4, 3], &x);
         assert!(
             matches!(&e, Error::BadShape { why, .. } if why.contains("even")),
             "{e:?}"
         );
-        let e = fwd(rope(10000.0, 0, false), &[1, 0, 4, 2], &[]);
+        let e = fwd(rope(ROPE_THETA, 0, false), &[1, 0, 4, 2], &[]);
         assert!(matches!(e, Error::Empty { op: "rope", .. }), "{e:?}");
         let e = fwd(rope(0.0, 0, false), &[1, 1, 4, 6], &x);
         assert!(matches!(e, Error::BadAttr { attr: "theta", .. }), "{e:?}");
         let e = fwd(rope(f32::NAN, 0, false), &[1, 1, 4, 6], &x);
         assert!(matches!(e, Error::BadAttr { attr: "theta", .. }), "{e:?}");
-        let e = fwd(rope(10000.0, usize::MAX, false), &[1, 1, 4, 6], &x);
+        let e = fwd(rope(ROPE_THETA, usize::MAX, false), &[1, 1, 4, 6], &x);
         assert!(matches!(e, Error::BadAttr { attr: "offset", .. }), "{e:?}");
         let e = run(
-            &rope(10000.0, 0, false),
+            &rope(ROPE_THETA, 0, false),
             Direction::Backward,
             &[
                 View::float(&[1, 1, 4, 6], &x),

@@ -24,7 +24,7 @@ use crate::autograd::{Graph, Var};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::nn::{ParamStore, Params};
-use crate::op::Op;
+use crate::op::{Op, RMS_NORM_EPS, ROPE_THETA, SAMPLE_TOP_K, SAMPLE_TOP_P};
 use crate::rng::Rng;
 use crate::tensor::Tensor;
 
@@ -139,7 +139,7 @@ impl LlamaConfig {
         }
         // transformers >= 5 writes `rope_parameters: {rope_theta, rope_type}` instead of
         // `rope_theta`.
-        let mut rope_theta = get_f32(&obj, "rope_theta", 10000.0)?;
+        let mut rope_theta = get_f32(&obj, "rope_theta", ROPE_THETA)?;
         if let Some(Value::Object(rp)) = obj.get("rope_parameters") {
             if let Some(t) = rp.get("rope_type").and_then(Value::as_str)
                 && t != "default"
@@ -160,7 +160,7 @@ impl LlamaConfig {
             num_attention_heads,
             num_key_value_heads: get_usize(&obj, "num_key_value_heads", Some(num_attention_heads))?,
             vocab_size: get_usize(&obj, "vocab_size", None)?,
-            rms_norm_eps: get_f32(&obj, "rms_norm_eps", 1e-6)?,
+            rms_norm_eps: get_f32(&obj, "rms_norm_eps", RMS_NORM_EPS)?,
             rope_theta,
             max_position_embeddings: get_usize(&obj, "max_position_embeddings", Some(2048))?,
             tie_word_embeddings: obj
@@ -590,8 +590,8 @@ impl Default for Sampling {
     fn default() -> Self {
         Sampling {
             temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
+            top_k: SAMPLE_TOP_K,
+            top_p: SAMPLE_TOP_P,
             seed: 0,
         }
     }

@@ -48,7 +48,7 @@ use crate::autograd::{Graph, Var};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::nn::{Gru, Linear, ParamStore, Params};
-use crate::op::{Activation, Op};
+use crate::op::{Activation, Op, SVD_POWER_ITERS};
 use crate::optim::AdamW;
 use crate::rng::Rng;
 use crate::tensor::Tensor;
@@ -320,7 +320,7 @@ pub fn residual_svd(
     let r = g.reshape(&r, &[rows, cols])?;
     let op = Op::SvdLowrank {
         rank,
-        power_iters: 2,
+        power_iters: SVD_POWER_ITERS,
         seed,
     };
     let mut outs = g.apply(&op, &[&r])?.into_iter();

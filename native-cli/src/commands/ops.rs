@@ -252,7 +252,10 @@ mod tests {
             .iter()
             .position(|k| *k == OpKind::LayerNorm)
             .unwrap()];
-        assert_eq!(ln["attrs"][0]["default"].as_f64().unwrap(), 1e-5);
+        // Published as declared (1e-5, not the f32 widened), the same value as the constant.
+        let eps = ln["attrs"][0]["default"].as_f64().unwrap();
+        assert_eq!(eps, 1e-5);
+        assert_eq!(eps as f32, kernels_core::op::LAYER_NORM_EPS);
     }
 
     #[test]

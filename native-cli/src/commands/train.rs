@@ -9,6 +9,7 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressStyle};
 use kernels_core::autograd::Graph;
 use kernels_core::models::llama::{Llama, LlamaConfig};
+use kernels_core::op::{ADAMW_WEIGHT_DECAY, ROPE_THETA};
 use kernels_core::optim::AdamW;
 use kernels_core::{Rng, Tensor};
 use kernels_gpu::{BackendChoice, select_backend};
@@ -46,7 +47,7 @@ pub fn config(args: &TrainArgs) -> LlamaConfig {
         num_key_value_heads: args.kv_heads,
         vocab_size: addition::VOCAB.len(),
         rms_norm_eps: 1e-5,
-        rope_theta: 10000.0,
+        rope_theta: ROPE_THETA,
         max_position_embeddings: PROMPT_LEN + ANSWER_LEN,
         tie_word_embeddings: true,
         head_dim: args.hidden.checked_div(args.heads).unwrap_or(0),
@@ -133,7 +134,7 @@ pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
         backend.name(),
         chosen.reason
     );
-    let mut opt = AdamW::new(args.lr).weight_decay(0.01);
+    let mut opt = AdamW::new(args.lr).weight_decay(ADAMW_WEIGHT_DECAY);
     let seq = PROMPT_LEN + ANSWER_LEN - 1;
     // Logits at these positions predict the answer's characters.
     let positions: Vec<usize> = (PROMPT_LEN - 1..seq).collect();

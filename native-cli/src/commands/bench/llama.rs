@@ -24,7 +24,7 @@ pub fn random_15m() -> LlamaConfig {
         num_key_value_heads: 2,
         vocab_size: 8192,
         rms_norm_eps: 1e-5,
-        rope_theta: 10000.0,
+        rope_theta: kernels_core::op::ROPE_THETA,
         max_position_embeddings: 1024,
         tie_word_embeddings: true,
         head_dim: 64,

@@ -1,0 +1,643 @@
+//! The op table: every op with its attributes, their types and defaults, and its signature,
+//! declared once.
+//!
+//! One entry per [`Op`] variant:
+//!
+//! ```text
+//! /// doc of the variant
+//! Variant { field: type = default [=> PUB_CONST] [if check], ... } [validate { ... }] => [
+//!     Kind "name" { inputs: [...], outputs: [...], grad: [...], budget: ..., budget_backward: ..., doc: "..." },
+//! ],
+//! ```
+//!
+//! A variant without attributes has no `{ ... }`; one that wraps a sub-enum (`Binary(BinaryOp)`)
+//! lists one kind per sub-enum variant, of the same name. A default is a literal (for `f32`
+//! attributes the published default is that decimal as an `f64`), `(expression)`, `required`
+//! or `(derived "how")` (an `Option` that stays `None`: the kernel computes it). `=> NAME`
+//! publishes the default as `pub const NAME`; `if check` names a check in `attrs.rs` that a given
+//! value must pass. An input is `name` (f32) or `name: Int` (i32 or i64).
+//!
+//! From the table come [`Op`], [`OpKind`], [`BinaryOp`], [`UnaryOp`], [`ReduceOp`], the default
+//! constants, [`OpKind::ALL`], [`OpKind::name`], [`OpKind::spec`], [`Op::kind`],
+//! [`Op::from_attrs`] and [`Op::attrs`] (and so `Display`).
+
+use alloc::vec::Vec;
+
+use super::OpSpec;
+use super::attrs::{self, Activation, AttrType, Attrs, Fallback, GeluApprox};
+use super::spec::{AttrDefault, AttrSpec, AttrValue, InputKind, InputSpec};
+use crate::error::{Error, Result};
+use crate::numerics::Budget;
+
+macro_rules! declare_ops {
+    // A sub-enum (`Binary(BinaryOp)`): one variant per kind, of the kind's name.
+    (@sub [$(#[$meta:meta])* $sub:ident] $($kind:ident)+) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $sub {
+            $($kind),+
+        }
+    };
+    (@sub $($kind:ident)+) => {};
+
+    (@input) => { InputKind::Float };
+    (@input $kind:ident) => { InputKind::$kind };
+
+    (@published $ty:ty; required) => { AttrDefault::Required };
+    (@published $ty:ty; (derived $how:literal)) => { AttrDefault::Derived($how) };
+    (@published $ty:ty; $value:tt) => {
+        AttrDefault::Value(<$ty as AttrType>::publish($value))
+    };
+
+    (@fallback required) => { Fallback::Required };
+    (@fallback (derived $how:literal)) => { Fallback::Value(None) };
+    (@fallback $value:tt => $name:ident) => { Fallback::Value($name) };
+    (@fallback $value:tt) => { Fallback::Value($value) };
+
+    (@check) => { attrs::any };
+    (@check $check:ident) => { attrs::$check };
+
+    // One entry per kind: `{ Kind "name" [pattern] [pattern without bindings] [attributes]
+    // [validate] { signature } }`, collected into `@emit`.
+    (@norm [$($done:tt)*]) => {
+        declare_ops!(@emit $($done)*);
+    };
+    (@norm [$($done:tt)*]
+        { $variant:ident [($sub:ident)] [] [] [] [$($kind:ident $name:literal { $($sig:tt)* })+] }
+        $($rest:tt)*
+    ) => {
+        declare_ops!(@norm [$($done)* $({
+            $kind $name [Op::$variant($sub::$kind)] [Op::$variant($sub::$kind)] [] [] { $($sig)* }
+        })+] $($rest)*);
+    };
+    (@norm [$($done:tt)*]
+        { $variant:ident [] [$($pat:tt)*] [$($attrs:tt)*] [$($validate:tt)*]
+          [$kind:ident $name:literal { $($sig:tt)* }] }
+        $($rest:tt)*
+    ) => {
+        declare_ops!(@norm [$($done)* {
+            $kind $name [Op::$variant $($pat)*] [Op::$variant { .. }] [$($attrs)*] [$($validate)*]
+            { $($sig)* }
+        }] $($rest)*);
+    };
+
+    (@emit $({
+        $kind:ident $name:literal [$($pat:tt)*] [$($wild:tt)*]
+        [$($field:ident : $ty:ty = $def:tt $(=> $const:ident)? $(if $check:ident)?),*]
+        [$($validate:block)?]
+        {
+            inputs: [$($input:ident $(: $input_kind:ident)?),* $(,)?],
+            outputs: [$($output:ident),+ $(,)?],
+            grad: [$($grad:ident),* $(,)?],
+            budget: $budget:expr,
+            budget_backward: $budget_backward:expr,
+            doc: $doc:literal $(,)?
+        }
+    })*) => {
+        impl OpKind {
+            /// Inputs, attributes, outputs, gradients and budgets of this op.
+            pub fn spec(self) -> OpSpec {
+                match self {
+                    $(OpKind::$kind => OpSpec {
+                        kind: self,
+                        inputs: &[$(InputSpec {
+                            name: stringify!($input),
+                            kind: declare_ops!(@input $($input_kind)?),
+                        }),*],
+                        attrs: alloc::vec![$(AttrSpec {
+                            name: stringify!($field),
+                            kind: <$ty as AttrType>::KIND,
+                            default: declare_ops!(@published $ty; $def),
+                        }),*],
+                        outputs: &[$(stringify!($output)),+],
+                        grad_inputs: &[$(stringify!($grad)),*],
+                        budget: $budget,
+                        budget_backward: $budget_backward,
+                        doc: $doc,
+                    },)*
+                }
+            }
+        }
+
+        impl Op {
+            /// The op's kind.
+            pub fn kind(&self) -> OpKind {
+                match self {
+                    $($($wild)* => OpKind::$kind,)*
+                }
+            }
+
+            /// Builds an op from `name=value` attribute strings, validating names and values.
+            pub fn from_attrs(kind: OpKind, given: &[(&str, &str)]) -> Result<Op> {
+                let op = kind.name();
+                let spec = kind.spec();
+                for (k, _) in given {
+                    if !spec.attrs.iter().any(|a| a.name == *k) {
+                        return Err(Error::UnknownAttr {
+                            op,
+                            attr: (*k).into(),
+                        });
+                    }
+                }
+                let a = Attrs { op, given };
+                match kind {
+                    $(OpKind::$kind => {
+                        $(let $field: $ty = a.get(
+                            stringify!($field),
+                            declare_ops!(@fallback $def $(=> $const)?),
+                            declare_ops!(@check $($check)?),
+                        )?;)*
+                        $(let () = $validate?;)?
+                        Ok($($pat)*)
+                    })*
+                }
+            }
+
+            /// The attribute values of this op, in spec order (derived defaults left out when
+            /// unset).
+            pub fn attrs(&self) -> Vec<(&'static str, AttrValue)> {
+                match *self {
+                    $($($pat)* => attrs::listed([
+                        $((stringify!($field), AttrType::value($field))),*
+                    ]),)*
+                }
+            }
+        }
+    };
+
+    ($(
+        $(#[$meta:meta])*
+        $variant:ident
+        $(($(#[$sub_meta:meta])* $sub:ident))?
+        $({ $($field:ident : $ty:ty = $def:tt $(=> $const:ident)? $(if $check:ident)?),* $(,)? })?
+        $(validate $validate:block)?
+        => [$($kind:ident $name:literal { $($sig:tt)* }),+ $(,)?]
+    ),* $(,)?) => {
+        /// An op with its attributes. See [`OpKind::spec`] for inputs and outputs.
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        pub enum Op {
+            $(
+                $(#[$meta])*
+                $variant $(($sub))? $({ $($field: $ty),* })?,
+            )*
+        }
+
+        $(declare_ops!(@sub $([$(#[$sub_meta])* $sub])? $($kind)+);)*
+
+        $($($($(
+            #[doc = concat!(
+                "Default `", stringify!($field), "` of [`Op::", stringify!($variant), "`]."
+            )]
+            pub const $const: $ty = $def;
+        )?)*)?)*
+
+        /// The name of every op, without attributes.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum OpKind {
+            $($($kind),+),*
+        }
+
+        impl OpKind {
+            /// Every op, in table order.
+            pub const ALL: &'static [OpKind] = &[$($(OpKind::$kind),+),*];
+
+            /// The op's name as used by the CLI, kernels and docs.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($(OpKind::$kind => $name),+),*
+                }
+            }
+        }
+
+        declare_ops!(@norm [] $({
+            $variant
+            [$(($sub))?]
+            [$({ $($field),* })?]
+            [$($($field : $ty = $def $(=> $const)? $(if $check)?),*)?]
+            [$($validate)?]
+            [$($kind $name { $($sig)* })+]
+        })*);
+    };
+}
+
+// Budgets (see DESIGN.md, Numerics). Elementwise: fixed. Reductions: grow with sqrt(K).
+const B_ARITH: Budget = Budget::fixed(0.0, 1e-6);
+const B_DIV: Budget = Budget::fixed(1e-7, 1e-6);
+const B_TRANS: Budget = Budget::fixed(1e-6, 1e-5);
+const B_REDUCE: Budget = Budget::per_k(2e-6, 2e-6);
+const B_REDUCE_BWD: Budget = Budget::per_k(4e-6, 4e-6);
+const B_SVD: Budget = Budget::per_k(1e-5, 1e-4);
+const EXACT: Budget = Budget::EXACT;
+
+declare_ops! {
+    /// `a @ b`, batched over leading dims (equal, or one side 2-D and shared).
+    Matmul {
+        trans_a: bool = false,
+        trans_b: bool = false,
+    } => [
+        Matmul "matmul" {
+            inputs: [a, b],
+            outputs: [out],
+            grad: [a, b],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE,
+            doc: "a @ b, batched over leading dims (equal, or one operand 2-D)",
+        },
+    ],
+    /// `act(x @ weight^T + bias)`: x `[..., in]`, weight `[out, in]`, bias `[out]`.
+    Linear {
+        activation: Activation = (Activation::None),
+    } => [
+        Linear "linear" {
+            inputs: [x, weight, bias],
+            outputs: [out],
+            grad: [x, weight, bias],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE,
+            doc: "act(F.linear(x, weight, bias)), act none, relu, tanh or sigmoid",
+        },
+    ],
+    Binary(
+        /// Elementwise binary ops; `b` broadcasts over `a`'s leading dims (`b.shape` a suffix of
+        /// `a.shape`).
+        BinaryOp
+    ) => [
+        Add "add" {
+            inputs: [a, b],
+            outputs: [out],
+            grad: [a, b],
+            budget: B_ARITH,
+            budget_backward: B_REDUCE,
+            doc: "a + b; b broadcasts over a's leading dims",
+        },
+        Sub "sub" {
+            inputs: [a, b],
+            outputs: [out],
+            grad: [a, b],
+            budget: B_ARITH,
+            budget_backward: B_REDUCE,
+            doc: "a - b; b broadcasts over a's leading dims",
+        },
+        Mul "mul" {
+            inputs: [a, b],
+            outputs: [out],
+            grad: [a, b],
+            budget: B_ARITH,
+            budget_backward: B_REDUCE,
+            doc: "a * b; b broadcasts over a's leading dims",
+        },
+        Div "div" {
+            inputs: [a, b],
+            outputs: [out],
+            grad: [a, b],
+            budget: B_DIV,
+            budget_backward: B_REDUCE_BWD,
+            doc: "a / b; b broadcasts over a's leading dims",
+        },
+    ],
+    Scale {
+        factor: f32 = required,
+    } => [
+        Scale "scale" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_ARITH,
+            budget_backward: B_ARITH,
+            doc: "x * factor",
+        },
+    ],
+    Unary(
+        /// Elementwise unary ops without attributes.
+        UnaryOp
+    ) => [
+        Neg "neg" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: EXACT,
+            budget_backward: EXACT,
+            doc: "-x",
+        },
+        Exp "exp" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_TRANS,
+            budget_backward: B_TRANS,
+            doc: "torch.exp",
+        },
+        Log "log" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_TRANS,
+            budget_backward: B_DIV,
+            doc: "torch.log",
+        },
+        Sqrt "sqrt" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_DIV,
+            budget_backward: B_DIV,
+            doc: "torch.sqrt",
+        },
+        Relu "relu" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: EXACT,
+            budget_backward: EXACT,
+            doc: "torch.relu",
+        },
+        Sigmoid "sigmoid" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_TRANS,
+            budget_backward: B_TRANS,
+            doc: "torch.sigmoid",
+        },
+        Tanh "tanh" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_TRANS,
+            budget_backward: B_TRANS,
+            doc: "torch.tanh",
+        },
+        Silu "silu" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_TRANS,
+            budget_backward: B_TRANS,
+            doc: "F.silu",
+        },
+    ],
+    Gelu {
+        approximate: GeluApprox = (GeluApprox::None),
+    } => [
+        Gelu "gelu" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_TRANS,
+            budget_backward: B_TRANS,
+            doc: "F.gelu (exact erf form, or the tanh approximation)",
+        },
+    ],
+    /// Over the last dim; causal masks key `j > i + (t - s)` for x `[..., s, t]`.
+    Softmax {
+        causal: bool = false => SOFTMAX_CAUSAL,
+    } => [
+        Softmax "softmax" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE_BWD,
+            doc: "softmax over the last dim; causal masks key j > i + (t - s)",
+        },
+    ],
+    LogSoftmax {
+        causal: bool = false => LOG_SOFTMAX_CAUSAL,
+    } => [
+        LogSoftmax "log_softmax" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE_BWD,
+            doc: "log_softmax over the last dim; causal as softmax",
+        },
+    ],
+    LayerNorm {
+        eps: f32 = 1e-5 => LAYER_NORM_EPS if positive,
+    } => [
+        LayerNorm "layer_norm" {
+            inputs: [x, weight, bias],
+            outputs: [out],
+            grad: [x, weight, bias],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE_BWD,
+            doc: "F.layer_norm over the last dim",
+        },
+    ],
+    RmsNorm {
+        eps: f32 = 1e-6 => RMS_NORM_EPS if positive,
+    } => [
+        RmsNorm "rms_norm" {
+            inputs: [x, weight],
+            outputs: [out],
+            grad: [x, weight],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE_BWD,
+            doc: "x * rsqrt(mean(x^2, -1) + eps) * weight",
+        },
+    ],
+    /// x `[batch, heads, seq, head_dim]`, position = offset + index.
+    Rope {
+        theta: f32 = 10000.0 => ROPE_THETA if positive,
+        offset: usize = 0,
+        interleaved: bool = false,
+    } => [
+        Rope "rope" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_TRANS,
+            budget_backward: B_TRANS,
+            doc: "rotary embedding of x [batch, heads, seq, head_dim]; HF rotate_half layout or interleaved pairs",
+        },
+    ],
+    Embedding => [
+        Embedding "embedding" {
+            inputs: [ids: Int, weight],
+            outputs: [out],
+            grad: [weight],
+            budget: EXACT,
+            budget_backward: B_REDUCE,
+            doc: "F.embedding",
+        },
+    ],
+    Reduce(
+        /// Reductions over the last dim.
+        ReduceOp
+    ) => [
+        Sum "sum" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_REDUCE,
+            budget_backward: EXACT,
+            doc: "sum over the last dim",
+        },
+        Mean "mean" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: B_REDUCE,
+            budget_backward: B_DIV,
+            doc: "mean over the last dim",
+        },
+        Max "max" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: EXACT,
+            budget_backward: EXACT,
+            doc: "max over the last dim (gradient to the first maximum)",
+        },
+    ],
+    /// Swap the last two dims.
+    Transpose => [
+        Transpose "transpose" {
+            inputs: [x],
+            outputs: [out],
+            grad: [x],
+            budget: EXACT,
+            budget_backward: EXACT,
+            doc: "swap the last two dims",
+        },
+    ],
+    /// Concatenate on the last dim.
+    Concat => [
+        Concat "concat" {
+            inputs: [a, b],
+            outputs: [out],
+            grad: [a, b],
+            budget: EXACT,
+            budget_backward: EXACT,
+            doc: "torch.cat on the last dim",
+        },
+    ],
+    /// q `[b, hq, s, d]`, k and v `[b, hkv, t, d]`; `scale` `None` means `1/sqrt(d)`.
+    Attention {
+        causal: bool = true => ATTENTION_CAUSAL,
+        scale: Option<f32> = (derived "1/sqrt(head_dim)"),
+    } => [
+        Attention "attention" {
+            inputs: [q, k, v],
+            outputs: [out],
+            grad: [q, k, v],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE_BWD,
+            doc: "F.scaled_dot_product_attention with GQA; q [b, hq, s, d], k and v [b, hkv, t, d]",
+        },
+    ],
+    GruCell => [
+        GruCell "gru_cell" {
+            inputs: [x, h, weight_ih, weight_hh, bias_ih, bias_hh],
+            outputs: [h_next],
+            grad: [x, h, weight_ih, weight_hh, bias_ih, bias_hh],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE_BWD,
+            doc: "torch.nn.GRUCell (gates r, z, n; b_hn inside r * (...))",
+        },
+    ],
+    GruSequence => [
+        GruSequence "gru_sequence" {
+            inputs: [x, h0, weight_ih, weight_hh, bias_ih, bias_hh],
+            outputs: [output, h_n],
+            grad: [x, h0, weight_ih, weight_hh, bias_ih, bias_hh],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE_BWD,
+            doc: "one-layer torch.nn.GRU; x [seq, batch, input], h0 [batch, hidden]",
+        },
+    ],
+    CrossEntropy => [
+        CrossEntropy "cross_entropy" {
+            inputs: [logits, targets: Int],
+            outputs: [out],
+            grad: [logits],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE_BWD,
+            doc: "F.cross_entropy, mean over rows",
+        },
+    ],
+    Mse => [
+        Mse "mse" {
+            inputs: [a, b],
+            outputs: [out],
+            grad: [a, b],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE_BWD,
+            doc: "F.mse_loss, mean",
+        },
+    ],
+    Argmax => [
+        Argmax "argmax" {
+            inputs: [x],
+            outputs: [out],
+            grad: [],
+            budget: EXACT,
+            budget_backward: EXACT,
+            doc: "index of the first maximum over the last dim (i32)",
+        },
+    ],
+    /// Next-token sampling: logits `[rows, vocab]`, one uniform in `[0, 1)` per row -> i32 ids.
+    Sample {
+        temperature: f32 = 1.0 => SAMPLE_TEMPERATURE,
+        top_k: usize = 0 => SAMPLE_TOP_K,
+        top_p: f32 = 1.0 => SAMPLE_TOP_P,
+    } validate {
+        crate::cpu::sample::check_attrs(temperature, top_k, top_p)
+    } => [
+        Sample "sample" {
+            inputs: [logits, uniform],
+            outputs: [out],
+            grad: [],
+            budget: EXACT,
+            budget_backward: EXACT,
+            doc: "draw a token id per row of logits [rows, vocab] with its uniform [rows]: temperature (0 = argmax), top_k (0 = all; ties kept), top_p (1 = all), i32",
+        },
+    ],
+    SvdLowrank {
+        rank: usize = required if at_least_one,
+        power_iters: usize = 2 => SVD_POWER_ITERS if at_most_64,
+        seed: u64 = 0,
+    } => [
+        SvdLowrank "svd_lowrank" {
+            inputs: [a],
+            outputs: [u, s, v],
+            grad: [],
+            budget: B_SVD,
+            budget_backward: B_SVD,
+            doc: "randomized truncated SVD (Halko et al.), a ~ u diag(s) v^T; exact for rank(a) <= rank",
+        },
+    ],
+    AdamwStep {
+        lr: f32 = required,
+        beta1: f32 = 0.9 => ADAMW_BETA1 if unit_interval,
+        beta2: f32 = 0.999 => ADAMW_BETA2 if unit_interval,
+        eps: f32 = 1e-8 => ADAMW_EPS if positive,
+        weight_decay: f32 = 0.01 => ADAMW_WEIGHT_DECAY,
+        step: u64 = required if step_number,
+    } => [
+        AdamwStep "adamw_step" {
+            inputs: [param, grad, m, v],
+            outputs: [param, m, v],
+            grad: [],
+            budget: B_TRANS,
+            budget_backward: B_TRANS,
+            doc: "one torch.optim.AdamW step (step counts from 1)",
+        },
+    ],
+    SgdStep {
+        lr: f32 = required,
+        momentum: f32 = 0.0 => SGD_MOMENTUM,
+        weight_decay: f32 = 0.0 => SGD_WEIGHT_DECAY,
+        nesterov: bool = false => SGD_NESTEROV,
+    } => [
+        SgdStep "sgd_step" {
+            inputs: [param, grad, momentum_buf],
+            outputs: [param, momentum_buf],
+            grad: [],
+            budget: B_ARITH,
+            budget_backward: B_ARITH,
+            doc: "one torch.optim.SGD step with momentum (zero-initialized buffer, no dampening)",
+        },
+    ],
+}

@@ -1,0 +1,303 @@
+//! The op vocabulary: every operation declared once.
+//!
+//! [`OpKind`] names each op; [`OpKind::spec`] gives its inputs, attributes with defaults, outputs,
+//! differentiable inputs and error budget; [`Op`] is an op with its attributes filled in. Kernel
+//! names, parity cases, CLI listings and docs all derive from here. `match`es over these enums
+//! have no `_` arm, so a new op is a compile error until every backend handles it.
+//!
+//! Each op, its attributes and their defaults are declared once, in the table of `decl.rs`;
+//! `Op`, `OpKind`, the sub-enums, the default constants ([`LAYER_NORM_EPS`], [`ADAMW_BETA1`],
+//! ...), [`OpKind::spec`], attribute parsing ([`Op::from_attrs`]) and listing ([`Op::attrs`],
+//! `Display`) are generated from it. `spec.rs` holds the signature types, `attrs.rs` the attribute
+//! types and their parsing.
+//!
+//! Backward convention: the backward of an op takes `inputs ++ outputs ++ grad_outputs` (one
+//! gradient per output, named `grad_<output>`) and returns one gradient per entry of
+//! [`OpSpec::grad_inputs`], in that order, named `grad_<input>`.
+
+mod attrs;
+mod decl;
+mod spec;
+#[cfg(test)]
+mod tests;
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+
+pub use attrs::{Activation, GeluApprox};
+// `Op`, `OpKind`, `BinaryOp`, `UnaryOp`, `ReduceOp` and the default constants.
+pub use decl::*;
+pub use spec::{AttrDefault, AttrKind, AttrSpec, AttrValue, InputKind, InputSpec};
+
+use crate::error::{Error, Result};
+use crate::numerics::Budget;
+use crate::tensor::DType;
+
+/// Forward or backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    Forward,
+    Backward,
+}
+
+impl Direction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::Forward => "forward",
+            Direction::Backward => "backward",
+        }
+    }
+}
+
+/// Everything there is to know about an op without running it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpSpec {
+    pub kind: OpKind,
+    pub inputs: &'static [InputSpec],
+    pub attrs: Vec<AttrSpec>,
+    pub outputs: &'static [&'static str],
+    /// Names of the inputs that receive gradients (empty: no backward).
+    pub grad_inputs: &'static [&'static str],
+    /// Budget of the forward outputs against the f32 CPU reference.
+    pub budget: Budget,
+    /// Budget of the backward outputs.
+    pub budget_backward: Budget,
+    /// One-line meaning.
+    pub doc: &'static str,
+}
+
+impl OpSpec {
+    /// Whether the op has a backward.
+    pub fn differentiable(&self) -> bool {
+        !self.grad_inputs.is_empty()
+    }
+    /// Names of the tensors the given direction takes, in order.
+    pub fn arg_names(&self, dir: Direction) -> Vec<String> {
+        let mut v: Vec<String> = self.inputs.iter().map(|i| i.name.to_string()).collect();
+        if dir == Direction::Backward {
+            v.extend(self.outputs.iter().map(|o| o.to_string()));
+            v.extend(self.outputs.iter().map(|o| format!("grad_{o}")));
+        }
+        v
+    }
+    /// Names of the tensors the given direction returns, in order.
+    pub fn result_names(&self, dir: Direction) -> Vec<String> {
+        match dir {
+            Direction::Forward => self.outputs.iter().map(|o| o.to_string()).collect(),
+            Direction::Backward => self
+                .grad_inputs
+                .iter()
+                .map(|i| format!("grad_{i}"))
+                .collect(),
+        }
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl OpKind {
+    /// Looks an op up by name.
+    pub fn from_name(name: &str) -> Result<OpKind> {
+        OpKind::ALL
+            .iter()
+            .copied()
+            .find(|k| k.name() == name)
+            .ok_or_else(|| Error::UnknownOp {
+                name: name.to_string(),
+            })
+    }
+
+    /// Whether this op rejects NaN and infinities in its float inputs (`Error::NonFinite`)
+    /// rather than propagating them as IEEE arithmetic does. The CPU backends and the CLI's
+    /// input checks follow it; a device backend, which cannot see values without a readback
+    /// (and must not block in the browser), returns all-NaN outputs instead. Exhaustive, so a
+    /// new op has to decide.
+    pub fn rejects_non_finite(self) -> bool {
+        use OpKind as K;
+        match self {
+            // An iterative factorization of a matrix with a NaN is NaN everywhere: refuse it.
+            K::SvdLowrank => true,
+            K::Matmul
+            | K::Linear
+            | K::Add
+            | K::Sub
+            | K::Mul
+            | K::Div
+            | K::Scale
+            | K::Neg
+            | K::Exp
+            | K::Log => false,
+            K::Sqrt | K::Relu | K::Sigmoid | K::Tanh | K::Silu | K::Gelu | K::Softmax => false,
+            K::LogSoftmax
+            | K::LayerNorm
+            | K::RmsNorm
+            | K::Rope
+            | K::Embedding
+            | K::Sum
+            | K::Mean => false,
+            K::Max | K::Transpose | K::Concat | K::Attention | K::GruCell | K::GruSequence => false,
+            K::CrossEntropy | K::Mse | K::Argmax | K::AdamwStep | K::SgdStep => false,
+            K::Sample => false,
+        }
+    }
+}
+
+impl Op {
+    /// Checks a call's signature before any kernel runs, on any backend: the direction exists
+    /// (backward only for differentiable ops), the argument count follows the backward convention,
+    /// and each argument has the dtype its slot takes (integers for `ids` and `targets`, f32
+    /// everywhere else). `dtypes` are the arguments' dtypes in order.
+    pub fn check_signature(&self, dir: Direction, dtypes: &[DType]) -> Result<()> {
+        let spec = self.spec();
+        let name = self.name();
+        if dir == Direction::Backward && !spec.differentiable() {
+            return Err(Error::NoBackward { op: name });
+        }
+        let names = spec.arg_names(dir);
+        if dtypes.len() != names.len() {
+            return Err(Error::Arity {
+                op: name,
+                expected: names.len(),
+                got: dtypes.len(),
+            });
+        }
+        for (i, (dtype, arg_name)) in dtypes.iter().zip(names).enumerate() {
+            let want_int = spec.inputs.get(i).is_some_and(|s| s.kind == InputKind::Int);
+            if dtype.is_int() != want_int {
+                return Err(Error::DTypeMismatch {
+                    op: name,
+                    tensor: arg_name,
+                    expected: if want_int { "i32 or i64" } else { "f32" },
+                    got: *dtype,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The op's name.
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// The op's spec.
+    pub fn spec(&self) -> OpSpec {
+        self.kind().spec()
+    }
+
+    /// The op with every attribute at its default. Fails for ops with required attributes
+    /// (`scale`, `svd_lowrank`, `adamw_step`, `sgd_step`).
+    pub fn default_for(kind: OpKind) -> Result<Op> {
+        Op::from_attrs(kind, &[])
+    }
+
+    /// The reduced length `K` that sets a K-scaled budget, from the forward input shapes.
+    pub fn reduced_len(&self, input_shapes: &[&[usize]]) -> usize {
+        let last = |i: usize| {
+            input_shapes
+                .get(i)
+                .and_then(|s| s.last().copied())
+                .unwrap_or(1)
+        };
+        let dim = |i: usize, d: usize| {
+            input_shapes
+                .get(i)
+                .and_then(|s| s.get(d).copied())
+                .unwrap_or(1)
+        };
+        let numel = |i: usize| input_shapes.get(i).map_or(1, |s| s.iter().product());
+        let k = match self {
+            Op::Matmul { trans_a, trans_b } => {
+                let a = input_shapes.first().copied().unwrap_or(&[]);
+                let r = a.len();
+                let ka = if *trans_a {
+                    a.get(r.wrapping_sub(2)).copied()
+                } else {
+                    a.last().copied()
+                };
+                let b = input_shapes.get(1).copied().unwrap_or(&[]);
+                let rb = b.len();
+                // The backward reduces over m (grad b) or n (grad a) as well.
+                let other = if *trans_b {
+                    b.get(rb.wrapping_sub(2)).copied()
+                } else {
+                    b.last().copied()
+                };
+                let m = if *trans_a {
+                    a.last().copied()
+                } else {
+                    a.get(r.wrapping_sub(2)).copied()
+                };
+                ka.unwrap_or(1).max(other.unwrap_or(1)).max(m.unwrap_or(1))
+            }
+            // Forward reduces over in; backward over out (grad x) and rows (grad weight, bias).
+            Op::Linear { .. } => last(0).max(dim(1, 0)).max(numel(0) / last(0).max(1)),
+            Op::Binary(_) => numel(0) / numel(1).max(1),
+            Op::Scale { .. } | Op::Unary(_) | Op::Gelu { .. } | Op::Transpose | Op::Concat => 1,
+            Op::Rope { .. } | Op::AdamwStep { .. } | Op::SgdStep { .. } | Op::Argmax => 1,
+            Op::Sample { .. } => 1,
+            Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. } => last(0),
+            Op::Reduce(_) => last(0),
+            Op::Embedding => numel(0),
+            Op::Attention { .. } => last(0).max(dim(1, 2)).max(dim(0, 2)),
+            Op::GruCell => last(0) + last(1),
+            Op::GruSequence => (last(0) + last(1)) * dim(0, 0).max(1),
+            Op::CrossEntropy => last(0) * dim(0, 0).max(1),
+            Op::Mse => numel(0),
+            Op::SvdLowrank { .. } => numel(0),
+        };
+        k.max(1)
+    }
+}
+
+impl Op {
+    /// Like the `Display` form, but with only the attributes that differ from their defaults
+    /// (required ones always shown): `matmul`, `matmul(trans_b=true)`, `adamw_step(lr=0.01, step=3)`.
+    pub fn short_label(&self) -> String {
+        let spec = self.spec();
+        let shown: Vec<String> = self
+            .attrs()
+            .iter()
+            .filter(|(k, v)| {
+                // Compare as printed: attributes are f32, defaults are declared as f64.
+                !spec.attrs.iter().any(|a| {
+                    a.name == *k
+                        && matches!(&a.default, AttrDefault::Value(d) if format!("{d}") == format!("{v}"))
+                })
+            })
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if shown.is_empty() {
+            self.name().to_string()
+        } else {
+            format!("{}({})", self.name(), shown.join(", "))
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())?;
+        let attrs = self.attrs();
+        if !attrs.is_empty() {
+            f.write_str("(")?;
+            for (i, (k, v)) in attrs.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{k}={v}")?;
+            }
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,69 @@
+//! The parts of an op's signature: inputs, attribute types, values and defaults.
+
+use core::fmt;
+
+/// Whether an input holds floats or integer indices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputKind {
+    /// f32.
+    Float,
+    /// i32 or i64 (ids, targets).
+    Int,
+}
+
+/// One input tensor of an op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputSpec {
+    pub name: &'static str,
+    pub kind: InputKind,
+}
+
+/// Type of an attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttrKind {
+    Bool,
+    Float,
+    Int,
+    /// One of a fixed set of strings.
+    Choice(&'static [&'static str]),
+}
+
+/// An attribute value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrValue {
+    Bool(bool),
+    Float(f64),
+    Int(u64),
+    Str(&'static str),
+}
+
+impl fmt::Display for AttrValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttrValue::Bool(b) => write!(f, "{b}"),
+            // Every float attribute is an f32: print it as one (0.37, not 0.3700000047683716).
+            AttrValue::Float(x) => write!(f, "{}", *x as f32),
+            AttrValue::Int(i) => write!(f, "{i}"),
+            AttrValue::Str(s) => f.write_str(s),
+        }
+    }
+}
+
+/// An attribute's default.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttrDefault {
+    /// Must be given.
+    Required,
+    /// This value.
+    Value(AttrValue),
+    /// Computed from the inputs; the string says how (e.g. `1/sqrt(head_dim)`).
+    Derived(&'static str),
+}
+
+/// One attribute of an op.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttrSpec {
+    pub name: &'static str,
+    pub kind: AttrKind,
+    pub default: AttrDefault,
+}
