@@ -13,6 +13,7 @@
 
 pub mod adapters;
 pub mod bench;
+pub mod contract;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(all(test, not(feature = "cuda")))]

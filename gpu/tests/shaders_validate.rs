@@ -81,9 +81,13 @@ fn embedded_shader_list_matches_the_directory() {
         .iter()
         .map(|f| format!("{}.wgsl", f.name()))
         .chain(
-            ["row_reduce_workgroup.wgsl", "row_reduce_subgroup.wgsl"]
-                .iter()
-                .map(|s| s.to_string()),
+            [
+                "row_reduce_workgroup.wgsl",
+                "row_reduce_subgroup.wgsl",
+                "prelude.wgsl",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
         )
         .chain(
             kernels_gpu::bench::SHADERS

@@ -416,6 +416,14 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_code_gives_nan_on_the_emulated_device() {
+        let Some((be, _)) = emulated(64) else {
+            return;
+        };
+        crate::contract::unknown_code::assert_nan(&be, &be);
+    }
+
+    #[test]
     fn emulated_cuda_kernels_match_the_cpu_reference_on_every_op() {
         let Some((be, dev)) = emulated(256) else {
             return;

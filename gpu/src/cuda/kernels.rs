@@ -36,7 +36,8 @@ impl Family {
     /// What NVRTC compiles: the prelude, then the family (empty for a family without a file).
     pub fn cuda_module_source(self) -> String {
         format!(
-            "{PRELUDE}\n#line 1 \"{}.cu\"\n{}",
+            "{}\n{PRELUDE}\n#line 1 \"{}.cu\"\n{}",
+            crate::contract::CUDA_HEADER,
             self.name(),
             self.cuda_source().unwrap_or_default()
         )
@@ -86,7 +87,8 @@ pub(crate) mod host {
     /// The translation unit of one family as the host compiler sees it.
     pub fn host_source(f: Family) -> String {
         format!(
-            "{SHIM}\n#line 1 \"prelude.cuh\"\n{PRELUDE}\n#line 1 \"{}.cu\"\n{}\n#include \"host_runtime\"\n",
+            "{SHIM}\n#line 1 \"contract.cuh\"\n{}\n#line 1 \"prelude.cuh\"\n{PRELUDE}\n#line 1 \"{}.cu\"\n{}\n#include \"host_runtime\"\n",
+            crate::contract::CUDA_HEADER,
             f.name(),
             f.cuda_source().unwrap_or_default()
         )
@@ -176,8 +178,9 @@ mod tests {
         std::fs::write(
             &src,
             format!(
-                "{}\n{PRELUDE}\nKERNEL(bad) {{ out0[0] = undefined_thing; }}\n",
-                host::SHIM
+                "{}\n{}\n{PRELUDE}\nKERNEL(bad) {{ out0[0] = undefined_thing; }}\n",
+                host::SHIM,
+                crate::contract::CUDA_HEADER
             ),
         )
         .unwrap();
@@ -199,7 +202,7 @@ mod tests {
             "KERNEL(name) lines"
         );
         for f in Family::cuda_families() {
-            assert!(f.cuda_module_source().starts_with(PRELUDE));
+            assert!(f.cuda_module_source().contains(PRELUDE));
         }
     }
 }

@@ -21,15 +21,16 @@ impl Family {
     /// with row reductions by the prelude of the chosen variant (subgroup operations, or
     /// the workgroup-memory fallback).
     pub fn module_source(self, subgroups: bool) -> String {
+        let contract = crate::contract::WGSL_PRELUDE;
         if !self.has_subgroup_variant() {
-            return self.source().to_string();
+            return format!("{contract}\n{}", self.source());
         }
         let prelude = if subgroups {
             ROW_REDUCE_SUBGROUP
         } else {
             ROW_REDUCE_WORKGROUP
         };
-        format!("{prelude}\n{}", self.source())
+        format!("{contract}\n{prelude}\n{}", self.source())
     }
     /// The embedded WGSL source.
     pub fn source(self) -> &'static str {

@@ -3,8 +3,7 @@
 // sums of broadcast gradients. One thread per element. CPU references: kernels-core
 // src/cpu/elementwise.rs (unary, binary) and the matmul backward's batch sum.
 
-// Unary op code: 0 neg, 1 exp, 2 log, 3 sqrt, 4 relu, 5 sigmoid, 6 tanh, 7 silu,
-// 8 gelu (erf), 9 gelu (tanh approximation), 10 scale by p.f[0].
+// Unary op code (OP_* in contract.cuh): the unary ops, gelu (erf or tanh), or scale by p.f[0].
 #define SQRT_2_OVER_PI 0.7978845608028654f
 #define GELU_C 0.044715f
 #define INV_SQRT_2 0.7071067811865476f
@@ -12,46 +11,48 @@
 
 __device__ inline float unary_value(unsigned int op, float x, float factor) {
     switch (op) {
-        case 0: return -x;
-        case 1: return expf(x);
-        case 2: return logf(x);
-        case 3: return sqrtf(x);
-        case 4: return (x > 0.0f || x != x) ? x : 0.0f;  // NaN stays NaN, as torch.relu
-        case 5: return sigmoid_safe(x);
-        case 6: return tanhf(x);
-        case 7: return x * sigmoid_safe(x);
-        case 8: return 0.5f * x * (1.0f + erff(x * INV_SQRT_2));
-        case 9: return 0.5f * x * (1.0f + tanh_safe(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
-        default: return x * factor;
+        case OP_NEG: return -x;
+        case OP_EXP: return expf(x);
+        case OP_LOG: return logf(x);
+        case OP_SQRT: return sqrtf(x);
+        case OP_RELU: return (x > 0.0f || x != x) ? x : 0.0f;  // NaN stays NaN, as torch.relu
+        case OP_SIGMOID: return sigmoid_safe(x);
+        case OP_TANH: return tanhf(x);
+        case OP_SILU: return x * sigmoid_safe(x);
+        case OP_GELU_NONE: return 0.5f * x * (1.0f + erff(x * INV_SQRT_2));
+        case OP_GELU_TANH: return 0.5f * x * (1.0f + tanh_safe(SQRT_2_OVER_PI * (x + GELU_C * x * x * x)));
+        case OP_SCALE: return x * factor;
+        default: return KERNEL_NAN;
     }
 }
 
 // d out / d x times g, from the input x and the forward output y.
 __device__ inline float unary_grad(unsigned int op, float x, float y, float g, float factor) {
     switch (op) {
-        case 0: return -g;
-        case 1: return g * y;
-        case 2: return g / x;
-        case 3: return g / (2.0f * y);
-        case 4: return y > 0.0f ? g : 0.0f;  // relu'(0) = 0, from the output
-        case 5: return g * y * (1.0f - y);
-        case 6: return g * (1.0f - y * y);
-        case 7: {
+        case OP_NEG: return -g;
+        case OP_EXP: return g * y;
+        case OP_LOG: return g / x;
+        case OP_SQRT: return g / (2.0f * y);
+        case OP_RELU: return y > 0.0f ? g : 0.0f;  // relu'(0) = 0, from the output
+        case OP_SIGMOID: return g * y * (1.0f - y);
+        case OP_TANH: return g * (1.0f - y * y);
+        case OP_SILU: {
             float s = sigmoid_safe(x);
             return g * (s * (1.0f + x * (1.0f - s)));
         }
-        case 8: {
+        case OP_GELU_NONE: {
             float cdf = 0.5f * (1.0f + erff(x * INV_SQRT_2));
             float pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
             return g * (cdf + x * pdf);
         }
-        case 9: {
+        case OP_GELU_TANH: {
             float inner = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
             float t = tanh_safe(inner);
             float dinner = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * x * x);
             return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
         }
-        default: return g * factor;
+        case OP_SCALE: return g * factor;
+        default: return KERNEL_NAN;
     }
 }
 
@@ -69,13 +70,14 @@ KERNEL(unary_backward) {
     out0[i] = unary_grad(p.c[0], in0[i], in1[i], in2[i], p.f[0]);
 }
 
-// Binary op code p.c[0]: 0 add, 1 sub, 2 mul, 3 div.
+// Binary op code p.c[0] (BOP_* in contract.cuh).
 __device__ inline float binary_value(unsigned int op, float a, float b) {
     switch (op) {
-        case 0: return a + b;
-        case 1: return a - b;
-        case 2: return a * b;
-        default: return a / b;
+        case BOP_ADD: return a + b;
+        case BOP_SUB: return a - b;
+        case BOP_MUL: return a * b;
+        case BOP_DIV: return a / b;
+        default: return KERNEL_NAN;
     }
 }
 
@@ -92,10 +94,11 @@ KERNEL(binary_backward_a) {
     if (i >= p.u[0]) return;
     float g = in2[i];
     switch (p.c[0]) {
-        case 0:
-        case 1: out0[i] = g; break;
-        case 2: out0[i] = g * in1[i % p.u[1]]; break;
-        default: out0[i] = g / in1[i % p.u[1]]; break;
+        case BOP_ADD:
+        case BOP_SUB: out0[i] = g; break;
+        case BOP_MUL: out0[i] = g * in1[i % p.u[1]]; break;
+        case BOP_DIV: out0[i] = g / in1[i % p.u[1]]; break;
+        default: out0[i] = KERNEL_NAN; break;
     }
 }
 
@@ -112,10 +115,11 @@ KERNEL(binary_backward_b) {
         unsigned long long i = r * nb + j;
         float g = in2[i];
         switch (p.c[0]) {
-            case 0: acc = acc + g; break;
-            case 1: acc = acc - g; break;
-            case 2: acc = acc + g * in0[i]; break;
-            default: acc = acc - g * in0[i] / (bj * bj); break;
+            case BOP_ADD: acc = acc + g; break;
+            case BOP_SUB: acc = acc - g; break;
+            case BOP_MUL: acc = acc + g * in0[i]; break;
+            case BOP_DIV: acc = acc - g * in0[i] / (bj * bj); break;
+            default: acc = KERNEL_NAN; break;
         }
     }
     out0[j] = acc;
@@ -123,23 +127,25 @@ KERNEL(binary_backward_b) {
 
 
 // linear's elementwise halves (CPU reference: kernels-core src/cpu/linear.rs); the products run
-// on cuBLAS. Activation code p.c[0]: 0 none, 1 relu, 2 tanh, 3 sigmoid.
+// on cuBLAS. Activation code p.c[0] (ACT_* in contract.cuh).
 __device__ inline float linear_act(unsigned int act, float v) {
     switch (act) {
-        case 1: return v > 0.0f ? v : 0.0f;
-        case 2: return tanhf(v);
-        case 3: return sigmoid_safe(v);
-        default: return v;
+        case ACT_NONE: return v;
+        case ACT_RELU: return v > 0.0f ? v : 0.0f;
+        case ACT_TANH: return tanhf(v);
+        case ACT_SIGMOID: return sigmoid_safe(v);
+        default: return KERNEL_NAN;
     }
 }
 
 // The derivative from the activation's output y.
 __device__ inline float linear_dact(unsigned int act, float y) {
     switch (act) {
-        case 1: return y > 0.0f ? 1.0f : 0.0f;
-        case 2: return 1.0f - y * y;
-        case 3: return y * (1.0f - y);
-        default: return 1.0f;
+        case ACT_NONE: return 1.0f;
+        case ACT_RELU: return y > 0.0f ? 1.0f : 0.0f;
+        case ACT_TANH: return 1.0f - y * y;
+        case ACT_SIGMOID: return y * (1.0f - y);
+        default: return KERNEL_NAN;
     }
 }
 

@@ -6,13 +6,7 @@
 // value, four read-only inputs and three outputs (unused ones are null). Integer tensors (ids,
 // targets) are i32 on the device and read through `const int*` casts.
 
-struct Params {
-    unsigned int u[8];
-    float f[8];
-    // The launch's specialization constants (op codes and flags) in the order the family
-    // declares them: what the WGSL kernels get as override constants.
-    unsigned int c[4];
-};
+// `struct Params`, the op codes and KERNEL_NAN come from the generated contract.cuh.
 
 #define KERNEL(name)                                                                          \
     extern "C" __global__ void name(const Params p, const float* in0, const float* in1,       \

@@ -1,4 +1,4 @@
-// Reductions over the last dim: sum, mean, max (op code p.c[0]: 0 sum, 1 mean, 2 max),
+// Reductions over the last dim: sum, mean, max (op code p.c[0]: REDUCE_* in contract.cuh),
 // argmax and sample, forward and backward. One block per row: a strided pass per thread, then a tree in
 // shared memory. CPU reference: kernels-core src/cpu/reduce.rs (the first maximum wins ties, a
 // row holding NaN has its max at the first NaN).
@@ -47,7 +47,7 @@ KERNEL(reduce_forward) {
     unsigned long long row = blockIdx.x;
     unsigned int n = p.u[1];
     const float* x = in0 + row * n;
-    if (p.c[0] == 2) {
+    if (p.c[0] == REDUCE_MAX) {
         unsigned int at = block_argmax(x, n);
         if (threadIdx.x == 0) out0[row] = x[at];
         return;
@@ -55,7 +55,11 @@ KERNEL(reduce_forward) {
     float acc = 0.0f;
     for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) acc = acc + x[j];
     float total = block_sum(acc);
-    if (threadIdx.x == 0) out0[row] = p.c[0] == 1 ? total / (float)n : total;
+    if (threadIdx.x == 0) {
+        out0[row] = p.c[0] == REDUCE_SUM    ? total
+                    : p.c[0] == REDUCE_MEAN ? total / (float)n
+                                            : KERNEL_NAN;
+    }
 }
 
 // in0 = x [rows, n]; out1 = [rows] as i32. p as reduce_forward.
@@ -72,12 +76,12 @@ KERNEL(reduce_backward) {
     unsigned int n = p.u[1];
     unsigned long long base = row * n;
     float g = in2[row];
-    if (p.c[0] == 2) {
+    if (p.c[0] == REDUCE_MAX) {
         unsigned int at = block_argmax(in0 + base, n);
         for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) out0[base + j] = j == at ? g : 0.0f;
         return;
     }
-    float v = p.c[0] == 1 ? g / (float)n : g;
+    float v = p.c[0] == REDUCE_SUM ? g : p.c[0] == REDUCE_MEAN ? g / (float)n : KERNEL_NAN;
     for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) out0[base + j] = v;
 }
 

@@ -16,10 +16,7 @@
 // `attn_dkv` (one workgroup per key of each kv head) loops over the query heads that share the
 // kv head and their rows, and accumulates dk and dv.
 
-struct Params {
-    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
-    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
-}
+// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
 
 override CAUSAL: bool = true;
 

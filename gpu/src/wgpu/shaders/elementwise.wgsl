@@ -4,16 +4,12 @@
 // Bindings follow the crate-wide layout: 0 params, 1..4 read-only inputs, 5..7 outputs.
 // One thread per element; the grid is 2-D so more than 65,535 workgroups can be launched.
 
-struct Params {
-    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
-    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
-}
+// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
 
 override WG: u32 = 256u;
-// Unary op code: 0 neg, 1 exp, 2 log, 3 sqrt, 4 relu, 5 sigmoid, 6 tanh, 7 silu,
-// 8 gelu (erf), 9 gelu (tanh approximation), 10 scale by p.f0.
+// Unary op code (OP_* in the prelude): the unary ops, gelu (erf or tanh), or scale by p.f0.
 override OP: u32 = 0u;
-// Binary op code: 0 add, 1 sub, 2 mul, 3 div.
+// Binary op code (BOP_* in the prelude).
 override BOP: u32 = 0u;
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -114,46 +110,48 @@ const INV_SQRT_2PI: f32 = 0.3989422804014327;
 
 fn unary(x: f32) -> f32 {
     switch OP {
-        case 0u: { return -x; }
-        case 1u: { return exp(x); }
-        case 2u: { return log(x); }
-        case 3u: { return sqrt(x); }
-        case 4u: { return max(x, 0.0); }
-        case 5u: { return sigmoid(x); }
-        case 6u: { return tanh_safe(x); }
-        case 7u: { return x * sigmoid(x); }
-        case 8u: { return 0.5 * x * (1.0 + erf_f32(x * INV_SQRT_2)); }
-        case 9u: { return 0.5 * x * (1.0 + tanh_safe(SQRT_2_OVER_PI * (x + GELU_C * x * x * x))); }
-        default: { return x * p.f0; }
+        case OP_NEG: { return -x; }
+        case OP_EXP: { return exp(x); }
+        case OP_LOG: { return log(x); }
+        case OP_SQRT: { return sqrt(x); }
+        case OP_RELU: { return max(x, 0.0); }
+        case OP_SIGMOID: { return sigmoid(x); }
+        case OP_TANH: { return tanh_safe(x); }
+        case OP_SILU: { return x * sigmoid(x); }
+        case OP_GELU_NONE: { return 0.5 * x * (1.0 + erf_f32(x * INV_SQRT_2)); }
+        case OP_GELU_TANH: { return 0.5 * x * (1.0 + tanh_safe(SQRT_2_OVER_PI * (x + GELU_C * x * x * x))); }
+        case OP_SCALE: { return x * p.f0; }
+        default: { return kernel_nan(); }
     }
 }
 
 // d out / d x times g, from the input x and the forward output y.
 fn unary_grad(x: f32, y: f32, g: f32) -> f32 {
     switch OP {
-        case 0u: { return -g; }
-        case 1u: { return g * y; }
-        case 2u: { return g / x; }
-        case 3u: { return g / (2.0 * y); }
-        case 4u: { return select(0.0, g, x > 0.0); }
-        case 5u: { return g * y * (1.0 - y); }
-        case 6u: { return g * (1.0 - y * y); }
-        case 7u: {
+        case OP_NEG: { return -g; }
+        case OP_EXP: { return g * y; }
+        case OP_LOG: { return g / x; }
+        case OP_SQRT: { return g / (2.0 * y); }
+        case OP_RELU: { return select(0.0, g, x > 0.0); }
+        case OP_SIGMOID: { return g * y * (1.0 - y); }
+        case OP_TANH: { return g * (1.0 - y * y); }
+        case OP_SILU: {
             let s = sigmoid(x);
             return g * (s * (1.0 + x * (1.0 - s)));
         }
-        case 8u: {
+        case OP_GELU_NONE: {
             let cdf = 0.5 * (1.0 + erf_f32(x * INV_SQRT_2));
             let pdf = INV_SQRT_2PI * exp(-0.5 * x * x);
             return g * (cdf + x * pdf);
         }
-        case 9u: {
+        case OP_GELU_TANH: {
             let inner = SQRT_2_OVER_PI * (x + GELU_C * x * x * x);
             let t = tanh_safe(inner);
             let dinner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * x * x);
             return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner);
         }
-        default: { return g * p.f0; }
+        case OP_SCALE: { return g * p.f0; }
+        default: { return kernel_nan(); }
     }
 }
 
@@ -177,10 +175,11 @@ fn unary_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 
 fn binary(a: f32, b: f32) -> f32 {
     switch BOP {
-        case 0u: { return a + b; }
-        case 1u: { return a - b; }
-        case 2u: { return a * b; }
-        default: { return a / b; }
+        case BOP_ADD: { return a + b; }
+        case BOP_SUB: { return a - b; }
+        case BOP_MUL: { return a * b; }
+        case BOP_DIV: { return a / b; }
+        default: { return kernel_nan(); }
     }
 }
 
@@ -202,9 +201,10 @@ fn binary_backward_a(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
     if (i >= p.u0) { return; }
     let g = in2[i];
     switch BOP {
-        case 0u, 1u: { out0[i] = g; }
-        case 2u: { out0[i] = g * in1[(i + p.u2) % p.u1]; }
-        default: { out0[i] = g / in1[(i + p.u2) % p.u1]; }
+        case BOP_ADD, BOP_SUB: { out0[i] = g; }
+        case BOP_MUL: { out0[i] = g * in1[(i + p.u2) % p.u1]; }
+        case BOP_DIV: { out0[i] = g / in1[(i + p.u2) % p.u1]; }
+        default: { out0[i] = kernel_nan(); }
     }
 }
 
@@ -223,25 +223,27 @@ fn binary_backward_b(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgro
         let i = r * nb + j;
         let g = in2[i];
         switch BOP {
-            case 0u: { acc = acc + g; }
-            case 1u: { acc = acc - g; }
-            case 2u: { acc = acc + g * in0[i]; }
-            default: { acc = acc - g * in0[i] / (bj * bj); }
+            case BOP_ADD: { acc = acc + g; }
+            case BOP_SUB: { acc = acc - g; }
+            case BOP_MUL: { acc = acc + g * in0[i]; }
+            case BOP_DIV: { acc = acc - g * in0[i] / (bj * bj); }
+            default: { acc = kernel_nan(); }
         }
     }
     out0[j] = acc;
 }
 
-// Activation derivative (codes as in matmul.wgsl: 1 relu, 2 tanh, 3 sigmoid) applied by sum_rows
-// to each element, from the forward output in in1; 0: none.
+// Activation derivative (ACT_* in the prelude) applied by sum_rows to each element, from the
+// forward output in in1; ACT_NONE: none.
 override DACT: u32 = 0u;
 
 fn dact_of(y: f32) -> f32 {
     switch DACT {
-        case 1u: { return select(0.0, 1.0, y > 0.0); }
-        case 2u: { return 1.0 - y * y; }
-        case 3u: { return y * (1.0 - y); }
-        default: { return 1.0; }
+        case ACT_NONE: { return 1.0; }
+        case ACT_RELU: { return select(0.0, 1.0, y > 0.0); }
+        case ACT_TANH: { return 1.0 - y * y; }
+        case ACT_SIGMOID: { return y * (1.0 - y); }
+        default: { return kernel_nan(); }
     }
 }
 

@@ -8,10 +8,7 @@
 //   n  = tanh(gi_n + b_in + r * (gh_n + b_hn))
 //   h' = (1 - z) * n + z * h
 
-struct Params {
-    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
-    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
-}
+// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
 
 const WG: u32 = 256u;
 

@@ -12,10 +12,7 @@
 // `gy` at the same flat index (the backward's g * act'(out), never materialized).
 // Activation codes: 0 none, 1 relu, 2 tanh, 3 sigmoid.
 
-struct Params {
-    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
-    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
-}
+// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
 
 override TA: bool = false;
 override TB: bool = false;
@@ -46,20 +43,22 @@ var<workgroup> b_tile: array<f32, 1024>; // [BK][BN]
 
 fn act(v: f32) -> f32 {
     switch ACT {
-        case 1u: { return max(v, 0.0); }
-        case 2u: { return tanh(v); }
-        case 3u: { return 1.0 / (1.0 + exp(-v)); }
-        default: { return v; }
+        case ACT_NONE: { return v; }
+        case ACT_RELU: { return max(v, 0.0); }
+        case ACT_TANH: { return tanh(v); }
+        case ACT_SIGMOID: { return 1.0 / (1.0 + exp(-v)); }
+        default: { return kernel_nan(); }
     }
 }
 
 // The derivative of activation A_DACT, from its output y.
 fn dact(y: f32) -> f32 {
     switch A_DACT {
-        case 1u: { return select(0.0, 1.0, y > 0.0); }
-        case 2u: { return 1.0 - y * y; }
-        case 3u: { return y * (1.0 - y); }
-        default: { return 1.0; }
+        case ACT_NONE: { return 1.0; }
+        case ACT_RELU: { return select(0.0, 1.0, y > 0.0); }
+        case ACT_TANH: { return 1.0 - y * y; }
+        case ACT_SIGMOID: { return y * (1.0 - y); }
+        default: { return kernel_nan(); }
     }
 }
 

@@ -1,10 +1,7 @@
 // Fused optimizer steps: one thread per parameter reads param, grad and state once and writes
 // the new param and state (torch.optim.AdamW and torch.optim.SGD semantics).
 
-struct Params {
-    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
-    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
-}
+// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
 
 override WG: u32 = 256u;
 

@@ -4,10 +4,7 @@
 // The grid is 2-D so more than 65,535 rows can be launched. `row_sum` / `row_max` come from
 // the row-reduction prelude the backend prepends; argmax keeps its own (value, index) tree.
 
-struct Params {
-    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
-    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
-}
+// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
 
 // 0 sum, 1 mean, 2 max.
 override OP: u32 = 0u;
@@ -72,7 +69,7 @@ fn reduce_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (row >= p.u0) { return; }
     let n = p.u1;
     let base = row * n;
-    if (OP == 2u) {
+    if (OP == REDUCE_MAX) {
         var m = row_first(base, n);
         for (var j: u32 = lid; j < n; j = j + WG) { m = max(m, in0[base + j]); }
         let total = row_max(lid, m);
@@ -83,7 +80,11 @@ fn reduce_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     for (var j: u32 = lid; j < n; j = j + WG) { acc = acc + in0[base + j]; }
     let total = row_sum(lid, acc);
     if (lid == 0u) {
-        if (OP == 1u) { out0[row] = total / f32(n); } else { out0[row] = total; }
+        switch OP {
+            case REDUCE_SUM: { out0[row] = total; }
+            case REDUCE_MEAN: { out0[row] = total / f32(n); }
+            default: { out0[row] = kernel_nan(); }
+        }
     }
 }
 
@@ -107,13 +108,17 @@ fn reduce_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     let n = p.u1;
     let base = row * n;
     let g = in2[row];
-    if (OP == 2u) {
+    if (OP == REDUCE_MAX) {
         let at = wg_argmax(lid, base, n);
         for (var j: u32 = lid; j < n; j = j + WG) { out0[base + j] = select(0.0, g, j == at); }
         return;
     }
-    var v = g;
-    if (OP == 1u) { v = g / f32(n); }
+    var v = kernel_nan();
+    switch OP {
+        case REDUCE_SUM: { v = g; }
+        case REDUCE_MEAN: { v = g / f32(n); }
+        default: {}
+    }
     for (var j: u32 = lid; j < n; j = j + WG) { out0[base + j] = v; }
 }
 

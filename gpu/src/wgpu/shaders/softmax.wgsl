@@ -4,10 +4,7 @@
 // and get zero gradient. `row_sum` / `row_max` come from the row-reduction prelude the backend
 // prepends (subgroup operations where the adapter has them, else workgroup memory).
 
-struct Params {
-    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
-    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
-}
+// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
 
 override LOG: bool = false;
 override CAUSAL: bool = false;

@@ -12,10 +12,7 @@
 // of rows in every loop over a vector's elements, so those loops need no barrier between them;
 // phases that change the partition (the column permutation) use storageBarrier.
 
-struct Params {
-    u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,
-    f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,
-}
+// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
 
 const WG: u32 = 64u;
 // Largest q the jacobi kernel keeps per-vector state for (the host checks it).
