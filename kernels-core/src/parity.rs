@@ -354,6 +354,15 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 vec![g.f(&[3, 5, 17], Uniform(-4.0, 4.0))?],
             ),
         ],
+        K::Swiglu => {
+            // One element, a prime-sized row, and rows larger than a workgroup.
+            let mut v = Vec::new();
+            for s in [vec![1usize], vec![7, 13], vec![3, 5, 257]] {
+                let gate = g.f(&s, Uniform(-4.0, 4.0))?;
+                v.push(case(Op::Swiglu, vec![gate, g.f(&s, Normal)?]));
+            }
+            v
+        }
         K::Softmax => softmax(&mut g, false)?,
         K::LogSoftmax => softmax(&mut g, true)?,
         K::LayerNorm => {

@@ -61,6 +61,54 @@ pub(crate) fn unary(
     Ok(out)
 }
 
+/// swiglu, `silu(gate) * up`, forward and backward: one thread per element, chunked over
+/// tensors above the storage binding limit.
+pub(crate) fn swiglu(
+    be: &dyn Device,
+    name: &'static str,
+    args: &[&Tensor],
+    backward: bool,
+) -> Result<Vec<Tensor>> {
+    let (gate, up) = (arg(args, 0), arg(args, 1));
+    shapes::non_empty(name, "gate", gate.shape())?;
+    shapes::same(name, gate.shape(), up.shape())?;
+    let grad = if backward {
+        let (out, grad) = (arg(args, 2), arg(args, 3));
+        shapes::same(name, gate.shape(), out.shape())?;
+        shapes::same(name, gate.shape(), grad.shape())?;
+        Some(grad)
+    } else {
+        None
+    };
+    let outs = (0..if backward { 2 } else { 1 })
+        .map(|_| be.alloc(name, gate.shape(), DType::F32))
+        .collect::<Result<Vec<_>>>()?;
+    for (start, len) in elem_chunks(be, gate.numel()) {
+        let r = Some((start, len));
+        let p = Params::u(&[u32_of(name, "elements", len)?]);
+        let mut ins = vec![(gate, r), (up, r)];
+        ins.extend(grad.map(|g| (g, r)));
+        let out_binds: Vec<_> = outs.iter().map(|t| (t, r)).collect();
+        let entry = if backward {
+            "swiglu_backward"
+        } else {
+            "swiglu_forward"
+        };
+        let grid = Grid::Elems(len);
+        be.run_ranges(
+            name,
+            Family::Elementwise,
+            entry,
+            &[],
+            p,
+            &ins,
+            &out_binds,
+            grid,
+        )?;
+    }
+    Ok(outs)
+}
+
 /// Binds `b` for the chunk `(start, len)` of `a`: the same chunk when `b` has `a`'s size,
 /// else whole (it repeats every `nb`, and the kernel is told where the chunk starts).
 pub(crate) fn b_chunk(

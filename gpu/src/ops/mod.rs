@@ -23,7 +23,7 @@ mod svd;
 use crate::device::{SCALE_CODE, gelu_code, unary_code};
 pub(crate) use attention::params as attention_params;
 use common::arg;
-use elementwise::{binary_backward, binary_forward, unary};
+use elementwise::{binary_backward, binary_forward, swiglu, unary};
 use layout::{concat, concat_backward, embedding, embedding_backward, transpose, transposed_shape};
 use matmul::{linear_backward, linear_forward, matmul, matmul_backward};
 use optim::optim;
@@ -61,6 +61,7 @@ pub(crate) fn run(
             args,
             d == B,
         )?]),
+        (Op::Swiglu, d) => swiglu(be, name, args, d == B),
         (Op::Softmax { causal }, d) => Ok(vec![softmax(be, name, false, causal, args, d == B)?]),
         (Op::LogSoftmax { causal }, d) => Ok(vec![softmax(be, name, true, causal, args, d == B)?]),
         (Op::LayerNorm { eps }, F) => Ok(vec![norm_forward(be, name, false, eps, args)?]),

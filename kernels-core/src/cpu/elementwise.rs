@@ -259,6 +259,46 @@ pub fn gelu_backward<T: Real>(approximate: GeluApprox, args: &[View<T>]) -> Resu
     Ok(vec![Owned::float(sx.to_vec(), grad)])
 }
 
+/// `out = silu(gate) * up`; `gate` and `up` of one shape.
+pub fn swiglu_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    let name = Op::Swiglu.name();
+    let (sg, gate) = float_arg(name, args, 0, "gate")?;
+    let (su, up) = float_arg(name, args, 1, "up")?;
+    non_empty(name, "gate", sg)?;
+    same_shape(name, sg, su)?;
+    let out = gate
+        .iter()
+        .zip(up)
+        .map(|(&g, &u)| g * sigmoid(g) * u)
+        .collect();
+    Ok(vec![Owned::float(sg.to_vec(), out)])
+}
+
+/// `grad_gate = grad * up * silu'(gate)`, `grad_up = grad * silu(gate)`, with
+/// `silu'(x) = s (1 + x (1 - s))`, `s = sigmoid(x)`; args `(gate, up, out, grad_out)`.
+pub fn swiglu_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    let name = Op::Swiglu.name();
+    let (sg, gate) = float_arg(name, args, 0, "gate")?;
+    let (su, up) = float_arg(name, args, 1, "up")?;
+    let (so, _) = float_arg(name, args, 2, "out")?;
+    let (sd, grad) = float_arg(name, args, 3, "grad_out")?;
+    non_empty(name, "gate", sg)?;
+    for s in [su, so, sd] {
+        same_shape(name, sg, s)?;
+    }
+    let mut grad_gate = Vec::with_capacity(gate.len());
+    let mut grad_up = Vec::with_capacity(gate.len());
+    for ((&g, &u), &d) in gate.iter().zip(up).zip(grad) {
+        let s = sigmoid(g);
+        grad_gate.push(d * u * (s * (T::ONE + g * (T::ONE - s))));
+        grad_up.push(d * g * s);
+    }
+    Ok(vec![
+        Owned::float(sg.to_vec(), grad_gate),
+        Owned::float(sg.to_vec(), grad_up),
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     // wasm-pack test runs these in the browser too.

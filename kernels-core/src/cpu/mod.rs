@@ -278,6 +278,8 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
         (Op::Unary(u), B) => elementwise::unary_backward(u, args),
         (Op::Gelu { approximate }, F) => elementwise::gelu_forward(approximate, args),
         (Op::Gelu { approximate }, B) => elementwise::gelu_backward(approximate, args),
+        (Op::Swiglu, F) => elementwise::swiglu_forward(args),
+        (Op::Swiglu, B) => elementwise::swiglu_backward(args),
         (Op::Softmax { causal }, F) => softmax::forward(false, causal, args),
         (Op::Softmax { causal }, B) => softmax::backward(false, causal, args),
         (Op::LogSoftmax { causal }, F) => softmax::forward(true, causal, args),

@@ -388,6 +388,17 @@ declare_ops! {
             doc: "F.gelu (exact erf form, or the tanh approximation)",
         },
     ],
+    /// The gate of a SwiGLU MLP, elementwise: `gate` and `up` of one shape.
+    Swiglu => [
+        Swiglu "swiglu" {
+            inputs: [gate, up],
+            outputs: [out],
+            grad: [gate, up],
+            budget: B_TRANS,
+            budget_backward: B_TRANS,
+            doc: "F.silu(gate) * up (the gated MLP of llama-family models)",
+        },
+    ],
     /// Over the last dim; causal masks key `j > i + (t - s)` for x `[..., s, t]`.
     Softmax {
         causal: bool = false => SOFTMAX_CAUSAL,

@@ -133,7 +133,14 @@ impl OpKind {
             | K::Neg
             | K::Exp
             | K::Log => false,
-            K::Sqrt | K::Relu | K::Sigmoid | K::Tanh | K::Silu | K::Gelu | K::Softmax => false,
+            K::Sqrt
+            | K::Relu
+            | K::Sigmoid
+            | K::Tanh
+            | K::Silu
+            | K::Gelu
+            | K::Swiglu
+            | K::Softmax => false,
             K::LogSoftmax
             | K::LayerNorm
             | K::RmsNorm
@@ -239,7 +246,8 @@ impl Op {
             // Forward reduces over in; backward over out (grad x) and rows (grad weight, bias).
             Op::Linear { .. } => last(0).max(dim(1, 0)).max(numel(0) / last(0).max(1)),
             Op::Binary(_) => numel(0) / numel(1).max(1),
-            Op::Scale { .. } | Op::Unary(_) | Op::Gelu { .. } | Op::Transpose | Op::Concat => 1,
+            Op::Scale { .. } | Op::Unary(_) | Op::Gelu { .. } | Op::Swiglu => 1,
+            Op::Transpose | Op::Concat => 1,
             Op::Rope { .. } | Op::AdamwStep { .. } | Op::SgdStep { .. } | Op::Argmax => 1,
             Op::Sample { .. } => 1,
             Op::Softmax { .. }

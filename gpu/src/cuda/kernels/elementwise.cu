@@ -181,3 +181,23 @@ KERNEL(sum_rows) {
     }
     out0[j] = acc;
 }
+
+// swiglu (CPU reference: kernels-core src/cpu/elementwise.rs): out0 = silu(in0) * in1 (gate, up).
+// p.u[0] = n
+KERNEL(swiglu_forward) {
+    unsigned long long i = global_index();
+    if (i >= p.u[0]) return;
+    float g = in0[i];
+    out0[i] = g * sigmoid_safe(g) * in1[i];
+}
+
+// in0 = gate, in1 = up, in2 = grad_out; out0 = grad_gate, out1 = grad_up. p.u[0] = n
+KERNEL(swiglu_backward) {
+    unsigned long long i = global_index();
+    if (i >= p.u[0]) return;
+    float g = in0[i];
+    float s = sigmoid_safe(g);
+    float d = in2[i];
+    out0[i] = d * in1[i] * (s * (1.0f + g * (1.0f - s)));
+    out1[i] = d * g * s;
+}

@@ -17,6 +17,7 @@ override BOP: u32 = 0u;
 @group(0) @binding(2) var<storage, read> in1: array<f32>;
 @group(0) @binding(3) var<storage, read> in2: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out0: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out1: array<f32>;
 
 fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
@@ -262,4 +263,28 @@ fn sum_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         if (DACT != 0u) { acc = acc + in0[i] * dact_of(in1[i]); } else { acc = acc + in0[i]; }
     }
     out0[j] = acc;
+}
+
+// swiglu: out0 = silu(in0) * in1 (gate, up). p.u0 = n
+@compute @workgroup_size(WG)
+fn swiglu_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    if (i >= p.u0) { return; }
+    let g = in0[i];
+    out0[i] = g * sigmoid(g) * in1[i];
+}
+
+// in0 = gate, in1 = up, in2 = grad_out; out0 = grad_gate = grad * up * silu'(gate), out1 =
+// grad_up = grad * silu(gate). p.u0 = n
+@compute @workgroup_size(WG)
+fn swiglu_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let i = flat_index(wid, nwg, lid);
+    if (i >= p.u0) { return; }
+    let g = in0[i];
+    let s = sigmoid(g);
+    let d = in2[i];
+    out0[i] = d * in1[i] * (s * (1.0 + g * (1.0 - s)));
+    out1[i] = d * g * s;
 }

@@ -59,6 +59,7 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
             | Op::Scale { .. }
             | Op::Unary(_)
             | Op::Gelu { .. }
+            | Op::Swiglu
             | Op::Softmax { .. }
             | Op::LogSoftmax { .. }
             | Op::LayerNorm { .. }
