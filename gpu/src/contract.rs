@@ -201,7 +201,7 @@ pub(crate) mod unknown_code {
 
     #[test]
     fn an_unknown_code_gives_nan_on_wgpu() {
-        match crate::WgpuBackend::new() {
+        match crate::wgpu::WgpuBackend::new() {
             Ok(be) => assert_nan(&be, &be),
             Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
                 panic!("CI=true but no wgpu adapter: {e}")

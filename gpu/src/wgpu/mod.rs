@@ -45,11 +45,14 @@ use self::device::backend_err;
 use self::device::open;
 use self::map::{MapFuture, MapState};
 use self::pool::PoolKind;
+/// Largest `q = min(rank, m, n)` svd_lowrank's device Jacobi step keeps per-vector state for
+/// (`MAX_Q` in `shaders/svd.wgsl`).
+pub const SVD_MAX_Q: usize = 256;
+
 pub use counters::Counters;
 pub use options::WgpuOptions;
 pub use pool::GpuBuffer;
 pub use shaders::{ROW_REDUCE_SUBGROUP, ROW_REDUCE_WORKGROUP};
-pub use svd::MAX_Q as SVD_MAX_Q;
 
 /// What the backend has done so far. Read with [`WgpuBackend::counters`].
 /// The wgpu backend. See the module docs.

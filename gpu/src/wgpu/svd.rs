@@ -15,13 +15,10 @@ use kernels_core::{DType, Result, Tensor};
 use super::WgpuBackend;
 use crate::device::{Device, Family, Grid, Params, SvdHook, u32_of};
 
-/// Largest `q = min(rank, m, n)` the device Jacobi step keeps per-vector state for
-/// (`MAX_Q` in the shader).
-pub const MAX_Q: usize = 256;
 
 impl SvdHook for WgpuBackend {
     fn svd_max_q(&self) -> usize {
-        MAX_Q
+        super::SVD_MAX_Q
     }
 
     /// In place: `y` is a fresh tensor of the op.
