@@ -283,3 +283,19 @@ impl Device for WgpuBackend {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::panic)]
+
+    #[test]
+    fn an_unknown_code_gives_nan_on_wgpu() {
+        match super::WgpuBackend::new() {
+            Ok(be) => crate::contract::unknown_code::assert_nan(&be, &be),
+            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                panic!("CI=true but no wgpu adapter: {e}")
+            }
+            Err(e) => eprintln!("skipped: no wgpu adapter: {e}"),
+        }
+    }
+}
