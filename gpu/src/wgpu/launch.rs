@@ -284,7 +284,7 @@ impl Device for WgpuBackend {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests {
     #![allow(clippy::panic)]
 
