@@ -13,7 +13,7 @@ use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, View, float_arg, non_empty, same_shape};
+use super::args::{Owned, View, float_arg, non_empty, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
 

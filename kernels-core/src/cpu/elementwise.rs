@@ -17,7 +17,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, View, float_arg, non_empty, same_shape};
+use super::args::{Owned, View, float_arg, non_empty, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
 use crate::op::{BinaryOp, GeluApprox, Op, UnaryOp};

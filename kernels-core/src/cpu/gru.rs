@@ -18,8 +18,8 @@ use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::args::{Owned, View, float_arg, non_empty, same_shape};
 use super::matmul::matmul_slices;
-use super::{Owned, View, float_arg, non_empty, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
 

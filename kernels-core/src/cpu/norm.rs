@@ -10,7 +10,7 @@ use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, View, float_arg, min_rank, non_empty, same_shape};
+use super::args::{Owned, View, float_arg, min_rank, non_empty, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
 use crate::op::Op;

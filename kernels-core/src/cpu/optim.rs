@@ -11,7 +11,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, View, float_arg, same_shape};
+use super::args::{Owned, View, float_arg, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
 

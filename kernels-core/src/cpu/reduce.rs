@@ -13,7 +13,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, OwnedData, View, float_arg, min_rank, non_empty, same_shape};
+use super::args::{Owned, OwnedData, View, float_arg, min_rank, non_empty, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
 use crate::op::{Op, ReduceOp};

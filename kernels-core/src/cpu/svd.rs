@@ -25,7 +25,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, View, float_arg, min_rank, non_empty};
+use super::args::{Owned, View, float_arg, min_rank, non_empty};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
 use crate::rng::Rng;
