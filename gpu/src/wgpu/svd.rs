@@ -15,7 +15,6 @@ use kernels_core::{DType, Result, Tensor};
 use super::WgpuBackend;
 use crate::device::{Device, Family, Grid, Params, SvdHook, u32_of};
 
-
 impl SvdHook for WgpuBackend {
     fn svd_max_q(&self) -> usize {
         super::SVD_MAX_Q
