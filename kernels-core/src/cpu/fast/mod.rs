@@ -12,6 +12,7 @@
 
 pub mod gemm;
 pub mod kernels;
+mod matref;
 
 use alloc::vec;
 use alloc::vec::Vec;
