@@ -4,7 +4,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use crate::tensor::DType;
+use crate::dtype::DType;
 
 /// Result with this crate's [`Error`].
 pub type Result<T, E = Error> = core::result::Result<T, E>;

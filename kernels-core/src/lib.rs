@@ -18,6 +18,7 @@ extern crate std;
 pub mod autograd;
 pub mod backend;
 pub mod cpu;
+mod dtype;
 pub mod error;
 pub mod gradcheck;
 pub mod io;

@@ -20,7 +20,7 @@ use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Owned, OwnedData, View, float_arg, non_empty};
+use super::args::{Owned, OwnedData, View, float_arg, non_empty};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
 

@@ -21,13 +21,58 @@
 //! constants, [`OpKind::ALL`], [`OpKind::name`], [`OpKind::spec`], [`Op::kind`],
 //! [`Op::from_attrs`] and [`Op::attrs`] (and so `Display`).
 
+use alloc::format;
+use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use super::OpSpec;
 use super::attrs::{self, Activation, AttrType, Attrs, Fallback, GeluApprox};
-use super::spec::{AttrDefault, AttrSpec, AttrValue, InputKind, InputSpec};
+use super::spec::{AttrDefault, AttrSpec, AttrValue, Direction, InputKind, InputSpec};
 use crate::error::{Error, Result};
 use crate::numerics::Budget;
+
+/// Everything there is to know about an op without running it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpSpec {
+    pub kind: OpKind,
+    pub inputs: &'static [InputSpec],
+    pub attrs: Vec<AttrSpec>,
+    pub outputs: &'static [&'static str],
+    /// Names of the inputs that receive gradients (empty: no backward).
+    pub grad_inputs: &'static [&'static str],
+    /// Budget of the forward outputs against the f32 CPU reference.
+    pub budget: Budget,
+    /// Budget of the backward outputs.
+    pub budget_backward: Budget,
+    /// One-line meaning.
+    pub doc: &'static str,
+}
+
+impl OpSpec {
+    /// Whether the op has a backward.
+    pub fn differentiable(&self) -> bool {
+        !self.grad_inputs.is_empty()
+    }
+    /// Names of the tensors the given direction takes, in order.
+    pub fn arg_names(&self, dir: Direction) -> Vec<String> {
+        let mut v: Vec<String> = self.inputs.iter().map(|i| i.name.to_string()).collect();
+        if dir == Direction::Backward {
+            v.extend(self.outputs.iter().map(|o| o.to_string()));
+            v.extend(self.outputs.iter().map(|o| format!("grad_{o}")));
+        }
+        v
+    }
+    /// Names of the tensors the given direction returns, in order.
+    pub fn result_names(&self, dir: Direction) -> Vec<String> {
+        match dir {
+            Direction::Forward => self.outputs.iter().map(|o| o.to_string()).collect(),
+            Direction::Backward => self
+                .grad_inputs
+                .iter()
+                .map(|i| format!("grad_{i}"))
+                .collect(),
+        }
+    }
+}
 
 macro_rules! declare_ops {
     // A sub-enum (`Binary(BinaryOp)`): one variant per kind, of the kind's name.

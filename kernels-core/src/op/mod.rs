@@ -29,71 +29,10 @@ use core::fmt;
 pub use attrs::{Activation, GeluApprox};
 // `Op`, `OpKind`, `BinaryOp`, `UnaryOp`, `ReduceOp` and the default constants.
 pub use decl::*;
-pub use spec::{AttrDefault, AttrKind, AttrSpec, AttrValue, InputKind, InputSpec};
+pub use spec::{AttrDefault, AttrKind, AttrSpec, AttrValue, Direction, InputKind, InputSpec};
 
 use crate::error::{Error, Result};
-use crate::numerics::Budget;
 use crate::tensor::DType;
-
-/// Forward or backward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Direction {
-    Forward,
-    Backward,
-}
-
-impl Direction {
-    pub fn name(self) -> &'static str {
-        match self {
-            Direction::Forward => "forward",
-            Direction::Backward => "backward",
-        }
-    }
-}
-
-/// Everything there is to know about an op without running it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OpSpec {
-    pub kind: OpKind,
-    pub inputs: &'static [InputSpec],
-    pub attrs: Vec<AttrSpec>,
-    pub outputs: &'static [&'static str],
-    /// Names of the inputs that receive gradients (empty: no backward).
-    pub grad_inputs: &'static [&'static str],
-    /// Budget of the forward outputs against the f32 CPU reference.
-    pub budget: Budget,
-    /// Budget of the backward outputs.
-    pub budget_backward: Budget,
-    /// One-line meaning.
-    pub doc: &'static str,
-}
-
-impl OpSpec {
-    /// Whether the op has a backward.
-    pub fn differentiable(&self) -> bool {
-        !self.grad_inputs.is_empty()
-    }
-    /// Names of the tensors the given direction takes, in order.
-    pub fn arg_names(&self, dir: Direction) -> Vec<String> {
-        let mut v: Vec<String> = self.inputs.iter().map(|i| i.name.to_string()).collect();
-        if dir == Direction::Backward {
-            v.extend(self.outputs.iter().map(|o| o.to_string()));
-            v.extend(self.outputs.iter().map(|o| format!("grad_{o}")));
-        }
-        v
-    }
-    /// Names of the tensors the given direction returns, in order.
-    pub fn result_names(&self, dir: Direction) -> Vec<String> {
-        match dir {
-            Direction::Forward => self.outputs.iter().map(|o| o.to_string()).collect(),
-            Direction::Backward => self
-                .grad_inputs
-                .iter()
-                .map(|i| format!("grad_{i}"))
-                .collect(),
-        }
-    }
-}
 
 impl fmt::Display for OpKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -6,7 +6,7 @@
 //! `C`; edge tiles (`mr < MR` or `nr < NR`) go through a small buffer and only their valid part
 //! is added, which keeps the `unsafe` SIMD loops free of bounds logic.
 
-use super::gemm::{MatRef, pack};
+use super::matref::{MatRef, pack};
 
 /// A micro-kernel and the cache-block sizes tuned for it.
 pub trait MicroKernel: Copy {

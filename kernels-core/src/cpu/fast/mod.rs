@@ -12,12 +12,14 @@
 
 pub mod gemm;
 pub mod kernels;
+mod matref;
 
 use alloc::vec;
 use alloc::vec::Vec;
 
 use self::gemm::{Gemm, Kernel, MatRef};
-use super::{Owned, View, float_arg, linear, same_shape};
+use super::args::{Owned, View, float_arg, same_shape};
+use super::linear;
 use crate::error::{Error, Result};
 use crate::op::{Activation, Direction, Op};
 
