@@ -479,7 +479,7 @@ mod tests {
                 let why = e.to_string();
                 report(missing(
                     "naive_matmul_matches_plain_loops",
-                    "a wgpu adapter",
+                    "wgpu adapter",
                     &why,
                     Need::InCi,
                     in_ci(),

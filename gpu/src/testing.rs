@@ -53,7 +53,8 @@ pub enum Missing {
     Fail(String),
 }
 
-/// The rule, as a pure function: `test` could not get `what` because of `why`. Under CI
+/// The rule, as a pure function: `test` found no `what` (a noun without its article: `wgpu
+/// adapter`, `CUDA device`) because of `why`. Under CI
 /// (`ci`) a thing CI must have ([`Need::InCi`]) is a failure; everything else is a skip.
 pub fn missing(test: &str, what: &str, why: &str, need: Need, ci: bool) -> Missing {
     match (need, ci) {
@@ -61,9 +62,9 @@ pub fn missing(test: &str, what: &str, why: &str, need: Need, ci: bool) -> Missi
             "{test}: CI=true but no {what} ({why}); CI must run this test on it, so this is a failure"
         )),
         (Need::Optional, true) => Missing::Skip(format!(
-            "{test}: SKIPPED on {what}: {why} (not required in CI: CI has none)"
+            "{test}: skipped, no {what}: {why} (not required in CI: CI has none)"
         )),
-        (_, false) => Missing::Skip(format!("{test}: SKIPPED on {what}: {why}")),
+        (_, false) => Missing::Skip(format!("{test}: skipped, no {what}: {why}")),
     }
 }
 
@@ -171,7 +172,7 @@ pub fn wgpu(test: &str) -> Option<WgpuBackend> {
         Err(e) => {
             report(missing(
                 test,
-                "a wgpu adapter",
+                "wgpu adapter",
                 &format!(
                     "{e}; set WGPU_BACKEND=vulkan with mesa-vulkan-drivers (lavapipe) installed"
                 ),
@@ -199,7 +200,7 @@ pub fn cuda(test: &str) -> Option<CudaBackend> {
         Err(e) => {
             report(missing(
                 test,
-                "a CUDA device",
+                "CUDA device",
                 &e.to_string(),
                 Need::Optional,
                 in_ci(),
@@ -219,7 +220,7 @@ pub fn cuda_emulated(test: &str) -> Option<CudaBackend> {
     if let Err(why) = crate::cuda::kernels::host::find_compiler() {
         report(missing(
             test,
-            "a C++ compiler for the emulated CUDA device",
+            "C++ compiler for the emulated CUDA device",
             &why,
             Need::InCi,
             in_ci(),
@@ -238,35 +239,29 @@ mod tests {
 
     #[test]
     fn in_ci_a_backend_ci_has_is_a_failure() {
-        let m = missing("t", "a wgpu adapter", "none found", Need::InCi, true);
+        let m = missing("t", "wgpu adapter", "none found", Need::InCi, true);
         let Missing::Fail(msg) = m else {
             panic!("CI=true must fail, got {m:?}")
         };
-        assert!(
-            msg.starts_with("t: ") && msg.contains("CI=true") && msg.contains("a wgpu adapter"),
-            "{msg}"
-        );
+        assert!(msg.starts_with("t: CI=true but no wgpu adapter"), "{msg}");
         assert!(msg.contains("none found"), "the failure says why: {msg}");
     }
 
     #[test]
     fn outside_ci_a_missing_backend_is_a_skip_saying_why() {
         for need in [Need::InCi, Need::Optional] {
-            let m = missing("t", "a wgpu adapter", "none found", need, false);
+            let m = missing("t", "wgpu adapter", "none found", need, false);
             let Missing::Skip(line) = m else {
                 panic!("outside CI a missing backend is a skip, got {m:?}")
             };
-            assert!(
-                line.starts_with("t: SKIPPED") && line.contains("a wgpu adapter"),
-                "{line}"
-            );
+            assert!(line.starts_with("t: skipped, no wgpu adapter"), "{line}");
             assert!(line.contains("none found"), "the skip says why: {line}");
         }
     }
 
     #[test]
     fn a_cuda_device_is_never_required_even_in_ci() {
-        let m = missing("t", "a CUDA device", "no driver", Need::Optional, true);
+        let m = missing("t", "CUDA device", "no driver", Need::Optional, true);
         let Missing::Skip(line) = m else {
             panic!("an optional backend is a skip in CI, got {m:?}")
         };
@@ -278,7 +273,7 @@ mod tests {
 
     #[test]
     fn report_skips_or_fails() {
-        report(Missing::Skip("t: SKIPPED on x: y".into()));
+        report(Missing::Skip("t: skipped, no x: y".into()));
         let failed = std::panic::catch_unwind(|| report(Missing::Fail("t: no x".into())));
         let payload = failed.expect_err("a failure verdict panics");
         assert_eq!(

@@ -88,7 +88,7 @@ pub(crate) mod host {
             .map_err(|why| {
                 crate::testing::report(crate::testing::missing(
                     "the host checks of the CUDA kernels",
-                    "a C++ compiler",
+                    "C++ compiler",
                     &why,
                     crate::testing::Need::InCi,
                     crate::testing::in_ci(),
