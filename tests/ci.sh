@@ -113,11 +113,18 @@ run cargo clippy --workspace --all-targets -- -D warnings
 # run time). Its unit tests compile the .cu files with g++, run every kernel on an emulated
 # device (each family built into a shared library, the grids run on the CPU) against the CPU
 # reference, and check selection and fallback; the device tests (gpu/tests/cuda.rs) say they are
-# skipped: CI has no NVIDIA GPU.
+# skipped: CI has no NVIDIA GPU. Under CI=true a missing wgpu adapter or C++ compiler fails the
+# tests (the rule lives in kernels_gpu::testing); a missing CUDA device never does.
 step "cuda feature: lints and tests (no NVIDIA GPU here)"
 run cargo clippy --workspace --all-targets --features kernels-gpu/cuda -- -D warnings
+run cargo clippy --workspace --all-targets --features kernels-gpu/cuda-emulator -- -D warnings
 run cargo test -p kernels-gpu --features cuda --lib -- cuda select
 run cargo test -p kernels-gpu --features cuda --test cuda -- --nocapture
+# The llama golden and world-model tests over the whole backend matrix (kernels_gpu::testing),
+# the emulated CUDA device included: the model code runs through the CUDA launchers and kernels.
+# Each test prints the backends it ran on ("GPU backends: ..." and "ok on ..."). About 15 s
+# once built: every golden case runs on the emulator.
+run cargo test -p kernels-tests --features cuda-emulator --test llama_golden --test world -- --nocapture
 
 step "tests (WGPU_BACKEND=$WGPU_BACKEND)"
 run cargo test --workspace --no-fail-fast

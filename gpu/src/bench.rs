@@ -475,10 +475,15 @@ mod tests {
         let naive = match NaiveMatmul::new() {
             Ok(n) => n,
             Err(e) => {
-                if std::env::var("CI").is_ok_and(|v| v == "true") {
-                    panic!("CI=true but no wgpu adapter: {e}");
-                }
-                eprintln!("skipping: no wgpu adapter ({e})");
+                use crate::testing::{Need, in_ci, missing, report};
+                let why = e.to_string();
+                report(missing(
+                    "naive_matmul_matches_plain_loops",
+                    "wgpu adapter",
+                    &why,
+                    Need::InCi,
+                    in_ci(),
+                ));
                 return;
             }
         };

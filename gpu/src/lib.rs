@@ -9,7 +9,9 @@
 //! SGEMM for matmul, CUDA C (`src/cuda/kernels/<family>.cu`, compiled at run time by NVRTC)
 //! for the rest; the driver is loaded at run time, so the crate builds without CUDA.
 //!
-//! [`parity`] is the shared harness that checks any backend against the CPU reference.
+//! [`parity`] is the shared harness that checks any backend against the CPU reference;
+//! [`testing`] gives tests the GPU backends available here (the backend matrix) and the CI rule
+//! for a missing one.
 
 pub mod adapters;
 pub mod bench;
@@ -24,6 +26,7 @@ mod ops;
 pub mod parity;
 pub mod select;
 pub mod shapes;
+pub mod testing;
 pub mod wgpu;
 
 pub use self::wgpu::SVD_MAX_Q;

@@ -6,7 +6,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use kernels_gpu::testing;
 
 use kernels_core::op::{BinaryOp, Direction, GeluApprox, Op, UnaryOp};
 use kernels_core::rng::Rng;
@@ -32,7 +32,7 @@ fn run(gpu: &WgpuBackend, op: &Op, dir: Direction, args: &[Tensor]) -> Vec<Vec<f
 
 #[test]
 fn elementwise_ops_chunk_over_the_binding_limit() {
-    let Some(whole) = common::backend() else {
+    let Some(whole) = testing::wgpu("elementwise_ops_chunk_over_the_binding_limit") else {
         return;
     };
     let capped = WgpuBackend::with_options(WgpuOptions {
@@ -125,7 +125,9 @@ fn elementwise_ops_chunk_over_the_binding_limit() {
 
 #[test]
 fn other_ops_name_the_op_size_and_limit() {
-    let Some(_) = common::backend() else { return };
+    let Some(_) = testing::wgpu("other_ops_name_the_op_size_and_limit") else {
+        return;
+    };
     let capped = WgpuBackend::with_options(WgpuOptions {
         max_storage_binding_cap: Some(CAP),
         ..Default::default()

@@ -5,14 +5,16 @@
 #![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use kernels_gpu::testing;
 
 use kernels_core::op::{BinaryOp, Direction, Op, UnaryOp};
 use kernels_core::{Backend, Rng, Tensor};
 
 #[test]
 fn forward_pass_downloads_only_what_is_read() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("forward_pass_downloads_only_what_is_read") else {
+        return;
+    };
     let mut rng = Rng::new(3);
     let x = rng.normal_tensor(&[7, 13], 0.0, 1.0).unwrap();
     let w = rng.normal_tensor(&[13, 5], 0.0, 1.0).unwrap();
@@ -104,7 +106,9 @@ fn forward_pass_downloads_only_what_is_read() {
 
 #[test]
 fn batches_flush_after_the_dispatch_limit() {
-    let Some(_) = common::backend() else { return };
+    let Some(_) = testing::wgpu("batches_flush_after_the_dispatch_limit") else {
+        return;
+    };
     let gpu = kernels_gpu::WgpuBackend::with_options(kernels_gpu::WgpuOptions {
         max_batch_dispatches: 4,
         ..Default::default()
@@ -131,7 +135,9 @@ fn batches_flush_after_the_dispatch_limit() {
 
 #[test]
 fn pool_is_capped_and_evicts_least_recently_freed() {
-    let Some(_) = common::backend() else { return };
+    let Some(_) = testing::wgpu("pool_is_capped_and_evicts_least_recently_freed") else {
+        return;
+    };
     // 4 KiB cap: a 1 KiB and a 2 KiB tensor fit; freeing a third (2 KiB) evicts the oldest.
     let gpu = kernels_gpu::WgpuBackend::with_options(kernels_gpu::WgpuOptions {
         max_pool_bytes: 4096,
@@ -180,7 +186,9 @@ fn default_pool_cap_is_256_mib() {
 
 #[test]
 fn zeros_are_made_on_the_device_without_an_upload() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("zeros_are_made_on_the_device_without_an_upload") else {
+        return;
+    };
     // Leave a freed buffer of the same size class with non-zero contents in the pool, so the
     // zeros below must really be cleared, not just freshly allocated.
     let junk = gpu.upload(&Tensor::full(&[7, 13], 3.5).unwrap()).unwrap();

@@ -14,23 +14,14 @@ use kernels_core::nn::{Linear, ParamStore};
 use kernels_core::op::Direction;
 use kernels_core::optim::AdamW;
 use kernels_core::{Backend, CpuBackend, OpKind, Rng, Tensor, parity};
-use kernels_gpu::CudaBackend;
 use kernels_gpu::parity::{check_all, failures};
-
-fn device() -> Option<CudaBackend> {
-    match CudaBackend::new() {
-        Ok(b) => Some(b),
-        Err(e) => {
-            eprintln!("SKIPPED (no CUDA device here): {e}");
-            println!("SKIPPED (no CUDA device here): {e}");
-            None
-        }
-    }
-}
+use kernels_gpu::testing;
 
 #[test]
 fn cuda_matches_the_cpu_reference_on_every_op() {
-    let Some(be) = device() else { return };
+    let Some(be) = testing::cuda("cuda_matches_the_cpu_reference_on_every_op") else {
+        return;
+    };
     let mut cases = Vec::new();
     for kind in OpKind::ALL {
         cases.extend(parity::cases(*kind, 7).unwrap());
@@ -83,7 +74,9 @@ fn cuda_matches_the_cpu_reference_on_every_op() {
 /// steps agree with the CPU reference from the same init.
 #[test]
 fn cuda_training_is_stable_and_agrees_with_the_cpu() {
-    let Some(be) = device() else { return };
+    let Some(be) = testing::cuda("cuda_training_is_stable_and_agrees_with_the_cpu") else {
+        return;
+    };
     let be = Rc::new(be);
     let train = |backend: Rc<dyn Backend>, steps: usize| -> (Vec<f32>, Vec<Vec<f32>>) {
         let mut rng = Rng::new(11);

@@ -5,7 +5,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use kernels_gpu::testing;
 
 use kernels_core::op::{Direction, Op};
 use kernels_core::{Backend, Error, Tensor};
@@ -17,7 +17,9 @@ fn scale(gpu: &kernels_gpu::WgpuBackend, t: &Tensor) -> kernels_core::Result<Ten
 
 #[test]
 fn lost_device_is_reported_then_replaced() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("lost_device_is_reported_then_replaced") else {
+        return;
+    };
     let x = Tensor::from_f32(&[5], vec![1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
     let xd = gpu.upload(&x).unwrap();
     let y = scale(&gpu, &xd).unwrap();
@@ -70,7 +72,9 @@ fn lost_device_is_reported_then_replaced() {
 
 #[test]
 fn explicit_recover_replaces_a_live_device() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("explicit_recover_replaces_a_live_device") else {
+        return;
+    };
     let xd = gpu.upload(&Tensor::full(&[3], 2.0).unwrap()).unwrap();
     let old = gpu.device();
     gpu.recover().unwrap();
@@ -86,7 +90,9 @@ fn explicit_recover_replaces_a_live_device() {
 
 #[test]
 fn flush_on_a_destroyed_device_reports_the_loss() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("flush_on_a_destroyed_device_reports_the_loss") else {
+        return;
+    };
     let xd = gpu.upload(&Tensor::full(&[4], 1.0).unwrap()).unwrap();
     let _y = scale(&gpu, &xd).unwrap();
     gpu.wgpu_device().destroy();

@@ -5,7 +5,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use kernels_gpu::testing;
 
 use kernels_core::numerics::compare;
 use kernels_core::op::{Direction, Op, ROPE_THETA};
@@ -41,7 +41,9 @@ fn check(
 
 #[test]
 fn attention_blocks_masked_rows_and_value_width() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("attention_blocks_masked_rows_and_value_width") else {
+        return;
+    };
     let op = Op::Attention {
         causal: true,
         scale: None,
@@ -90,7 +92,9 @@ fn attention_blocks_masked_rows_and_value_width() {
 
 #[test]
 fn rope_stays_accurate_at_large_positions() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("rope_stays_accurate_at_large_positions") else {
+        return;
+    };
     for interleaved in [false, true] {
         let op = Op::Rope {
             theta: ROPE_THETA,
@@ -113,7 +117,9 @@ fn rope_stays_accurate_at_large_positions() {
 /// workgroup per kv head, and the answer of the general kernel within the budget.
 #[test]
 fn decode_step_uses_the_decode_kernel() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("decode_step_uses_the_decode_kernel") else {
+        return;
+    };
     let op = Op::Attention {
         causal: true,
         scale: None,

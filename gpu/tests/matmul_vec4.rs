@@ -5,7 +5,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use kernels_gpu::testing;
 
 use kernels_core::numerics::compare;
 use kernels_core::op::{Direction, Op};
@@ -70,7 +70,9 @@ fn dims(m: usize, k: usize, n: usize, ta: bool, tb: bool) -> (Vec<usize>, Vec<us
 
 #[test]
 fn aligned_shapes_use_vec4_loads_and_match() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("aligned_shapes_use_vec4_loads_and_match") else {
+        return;
+    };
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
         // Multiples of 4 on every dim, across tile edges (64 +/- 4, K not a multiple of 16).
         for (m, k, n) in [(4, 4, 4), (68, 20, 60), (8, 132, 12)] {
@@ -89,7 +91,9 @@ fn aligned_shapes_use_vec4_loads_and_match() {
 
 #[test]
 fn unaligned_shapes_keep_the_scalar_path_and_match() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("unaligned_shapes_keep_the_scalar_path_and_match") else {
+        return;
+    };
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
         for (m, k, n) in [(1, 1, 1), (7, 13, 5), (65, 17, 63)] {
             let (a, b) = dims(m, k, n, ta, tb);
@@ -107,7 +111,9 @@ fn unaligned_shapes_keep_the_scalar_path_and_match() {
 /// Products with at most 8 rows (decode steps) take `matmul_rows`: one thread per output column.
 #[test]
 fn few_rows_use_the_row_kernel_and_match() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("few_rows_use_the_row_kernel_and_match") else {
+        return;
+    };
     for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
         for (m, k, n) in [(1, 129, 70), (3, 17, 130), (8, 64, 65)] {
             let (a, b) = dims(m, k, n, ta, tb);

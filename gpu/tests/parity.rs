@@ -6,7 +6,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use kernels_gpu::testing;
 
 use kernels_core::op::Direction;
 use kernels_core::{Backend, DType, Error, OpKind, Tensor, parity};
@@ -14,7 +14,9 @@ use kernels_gpu::parity::{check_all, failures};
 
 #[test]
 fn wgpu_matches_the_cpu_reference() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("wgpu_matches_the_cpu_reference") else {
+        return;
+    };
     // Lavapipe has subgroups: the default run takes the subgroup path there.
     if gpu.adapter_info().name.contains("llvmpipe") {
         assert!(gpu.uses_subgroups(), "lavapipe reports subgroups");
@@ -29,7 +31,9 @@ fn wgpu_matches_the_cpu_reference() {
 /// tested on adapters that have subgroups too.
 #[test]
 fn row_reductions_match_without_subgroups() {
-    let Some(_) = common::backend() else { return };
+    let Some(_) = testing::wgpu("row_reductions_match_without_subgroups") else {
+        return;
+    };
     let gpu = kernels_gpu::WgpuBackend::with_options(kernels_gpu::WgpuOptions {
         subgroups: false,
         ..Default::default()
@@ -98,7 +102,9 @@ fn suite(gpu: &kernels_gpu::WgpuBackend, kinds: &[OpKind]) {
 #[test]
 fn hand_checked_values() {
     use kernels_core::op::{BinaryOp, Op, ReduceOp, UnaryOp};
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("hand_checked_values") else {
+        return;
+    };
     let run = |op: Op, dir: Direction, xs: &[Tensor]| -> Vec<Tensor> {
         let dev: Vec<Tensor> = xs.iter().map(|t| gpu.upload(t).unwrap()).collect();
         let refs: Vec<&Tensor> = dev.iter().collect();

@@ -9,7 +9,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use kernels_gpu::testing;
 
 use std::rc::Rc;
 
@@ -96,7 +96,11 @@ impl Mlp {
 
 #[test]
 fn a_thousand_training_steps_reuse_buffers_stay_finite_and_submit_once_per_step() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu(
+        "a_thousand_training_steps_reuse_buffers_stay_finite_and_submit_once_per_step",
+    ) else {
+        return;
+    };
     let gpu = Rc::new(gpu);
     let mut mlp = Mlp::new(gpu.clone(), 11);
     let mut losses = Vec::new();
@@ -170,7 +174,9 @@ fn a_thousand_training_steps_reuse_buffers_stay_finite_and_submit_once_per_step(
 
 #[test]
 fn cpu_and_wgpu_train_the_same_from_the_same_init() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("cpu_and_wgpu_train_the_same_from_the_same_init") else {
+        return;
+    };
     let mut on_gpu = Mlp::new(Rc::new(gpu), 5);
     let mut on_cpu = Mlp::new(Rc::new(CpuBackend::reference()), 5);
     let mut worst = 0.0f32;

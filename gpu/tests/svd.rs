@@ -5,7 +5,7 @@
 #![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use kernels_gpu::testing;
 
 use kernels_core::op::{Direction, Op};
 use kernels_core::parity::Case;
@@ -37,7 +37,7 @@ fn low_rank(seed: u64, batch: usize, m: usize, n: usize, r: usize) -> Tensor {
 }
 
 fn assert_matches_reference(op: Op, a: Tensor) {
-    let gpu = common::backend();
+    let gpu = testing::wgpu(&format!("svd {op}"));
     let Some(gpu) = gpu else { return };
     let case = Case {
         op,
@@ -75,7 +75,9 @@ fn rank_deficient_input_completes_orthonormal_factors() {
     // pairs are any basis of the null space (rounding picks one), so only the leading two are
     // compared with the reference.
     let a = low_rank(5, 1, 23, 17, 2);
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("rank_deficient_input_completes_orthonormal_factors") else {
+        return;
+    };
     let want = CpuBackend::reference()
         .run(&svd(5, 2, 1), Direction::Forward, &[&a])
         .unwrap();
@@ -110,7 +112,9 @@ fn rank_deficient_input_completes_orthonormal_factors() {
 fn zero_input_gives_zero_values_and_orthonormal_vectors() {
     let a = Tensor::from_f32(&[9, 7], vec![0.0; 63]).unwrap();
     assert_matches_reference(svd(3, 1, 0), a.clone());
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("zero_input_gives_zero_values_and_orthonormal_vectors") else {
+        return;
+    };
     let out = gpu
         .run(
             &svd(3, 1, 0),
@@ -126,7 +130,9 @@ fn zero_input_gives_zero_values_and_orthonormal_vectors() {
 
 #[test]
 fn runs_without_reading_anything_back() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("runs_without_reading_anything_back") else {
+        return;
+    };
     let a = gpu.upload(&low_rank(2, 2, 31, 12, 4)).unwrap();
     let before = gpu.counters();
     let out = gpu.run(&svd(4, 2, 9), Direction::Forward, &[&a]).unwrap();
@@ -140,7 +146,9 @@ fn runs_without_reading_anything_back() {
 
 #[test]
 fn non_finite_input_gives_nan_outputs() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("non_finite_input_gives_nan_outputs") else {
+        return;
+    };
     let mut v = low_rank(4, 1, 10, 8, 3).to_f32_vec().unwrap();
     v[17] = f32::NAN;
     let a = gpu.upload(&Tensor::from_f32(&[10, 8], v).unwrap()).unwrap();
@@ -153,7 +161,9 @@ fn non_finite_input_gives_nan_outputs() {
 
 #[test]
 fn rank_above_the_device_limit_is_a_clear_error() {
-    let Some(gpu) = common::backend() else { return };
+    let Some(gpu) = testing::wgpu("rank_above_the_device_limit_is_a_clear_error") else {
+        return;
+    };
     let n = kernels_gpu::SVD_MAX_Q + 1;
     let a = gpu.zeros(&[n, n]).unwrap();
     let e = gpu

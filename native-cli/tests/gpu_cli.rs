@@ -11,24 +11,9 @@ use common::{kernels, stderr};
 
 use kernels_core::parity::{Case, all_cases};
 use kernels_core::{CpuBackend, Direction, OpKind, Tensor, io};
+use kernels_gpu::testing::require_wgpu_adapter;
 use native_cli::commands::op::attr_args;
 use native_cli::parity::{args_for, compare_tensors};
-
-/// True when wgpu finds an adapter. In CI a missing adapter is a failure, never a skip.
-fn gpu_available(test: &str) -> bool {
-    match kernels_gpu::WgpuBackend::new() {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{test}: CI=true but no wgpu adapter: {e}");
-            }
-            eprintln!(
-                "{test}: skipped, no wgpu adapter ({e}); set WGPU_BACKEND=vulkan with mesa-vulkan-drivers installed"
-            );
-            false
-        }
-    }
-}
 
 /// Parity rows the cases make: forward always, backward for differentiable ops.
 fn expected_rows(seed: u64) -> usize {
@@ -121,7 +106,7 @@ fn parity_rejects_an_unknown_backend() {
 
 #[test]
 fn parity_on_wgpu_reports_every_case_and_the_counters() {
-    if !gpu_available("parity_on_wgpu") {
+    if !require_wgpu_adapter("parity_on_wgpu_reports_every_case_and_the_counters") {
         return;
     }
     let o = kernels(&["parity", "--backend", "wgpu", "--json"]);
@@ -163,7 +148,7 @@ fn info_lists_adapters_limits_and_features() {
         s.contains("wgpu adapters:") && s.contains("backend:"),
         "{s}"
     );
-    if !gpu_available("info") {
+    if !require_wgpu_adapter("info_lists_adapters_limits_and_features") {
         assert!(s.contains("using the CPU"), "{s}");
         return;
     }
@@ -212,7 +197,7 @@ fn op_file(case: &Case, dir: Direction, args: &[Tensor]) -> BTreeMap<String, Ten
 
 #[test]
 fn op_on_wgpu_matches_the_cpu_within_budget() {
-    if !gpu_available("op_on_wgpu") {
+    if !require_wgpu_adapter("op_on_wgpu_matches_the_cpu_within_budget") {
         return;
     }
     let reference = CpuBackend::reference();
@@ -294,7 +279,7 @@ fn op_on_wgpu_matches_the_cpu_within_budget() {
 /// `kernels bench --quick --json`: the documented JSON shape (not the timings).
 #[test]
 fn bench_quick_json_has_the_documented_shape() {
-    let gpu = gpu_available("bench");
+    let gpu = require_wgpu_adapter("bench_quick_json_has_the_documented_shape");
     let o = kernels(&["bench", "--quick", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc = parse_json(&o);

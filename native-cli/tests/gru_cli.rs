@@ -9,6 +9,7 @@ mod common;
 use common::{kernels, stderr};
 
 use kernels_core::{Tensor, io};
+use kernels_gpu::testing::require_wgpu_adapter;
 
 const CASES: [&str; 4] = ["basic", "no_h0", "tiny", "wide"];
 
@@ -20,19 +21,6 @@ fn fixture(case: &str, kind: &str) -> PathBuf {
 
 fn load(p: &Path) -> std::collections::BTreeMap<String, Tensor> {
     io::load(&std::fs::read(p).unwrap()).unwrap()
-}
-
-fn gpu_available(test: &str) -> bool {
-    match kernels_gpu::WgpuBackend::new() {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{test}: CI=true but no wgpu adapter: {e}");
-            }
-            eprintln!("{test}: skipped, no wgpu adapter ({e})");
-            false
-        }
-    }
 }
 
 fn run_case(case: &str, backend: &str, dir: &Path) {
@@ -84,7 +72,7 @@ fn gru_run_matches_pytorch_on_the_cpu() {
 
 #[test]
 fn gru_run_matches_pytorch_on_wgpu() {
-    if !gpu_available("gru_run_matches_pytorch_on_wgpu") {
+    if !require_wgpu_adapter("gru_run_matches_pytorch_on_wgpu") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

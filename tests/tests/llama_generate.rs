@@ -1,6 +1,7 @@
 //! Generation over the KV cache: sampling on the device (a decode step downloads only the
 //! token id), the same tokens on CPU and wgpu for a seed, and the shipped demo model's
-//! held-out accuracy.
+//! held-out accuracy, its greedy answers the same on the CPU and every GPU backend of the matrix
+//! (`kernels_gpu::testing`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -9,22 +10,9 @@ use std::rc::Rc;
 
 use kernels_core::models::llama::{self, GenerateOptions, Llama, Sampling, StopReason};
 use kernels_core::{Backend, CpuBackend};
-use kernels_gpu::WgpuBackend;
+use kernels_gpu::testing;
 use native_cli::addition;
 use native_cli::llama::{build, read_dir};
-
-fn gpu() -> Option<Rc<WgpuBackend>> {
-    match WgpuBackend::new() {
-        Ok(g) => Some(Rc::new(g)),
-        Err(e) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("CI=true but no wgpu adapter: {e}");
-            }
-            eprintln!("skipping: no wgpu adapter ({e}); set WGPU_BACKEND=vulkan");
-            None
-        }
-    }
-}
 
 fn fixture_model(backend: Rc<dyn Backend>) -> Llama {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/llama/gqa_tied");
@@ -115,7 +103,11 @@ fn cpu_generation_is_seeded_and_stops() {
 
 #[test]
 fn wgpu_samples_on_the_device_and_matches_the_cpu() {
-    let Some(gpu) = gpu() else { return };
+    // wgpu itself: the test reads its counters.
+    let Some(gpu) = testing::wgpu("wgpu_samples_on_the_device_and_matches_the_cpu") else {
+        return;
+    };
+    let gpu = Rc::new(gpu);
     let cpu_model = fixture_model(Rc::new(CpuBackend::new()));
     let gpu_model = fixture_model(gpu.clone());
     let prompt = [3, 1, 4, 1, 5];
@@ -159,8 +151,6 @@ fn demo_model_adds_and_agrees_across_backends() {
         ok * 100 >= n * 95,
         "held-out exact match {ok}/{n} below 95%: {wrong:?}"
     );
-    let Some(gpu) = gpu() else { return };
-    let gpu_model = build(&files, gpu).unwrap();
     let mut rng = kernels_core::Rng::new(9);
     let prompts: Vec<Vec<u32>> = (0..16)
         .map(|_| {
@@ -170,11 +160,16 @@ fn demo_model_adds_and_agrees_across_backends() {
         .collect();
     let on_cpu =
         pollster::block_on(llama::greedy_batch(&cpu, &prompts, addition::ANSWER_LEN)).unwrap();
-    let on_gpu = pollster::block_on(llama::greedy_batch(
-        &gpu_model,
-        &prompts,
-        addition::ANSWER_LEN,
-    ))
-    .unwrap();
-    assert_eq!(on_cpu, on_gpu);
+    let test = "demo_model_adds_and_agrees_across_backends";
+    for gpu in testing::gpu_backends(test) {
+        let gpu_model = build(&files, gpu.backend.clone()).unwrap();
+        let on_gpu = pollster::block_on(llama::greedy_batch(
+            &gpu_model,
+            &prompts,
+            addition::ANSWER_LEN,
+        ))
+        .unwrap();
+        assert_eq!(on_cpu, on_gpu, "{}", gpu.name);
+        eprintln!("{test}: ok on {}", gpu.name);
+    }
 }

@@ -1,7 +1,9 @@
 //! Golden tests of the llama model against Hugging Face transformers: small random checkpoints
 //! (GQA and MHA, tied and untied, sharded, BF16 weights) and the logits `LlamaForCausalLM`
 //! gave for them, made once by `tests/fixtures/llama/make_golden.py` and committed. Every
-//! position's logits are checked on the CPU and on wgpu, with and without the KV cache.
+//! position's logits are checked on the CPU and on every GPU backend of the matrix
+//! (`kernels_gpu::testing`: wgpu, a CUDA device, the emulated CUDA device with the
+//! `cuda-emulator` feature), with and without the KV cache.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -11,6 +13,7 @@ use std::rc::Rc;
 use kernels_core::autograd::Graph;
 use kernels_core::models::llama::{KvCache, Llama};
 use kernels_core::{Backend, CpuBackend, Tensor};
+use kernels_gpu::testing;
 use native_cli::llama::{build, logits, read_dir};
 
 const CASES: &[&str] = &["gqa_tied", "mha_untied", "gqa_untied_bf16"];
@@ -133,15 +136,11 @@ fn cpu_reference_kernels_match_transformers() {
 }
 
 #[test]
-fn wgpu_matches_transformers() {
-    match kernels_gpu::WgpuBackend::new() {
-        Ok(gpu) => check_backend(Rc::new(gpu)),
-        Err(e) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("CI=true but no wgpu adapter: {e}");
-            }
-            eprintln!("skipping: no wgpu adapter ({e}); set WGPU_BACKEND=vulkan");
-        }
+fn every_gpu_backend_matches_transformers() {
+    let test = "every_gpu_backend_matches_transformers";
+    for gpu in testing::gpu_backends(test) {
+        check_backend(gpu.backend.clone());
+        eprintln!("{test}: ok on {}", gpu.name);
     }
 }
 

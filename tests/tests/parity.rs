@@ -1,5 +1,7 @@
 //! Cross-backend parity: every parity case, forward and backward, on each available backend
-//! against the CPU reference, under each op's published budget. GPU backends join here.
+//! against the CPU reference, under each op's published budget. The GPU backends of the matrix
+//! (`kernels_gpu::testing`: wgpu, a CUDA device, the emulated CUDA device) join here on a second
+//! seed (gpu/tests/parity.rs runs wgpu's full suite on seed 7).
 // Tests may unwrap (see the workspace lints).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -7,6 +9,7 @@ use kernels_core::backend::LocalBoxFuture;
 use kernels_core::parity::{all_cases, cases};
 use kernels_core::{Backend, CpuBackend, DeviceId, Direction, Op, OpKind, Result, Tensor};
 use kernels_gpu::parity::{Row, assert_parity, check_all, failures};
+use kernels_gpu::testing;
 
 fn parity_rows(backend: &dyn Backend, seed: u64, large: bool) -> Vec<Row> {
     check_all(&all_cases(seed, large).unwrap(), backend)
@@ -23,6 +26,17 @@ fn fast_cpu_matches_the_reference_within_budget() {
 fn a_second_seed_passes_too() {
     assert_parity(&CpuBackend::new(), &all_cases(12345, false).unwrap())
         .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn every_gpu_backend_passes_a_second_seed() {
+    let test = "every_gpu_backend_passes_a_second_seed";
+    let cases = all_cases(12345, false).unwrap();
+    for gpu in testing::gpu_backends(test) {
+        let n = assert_parity(&*gpu.backend, &cases).unwrap_or_else(|e| panic!("{e}"));
+        assert!(n > 0);
+        eprintln!("{test}: ok on {} ({n} checks)", gpu.name);
+    }
 }
 
 #[test]

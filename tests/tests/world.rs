@@ -1,5 +1,6 @@
 //! The GRU world model and `nn::Gru` across backends: PyTorch golden fixtures
-//! (tests/fixtures/gru) through the library, and ensemble rollout and BPTT parity CPU vs wgpu.
+//! (tests/fixtures/gru) through the library, and ensemble rollout and BPTT parity CPU vs every
+//! GPU backend of the matrix (`kernels_gpu::testing`: wgpu, CUDA, the emulated CUDA device).
 // Tests may unwrap (see the workspace lints).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -11,20 +12,7 @@ use kernels_core::autograd::Graph;
 use kernels_core::models::world::{WorldConfig, WorldModel, ensemble_stats};
 use kernels_core::nn::{Gru, ParamStore};
 use kernels_core::{Backend, CpuBackend, Rng, Tensor, io};
-use kernels_gpu::WgpuBackend;
-
-fn gpu(test: &str) -> Option<Rc<dyn Backend>> {
-    match WgpuBackend::new() {
-        Ok(g) => Some(Rc::new(g)),
-        Err(e) => {
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{test}: CI=true but no wgpu adapter: {e}");
-            }
-            eprintln!("{test}: skipped, no wgpu adapter ({e})");
-            None
-        }
-    }
-}
+use kernels_gpu::testing;
 
 fn host(backend: &dyn Backend, t: &Tensor) -> Vec<f32> {
     pollster::block_on(backend.download(t))
@@ -92,9 +80,11 @@ fn nn_gru_matches_pytorch_golden_on_the_cpu() {
 }
 
 #[test]
-fn nn_gru_matches_pytorch_golden_on_wgpu() {
-    if let Some(b) = gpu("nn_gru_matches_pytorch_golden_on_wgpu") {
-        golden_on(b);
+fn nn_gru_matches_pytorch_golden_on_every_gpu_backend() {
+    let test = "nn_gru_matches_pytorch_golden_on_every_gpu_backend";
+    for b in testing::gpu_backends(test) {
+        golden_on(b.backend);
+        eprintln!("{test}: ok on {}", b.name);
     }
 }
 
@@ -131,23 +121,25 @@ fn world_on(backend: Rc<dyn Backend>, s0: &Tensor, truth: &Tensor) -> Vec<(Strin
 }
 
 #[test]
-fn ensemble_rollout_and_bptt_agree_cpu_vs_wgpu() {
-    let Some(gpu) = gpu("ensemble_rollout_and_bptt_agree_cpu_vs_wgpu") else {
-        return;
-    };
+fn ensemble_rollout_and_bptt_agree_cpu_vs_every_gpu_backend() {
+    let test = "ensemble_rollout_and_bptt_agree_cpu_vs_every_gpu_backend";
     let mut rng = Rng::new(5);
     let s0 = rng.uniform_tensor(&[5, 9], -1.0, 1.0).unwrap();
     let truth = rng.uniform_tensor(&[4, 5, 9], -1.0, 1.0).unwrap();
     let cpu = world_on(Rc::new(CpuBackend::new()), &s0, &truth);
-    let dev = world_on(gpu, &s0, &truth);
-    assert_eq!(cpu.len(), dev.len());
-    for ((name, a), (name_b, b)) in cpu.iter().zip(&dev) {
-        assert_eq!(name, name_b);
-        let scale = a.iter().fold(0.0f32, |m, x| m.max(x.abs())).max(1e-3);
-        let d = max_diff(a, b);
-        assert!(
-            d <= 1e-4 * scale + 1e-6,
-            "{name}: max diff {d} (scale {scale})"
-        );
+    for gpu in testing::gpu_backends(test) {
+        let dev = world_on(gpu.backend.clone(), &s0, &truth);
+        assert_eq!(cpu.len(), dev.len());
+        for ((name, a), (name_b, b)) in cpu.iter().zip(&dev) {
+            assert_eq!(name, name_b);
+            let scale = a.iter().fold(0.0f32, |m, x| m.max(x.abs())).max(1e-3);
+            let d = max_diff(a, b);
+            assert!(
+                d <= 1e-4 * scale + 1e-6,
+                "{name} on {}: max diff {d} (scale {scale})",
+                gpu.name
+            );
+        }
+        eprintln!("{test}: ok on {}", gpu.name);
     }
 }

@@ -1,4 +1,5 @@
-//! A CPU stand-in for the CUDA device (tests only), so the CUDA C kernels run on a machine
+//! A CPU stand-in for the CUDA device (tests, and `CudaBackend::emulated` with the
+//! `cuda-emulator` feature), so the CUDA C kernels run on a machine
 //! without an NVIDIA GPU: each family is compiled by the host C++ compiler (through
 //! `host_shim.hpp`) into a shared library whose `emu_run` (`host_runtime.hpp`) runs a kernel over
 //! the whole grid, blocks one after another, the threads of a cooperative block as fibers that
@@ -83,44 +84,52 @@ struct Libraries {
     libs: HashMap<Family, libloading::Library>,
 }
 
-/// `None` when there is no C++ compiler (and not in CI, where [`host::compiler`] panics).
-fn libraries() -> Option<&'static Libraries> {
-    static LIBS: OnceLock<Option<Libraries>> = OnceLock::new();
-    LIBS.get_or_init(|| {
-        let cc = host::compiler()?;
-        let dir = host::scratch("emulator");
-        // Compiled in parallel: the families are independent translation units.
-        let built: Vec<(Family, std::result::Result<PathBuf, String>)> = std::thread::scope(|s| {
-            let jobs: Vec<_> = Family::cuda_families()
-                .map(|f| {
-                    let (cc, dir) = (&cc, &dir);
-                    s.spawn(move || {
-                        let so = dir.join(format!("lib{}.so", f.name()));
-                        let so_arg = so.to_string_lossy().into_owned();
-                        let r = host::compile(cc, f, dir, &["-shared", "-O1", "-o", &so_arg])
-                            .map(|()| so);
-                        (f, r)
-                    })
-                })
-                .collect();
-            jobs.into_iter()
-                .map(|j| j.join().expect("compiler thread"))
-                .collect()
-        });
-        let mut libs = HashMap::new();
-        for (f, r) in built {
-            let so =
-                r.unwrap_or_else(|e| panic!("{}.cu does not build for the host:\n{e}", f.name()));
+/// Why not, when there is no C++ compiler or a family does not build (built once per process;
+/// a failure is remembered).
+fn libraries() -> Result<&'static Libraries> {
+    static LIBS: OnceLock<std::result::Result<Libraries, String>> = OnceLock::new();
+    LIBS.get_or_init(build_libraries).as_ref().map_err(err)
+}
+
+fn build_libraries() -> std::result::Result<Libraries, String> {
+    let cc = host::find_compiler()?;
+    let dir =
+        host::try_scratch("emulator").map_err(|e| format!("creating a scratch directory: {e}"))?;
+    // Compiled in parallel: the families are independent translation units.
+    let built: Vec<(Family, std::result::Result<PathBuf, String>)> = std::thread::scope(|s| {
+        let jobs: Vec<_> = Family::cuda_families()
+            .map(|f| {
+                let (cc, dir) = (&cc, &dir);
+                let job = s.spawn(move || {
+                    let so = dir.join(format!("lib{}.so", f.name()));
+                    let so_arg = so.to_string_lossy().into_owned();
+                    host::compile(cc, f, dir, &["-shared", "-O1", "-o", &so_arg]).map(|()| so)
+                });
+                (f, job)
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|(f, j)| {
+                let r = j
+                    .join()
+                    .unwrap_or_else(|_| Err("the compiler thread panicked".into()));
+                (f, r)
+            })
+            .collect()
+    });
+    let libs = built
+        .into_iter()
+        .map(|(f, r)| {
+            let so = r.map_err(|e| format!("{}.cu does not build for the host:\n{e}", f.name()))?;
             // SAFETY: the library is ours, built just now; its initializers only set globals.
             let lib = unsafe { libloading::Library::new(&so) }
-                .unwrap_or_else(|e| panic!("loading {}: {e}", so.display()));
-            libs.insert(f, lib);
-        }
-        // Loaded libraries stay mapped once their files are gone: nothing is left in /tmp.
-        let _ = std::fs::remove_dir_all(&dir);
-        Some(Libraries { libs })
-    })
-    .as_ref()
+                .map_err(|e| format!("loading {}: {e}", so.display()))?;
+            Ok((f, lib))
+        })
+        .collect::<std::result::Result<HashMap<_, _>, String>>();
+    // Loaded libraries stay mapped once their files are gone: nothing is left in /tmp.
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(Libraries { libs: libs? })
 }
 
 /// The emulator's state is global per library (built-in index variables, fibers): one launch
@@ -135,10 +144,11 @@ pub(crate) struct EmulatedDevice {
 }
 
 impl EmulatedDevice {
-    /// `None` without a host C++ compiler (outside CI). `row_threads`: threads per block of the
-    /// row kernels (a power of two up to 256, as a device's launcher picks).
-    pub(crate) fn new(row_threads: u32) -> Option<Self> {
-        Some(EmulatedDevice {
+    /// Fails, saying why, without a host C++ compiler or when a family does not build.
+    /// `row_threads`: threads per block of the row kernels (a power of two up to 256, as a
+    /// device's launcher picks).
+    pub(crate) fn new(row_threads: u32) -> Result<Self> {
+        Ok(EmulatedDevice {
             libs: libraries()?,
             row_threads,
             launched: Mutex::new(BTreeSet::new()),
@@ -146,6 +156,7 @@ impl EmulatedDevice {
     }
 
     /// `(family, entry)` of every kernel launched so far.
+    #[cfg(test)]
     pub(crate) fn launched(&self) -> BTreeSet<(&'static str, &'static str)> {
         self.launched.lock().map(|s| s.clone()).unwrap_or_default()
     }
@@ -349,8 +360,11 @@ mod tests {
         }
     }
 
+    /// `None` after a skip line without a host C++ compiler (outside CI; in CI a failure).
     fn emulated(row_threads: u32) -> Option<(CudaBackend, &'static EmulatedDevice)> {
-        let dev: &'static EmulatedDevice = Box::leak(Box::new(EmulatedDevice::new(row_threads)?));
+        host::compiler()?;
+        let dev = EmulatedDevice::new(row_threads).unwrap_or_else(|e| panic!("{e}"));
+        let dev: &'static EmulatedDevice = Box::leak(Box::new(dev));
         Some((CudaBackend::with_engine(Box::new(Shared(dev))), dev))
     }
 

@@ -24,7 +24,7 @@ use kernels_core::{Backend, DType, DeviceId, Error, Result, Tensor};
 
 mod attention;
 pub mod driver;
-#[cfg(test)]
+#[cfg(any(test, feature = "cuda-emulator"))]
 mod emulator;
 pub mod engine;
 pub mod kernels;
@@ -33,6 +33,10 @@ mod matmul;
 mod svd;
 
 use engine::{Engine, Gemm, Grid, Kernel, Mem, Params};
+
+/// Threads per row block on the emulated device: what the driver engine picks.
+#[cfg(feature = "cuda-emulator")]
+const EMULATED_ROW_THREADS: u32 = 256;
 
 /// What the backend has done so far. Read with [`CudaBackend::counters`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -127,6 +131,17 @@ impl CudaBackend {
         };
         let engine = guarded("opening the device", || driver::Driver::new(ordinal))?;
         Ok(Self::with_engine(Box::new(engine)))
+    }
+
+    /// The CUDA backend on the emulated device (`cuda-emulator` feature; for tests): the same
+    /// launchers and CUDA C, each family built by the host C++ compiler into a shared library
+    /// and its grids run on the CPU (cuBLAS replaced by a host SGEMM with its semantics). Slow,
+    /// for small problems only. Fails, saying why, without a C++ compiler (`c++`, `g++` or
+    /// `clang++`) or when a family does not build.
+    #[cfg(feature = "cuda-emulator")]
+    pub fn emulated() -> Result<Self> {
+        let device = emulator::EmulatedDevice::new(EMULATED_ROW_THREADS)?;
+        Ok(Self::with_engine(Box::new(device)))
     }
 
     pub(crate) fn with_engine(engine: Box<dyn Engine>) -> Self {

@@ -1,0 +1,290 @@
+//! Test support: the backend matrix every GPU and model test runs over, and the rule for a
+//! backend that is not there, kept in one place.
+//!
+//! - [`gpu_backends`] yields every GPU backend available here, each as a [`TestBackend`]: wgpu
+//!   when an adapter answers; with the `cuda` feature a CUDA device when `CudaBackend::new`
+//!   succeeds; with the `cuda-emulator` feature the emulated CUDA device
+//!   (`CudaBackend::emulated`: the CUDA C built by the host C++ compiler, run on the CPU).
+//! - [`wgpu`] is for tests that need wgpu itself (its counters, limits, adapter), and
+//!   [`require_wgpu_adapter`] for tests that only need to know an adapter exists (the CLI tests
+//!   spawn the binary).
+//! - The rule ([`missing`]): outside CI a missing backend is a skip line on stderr saying why;
+//!   under `CI=true` a missing wgpu adapter, or a missing C++ compiler for the emulated CUDA
+//!   device, fails the test. A CUDA device is never required: CI has no NVIDIA GPU.
+//!
+//! ```no_run
+//! for b in kernels_gpu::testing::gpu_backends("my_test") {
+//!     // ... run the test on b.backend (an Rc<dyn Backend>), name failures with b.name ...
+//!     eprintln!("my_test: ok on {}", b.name);
+//! }
+//! ```
+
+#[cfg(not(target_arch = "wasm32"))]
+use std::rc::Rc;
+
+#[cfg(not(target_arch = "wasm32"))]
+use kernels_core::Backend;
+
+#[cfg(feature = "cuda")]
+use crate::CudaBackend;
+#[cfg(not(target_arch = "wasm32"))]
+use crate::WgpuBackend;
+
+/// Whether this is CI (`CI=true`), where a backend the CI machine has must not be skipped.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// Whether CI must have a thing, so that missing it there is a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// CI has it (tests/ci.sh installs Mesa lavapipe and g++): missing it under `CI=true` fails.
+    InCi,
+    /// Never required (a CUDA device: CI has no NVIDIA GPU): always a skip.
+    Optional,
+}
+
+/// What a test does about a backend that is not there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Missing {
+    /// Go on without it; the line says what was skipped and why.
+    Skip(String),
+    /// Fail the test with this message.
+    Fail(String),
+}
+
+/// The rule, as a pure function: `test` found no `what` (a noun without its article: `wgpu
+/// adapter`, `CUDA device`) because of `why`. Under CI
+/// (`ci`) a thing CI must have ([`Need::InCi`]) is a failure; everything else is a skip.
+pub fn missing(test: &str, what: &str, why: &str, need: Need, ci: bool) -> Missing {
+    match (need, ci) {
+        (Need::InCi, true) => Missing::Fail(format!(
+            "{test}: CI=true but no {what} ({why}); CI must run this test on it, so this is a failure"
+        )),
+        (Need::Optional, true) => Missing::Skip(format!(
+            "{test}: skipped, no {what}: {why} (not required in CI: CI has none)"
+        )),
+        (_, false) => Missing::Skip(format!("{test}: skipped, no {what}: {why}")),
+    }
+}
+
+/// Acts on [`missing`]'s verdict: prints a skip line, or fails the test.
+// Test support: failing the calling test under CI is the point of the rule.
+#[allow(clippy::panic)]
+pub fn report(verdict: Missing) {
+    match verdict {
+        Missing::Skip(line) => eprintln!("{line}"),
+        Missing::Fail(message) => panic!("{message}"),
+    }
+}
+
+/// Which GPU backend a [`TestBackend`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// wgpu on whatever adapter answers (Mesa lavapipe in CI).
+    Wgpu,
+    /// A real CUDA device (`cuda` feature).
+    Cuda,
+    /// The CUDA backend on the emulated device (`cuda-emulator` feature): slow, for small
+    /// problems.
+    CudaEmulated,
+}
+
+impl Kind {
+    /// `wgpu`, `cuda` or `cuda-emulated`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Wgpu => "wgpu",
+            Kind::Cuda => "cuda",
+            Kind::CudaEmulated => "cuda-emulated",
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// One GPU backend of the matrix.
+#[cfg(not(target_arch = "wasm32"))]
+pub struct TestBackend {
+    pub kind: Kind,
+    /// `<kind>: <backend name>`, e.g. `wgpu: wgpu (llvmpipe ..., Vulkan)`: for messages.
+    pub name: String,
+    pub backend: Rc<dyn Backend>,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl TestBackend {
+    fn new(kind: Kind, backend: Rc<dyn Backend>) -> Self {
+        TestBackend {
+            kind,
+            name: format!("{kind}: {}", backend.name()),
+            backend,
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl std::fmt::Debug for TestBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TestBackend({})", self.name)
+    }
+}
+
+/// Every GPU backend available for `test` (see the module docs); a skip line for each one
+/// missing, or a failure under `CI=true` when CI must have it. Prints one line naming the
+/// backends the test runs on.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn gpu_backends(test: &str) -> Vec<TestBackend> {
+    let mut all = Vec::new();
+    if let Some(b) = wgpu(test) {
+        all.push(TestBackend::new(Kind::Wgpu, Rc::new(b)));
+    }
+    #[cfg(feature = "cuda")]
+    if let Some(b) = cuda(test) {
+        all.push(TestBackend::new(Kind::Cuda, Rc::new(b)));
+    }
+    #[cfg(feature = "cuda-emulator")]
+    if let Some(b) = cuda_emulated(test) {
+        all.push(TestBackend::new(Kind::CudaEmulated, Rc::new(b)));
+    }
+    let names: Vec<&str> = all.iter().map(|b| b.name.as_str()).collect();
+    eprintln!(
+        "{test}: GPU backends: {}",
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            names.join("; ")
+        }
+    );
+    all
+}
+
+/// wgpu for a test that needs it specifically, or `None` after a skip line; under `CI=true` no
+/// adapter is a failure.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn wgpu(test: &str) -> Option<WgpuBackend> {
+    match WgpuBackend::new() {
+        Ok(b) => Some(b),
+        Err(e) => {
+            report(missing(
+                test,
+                "wgpu adapter",
+                &format!(
+                    "{e}; set WGPU_BACKEND=vulkan with mesa-vulkan-drivers (lavapipe) installed"
+                ),
+                Need::InCi,
+                in_ci(),
+            ));
+            None
+        }
+    }
+}
+
+/// Whether a wgpu adapter answers, for tests that hand the GPU to another process (the CLI).
+/// `false` after a skip line; under `CI=true` no adapter is a failure.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn require_wgpu_adapter(test: &str) -> bool {
+    wgpu(test).is_some()
+}
+
+/// A real CUDA device, or `None` after a skip line saying why (never required: CI has no
+/// NVIDIA GPU).
+#[cfg(feature = "cuda")]
+pub fn cuda(test: &str) -> Option<CudaBackend> {
+    match CudaBackend::new() {
+        Ok(b) => Some(b),
+        Err(e) => {
+            report(missing(
+                test,
+                "CUDA device",
+                &e.to_string(),
+                Need::Optional,
+                in_ci(),
+            ));
+            None
+        }
+    }
+}
+
+/// The emulated CUDA device (`CudaBackend::emulated`), or `None` after a skip line when
+/// there is no host C++ compiler; under `CI=true` no compiler is a failure (tests/ci.sh
+/// installs g++). Kernels that do not build for the host always fail the test.
+#[cfg(feature = "cuda-emulator")]
+// Test support: a CUDA kernel that does not build must fail the calling test.
+#[allow(clippy::panic)]
+pub fn cuda_emulated(test: &str) -> Option<CudaBackend> {
+    if let Err(why) = crate::cuda::kernels::host::find_compiler() {
+        report(missing(
+            test,
+            "C++ compiler for the emulated CUDA device",
+            &why,
+            Need::InCi,
+            in_ci(),
+        ));
+        return None;
+    }
+    match CudaBackend::emulated() {
+        Ok(b) => Some(b),
+        Err(e) => panic!("{test}: the emulated CUDA device does not start: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_ci_a_backend_ci_has_is_a_failure() {
+        let m = missing("t", "wgpu adapter", "none found", Need::InCi, true);
+        let Missing::Fail(msg) = m else {
+            panic!("CI=true must fail, got {m:?}")
+        };
+        assert!(msg.starts_with("t: CI=true but no wgpu adapter"), "{msg}");
+        assert!(msg.contains("none found"), "the failure says why: {msg}");
+    }
+
+    #[test]
+    fn outside_ci_a_missing_backend_is_a_skip_saying_why() {
+        for need in [Need::InCi, Need::Optional] {
+            let m = missing("t", "wgpu adapter", "none found", need, false);
+            let Missing::Skip(line) = m else {
+                panic!("outside CI a missing backend is a skip, got {m:?}")
+            };
+            assert!(line.starts_with("t: skipped, no wgpu adapter"), "{line}");
+            assert!(line.contains("none found"), "the skip says why: {line}");
+        }
+    }
+
+    #[test]
+    fn a_cuda_device_is_never_required_even_in_ci() {
+        let m = missing("t", "CUDA device", "no driver", Need::Optional, true);
+        let Missing::Skip(line) = m else {
+            panic!("an optional backend is a skip in CI, got {m:?}")
+        };
+        assert!(
+            line.contains("no driver") && line.contains("not required in CI"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn report_skips_or_fails() {
+        report(Missing::Skip("t: skipped, no x: y".into()));
+        let failed = std::panic::catch_unwind(|| report(Missing::Fail("t: no x".into())));
+        let payload = failed.expect_err("a failure verdict panics");
+        assert_eq!(
+            payload.downcast_ref::<String>().map(String::as_str),
+            Some("t: no x")
+        );
+    }
+
+    #[test]
+    fn only_ci_true_is_ci() {
+        // Reads the real environment: whatever it is, in_ci() agrees with CI == "true".
+        assert_eq!(in_ci(), std::env::var("CI").as_deref() == Ok("true"));
+    }
+}
