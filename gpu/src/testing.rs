@@ -12,7 +12,7 @@
 //!   under `CI=true` a missing wgpu adapter, or a missing C++ compiler for the emulated CUDA
 //!   device, fails the test. A CUDA device is never required: CI has no NVIDIA GPU.
 //!
-//! ```no_run
+//! ```ignore
 //! for b in kernels_gpu::testing::gpu_backends("my_test") {
 //!     // ... run the test on b.backend (an Rc<dyn Backend>), name failures with b.name ...
 //!     eprintln!("my_test: ok on {}", b.name);
