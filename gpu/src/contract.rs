@@ -27,14 +27,38 @@ pub fn codes() -> Result<Vec<(String, u32)>> {
     let upper = |s: &str| s.to_ascii_uppercase();
     let mut out = Vec::new();
     for kind in OpKind::ALL {
-        match Op::from_attrs(*kind, &[]) {
-            Ok(Op::Unary(u)) => out.push((format!("OP_{}", upper(kind.name())), unary_code(u))),
-            Ok(Op::Binary(b)) => out.push((format!("BOP_{}", upper(kind.name())), bop_code(b))),
-            Ok(Op::Reduce(r)) => {
-                out.push((format!("REDUCE_{}", upper(kind.name())), reduce_code(r)))
-            }
-            // Ops with required attributes, or without a code: nothing to name.
-            _ => {}
+        // Ops with required attributes (the optimizer steps) have no default op: no code.
+        let Ok(op) = Op::from_attrs(*kind, &[]) else {
+            continue;
+        };
+        let name = upper(kind.name());
+        match op {
+            Op::Unary(u) => out.push((format!("OP_{name}"), unary_code(u))),
+            Op::Binary(b) => out.push((format!("BOP_{name}"), bop_code(b))),
+            Op::Reduce(r) => out.push((format!("REDUCE_{name}"), reduce_code(r))),
+            // Gelu's and linear's codes come from their attribute enums below; scale's is fixed.
+            Op::Gelu { .. } | Op::Linear { .. } | Op::Scale { .. } => {}
+            // No kernel switches on a code for these.
+            Op::Matmul { .. }
+            | Op::Swiglu
+            | Op::Softmax { .. }
+            | Op::LogSoftmax { .. }
+            | Op::LayerNorm { .. }
+            | Op::RmsNorm { .. }
+            | Op::Embedding
+            | Op::Argmax
+            | Op::Sample { .. }
+            | Op::Transpose
+            | Op::Concat
+            | Op::AdamwStep { .. }
+            | Op::SgdStep { .. }
+            | Op::Rope { .. }
+            | Op::CrossEntropy
+            | Op::Mse
+            | Op::Attention { .. }
+            | Op::GruCell
+            | Op::GruSequence
+            | Op::SvdLowrank { .. } => {}
         }
     }
     for g in GeluApprox::ALL {

@@ -163,6 +163,15 @@ pub struct Matmul<'t> {
 /// Hook: matmul (the tiled WGSL kernels on wgpu, cuBLAS SGEMM on CUDA).
 pub trait MatmulHook {
     fn matmul(&self, op: &'static str, mm: &Matmul<'_>) -> Result<()>;
+    /// `g * act'(y)` for linear's backward, made once, where the matmul cannot apply it to `a`
+    /// as it loads (`Fused::a_dact`); `None` where it can.
+    fn activation_grad(
+        &self,
+        op: &'static str,
+        g: &Tensor,
+        y: &Tensor,
+        act: Activation,
+    ) -> Result<Option<Tensor>>;
 }
 
 /// Hook: the attention forward (one workgroup per block of query rows, or a decode kernel, on

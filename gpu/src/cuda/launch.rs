@@ -79,16 +79,16 @@ impl Device for CudaBackend {
         // One binding holds any tensor: nothing is split.
         usize::MAX
     }
-    fn launch(&self, op: &'static str, l: &Launch<'_>) -> Result<()> {
-        let whole = |binds: &[(&Tensor, crate::device::ElemRange)]| -> Result<Vec<Tensor>> {
+    fn launch<'a>(&self, op: &'static str, l: &Launch<'a>) -> Result<()> {
+        let whole = |binds: &[(&'a Tensor, crate::device::ElemRange)]| -> Result<Vec<&'a Tensor>> {
             binds
                 .iter()
-                .map(|(t, r)| match r {
-                    Some((start, _)) if *start != 0 => Err(Error::Backend {
+                .map(|&(t, r)| match r {
+                    Some((start, _)) if start != 0 => Err(Error::Backend {
                         backend: "cuda".into(),
                         why: format!("{op}: a binding at element offset {start}"),
                     }),
-                    _ => Ok((*t).clone()),
+                    _ => Ok(t),
                 })
                 .collect()
         };
@@ -104,8 +104,8 @@ impl Device for CudaBackend {
             kernel,
             cuda_grid(self, op, l.grid)?,
             Params::with_consts(&l.params, l.consts),
-            &ins.iter().collect::<Vec<_>>(),
-            &outs.iter().collect::<Vec<_>>(),
+            &ins,
+            &outs,
         )
     }
 }

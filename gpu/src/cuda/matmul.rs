@@ -1,9 +1,10 @@
 //! The matmul hook on CUDA: cuBLAS SGEMM (strided batched, transposes passed to cuBLAS instead
-//! of copies), with `linear`'s fused work as elementwise kernels around it: the activation
-//! derivative applied to `a` into a scratch copy before the product, the bias and activation
-//! applied in place after it.
+//! of copies), with `linear`'s fused work as elementwise kernels around it: the bias and
+//! activation applied in place after the product, and the activation derivative made once for
+//! the backward's two products (`activation_grad`).
 
-use kernels_core::{DType, Result};
+use kernels_core::op::Activation;
+use kernels_core::{DType, Error, Result, Tensor};
 
 use super::CudaBackend;
 use super::engine::Gemm;
@@ -16,26 +17,13 @@ impl MatmulHook for CudaBackend {
         let ((m, n, k), (stride_a, stride_b, batch)) = (mm.mnk, mm.steps_batch);
         let (out, fused, be) = (mm.out, mm.fused, self);
         let dev: &dyn Device = be;
-        // g' = g * act'(y), laid out like `a`.
-        let scaled;
-        let a = match fused.a_dact {
-            Some((gy, act)) => {
-                let n_a = a.numel();
-                scaled = be.alloc(name, a.shape(), DType::F32)?;
-                dev.run_kernel(
-                    name,
-                    Family::Elementwise,
-                    "linear_grad_pre",
-                    &[("DACT", act_code(act))],
-                    Params::u(&[u32_of(name, "elements", n_a)?]),
-                    &[a, gy],
-                    &[&scaled],
-                    Grid::Elems(n_a),
-                )?;
-                &scaled
-            }
-            None => a,
-        };
+        if fused.a_dact.is_some() {
+            // The op layer asks `activation_grad` first and passes the scaled operand.
+            return Err(Error::Backend {
+                backend: "cuda".into(),
+                why: format!("{name}: a fused activation gradient reached cuBLAS"),
+            });
+        }
         let g = Gemm {
             m,
             n,
@@ -68,5 +56,29 @@ impl MatmulHook for CudaBackend {
             )?;
         }
         Ok(())
+    }
+
+    /// cuBLAS cannot scale an operand as it loads: `g * act'(y)` once, for both products.
+    fn activation_grad(
+        &self,
+        name: &'static str,
+        g: &Tensor,
+        y: &Tensor,
+        act: Activation,
+    ) -> Result<Option<Tensor>> {
+        let dev: &dyn Device = self;
+        let n = g.numel();
+        let scaled = dev.alloc(name, g.shape(), DType::F32)?;
+        dev.run_kernel(
+            name,
+            Family::Elementwise,
+            "linear_grad_pre",
+            &[("DACT", act_code(act))],
+            Params::u(&[u32_of(name, "elements", n)?]),
+            &[g, y],
+            &[&scaled],
+            Grid::Elems(n),
+        )?;
+        Ok(Some(scaled))
     }
 }

@@ -119,8 +119,12 @@ pub(crate) fn check_ids(
     Ok(())
 }
 
-pub(crate) fn embedding(be: &dyn Device, name: &'static str, args: &[&Tensor]) -> Result<Tensor> {
-    let (ids, w) = (arg(args, 0), arg(args, 1));
+/// `(vocab, dim, out_shape)` of an embedding lookup: `weight [vocab, dim]`, ids not empty.
+fn embedding_dims(
+    name: &'static str,
+    ids: &Tensor,
+    w: &Tensor,
+) -> Result<(usize, usize, Vec<usize>)> {
     if w.rank() != 2 {
         return Err(Error::bad_shape(
             name,
@@ -129,12 +133,18 @@ pub(crate) fn embedding(be: &dyn Device, name: &'static str, args: &[&Tensor]) -
             "expected [vocab, dim]",
         ));
     }
-    shapes::non_empty(name, "weight", w.shape())?;
     shapes::non_empty(name, "ids", ids.shape())?;
     let (vocab, d) = (w.shape()[0], w.shape()[1]);
-    check_ids(be, name, ids, vocab)?;
     let mut out_shape = ids.shape().to_vec();
     out_shape.push(d);
+    Ok((vocab, d, out_shape))
+}
+
+pub(crate) fn embedding(be: &dyn Device, name: &'static str, args: &[&Tensor]) -> Result<Tensor> {
+    let (ids, w) = (arg(args, 0), arg(args, 1));
+    shapes::non_empty(name, "weight", w.shape())?;
+    let (vocab, d, out_shape) = embedding_dims(name, ids, w)?;
+    check_ids(be, name, ids, vocab)?;
     let out = be.alloc(name, &out_shape, DType::F32)?;
     let n = out.numel();
     let p = Params::u(&[
@@ -162,18 +172,7 @@ pub(crate) fn embedding_backward(
     args: &[&Tensor],
 ) -> Result<Tensor> {
     let (ids, w, g) = (arg(args, 0), arg(args, 1), arg(args, 3));
-    if w.rank() != 2 {
-        return Err(Error::bad_shape(
-            name,
-            "weight",
-            w.shape(),
-            "expected [vocab, dim]",
-        ));
-    }
-    shapes::non_empty(name, "ids", ids.shape())?;
-    let (vocab, d) = (w.shape()[0], w.shape()[1]);
-    let mut out_shape = ids.shape().to_vec();
-    out_shape.push(d);
+    let (vocab, d, out_shape) = embedding_dims(name, ids, w)?;
     shapes::same(name, g.shape(), &out_shape)?;
     check_ids(be, name, ids, vocab)?;
     let gw = be.alloc(name, w.shape(), DType::F32)?;

@@ -118,6 +118,15 @@ pub(crate) fn linear_backward(
         Activation::None => None,
         Activation::Relu | Activation::Tanh | Activation::Sigmoid => Some((y, activation)),
     };
+    // g' = g * act'(y): fused into each product's loads where the device can, else made once.
+    let pre = match a_dact {
+        Some((y, act)) => be.activation_grad(name, g, y, act)?,
+        None => None,
+    };
+    let (g, a_dact) = match &pre {
+        Some(scaled) => (scaled, None),
+        None => (g, a_dact),
+    };
     let fused = Fused {
         bias: None,
         act: None,

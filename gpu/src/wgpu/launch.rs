@@ -90,7 +90,7 @@ impl WgpuBackend {
         op: &'static str,
         family: Family,
         entry: &'static str,
-        constants: &[(&'static str, f64)],
+        constants: &[(&'static str, u32)],
         params: Params,
         inputs: &[(&Tensor, Option<(usize, usize)>)],
         outputs: &[(&Tensor, Option<(usize, usize)>)],
@@ -269,13 +269,11 @@ impl Device for WgpuBackend {
             Grid::Elems(n) => (n as u64).div_ceil(ELEM_WORKGROUP),
             Grid::Groups(n) => n as u64,
         };
-        let consts: Vec<(&'static str, f64)> =
-            l.consts.iter().map(|&(k, v)| (k, f64::from(v))).collect();
         self.dispatch(
             op,
             l.family,
             l.entry,
-            &consts,
+            l.consts,
             l.params,
             l.inputs,
             l.outputs,

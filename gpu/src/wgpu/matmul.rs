@@ -1,7 +1,8 @@
 //! The matmul hook on wgpu (`shaders/matmul.wgsl`): tiled kernels, the vec4 variant, and the
 //! small-m kernel for decode steps.
 
-use kernels_core::{Error, Result};
+use kernels_core::op::Activation;
+use kernels_core::{Error, Result, Tensor};
 
 use super::WgpuBackend;
 use crate::device::{Family, Matmul, MatmulHook, Params, act_code, u32_of};
@@ -30,6 +31,16 @@ fn matmul_entry(
 impl MatmulHook for WgpuBackend {
     fn matmul(&self, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
         matmul(self, name, mm)
+    }
+    /// The matmul kernels apply it as they stage `a` (`A_DACT`): nothing to make.
+    fn activation_grad(
+        &self,
+        _: &'static str,
+        _: &Tensor,
+        _: &Tensor,
+        _: Activation,
+    ) -> Result<Option<Tensor>> {
+        Ok(None)
     }
 }
 
@@ -67,14 +78,11 @@ fn matmul(be: &WgpuBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
         (entry, gx, gy_tiles)
     };
     let consts = [
-        ("TA", f64::from(u32::from(trans_a))),
-        ("TB", f64::from(u32::from(trans_b))),
-        ("BIAS", if fused.bias.is_some() { 1.0 } else { 0.0 }),
-        ("ACT", f64::from(fused.act.map_or(0, act_code))),
-        (
-            "A_DACT",
-            f64::from(fused.a_dact.map_or(0, |(_, d)| act_code(d))),
-        ),
+        ("TA", u32::from(trans_a)),
+        ("TB", u32::from(trans_b)),
+        ("BIAS", u32::from(fused.bias.is_some())),
+        ("ACT", fused.act.map_or(0, act_code)),
+        ("A_DACT", fused.a_dact.map_or(0, |(_, d)| act_code(d))),
     ];
     // Unused slots get `a` (bound, never read).
     let bias = fused.bias.unwrap_or(a);

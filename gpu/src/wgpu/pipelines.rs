@@ -35,10 +35,11 @@ impl WgpuBackend {
         g: &Gpu,
         family: Family,
         entry: &'static str,
-        constants: &[(&'static str, f64)],
+        constants: &[(&'static str, u32)],
     ) -> wgpu::ComputePipeline {
         let subgroups = self.subgroups && family.has_subgroup_variant();
-        let mut constants = constants.to_vec();
+        let mut constants: Vec<(&'static str, f64)> =
+            constants.iter().map(|&(k, v)| (k, f64::from(v))).collect();
         if subgroups {
             constants.push(("SG_LEVELS", f64::from(self.subgroup_levels())));
         }
