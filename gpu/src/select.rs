@@ -1,8 +1,9 @@
 //! Backend selection: `KERNELS_BACKEND=cpu|wgpu|cuda|auto` (default `auto`).
 //!
 //! `auto` takes the best available GPU -- CUDA when the `cuda` feature is compiled in and a device
-//! answers, else wgpu -- else the CPU, and says which and why (including why CUDA was passed
-//! over). An explicit request that cannot be met is an error naming the reason: `cuda` in a
+//! answers, else a hardware wgpu adapter -- else the CPU, and says which and why (including why
+//! CUDA was passed over). A software adapter (wgpu `DeviceType::Cpu`: lavapipe, SwiftShader) is
+//! never preferred over the CPU backend. An explicit request that cannot be met is an error naming the reason: `cuda` in a
 //! build without the feature says so, and with it names what is missing (driver, NVRTC,
 //! cuBLAS, device).
 
@@ -112,6 +113,17 @@ pub fn select_backend(choice: BackendChoice) -> Result<Selected> {
                 String::new()
             };
             match new_wgpu() {
+                // A software adapter (lavapipe, SwiftShader) runs kernels far slower than the
+                // CPU backend: `auto` never prefers it; `--backend wgpu` still reaches it.
+                Ok(be) if crate::adapters::is_software(be.adapter_info()) => Ok(Selected {
+                    backend: Rc::new(CpuBackend::new()),
+                    gpu: None,
+                    reason: format!(
+                        "auto: {cuda_note}the only wgpu adapter, {}, is a software renderer \
+                         (slower than the CPU backend), using the CPU; --backend wgpu forces it",
+                        be.adapter_info().name
+                    ),
+                }),
                 Ok(be) => {
                     let reason =
                         format!("auto: {cuda_note}found a GPU adapter, using {}", be.name());
@@ -220,10 +232,23 @@ mod tests {
             "{}",
             auto.reason
         );
+        if let Some(g) = &auto.gpu {
+            assert!(
+                !crate::adapters::is_software(g.adapter_info()),
+                "{}",
+                auto.reason
+            );
+        }
         match select_backend(BackendChoice::Wgpu) {
             Ok(s) => {
                 assert!(s.backend.name().starts_with("wgpu"));
                 assert!(s.gpu.is_some());
+                // Only a software adapter here (lavapipe in CI): auto took the CPU and says why.
+                let g = s.gpu.as_ref().unwrap();
+                if crate::adapters::is_software(g.adapter_info()) && !cfg!(feature = "cuda") {
+                    assert_eq!(auto.backend.name(), "cpu", "{}", auto.reason);
+                    assert!(auto.reason.contains("software"), "{}", auto.reason);
+                }
             }
             Err(e) => assert!(e.to_string().contains("requested wgpu"), "{e}"),
         }

@@ -131,9 +131,13 @@ enum Cmd {
     /// "runs", "dispatches", "submits", "bytes_uploaded", "bytes_downloaded", "min_bytes",
     /// "bytes_touched", "peak_fraction", "error"}, ...], null where a figure does not apply;
     /// notes go to stderr.
-    #[command(verbatim_doc_comment)]
+    ///
+    /// `kernels bench llama --model DIR` runs the peers' protocol on a model directory instead.
+    #[command(verbatim_doc_comment, args_conflicts_with_subcommands = true)]
     Bench {
-        /// Comma-separated: cpu, wgpu (default: cpu, plus wgpu when an adapter exists).
+        #[command(subcommand)]
+        cmd: Option<BenchCmd>,
+        /// Comma-separated: cpu, wgpu, cuda (default: cpu, plus wgpu when an adapter exists).
         #[arg(long)]
         backend: Option<String>,
         /// A JSON list instead of the table (format above).
@@ -142,6 +146,9 @@ enum Cmd {
         /// Smaller sizes (norms on 1024 x 1024, matmul up to 512) and 3 runs.
         #[arg(long)]
         quick: bool,
+        /// The largest square matmul, doubling from 128 (default 1024; 512 with --quick).
+        #[arg(long)]
+        matmul_max: Option<usize>,
         /// Peak GFLOPS per backend for the "peak" column, e.g. `cpu=100,wgpu=20000` (the CPU's
         /// is estimated from /proc/cpuinfo when not given; wgpu cannot report a GPU's peak).
         #[arg(long)]
@@ -252,6 +259,72 @@ enum TrainCmd {
         #[arg(long, default_value_t = 500)]
         eval_problems: usize,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCmd {
+    /// The peers' llama protocol on a model directory: a random prompt through the KV cache,
+    /// then greedy decode steps timed (argmax and the id's download included); prefill is one
+    /// forward of --prefill-len tokens on a fresh cache after a warm-up, lm_head on the last
+    /// position. Medians of --runs runs.
+    ///
+    /// --json prints ONE object: {"model", "backend", "threads", "params", "decode_tok_s",
+    /// "prefill_tok_s", "dispatches_per_token", "submits_per_token", "bytes_down_per_token"},
+    /// null where a figure does not apply (the CPU keeps no counters; CUDA has no submits).
+    #[command(verbatim_doc_comment)]
+    Llama(BenchLlamaArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct BenchLlamaArgs {
+    /// Model directory (config.json, model.safetensors or shards, tokenizer.json optional).
+    #[arg(long)]
+    model: PathBuf,
+    /// cpu, wgpu, cuda or auto (default: $KERNELS_BACKEND, else auto).
+    #[arg(long)]
+    backend: Option<String>,
+    /// CPU threads (sets KERNELS_THREADS for this run).
+    #[arg(long)]
+    threads: Option<usize>,
+    #[arg(long, default_value_t = 32)]
+    prompt_len: usize,
+    #[arg(long, default_value_t = 128)]
+    new_tokens: usize,
+    #[arg(long, default_value_t = 256)]
+    prefill_len: usize,
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+fn run_bench_llama(a: BenchLlamaArgs) -> CliResult<()> {
+    let threads = match a.threads {
+        Some(0) => {
+            return Err(native_cli::fail(
+                "bench llama: --threads must be at least 1",
+            ));
+        }
+        Some(n) => {
+            // SAFETY: set before any kernel, pool or adapter thread exists (only the main
+            // thread runs here), so nothing reads the environment concurrently.
+            unsafe { std::env::set_var("KERNELS_THREADS", n.to_string()) };
+            Some(n)
+        }
+        None => std::env::var("KERNELS_THREADS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok()),
+    };
+    bench::llama_model::run(&bench::llama_model::LlamaBenchOptions {
+        model: a.model,
+        backend: a.backend,
+        threads,
+        prompt_len: a.prompt_len,
+        new_tokens: a.new_tokens,
+        prefill_len: a.prefill_len,
+        runs: a.runs,
+        json: a.json,
+    })
 }
 
 #[derive(Subcommand, Debug)]
@@ -379,14 +452,21 @@ fn run(cli: Cli) -> CliResult<()> {
             large,
         }),
         Cmd::Bench {
+            cmd: Some(BenchCmd::Llama(a)),
+            ..
+        } => run_bench_llama(a),
+        Cmd::Bench {
+            cmd: None,
             backend,
             json,
             quick,
+            matmul_max,
             peak_gflops,
         } => bench::run(&BenchOptions {
             backends: backend,
             json,
             quick,
+            matmul_max,
             peak_gflops,
         }),
         Cmd::Gru { cmd } => run_gru(cmd),

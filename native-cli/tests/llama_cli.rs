@@ -206,3 +206,73 @@ fn eval_reports_the_demo_accuracy() {
         .unwrap_or_else(|| panic!("no percentage in {s}"));
     assert!(pct >= 95.0, "{s}");
 }
+
+/// `kernels bench llama --json`: one object with the documented keys, rates from a real run,
+/// the CPU's counters null, and the lengths checked against the model.
+#[test]
+fn bench_llama_prints_the_protocol_object() {
+    let dir = golden_dir();
+    let args = [
+        "bench",
+        "llama",
+        "--model",
+        &dir,
+        "--backend",
+        "cpu",
+        "--threads",
+        "1",
+        "--prompt-len",
+        "4",
+        "--new-tokens",
+        "3",
+        "--prefill-len",
+        "8",
+        "--runs",
+        "1",
+        "--json",
+    ];
+    let o = kernels(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let keys = [
+        "model",
+        "backend",
+        "threads",
+        "params",
+        "decode_tok_s",
+        "prefill_tok_s",
+        "dispatches_per_token",
+        "submits_per_token",
+        "bytes_down_per_token",
+    ];
+    assert_eq!(r.as_object().unwrap().len(), keys.len(), "{r}");
+    for k in keys {
+        assert!(r.get(k).is_some(), "{k} missing in {r}");
+    }
+    assert_eq!(r["backend"], "cpu");
+    assert_eq!(r["threads"], 1);
+    // vocab 37 x hidden 32 (tied) + 2 layers of q, k, v, o, gate, up, down and two norms + norm.
+    let (h, i, kv, v) = (32, 56, 2 * 8, 37);
+    let layer = h * h + 2 * h * kv + h * h + 3 * h * i + 2 * h;
+    assert_eq!(r["params"], v * h + 2 * layer + h, "{r}");
+    for k in ["decode_tok_s", "prefill_tok_s"] {
+        assert!(
+            r[k].as_f64().is_some_and(|x| x > 0.0 && x.is_finite()),
+            "{k} in {r}"
+        );
+    }
+    for k in [
+        "dispatches_per_token",
+        "submits_per_token",
+        "bytes_down_per_token",
+    ] {
+        assert!(r[k].is_null(), "{k} in {r}");
+    }
+    // Lengths past max_position_embeddings (64) are refused, naming the flags.
+    let mut long = args;
+    long[13] = "100";
+    let o = kernels(&long);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("--prefill-len") && e.contains("64"), "{e}");
+}

@@ -9,6 +9,7 @@
 //! `CpuBackend::new()` (the fast paths of kernels-core).
 
 pub mod llama;
+pub mod llama_model;
 pub mod report;
 
 use std::rc::Rc;
@@ -34,6 +35,8 @@ pub struct BenchOptions {
     pub json: bool,
     /// Smaller sizes and fewer runs (for software adapters and smoke tests).
     pub quick: bool,
+    /// The largest square matmul (doubling from 128); None: 1024, or 512 with `quick`.
+    pub matmul_max: Option<usize>,
     /// Peak GFLOPS per backend (`cpu=96,wgpu=5000`), for GFLOPS as a fraction of peak; the
     /// CPU's is estimated from its clock and vector unit when not given.
     pub peak_gflops: Option<String>,
@@ -67,7 +70,22 @@ struct Sizes {
     runs: usize,
 }
 
-fn sizes(quick: bool) -> Sizes {
+fn sizes(quick: bool, matmul_max: Option<usize>) -> CliResult<Sizes> {
+    let mut sz = default_sizes(quick);
+    if let Some(max) = matmul_max {
+        if !(128..=16384).contains(&max) {
+            return Err(fail(format!(
+                "bench: --matmul-max {max} is outside 128..=16384"
+            )));
+        }
+        sz.matmul = std::iter::successors(Some(128usize), |n| Some(n * 2))
+            .take_while(|&n| n <= max)
+            .collect();
+    }
+    Ok(sz)
+}
+
+fn default_sizes(quick: bool) -> Sizes {
     if quick {
         Sizes {
             matmul: vec![128, 256, 512],
@@ -107,6 +125,18 @@ fn targets(spec: Option<&str>) -> CliResult<(Vec<Target>, Vec<String>)> {
                 gpu: None,
                 fence: None,
             }),
+            #[cfg(feature = "cuda")]
+            "cuda" => {
+                let be = Rc::new(kernels_gpu::CudaBackend::new().map_err(|e| {
+                    fail(format!("bench: requested cuda, but it is unavailable: {e}"))
+                })?);
+                let fence = be.upload(&Tensor::zeros(&[1])?)?;
+                out.push(Target {
+                    backend: be,
+                    gpu: None,
+                    fence: Some(fence),
+                });
+            }
             "wgpu" | "gpu" | "auto-wgpu" => {
                 let g = if n == "auto-wgpu" {
                     match WgpuBackend::new() {
@@ -135,7 +165,12 @@ fn targets(spec: Option<&str>) -> CliResult<(Vec<Target>, Vec<String>)> {
             }
             other => {
                 return Err(fail(format!(
-                    "bench: unknown backend `{other}`; expected a comma-separated list of cpu, wgpu"
+                    "bench: unknown backend `{other}`; expected a comma-separated list of cpu, wgpu{}",
+                    if cfg!(feature = "cuda") {
+                        ", cuda"
+                    } else {
+                        " (cuda needs a build with the `cuda` feature)"
+                    }
                 )));
             }
         }
@@ -250,7 +285,7 @@ fn naive_rows(sz: &Sizes, rng: &mut Rng) -> Vec<BenchRow> {
 
 /// Every benchmark on every target.
 pub fn measure(opts: &BenchOptions) -> CliResult<(Vec<BenchRow>, Vec<String>)> {
-    let sz = sizes(opts.quick);
+    let sz = sizes(opts.quick, opts.matmul_max)?;
     let (targets, mut notes) = targets(opts.backends.as_deref())?;
     if opts.quick {
         notes.push(format!(
@@ -299,11 +334,10 @@ pub fn measure(opts: &BenchOptions) -> CliResult<(Vec<BenchRow>, Vec<String>)> {
     }
     let peaks = peaks(opts.peak_gflops.as_deref(), &mut notes)?;
     for r in &mut rows {
-        let key = if r.backend.starts_with("cpu") {
-            "cpu"
-        } else {
-            "wgpu"
-        };
+        let key = ["cpu", "cuda"]
+            .into_iter()
+            .find(|k| r.backend.to_ascii_lowercase().starts_with(k))
+            .unwrap_or("wgpu");
         if let (Some(g), Some(p)) = (r.gflops, peaks.get(key)) {
             r.peak_fraction = Some(g / p);
         }

@@ -1,0 +1,262 @@
+//! `kernels bench llama --model DIR`: the peers' protocol on a Hugging Face llama directory, so
+//! that our figure and a peer's (candle, `../shared/peers/`) come from the same measurement.
+//!
+//! - **Decode:** a random prompt of `prompt_len` tokens through the KV cache (not timed), then
+//!   `new_tokens` greedy steps timed, each one forward of one token, the argmax on the device
+//!   and the 4-byte download of the id.
+//! - **Prefill:** one forward of `prefill_len` tokens on a fresh cache, the lm_head on the last
+//!   position only, its argmax and download, after one untimed warm-up of the same.
+//!
+//! Each figure is the median of `runs` runs. The counters of the decode steps (wgpu: dispatches,
+//! submits, bytes down; CUDA: kernel launches plus SGEMMs, bytes down) are divided by the tokens.
+
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Instant;
+
+use kernels_core::Rng;
+use kernels_core::models::llama::{GenerateOptions, Generation, Llama, Sampling};
+use kernels_gpu::{BackendChoice, WgpuBackend, select_backend};
+
+use crate::llama::{build, read_dir};
+use crate::{CliResult, emit, fail};
+
+/// Options of `kernels bench llama`.
+#[derive(Debug, Clone)]
+pub struct LlamaBenchOptions {
+    pub model: PathBuf,
+    pub backend: Option<String>,
+    /// The CPU threads asked for (`KERNELS_THREADS`); recorded in the report.
+    pub threads: Option<usize>,
+    pub prompt_len: usize,
+    pub new_tokens: usize,
+    pub prefill_len: usize,
+    pub runs: usize,
+    pub json: bool,
+}
+
+/// What one run of the protocol measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaBenchReport {
+    pub model: String,
+    pub backend: String,
+    pub threads: Option<usize>,
+    pub params: usize,
+    pub decode_tok_s: f64,
+    pub prefill_tok_s: f64,
+    pub dispatches_per_token: Option<f64>,
+    pub submits_per_token: Option<f64>,
+    pub bytes_down_per_token: Option<f64>,
+}
+
+impl LlamaBenchReport {
+    /// `{"model", "backend", "threads", "params", "decode_tok_s", "prefill_tok_s",
+    /// "dispatches_per_token", "submits_per_token", "bytes_down_per_token"}`.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "model": self.model,
+            "backend": self.backend,
+            "threads": self.threads,
+            "params": self.params,
+            "decode_tok_s": self.decode_tok_s,
+            "prefill_tok_s": self.prefill_tok_s,
+            "dispatches_per_token": self.dispatches_per_token,
+            "submits_per_token": self.submits_per_token,
+            "bytes_down_per_token": self.bytes_down_per_token,
+        })
+    }
+}
+
+/// A backend's work counters, when it keeps them.
+enum Counting {
+    None,
+    Wgpu(Rc<WgpuBackend>),
+    #[cfg(feature = "cuda")]
+    Cuda(Rc<kernels_gpu::CudaBackend>),
+}
+
+/// (dispatches, submits, bytes downloaded) so far.
+type Snapshot = (u64, Option<u64>, u64);
+
+impl Counting {
+    fn snapshot(&self) -> Option<Snapshot> {
+        match self {
+            Counting::None => None,
+            Counting::Wgpu(g) => {
+                let c = g.counters();
+                Some((c.dispatches, Some(c.submits), c.bytes_downloaded))
+            }
+            #[cfg(feature = "cuda")]
+            Counting::Cuda(g) => {
+                let c = g.counters();
+                Some((c.launches + c.gemms, None, c.bytes_downloaded))
+            }
+        }
+    }
+}
+
+fn open_backend(arg: Option<&str>) -> CliResult<(Rc<dyn kernels_core::Backend>, Counting, String)> {
+    let choice = BackendChoice::from_arg(arg)?;
+    #[cfg(feature = "cuda")]
+    if choice == BackendChoice::Cuda {
+        let be = Rc::new(kernels_gpu::CudaBackend::new().map_err(|e| {
+            fail(format!(
+                "bench llama: requested cuda, but it is unavailable: {e}"
+            ))
+        })?);
+        let name = kernels_core::Backend::name(be.as_ref());
+        return Ok((be.clone(), Counting::Cuda(be), name));
+    }
+    let chosen = select_backend(choice)?;
+    let counting = match &chosen.gpu {
+        Some(g) => Counting::Wgpu(g.clone()),
+        None => Counting::None,
+    };
+    let name = chosen.backend.name();
+    Ok((chosen.backend, counting, name))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+fn greedy(max_new_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_new_tokens,
+        sampling: Sampling {
+            temperature: 0.0,
+            ..Sampling::default()
+        },
+        stop_tokens: vec![],
+    }
+}
+
+/// The next token of `run`, which must come (stop tokens are off).
+fn step(run: &mut Generation<'_>) -> CliResult<u32> {
+    pollster::block_on(run.next_token())?
+        .ok_or_else(|| fail("bench llama: generation stopped before its token count"))
+}
+
+/// One decode measurement: seconds per token and the counters over the timed steps.
+fn decode_once(
+    model: &Llama,
+    prompt: &[u32],
+    new_tokens: usize,
+    counting: &Counting,
+) -> CliResult<(f64, Option<(Snapshot, Snapshot)>)> {
+    let opts = greedy(new_tokens + 1);
+    let mut run = Generation::start(model, prompt, &opts)?;
+    step(&mut run)?; // the prompt through the cache: not timed
+    let before = counting.snapshot();
+    let start = Instant::now();
+    for _ in 0..new_tokens {
+        step(&mut run)?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let counters = before.zip(counting.snapshot());
+    Ok((secs / new_tokens as f64, counters))
+}
+
+/// One prefill measurement: seconds for the whole forward of `prompt` to its first token.
+fn prefill_once(model: &Llama, prompt: &[u32]) -> CliResult<f64> {
+    let mut run = Generation::start(model, prompt, &greedy(1))?;
+    let start = Instant::now();
+    step(&mut run)?;
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn check_lengths(opts: &LlamaBenchOptions, max_pos: usize) -> CliResult<()> {
+    if opts.prompt_len == 0 || opts.new_tokens == 0 || opts.prefill_len == 0 || opts.runs == 0 {
+        return Err(fail(format!(
+            "bench llama: --prompt-len ({}), --new-tokens ({}), --prefill-len ({}) and --runs ({}) must be at least 1",
+            opts.prompt_len, opts.new_tokens, opts.prefill_len, opts.runs
+        )));
+    }
+    let decode_positions = opts.prompt_len + opts.new_tokens;
+    if decode_positions > max_pos || opts.prefill_len > max_pos {
+        return Err(fail(format!(
+            "bench llama: --prompt-len + --new-tokens = {decode_positions} and --prefill-len = {} \
+             must fit the model's max_position_embeddings = {max_pos}",
+            opts.prefill_len
+        )));
+    }
+    Ok(())
+}
+
+/// Runs the protocol and returns the report.
+pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
+    let (backend, counting, backend_name) = open_backend(opts.backend.as_deref())?;
+    let files = read_dir(&opts.model)?;
+    let model = build(&files, backend)?;
+    let c = &model.config;
+    check_lengths(opts, c.max_position_embeddings)?;
+    let mut rng = Rng::new(0x6c6c_616d);
+    let mut random_ids = |n: usize| -> Vec<u32> {
+        (0..n)
+            .map(|_| {
+                ((rng.uniform() as f64 * c.vocab_size as f64) as usize).min(c.vocab_size - 1) as u32
+            })
+            .collect()
+    };
+    let prompt = random_ids(opts.prompt_len);
+    let long = random_ids(opts.prefill_len);
+
+    // Warm-up: pipelines, pools and caches on both paths.
+    decode_once(&model, &prompt, opts.new_tokens.min(4), &counting)?;
+    prefill_once(&model, &long)?;
+
+    let mut decode = Vec::new();
+    let mut prefill = Vec::new();
+    let mut counters = None;
+    for _ in 0..opts.runs {
+        let (s, c) = decode_once(&model, &prompt, opts.new_tokens, &counting)?;
+        decode.push(s);
+        counters = c;
+        prefill.push(prefill_once(&model, &long)?);
+    }
+    let per_token = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / opts.new_tokens as f64;
+    let (dispatches, submits, bytes_down) = match counters {
+        Some((a, b)) => (
+            Some(per_token(a.0, b.0)),
+            a.1.zip(b.1).map(|(x, y)| per_token(x, y)),
+            Some(per_token(a.2, b.2)),
+        ),
+        None => (None, None, None),
+    };
+    Ok(LlamaBenchReport {
+        model: files.origin.clone(),
+        backend: backend_name,
+        threads: opts.threads,
+        params: model.config.num_parameters(),
+        decode_tok_s: 1.0 / median(decode).max(1e-12),
+        prefill_tok_s: opts.prefill_len as f64 / median(prefill).max(1e-12),
+        dispatches_per_token: dispatches,
+        submits_per_token: submits,
+        bytes_down_per_token: bytes_down,
+    })
+}
+
+/// `kernels bench llama`: one JSON object, or a line for people.
+pub fn run(opts: &LlamaBenchOptions) -> CliResult<()> {
+    let r = measure(opts)?;
+    if opts.json {
+        return emit(&format!("{}\n", r.json()));
+    }
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
+    emit(&format!(
+        "{} on {} ({:.2}M params): decode {:.1} tok/s ({} new after a {}-token prompt), \
+         prefill {:.1} tok/s ({} tokens); per decode token: {} dispatches, {} submits, {} bytes down\n",
+        r.model,
+        r.backend,
+        r.params as f64 / 1e6,
+        r.decode_tok_s,
+        opts.new_tokens,
+        opts.prompt_len,
+        r.prefill_tok_s,
+        opts.prefill_len,
+        opt(r.dispatches_per_token),
+        opt(r.submits_per_token),
+        opt(r.bytes_down_per_token),
+    ))
+}
