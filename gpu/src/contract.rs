@@ -175,6 +175,7 @@ pub(crate) mod unknown_code {
     use kernels_core::{Backend, Tensor};
 
     use crate::device::{Device, Family, Grid, Params};
+    use crate::params::{BinaryParams, RowsParams, UnaryParams};
 
     /// `OP = 99` through the unary, `BOP = 99` through the binary and `OP = 99` through the
     /// reduce kernels, on `dev`.
@@ -183,9 +184,18 @@ pub(crate) mod unknown_code {
             .upload(&Tensor::from_f32(&[2, 3], vec![1.0; 6]).unwrap())
             .unwrap();
         let out = dev.alloc("t", &[2, 3], kernels_core::DType::F32).unwrap();
-        let p = Params::u(&[6, 6]);
+        let unary: Params = UnaryParams { n: 6, factor: 0.0 }.into();
+        let binary: Params = BinaryParams {
+            n: 6,
+            nb: 6,
+            start: 0,
+        }
+        .into();
         let elems = Grid::Elems(6);
-        for (entry, code) in [("unary_forward", "OP"), ("binary_forward", "BOP")] {
+        for (entry, code, p) in [
+            ("unary_forward", "OP", unary),
+            ("binary_forward", "BOP", binary),
+        ] {
             dev.run_kernel(
                 "t",
                 Family::Elementwise,
@@ -204,7 +214,7 @@ pub(crate) mod unknown_code {
             );
         }
         let rows = dev.alloc("t", &[2], kernels_core::DType::F32).unwrap();
-        let p = Params::u(&[2, 3]);
+        let p = RowsParams { rows: 2, cols: 3 };
         dev.run_kernel(
             "t",
             Family::Reduce,
