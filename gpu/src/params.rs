@@ -198,9 +198,9 @@ kernel_params! {
         f32: [scale],
     }
     /// A GRU step's fused gates: `batch_hidden = batch * hidden` threads at `step`; `flags`
-    /// bit 0 writes h_n, bit 1 the gate trace. `unused` keeps the slots the kernels read.
+    /// bit 0 writes h_n, bit 1 the gate trace.
     GruForwardParams("gru_forward") for ["gate_forward"] {
-        u32: [batch_hidden, hidden, step, unused, batch, flags],
+        u32: [batch_hidden, hidden, step, batch, flags],
         f32: [],
     }
     /// A GRU step's gate gradients: `h_offset` is the element offset of h_prev in its buffer;

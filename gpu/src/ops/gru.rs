@@ -91,7 +91,6 @@ fn run_forward(
             batch_hidden: u32_of(name, "batch * hidden", bh)?,
             hidden: u32_of(name, "hidden", hd)?,
             step: u32_of(name, "step", t)?,
-            unused: 0,
             batch: u32_of(name, "batch", batch)?,
             flags,
         };
