@@ -62,28 +62,13 @@ impl Family {
     }
 }
 
-/// Per-launch parameters: eight u32 then eight f32 (`struct Params` in the WGSL prelude and the
-/// CUDA header).
+/// The raw per-launch parameter block: eight u32 then eight f32 (`struct Params` in the WGSL
+/// prelude and the CUDA header). The op layer never fills it by slot: it passes a named block of
+/// `crate::params`, which converts into it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Params {
     pub u: [u32; 8],
     pub f: [f32; 8],
-}
-
-impl Params {
-    pub fn u(vals: &[u32]) -> Self {
-        let mut p = Params::default();
-        for (d, s) in p.u.iter_mut().zip(vals) {
-            *d = *s;
-        }
-        p
-    }
-    pub fn with_f(mut self, vals: &[f32]) -> Self {
-        for (d, s) in self.f.iter_mut().zip(vals) {
-            *d = *s;
-        }
-        self
-    }
 }
 
 /// A kernel's specialization constants (op codes and flags), by name, in the order the family
@@ -214,7 +199,7 @@ impl dyn Device + '_ {
         family: Family,
         entry: &'static str,
         consts: Consts<'_>,
-        params: Params,
+        params: impl Into<Params>,
         inputs: &[&Tensor],
         outputs: &[&Tensor],
         grid: Grid,
@@ -227,7 +212,7 @@ impl dyn Device + '_ {
                 family,
                 entry,
                 consts,
-                params,
+                params: params.into(),
                 inputs: &ins,
                 outputs: &outs,
                 grid,
@@ -246,7 +231,7 @@ impl dyn Device + '_ {
         family: Family,
         entry: &'static str,
         consts: Consts<'_>,
-        params: Params,
+        params: impl Into<Params>,
         inputs: &[(&Tensor, ElemRange)],
         outputs: &[(&Tensor, ElemRange)],
         grid: Grid,
@@ -257,7 +242,7 @@ impl dyn Device + '_ {
                 family,
                 entry,
                 consts,
-                params,
+                params: params.into(),
                 inputs,
                 outputs,
                 grid,

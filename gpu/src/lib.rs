@@ -23,6 +23,7 @@ pub mod cuda;
 mod cuda_kernels;
 mod device;
 mod ops;
+pub mod params;
 pub mod parity;
 pub mod select;
 pub mod shapes;

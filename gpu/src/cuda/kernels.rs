@@ -4,7 +4,7 @@
 
 pub use crate::device::Family;
 
-/// The prelude every family is compiled after: `Params`, `KERNEL(name)`, block reductions.
+/// The prelude every family is compiled after: `KERNEL(name, Block)`, block reductions.
 pub const PRELUDE: &str = include_str!("kernels/prelude.cuh");
 
 /// The families with a CUDA C file, and its source (matmul is cuBLAS; svd_lowrank's small steps
@@ -43,12 +43,12 @@ impl Family {
         )
     }
 
-    /// The kernel entry points the family defines (`KERNEL(name)`), in file order.
+    /// The kernel entry points the family defines (`KERNEL(name, Block)`), in file order.
     pub fn cuda_entries(self) -> Vec<&'static str> {
         self.cuda_source()
             .unwrap_or_default()
             .lines()
-            .filter_map(|l| l.strip_prefix("KERNEL(")?.split(')').next())
+            .filter_map(|l| l.strip_prefix("KERNEL(")?.split([',', ')']).next())
             .collect()
     }
 }
@@ -191,6 +191,53 @@ mod tests {
     }
 
     #[test]
+    fn cuda_kernels_read_their_declared_blocks_by_name() {
+        use crate::contract::tests::{reads_a_slot, wgsl_functions};
+        use crate::params::BLOCKS;
+        let mut defined: Vec<&str> = Vec::new();
+        for f in Family::cuda_families() {
+            let src = f.cuda_source().unwrap_or_default();
+            for l in src.lines() {
+                if !l.starts_with("__device__") && !l.starts_with("KERNEL(") {
+                    continue;
+                }
+                assert!(!l.contains("const Params"), "{}.cu: {l}", f.name());
+            }
+            for (i, l) in src.lines().enumerate() {
+                let code = l.split("//").next().unwrap_or_default();
+                assert!(
+                    !reads_a_slot(code) && !code.contains("raw."),
+                    "{}.cu:{}: reads a slot of the raw block: {l}",
+                    f.name(),
+                    i + 1
+                );
+                let Some(rest) = l.strip_prefix("KERNEL(") else {
+                    continue;
+                };
+                let (entry, block) = rest.split_once(", ").unwrap();
+                let block = block.split(')').next().unwrap();
+                let declared = BLOCKS.iter().find(|b| b.entries.contains(&entry));
+                assert_eq!(
+                    declared.map(|b| b.name),
+                    Some(block),
+                    "{}.cu: KERNEL({entry}, {block}) against gpu/src/params.rs",
+                    f.name()
+                );
+                defined.push(entry);
+            }
+        }
+        // Every declared entry is a kernel of one backend or both.
+        for f in Family::ALL {
+            defined.extend(wgsl_functions(f.source()).into_iter().map(|(n, _)| n));
+        }
+        for b in BLOCKS {
+            for e in b.entries {
+                assert!(defined.contains(e), "{}: no kernel {e}", b.name);
+            }
+        }
+    }
+
+    #[test]
     fn a_broken_kernel_fails_the_host_check() {
         // The check itself must be able to fail: a type error in a kernel is reported.
         let Some(cc) = host::compiler() else { return };
@@ -199,7 +246,7 @@ mod tests {
         std::fs::write(
             &src,
             format!(
-                "{}\n{}\n{PRELUDE}\nKERNEL(bad) {{ out0[0] = undefined_thing; }}\n",
+                "{}\n{}\n{PRELUDE}\nKERNEL(bad, ElemsParams) {{ out0[0] = undefined_thing; }}\n",
                 host::SHIM,
                 crate::contract::CUDA_HEADER
             ),
@@ -220,7 +267,7 @@ mod tests {
         assert_eq!(
             Family::Optim.cuda_entries(),
             vec!["adamw_step", "sgd_step"],
-            "KERNEL(name) lines"
+            "KERNEL(name, Block) lines"
         );
         for f in Family::cuda_families() {
             assert!(f.cuda_module_source().contains(PRELUDE));

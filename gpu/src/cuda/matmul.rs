@@ -8,7 +8,8 @@ use kernels_core::{DType, Error, Result, Tensor};
 
 use super::CudaBackend;
 use super::engine::Gemm;
-use crate::device::{Device, Family, Grid, Matmul, MatmulHook, Params, act_code, u32_of};
+use crate::device::{Device, Family, Grid, Matmul, MatmulHook, act_code, u32_of};
+use crate::params::{ElemsParams, EpilogueParams};
 
 impl MatmulHook for CudaBackend {
     fn matmul(&self, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
@@ -40,10 +41,10 @@ impl MatmulHook for CudaBackend {
         be.gemm(name, &g, a, b, out)?;
         if let Some(bias) = fused.bias {
             let total = batch * m * n;
-            let p = Params::u(&[
-                u32_of(name, "elements", total)?,
-                u32_of(name, "elements", n)?,
-            ]);
+            let p = EpilogueParams {
+                n: u32_of(name, "elements", total)?,
+                cols: u32_of(name, "elements", n)?,
+            };
             dev.run_kernel(
                 name,
                 Family::Elementwise,
@@ -74,7 +75,9 @@ impl MatmulHook for CudaBackend {
             Family::Elementwise,
             "linear_grad_pre",
             &[("DACT", act_code(act))],
-            Params::u(&[u32_of(name, "elements", n)?]),
+            ElemsParams {
+                n: u32_of(name, "elements", n)?,
+            },
             &[g, y],
             &[&scaled],
             Grid::Elems(n),

@@ -7,29 +7,30 @@ use kernels_core::cpu::attention::{Dims, scale_value};
 use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
-use crate::device::{AttentionArgs, Device, Family, Grid, Params, u32_of};
+use crate::device::{AttentionArgs, Device, Family, Grid, u32_of};
+use crate::params::AttentionParams;
 use crate::shapes;
 
-/// The attention family's parameters: geometry in `u[0..6]`, the work items (and, for the
-/// blocked forward, blocks of query rows) in `u[6..8]`, the scale in `f[0]`.
+/// The attention family's parameters: the geometry, the work items (and, for the blocked
+/// forward, blocks of query rows) and the scale.
 pub(crate) fn params(
     name: &'static str,
     dm: &Dims,
     items: usize,
     blocks: usize,
     scale: f32,
-) -> Result<Params> {
-    Ok(Params::u(&[
-        u32_of(name, "seq_q", dm.s)?,
-        u32_of(name, "seq_kv", dm.t)?,
-        u32_of(name, "head_dim", dm.d)?,
-        u32_of(name, "head_dim_v", dm.dv)?,
-        u32_of(name, "heads_q", dm.hq)?,
-        u32_of(name, "group", dm.hq / dm.hkv)?,
-        u32_of(name, "work items", items)?,
-        u32_of(name, "blocks", blocks)?,
-    ])
-    .with_f(&[scale]))
+) -> Result<AttentionParams> {
+    Ok(AttentionParams {
+        seq_q: u32_of(name, "seq_q", dm.s)?,
+        seq_kv: u32_of(name, "seq_kv", dm.t)?,
+        head_dim: u32_of(name, "head_dim", dm.d)?,
+        head_dim_v: u32_of(name, "head_dim_v", dm.dv)?,
+        heads_q: u32_of(name, "heads_q", dm.hq)?,
+        group: u32_of(name, "group", dm.hq / dm.hkv)?,
+        items: u32_of(name, "work items", items)?,
+        blocks: u32_of(name, "blocks", blocks)?,
+        scale,
+    })
 }
 
 /// The reference's geometry checks, then the kernels' own register limit on the head dims.

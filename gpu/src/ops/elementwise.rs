@@ -6,7 +6,8 @@ use kernels_core::op::BinaryOp;
 use kernels_core::{DType, Result, Tensor};
 
 use super::common::{arg, elem_chunks};
-use crate::device::{Device, ElemRange, Family, Grid, Params, bop_code, u32_of};
+use crate::device::{Device, ElemRange, Family, Grid, bop_code, u32_of};
+use crate::params::{BinaryParams, ElemsParams, SumRowsParams, UnaryParams};
 use crate::shapes;
 
 /// Unary ops, scale and gelu, forward and backward: one thread per element, chunked over
@@ -32,7 +33,10 @@ pub(crate) fn unary(
     }
     for (start, len) in elem_chunks(be, n) {
         let r = Some((start, len));
-        let p = Params::u(&[u32_of(name, "elements", len)?]).with_f(&[factor]);
+        let p = UnaryParams {
+            n: u32_of(name, "elements", len)?,
+            factor,
+        };
         if backward {
             let (y, g) = (arg(args, 1), arg(args, 2));
             be.run_ranges(
@@ -85,7 +89,9 @@ pub(crate) fn swiglu(
         .collect::<Result<Vec<_>>>()?;
     for (start, len) in elem_chunks(be, gate.numel()) {
         let r = Some((start, len));
-        let p = Params::u(&[u32_of(name, "elements", len)?]);
+        let p = ElemsParams {
+            n: u32_of(name, "elements", len)?,
+        };
         let mut ins = vec![(gate, r), (up, r)];
         ins.extend(grad.map(|g| (g, r)));
         let out_binds: Vec<_> = outs.iter().map(|t| (t, r)).collect();
@@ -116,19 +122,22 @@ pub(crate) fn b_chunk(
     n: usize,
     nb: usize,
     (start, len): (usize, usize),
-) -> Result<(ElemRange, [u32; 3])> {
+) -> Result<(ElemRange, BinaryParams)> {
     if nb == n {
         let l = u32_of(name, "elements", len)?;
-        Ok((Some((start, len)), [l, l, 0]))
+        let p = BinaryParams {
+            n: l,
+            nb: l,
+            start: 0,
+        };
+        Ok((Some((start, len)), p))
     } else {
-        Ok((
-            None,
-            [
-                u32_of(name, "elements", len)?,
-                u32_of(name, "elements", nb)?,
-                u32_of(name, "elements", start)?,
-            ],
-        ))
+        let p = BinaryParams {
+            n: u32_of(name, "elements", len)?,
+            nb: u32_of(name, "elements", nb)?,
+            start: u32_of(name, "elements", start)?,
+        };
+        Ok((None, p))
     }
 }
 
@@ -143,13 +152,13 @@ pub(crate) fn binary_forward(
     let out = be.alloc(name, a.shape(), DType::F32)?;
     for chunk in elem_chunks(be, n) {
         let r = Some(chunk);
-        let (rb, u) = b_chunk(name, n, nb, chunk)?;
+        let (rb, p) = b_chunk(name, n, nb, chunk)?;
         be.run_ranges(
             name,
             Family::Elementwise,
             "binary_forward",
             &[("BOP", bop_code(b))],
-            Params::u(&u),
+            p,
             &[(a, r), (bt, rb)],
             &[(&out, r)],
             Grid::Elems(chunk.1),
@@ -171,13 +180,13 @@ pub(crate) fn binary_backward(
     let ga = be.alloc(name, a.shape(), DType::F32)?;
     for chunk in elem_chunks(be, n) {
         let r = Some(chunk);
-        let (rb, u) = b_chunk(name, n, nb, chunk)?;
+        let (rb, p) = b_chunk(name, n, nb, chunk)?;
         be.run_ranges(
             name,
             Family::Elementwise,
             "binary_backward_a",
             &consts,
-            Params::u(&u),
+            p,
             &[(a, r), (bt, rb), (g, r)],
             &[(&ga, r)],
             Grid::Elems(chunk.1),
@@ -194,7 +203,11 @@ pub(crate) fn binary_backward(
                 Family::Elementwise,
                 "binary_backward_b",
                 &consts,
-                Params::u(&[l, l]),
+                BinaryParams {
+                    n: l,
+                    nb: l,
+                    start: 0,
+                },
                 &[(a, r), (bt, r), (g, r)],
                 &[(&gb, r)],
                 Grid::Elems(chunk.1),
@@ -202,7 +215,11 @@ pub(crate) fn binary_backward(
         }
     } else {
         // A sum over the broadcast rows: needs `a` and `grad_out` whole.
-        let p = Params::u(&[u32_of(name, "elements", n)?, u32_of(name, "elements", nb)?]);
+        let p = BinaryParams {
+            n: u32_of(name, "elements", n)?,
+            nb: u32_of(name, "elements", nb)?,
+            start: 0,
+        };
         be.run_kernel(
             name,
             Family::Elementwise,
@@ -225,10 +242,10 @@ pub(crate) fn sum_rows(
     shape: &[usize],
 ) -> Result<Tensor> {
     let cols: usize = shape.iter().product();
-    let p = Params::u(&[
-        u32_of(name, "elements", x.numel())?,
-        u32_of(name, "elements", cols)?,
-    ]);
+    let p = SumRowsParams {
+        n: u32_of(name, "elements", x.numel())?,
+        cols: u32_of(name, "elements", cols)?,
+    };
     let out = be.alloc(name, shape, DType::F32)?;
     be.run_kernel(
         name,

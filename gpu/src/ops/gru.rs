@@ -15,7 +15,8 @@ use super::common::arg;
 use super::elementwise::{binary_forward, sum_rows};
 use super::layout::concat;
 use super::matmul::matmul_at;
-use crate::device::{Device, Family, Grid, Params, u32_of};
+use crate::device::{Device, Family, Grid, u32_of};
+use crate::params::{GruBackwardParams, GruForwardParams};
 use crate::shapes;
 
 use crate::shapes::GruDims as Dims;
@@ -86,14 +87,13 @@ fn run_forward(
             &gh,
             (batch, 3 * hd, hd),
         )?;
-        let p = Params::u(&[
-            u32_of(name, "batch * hidden", bh)?,
-            u32_of(name, "hidden", hd)?,
-            u32_of(name, "step", t)?,
-            0,
-            u32_of(name, "batch", batch)?,
+        let p = GruForwardParams {
+            batch_hidden: u32_of(name, "batch * hidden", bh)?,
+            hidden: u32_of(name, "hidden", hd)?,
+            step: u32_of(name, "step", t)?,
+            batch: u32_of(name, "batch", batch)?,
             flags,
-        ]);
+        };
         let mut outs = vec![&output, &h_n];
         if let Some(tr) = trace.as_ref() {
             outs.push(tr);
@@ -185,14 +185,14 @@ pub(super) fn backward(
             (true, None) => (0, g_out),
             (false, _) => (2, &mm),
         };
-        let p = Params::u(&[
-            u32_of(name, "batch * hidden", bh)?,
-            u32_of(name, "hidden", hd)?,
-            u32_of(name, "step", t)?,
-            u32_of(name, "offset", off)?,
-            u32_of(name, "batch", batch)?,
+        let p = GruBackwardParams {
+            batch_hidden: u32_of(name, "batch * hidden", bh)?,
+            hidden: u32_of(name, "hidden", hd)?,
+            step: u32_of(name, "step", t)?,
+            h_offset: u32_of(name, "offset", off)?,
+            batch: u32_of(name, "batch", batch)?,
             mode,
-        ]);
+        };
         be.run_kernel(
             name,
             Family::Gru,

@@ -3,7 +3,8 @@
 use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
-use crate::device::{Device, Family, Grid, Params, u32_of};
+use crate::device::{Device, Family, Grid, u32_of};
+use crate::params::{ConcatParams, EmbeddingGradParams, EmbeddingParams, TransposeParams};
 use crate::shapes;
 
 pub(crate) fn transposed_shape(s: &[usize]) -> Vec<usize> {
@@ -22,11 +23,11 @@ pub(crate) fn transpose(be: &dyn Device, name: &'static str, x: &Tensor) -> Resu
     let (rr, cc) = (x.shape()[r - 2], x.shape()[r - 1]);
     let n = x.numel();
     let out = be.alloc(name, &transposed_shape(x.shape()), DType::F32)?;
-    let p = Params::u(&[
-        u32_of(name, "elements", n)?,
-        u32_of(name, "rows", rr)?,
-        u32_of(name, "cols", cc)?,
-    ]);
+    let p = TransposeParams {
+        n: u32_of(name, "elements", n)?,
+        rows: u32_of(name, "rows", rr)?,
+        cols: u32_of(name, "cols", cc)?,
+    };
     be.run_kernel(
         name,
         Family::Layout,
@@ -49,11 +50,11 @@ pub(crate) fn concat(
     let (_, m, k, out_shape) = shapes::concat(name, a.shape(), b.shape())?;
     let out = be.alloc(name, &out_shape, DType::F32)?;
     let n = out.numel();
-    let p = Params::u(&[
-        u32_of(name, "elements", n)?,
-        u32_of(name, "width", m)?,
-        u32_of(name, "width", k)?,
-    ]);
+    let p = ConcatParams {
+        n: u32_of(name, "elements", n)?,
+        width_a: u32_of(name, "width", m)?,
+        width_b: u32_of(name, "width", k)?,
+    };
     be.run_kernel(
         name,
         Family::Layout,
@@ -78,11 +79,11 @@ pub(crate) fn concat_backward(
     let ga = be.alloc(name, a.shape(), DType::F32)?;
     let gb = be.alloc(name, b.shape(), DType::F32)?;
     let n = g.numel();
-    let p = Params::u(&[
-        u32_of(name, "elements", n)?,
-        u32_of(name, "width", m)?,
-        u32_of(name, "width", k)?,
-    ]);
+    let p = ConcatParams {
+        n: u32_of(name, "elements", n)?,
+        width_a: u32_of(name, "width", m)?,
+        width_b: u32_of(name, "width", k)?,
+    };
     be.run_kernel(
         name,
         Family::Layout,
@@ -147,11 +148,11 @@ pub(crate) fn embedding(be: &dyn Device, name: &'static str, args: &[&Tensor]) -
     check_ids(be, name, ids, vocab)?;
     let out = be.alloc(name, &out_shape, DType::F32)?;
     let n = out.numel();
-    let p = Params::u(&[
-        u32_of(name, "elements", n)?,
-        u32_of(name, "dim", d)?,
-        u32_of(name, "vocab", vocab)?,
-    ]);
+    let p = EmbeddingParams {
+        n: u32_of(name, "elements", n)?,
+        dim: u32_of(name, "dim", d)?,
+        vocab: u32_of(name, "vocab", vocab)?,
+    };
     // ids go to the fourth read-only slot (declared i32 in the shader).
     be.run_kernel(
         name,
@@ -177,11 +178,11 @@ pub(crate) fn embedding_backward(
     check_ids(be, name, ids, vocab)?;
     let gw = be.alloc(name, w.shape(), DType::F32)?;
     let n = gw.numel();
-    let p = Params::u(&[
-        u32_of(name, "elements", n)?,
-        u32_of(name, "dim", d)?,
-        u32_of(name, "tokens", ids.numel())?,
-    ]);
+    let p = EmbeddingGradParams {
+        n: u32_of(name, "elements", n)?,
+        dim: u32_of(name, "dim", d)?,
+        tokens: u32_of(name, "tokens", ids.numel())?,
+    };
     be.run_kernel(
         name,
         Family::Layout,

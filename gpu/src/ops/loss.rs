@@ -4,7 +4,8 @@
 use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
-use crate::device::{Device, Family, Grid, Params, u32_of};
+use crate::device::{Device, Family, Grid, u32_of};
+use crate::params::{CrossEntropyParams, MseChunksParams, MseGradParams, SumScaleParams};
 use crate::shapes;
 
 /// Elements per workgroup of the mse partial sums.
@@ -37,7 +38,10 @@ fn ce_plan(
 /// `out [] = scale * sum(partials)`, one workgroup.
 fn sum_scale(be: &dyn Device, name: &'static str, partials: &Tensor, scale: f32) -> Result<Tensor> {
     let out = be.alloc(name, &[], DType::F32)?;
-    let p = Params::u(&[u32_of(name, "partials", partials.numel())?]).with_f(&[scale]);
+    let p = SumScaleParams {
+        n: u32_of(name, "partials", partials.numel())?,
+        scale,
+    };
     be.run_kernel(
         name,
         Family::Loss,
@@ -59,7 +63,11 @@ pub(super) fn cross_entropy_forward(
     let (x, t) = (arg(args, 0), arg(args, 1));
     let (rows, c) = ce_plan(be, name, x, t)?;
     let partial = be.alloc(name, &[rows], DType::F32)?;
-    let p = Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "classes", c)?]);
+    let p = CrossEntropyParams {
+        rows: u32_of(name, "rows", rows)?,
+        classes: u32_of(name, "classes", c)?,
+        scale: 0.0,
+    };
     // Targets sit in the fourth read-only slot (declared i32 in the shader).
     be.run_kernel(
         name,
@@ -84,8 +92,11 @@ pub(super) fn cross_entropy_backward(
     shapes::same(name, out.shape(), &[])?;
     shapes::same(name, g.shape(), &[])?;
     let gx = be.alloc(name, x.shape(), DType::F32)?;
-    let p = Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "classes", c)?])
-        .with_f(&[(1.0 / rows as f64) as f32]);
+    let p = CrossEntropyParams {
+        rows: u32_of(name, "rows", rows)?,
+        classes: u32_of(name, "classes", c)?,
+        scale: (1.0 / rows as f64) as f32,
+    };
     be.run_kernel(
         name,
         Family::Loss,
@@ -111,7 +122,10 @@ pub(super) fn mse_forward(be: &dyn Device, name: &'static str, args: &[&Tensor])
     let n = mse_check(name, a, b)?;
     let chunks = n.div_ceil(MSE_CHUNK);
     let partial = be.alloc(name, &[chunks], DType::F32)?;
-    let p = Params::u(&[u32_of(name, "elements", n)?, MSE_CHUNK as u32]);
+    let p = MseChunksParams {
+        n: u32_of(name, "elements", n)?,
+        chunk: MSE_CHUNK as u32,
+    };
     be.run_kernel(
         name,
         Family::Loss,
@@ -136,7 +150,10 @@ pub(super) fn mse_backward(
     shapes::same(name, g.shape(), &[])?;
     let ga = be.alloc(name, a.shape(), DType::F32)?;
     let gb = be.alloc(name, b.shape(), DType::F32)?;
-    let p = Params::u(&[u32_of(name, "elements", n)?]).with_f(&[(2.0 / n as f64) as f32]);
+    let p = MseGradParams {
+        n: u32_of(name, "elements", n)?,
+        scale: (2.0 / n as f64) as f32,
+    };
     be.run_kernel(
         name,
         Family::Loss,

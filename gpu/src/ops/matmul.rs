@@ -6,7 +6,8 @@ use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
 use super::elementwise::sum_rows;
-use crate::device::{Device, Family, Fused, Grid, Matmul, Params, act_code, u32_of};
+use crate::device::{Device, Family, Fused, Grid, Matmul, act_code, u32_of};
+use crate::params::SumRowsParams;
 use crate::shapes;
 
 pub(crate) fn matmul(
@@ -157,10 +158,10 @@ pub(crate) fn linear_backward(
         },
     )?;
     let gb = be.alloc(name, b.shape(), DType::F32)?;
-    let p = Params::u(&[
-        u32_of(name, "elements", g.numel())?,
-        u32_of(name, "elements", out_f)?,
-    ]);
+    let p = SumRowsParams {
+        n: u32_of(name, "elements", g.numel())?,
+        cols: u32_of(name, "elements", out_f)?,
+    };
     be.run_kernel(
         name,
         Family::Elementwise,

@@ -5,7 +5,8 @@
 use kernels_core::op::{Direction, Op};
 use kernels_core::{DType, Error, Result, Tensor};
 
-use crate::device::{Device, Params};
+use crate::device::Device;
+use crate::params::{AdamwParams, SgdParams};
 use crate::shapes;
 
 mod attention;
@@ -102,16 +103,20 @@ pub(crate) fn run(
         ) => {
             let bc1 = 1.0 - f64::from(beta1).powf(step as f64);
             let bc2 = (1.0 - f64::from(beta2).powf(step as f64)).sqrt();
-            let p = Params::u(&[]).with_f(&[
-                lr,
-                beta1,
-                beta2,
-                eps,
-                weight_decay,
-                bc1 as f32,
-                bc2 as f32,
-            ]);
-            optim(be, name, "adamw_step", p, args, 3)
+            let p = |n| {
+                AdamwParams {
+                    n,
+                    lr,
+                    beta1,
+                    beta2,
+                    eps,
+                    weight_decay,
+                    bias_correction1: bc1 as f32,
+                    bias_correction2_sqrt: bc2 as f32,
+                }
+                .into()
+            };
+            optim(be, name, "adamw_step", &p, args, 3)
         }
         (
             Op::SgdStep {
@@ -122,8 +127,17 @@ pub(crate) fn run(
             },
             F,
         ) => {
-            let p = Params::u(&[0, u32::from(nesterov)]).with_f(&[lr, momentum, weight_decay]);
-            optim(be, name, "sgd_step", p, args, 2)
+            let p = |n| {
+                SgdParams {
+                    n,
+                    nesterov: u32::from(nesterov),
+                    lr,
+                    momentum,
+                    weight_decay,
+                }
+                .into()
+            };
+            optim(be, name, "sgd_step", &p, args, 2)
         }
         (
             Op::Rope {

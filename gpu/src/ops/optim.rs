@@ -6,11 +6,13 @@ use super::common::arg;
 use crate::device::{Device, Family, Grid, Params, u32_of};
 use crate::shapes;
 
+/// One step of `entry` over the parameter's elements; `params` makes the step's named block for
+/// that many elements.
 pub(crate) fn optim(
     be: &dyn Device,
     name: &'static str,
     entry: &'static str,
-    mut p: Params,
+    params: &dyn Fn(u32) -> Params,
     args: &[&Tensor],
     outputs: usize,
 ) -> Result<Vec<Tensor>> {
@@ -20,7 +22,7 @@ pub(crate) fn optim(
         shapes::same(name, param.shape(), t.shape())?;
     }
     let n = param.numel();
-    p.u[0] = u32_of(name, "elements", n)?;
+    let p = params(u32_of(name, "elements", n)?);
     let outs = (0..outputs)
         .map(|_| be.alloc(name, param.shape(), DType::F32))
         .collect::<Result<Vec<_>>>()?;

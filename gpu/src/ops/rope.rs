@@ -6,7 +6,8 @@
 use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
-use crate::device::{Device, Family, Grid, Params, u32_of};
+use crate::device::{Device, Family, Grid, u32_of};
+use crate::params::RopeParams;
 use crate::shapes;
 
 /// `[half, 2]` words `(high, low)` of `frac(inv_freq_i / 2pi) * 2^64`, bit-cast to i32.
@@ -64,12 +65,12 @@ pub(super) fn forward(
         &|| turn_table(theta, 2 * half),
     )?;
     let pairs = rows * half;
-    let p = Params::u(&[
-        u32_of(name, "pairs", pairs)?,
-        u32_of(name, "seq", seq)?,
-        u32_of(name, "half", half)?,
-        u32_of(name, "offset", offset)?,
-    ]);
+    let p = RopeParams {
+        pairs: u32_of(name, "pairs", pairs)?,
+        seq: u32_of(name, "seq", seq)?,
+        half: u32_of(name, "half", half)?,
+        offset: u32_of(name, "offset", offset)?,
+    };
     let consts = [
         ("INTERLEAVED", u32::from(interleaved)),
         ("INVERSE", u32::from(inverse)),

@@ -5,7 +5,8 @@ use kernels_core::op::ReduceOp;
 use kernels_core::{DType, Result, Tensor};
 
 use super::common::arg;
-use crate::device::{Device, Family, Grid, Params, reduce_code, u32_of};
+use crate::device::{Device, Family, Grid, reduce_code, u32_of};
+use crate::params::{NormParams, RowsParams, SampleParams, SoftmaxParams};
 use crate::shapes;
 
 pub(crate) fn reduce(
@@ -20,7 +21,10 @@ pub(crate) fn reduce(
     shapes::non_empty(name, "x", x.shape())?;
     let (rows, n) = shapes::rows_last(x.shape());
     let out_shape = &x.shape()[..x.rank() - 1];
-    let p = Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "row length", n)?]);
+    let p = RowsParams {
+        rows: u32_of(name, "rows", rows)?,
+        cols: u32_of(name, "row length", n)?,
+    };
     let consts = [("OP", reduce_code(r))];
     if backward {
         let g = arg(args, 2);
@@ -57,7 +61,10 @@ pub(crate) fn argmax(be: &dyn Device, name: &'static str, x: &Tensor) -> Result<
     shapes::non_empty(name, "x", x.shape())?;
     let (rows, n) = shapes::rows_last(x.shape());
     let out = be.alloc(name, &x.shape()[..x.rank() - 1], DType::I32)?;
-    let p = Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "row length", n)?]);
+    let p = RowsParams {
+        rows: u32_of(name, "rows", rows)?,
+        cols: u32_of(name, "row length", n)?,
+    };
     // The i32 output sits in the second read-write slot; the first gets a scratch buffer.
     let scratch = be.alloc(name, &[1], DType::F32)?;
     be.run_kernel(
@@ -87,12 +94,13 @@ pub(crate) fn sample(
     let (logits, uniform) = (arg(args, 0), arg(args, 1));
     let (rows, n) = kernels_core::cpu::sample::check_shapes(logits.shape(), uniform.shape())?;
     let out = be.alloc(name, &[rows], DType::I32)?;
-    let p = Params::u(&[
-        u32_of(name, "rows", rows)?,
-        u32_of(name, "row length", n)?,
-        u32_of(name, "top_k", top_k)?,
-    ])
-    .with_f(&[temperature, top_p]);
+    let p = SampleParams {
+        rows: u32_of(name, "rows", rows)?,
+        cols: u32_of(name, "row length", n)?,
+        top_k: u32_of(name, "top_k", top_k)?,
+        temperature,
+        top_p,
+    };
     let scratch = be.alloc(name, &[1], DType::F32)?;
     be.run_kernel(
         name,
@@ -124,11 +132,11 @@ pub(crate) fn softmax(
     } else {
         1
     };
-    let p = Params::u(&[
-        u32_of(name, "rows", rows)?,
-        u32_of(name, "row length", t)?,
-        u32_of(name, "rows", s)?,
-    ]);
+    let p = SoftmaxParams {
+        rows: u32_of(name, "rows", rows)?,
+        cols: u32_of(name, "row length", t)?,
+        seq: u32_of(name, "rows", s)?,
+    };
     let consts = [("LOG", u32::from(log)), ("CAUSAL", u32::from(causal))];
     let out = be.alloc(name, x.shape(), DType::F32)?;
     if backward {
@@ -177,8 +185,11 @@ pub(crate) fn norm_forward(
             &[("weight", w.shape()), ("bias", arg(args, 2).shape())],
         )?
     };
-    let p =
-        Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "row length", n)?]).with_f(&[eps]);
+    let p = NormParams {
+        rows: u32_of(name, "rows", rows)?,
+        cols: u32_of(name, "row length", n)?,
+        eps,
+    };
     let out = be.alloc(name, x.shape(), DType::F32)?;
     let ins: Vec<&Tensor> = if rms {
         vec![x, w]
@@ -217,8 +228,11 @@ pub(crate) fn norm_backward(
         )?
     };
     shapes::same(name, g.shape(), x.shape())?;
-    let p =
-        Params::u(&[u32_of(name, "rows", rows)?, u32_of(name, "row length", n)?]).with_f(&[eps]);
+    let p = NormParams {
+        rows: u32_of(name, "rows", rows)?,
+        cols: u32_of(name, "row length", n)?,
+        eps,
+    };
     let consts = [("RMS", u32::from(rms))];
     let gx = be.alloc(name, x.shape(), DType::F32)?;
     let stats = be.alloc(name, &[rows, 2], DType::F32)?;

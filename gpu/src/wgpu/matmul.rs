@@ -5,7 +5,8 @@ use kernels_core::op::Activation;
 use kernels_core::{Error, Result, Tensor};
 
 use super::WgpuBackend;
-use crate::device::{Family, Matmul, MatmulHook, Params, act_code, u32_of};
+use crate::device::{Family, Matmul, MatmulHook, act_code, u32_of};
+use crate::params::MatmulParams;
 
 /// The matmul entry point: `matmul_vec4` when each operand's contiguous dim, batch stride and
 /// offset are multiples of 4 (whole vec4 loads), else the scalar `matmul`.
@@ -90,22 +91,22 @@ fn matmul(be: &WgpuBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
     let mut first = 0usize;
     while first < batch {
         let count = (batch - first).min(max as usize);
-        let p = Params::u(&[
-            u32_of(name, "m", m)?,
-            u32_of(name, "n", n)?,
-            u32_of(name, "k", k)?,
-            u32_of(name, "batch stride", step_a)?,
-            u32_of(name, "batch stride", step_b)?,
-            u32_of(name, "batch", first)?,
-            u32_of(name, "offset", off_a)?,
-            u32_of(name, "offset", off_b)?,
-        ]);
+        let p = MatmulParams {
+            m: u32_of(name, "m", m)?,
+            n: u32_of(name, "n", n)?,
+            k: u32_of(name, "k", k)?,
+            stride_a: u32_of(name, "batch stride", step_a)?,
+            stride_b: u32_of(name, "batch stride", step_b)?,
+            first_batch: u32_of(name, "batch", first)?,
+            offset_a: u32_of(name, "offset", off_a)?,
+            offset_b: u32_of(name, "offset", off_b)?,
+        };
         be.dispatch(
             name,
             Family::Matmul,
             entry,
             &consts,
-            p,
+            p.into(),
             &[(a, None), (b, None), (bias, None), (gy, None)],
             &[(out, None)],
             (gx, gy_tiles, count as u32),

@@ -13,7 +13,8 @@ use crate::shapes::{matrix_dims, with_lead};
 use kernels_core::{DType, Result, Tensor};
 
 use super::WgpuBackend;
-use crate::device::{Device, Family, Grid, Params, SvdHook, u32_of};
+use crate::device::{Device, Family, Grid, SvdHook, u32_of};
+use crate::params::{FixSignsParams, JacobiParams, OrthParams};
 
 impl SvdHook for WgpuBackend {
     fn svd_max_q(&self) -> usize {
@@ -25,11 +26,11 @@ impl SvdHook for WgpuBackend {
         let (name, (rows, cols)) = (op, rc);
         let be: &dyn Device = self;
         let batch = y.numel() / (rows * cols).max(1);
-        let p = Params::u(&[
-            u32_of(name, "batch", batch)?,
-            u32_of(name, "rows", rows)?,
-            u32_of(name, "cols", cols)?,
-        ]);
+        let p = OrthParams {
+            batch: u32_of(name, "batch", batch)?,
+            rows: u32_of(name, "rows", rows)?,
+            cols: u32_of(name, "cols", cols)?,
+        };
         be.run_kernel(
             name,
             Family::Svd,
@@ -51,11 +52,11 @@ impl SvdHook for WgpuBackend {
         let v = be.alloc(name, &with_lead(lead, &[n, q]), DType::F32)?;
         let s = be.alloc(name, &with_lead(lead, &[q]), DType::F32)?;
         let ub = be.alloc(name, &with_lead(lead, &[q, q]), DType::F32)?;
-        let p = Params::u(&[
-            u32_of(name, "batch", batch)?,
-            u32_of(name, "q", q)?,
-            u32_of(name, "n", n)?,
-        ]);
+        let p = JacobiParams {
+            batch: u32_of(name, "batch", batch)?,
+            q: u32_of(name, "q", q)?,
+            n: u32_of(name, "n", n)?,
+        };
         let outs = [&v, &s, &ub];
         be.run_kernel(
             name,
@@ -75,12 +76,12 @@ impl SvdHook for WgpuBackend {
         let be: &dyn Device = self;
         let ((m, q), (n, _)) = (matrix_dims(u.shape()), matrix_dims(v.shape()));
         let columns = lead.iter().product::<usize>() * q;
-        let p = Params::u(&[
-            u32_of(name, "batch * q", columns)?,
-            u32_of(name, "m", m)?,
-            u32_of(name, "n", n)?,
-            u32_of(name, "q", q)?,
-        ]);
+        let p = FixSignsParams {
+            columns: u32_of(name, "batch * q", columns)?,
+            m: u32_of(name, "m", m)?,
+            n: u32_of(name, "n", n)?,
+            q: u32_of(name, "q", q)?,
+        };
         let outs = [&u, &v];
         be.run_kernel(
             name,

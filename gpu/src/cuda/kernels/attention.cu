@@ -11,12 +11,12 @@
 // max, sum and delta = sum_j p_j dp_j to `stats` and accumulates dq; `attn_dkv` (one block per
 // key of each kv head) loops over the query rows of the heads sharing the kv head.
 //
-// p.u[0] = s, p.u[1] = t, p.u[2] = d, p.u[3] = dv, p.u[4] = hq, p.u[5] = hq / hkv,
-// p.u[6] = work items, p.u[7] = blocks (unused here); p.c[0] = causal; p.f[0] = scale.
+// Every kernel reads `AttentionParams` (gpu/src/params.rs; p.blocks is unused here);
+// p.c[0] = causal.
 
 // Keys 0..visible(i) are seen by query row i.
-__device__ inline unsigned int visible(const Params& p, unsigned int i) {
-    unsigned int s = p.u[0], t = p.u[1];
+__device__ inline unsigned int visible(const AttentionParams& p, unsigned int i) {
+    unsigned int s = p.seq_q, t = p.seq_kv;
     if (p.c[0] == 0) return t;
     if ((unsigned long long)i + 1 + t <= s) return 0;
     unsigned long long v = (unsigned long long)i + 1 + t - s;
@@ -30,35 +30,35 @@ __device__ inline float dot(const float* a, const float* b, unsigned int n) {
 }
 
 // Offsets of the kv head that query row `row` (b, h, i) reads: K and V element bases.
-__device__ inline void kv_bases(const Params& p, unsigned long long row, unsigned long long* k_base,
+__device__ inline void kv_bases(const AttentionParams& p, unsigned long long row, unsigned long long* k_base,
                                 unsigned long long* v_base) {
-    unsigned long long s = p.u[0], t = p.u[1];
+    unsigned long long s = p.seq_q, t = p.seq_kv;
     unsigned long long bh = row / s;
-    unsigned long long b = bh / p.u[4], h = bh % p.u[4];
-    unsigned long long hkv = p.u[4] / p.u[5];
-    unsigned long long kvh = b * hkv + h / p.u[5];
-    *k_base = kvh * t * p.u[2];
-    *v_base = kvh * t * p.u[3];
+    unsigned long long b = bh / p.heads_q, h = bh % p.heads_q;
+    unsigned long long hkv = p.heads_q / p.group;
+    unsigned long long kvh = b * hkv + h / p.group;
+    *k_base = kvh * t * p.head_dim;
+    *v_base = kvh * t * p.head_dim_v;
 }
 
 // in0 = q, in1 = k, in2 = v; out0 = out [b, hq, s, dv]. One block per query row.
-KERNEL(attn_forward) {
+KERNEL(attn_forward, AttentionParams) {
     __shared__ float sh_p[MAX_THREADS];
     unsigned long long row = blockIdx.x;
-    unsigned int d = p.u[2], dv = p.u[3];
-    unsigned int i = (unsigned int)(row % p.u[0]);
+    unsigned int d = p.head_dim, dv = p.head_dim_v;
+    unsigned int i = (unsigned int)(row % p.seq_q);
     unsigned long long k_base, v_base;
     kv_bases(p, row, &k_base, &v_base);
     const float* qr = in0 + row * d;
     unsigned int vis = visible(p, i);
     float m = -k_inf();
     for (unsigned int j = threadIdx.x; j < vis; j += blockDim.x) {
-        m = fmaxf(m, dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.f[0]);
+        m = fmaxf(m, dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale);
     }
     m = block_max(m);
     float l = 0.0f;
     for (unsigned int j = threadIdx.x; j < vis; j += blockDim.x) {
-        l = l + expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.f[0] - m);
+        l = l + expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale - m);
     }
     l = block_sum(l);
     float* o = out0 + row * dv;
@@ -66,7 +66,7 @@ KERNEL(attn_forward) {
     for (unsigned int j0 = 0; j0 < vis; j0 += blockDim.x) {
         unsigned int j = j0 + threadIdx.x;
         sh_p[threadIdx.x] =
-            j < vis ? expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.f[0] - m) / l : 0.0f;
+            j < vis ? expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale - m) / l : 0.0f;
         __syncthreads();
         unsigned int n = vis - j0 < blockDim.x ? vis - j0 : blockDim.x;
         for (unsigned int e = threadIdx.x; e < dv; e += blockDim.x) {
@@ -82,11 +82,11 @@ KERNEL(attn_forward) {
 
 // in0 = q, in1 = k, in2 = v, in3 = grad_out; out0 = dq [b, hq, s, d], out2 = stats
 // [b * hq * s, 4] (max, sum, delta, 0). One block per query row.
-KERNEL(attn_dq) {
+KERNEL(attn_dq, AttentionParams) {
     __shared__ float sh_ds[MAX_THREADS];
     unsigned long long row = blockIdx.x;
-    unsigned int d = p.u[2], dv = p.u[3];
-    unsigned int i = (unsigned int)(row % p.u[0]);
+    unsigned int d = p.head_dim, dv = p.head_dim_v;
+    unsigned int i = (unsigned int)(row % p.seq_q);
     unsigned long long k_base, v_base;
     kv_bases(p, row, &k_base, &v_base);
     const float* qr = in0 + row * d;
@@ -94,17 +94,17 @@ KERNEL(attn_dq) {
     unsigned int vis = visible(p, i);
     float m = -k_inf();
     for (unsigned int j = threadIdx.x; j < vis; j += blockDim.x) {
-        m = fmaxf(m, dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.f[0]);
+        m = fmaxf(m, dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale);
     }
     m = block_max(m);
     float l = 0.0f;
     for (unsigned int j = threadIdx.x; j < vis; j += blockDim.x) {
-        l = l + expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.f[0] - m);
+        l = l + expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale - m);
     }
     l = block_sum(l);
     float delta = 0.0f;
     for (unsigned int j = threadIdx.x; j < vis; j += blockDim.x) {
-        float pj = expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.f[0] - m) / l;
+        float pj = expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale - m) / l;
         delta = delta + pj * dot(gr, in2 + v_base + (unsigned long long)j * dv, dv);
     }
     delta = block_sum(delta);
@@ -120,8 +120,8 @@ KERNEL(attn_dq) {
         unsigned int j = j0 + threadIdx.x;
         float ds = 0.0f;
         if (j < vis) {
-            float pj = expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.f[0] - m) / l;
-            ds = pj * (dot(gr, in2 + v_base + (unsigned long long)j * dv, dv) - delta) * p.f[0];
+            float pj = expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale - m) / l;
+            ds = pj * (dot(gr, in2 + v_base + (unsigned long long)j * dv, dv) - delta) * p.scale;
         }
         sh_ds[threadIdx.x] = ds;
         __syncthreads();
@@ -139,14 +139,14 @@ KERNEL(attn_dq) {
 
 // in0 = q, in1 = k, in2 = v, in3 = grad_out, stats from attn_dq in out2; out0 = dk
 // [b, hkv, t, d], out1 = dv [b, hkv, t, dv]. One block per key (b, kv head, j).
-KERNEL(attn_dkv) {
+KERNEL(attn_dkv, AttentionParams) {
     __shared__ float sh_pj[MAX_THREADS];
     __shared__ float sh_ds[MAX_THREADS];
     unsigned long long key = blockIdx.x;
-    unsigned long long s = p.u[0], t = p.u[1];
-    unsigned int d = p.u[2], dv = p.u[3];
-    unsigned long long group = p.u[5];
-    unsigned long long hkv = p.u[4] / group;
+    unsigned long long s = p.seq_q, t = p.seq_kv;
+    unsigned int d = p.head_dim, dv = p.head_dim_v;
+    unsigned long long group = p.group;
+    unsigned long long hkv = p.heads_q / group;
     unsigned long long kvh = key / t;
     unsigned int j = (unsigned int)(key % t);
     unsigned long long b = kvh / hkv;
@@ -164,11 +164,11 @@ KERNEL(attn_dkv) {
         float pj = 0.0f, ds = 0.0f;
         if (r < rows) {
             unsigned int i = (unsigned int)(r % s);
-            unsigned long long row = (b * p.u[4] + first_head + r / s) * s + i;
+            unsigned long long row = (b * p.heads_q + first_head + r / s) * s + i;
             if (j < visible(p, i)) {
                 float m = stats[row * 4], l = stats[row * 4 + 1], delta = stats[row * 4 + 2];
-                pj = expf(dot(in0 + row * d, kr, d) * p.f[0] - m) / l;
-                ds = pj * (dot(in3 + row * dv, vr, dv) - delta) * p.f[0];
+                pj = expf(dot(in0 + row * d, kr, d) * p.scale - m) / l;
+                ds = pj * (dot(in3 + row * dv, vr, dv) - delta) * p.scale;
             }
         }
         sh_pj[threadIdx.x] = pj;
@@ -180,7 +180,7 @@ KERNEL(attn_dkv) {
             float acc_v = e < dv ? dvo[e] : 0.0f;
             for (unsigned long long rr = 0; rr < n; rr++) {
                 unsigned long long r2 = r0 + rr;
-                unsigned long long row2 = (b * p.u[4] + first_head + r2 / s) * s + r2 % s;
+                unsigned long long row2 = (b * p.heads_q + first_head + r2 / s) * s + r2 % s;
                 if (e < d) acc_k = acc_k + sh_ds[rr] * in0[row2 * d + e];
                 if (e < dv) acc_v = acc_v + sh_pj[rr] * in3[row2 * dv + e];
             }

@@ -3,7 +3,7 @@
 // sums of broadcast gradients. One thread per element. CPU references: kernels-core
 // src/cpu/elementwise.rs (unary, binary) and the matmul backward's batch sum.
 
-// Unary op code (OP_* in contract.cuh): the unary ops, gelu (erf or tanh), or scale by p.f[0].
+// Unary op code (OP_* in contract.cuh): the unary ops, gelu (erf or tanh), or scale by p.factor.
 #define SQRT_2_OVER_PI 0.7978845608028654f
 #define GELU_C 0.044715f
 #define INV_SQRT_2 0.7071067811865476f
@@ -56,18 +56,18 @@ __device__ inline float unary_grad(unsigned int op, float x, float y, float g, f
     }
 }
 
-// in0 = x [n]; out0 [n]. p.u[0] = n, p.c[0] = op, p.f[0] = factor
-KERNEL(unary_forward) {
+// in0 = x [n]; out0 [n]. p.c[0] = op
+KERNEL(unary_forward, UnaryParams) {
     unsigned long long i = global_index();
-    if (i >= p.u[0]) return;
-    out0[i] = unary_value(p.c[0], in0[i], p.f[0]);
+    if (i >= p.n) return;
+    out0[i] = unary_value(p.c[0], in0[i], p.factor);
 }
 
 // in0 = x, in1 = y (forward output), in2 = grad_y; out0 = grad_x. p as unary_forward.
-KERNEL(unary_backward) {
+KERNEL(unary_backward, UnaryParams) {
     unsigned long long i = global_index();
-    if (i >= p.u[0]) return;
-    out0[i] = unary_grad(p.c[0], in0[i], in1[i], in2[i], p.f[0]);
+    if (i >= p.n) return;
+    out0[i] = unary_grad(p.c[0], in0[i], in1[i], in2[i], p.factor);
 }
 
 // Binary op code p.c[0] (BOP_* in contract.cuh).
@@ -81,34 +81,34 @@ __device__ inline float binary_value(unsigned int op, float a, float b) {
     }
 }
 
-// in0 = a [n], in1 = b [nb] (repeats every nb); out0 [n]. p.u[0] = n, p.u[1] = nb
-KERNEL(binary_forward) {
+// in0 = a [n], in1 = b [nb] (repeats every nb); out0 [n]
+KERNEL(binary_forward, BinaryParams) {
     unsigned long long i = global_index();
-    if (i >= p.u[0]) return;
-    out0[i] = binary_value(p.c[0], in0[i], in1[i % p.u[1]]);
+    if (i >= p.n) return;
+    out0[i] = binary_value(p.c[0], in0[i], in1[i % p.nb]);
 }
 
 // grad_a: in0 = a, in1 = b, in2 = grad_out; out0 = grad_a [n]. p as binary_forward.
-KERNEL(binary_backward_a) {
+KERNEL(binary_backward_a, BinaryParams) {
     unsigned long long i = global_index();
-    if (i >= p.u[0]) return;
+    if (i >= p.n) return;
     float g = in2[i];
     switch (p.c[0]) {
         case BOP_ADD:
         case BOP_SUB: out0[i] = g; break;
-        case BOP_MUL: out0[i] = g * in1[i % p.u[1]]; break;
-        case BOP_DIV: out0[i] = g / in1[i % p.u[1]]; break;
+        case BOP_MUL: out0[i] = g * in1[i % p.nb]; break;
+        case BOP_DIV: out0[i] = g / in1[i % p.nb]; break;
         default: out0[i] = KERNEL_NAN; break;
     }
 }
 
 // grad_b sums over the rows b was broadcast to, in row order (as the CPU reference).
-// in0 = a, in1 = b, in2 = grad_out; out0 = grad_b [nb]. p.u[0] = n, p.u[1] = nb
-KERNEL(binary_backward_b) {
+// in0 = a, in1 = b, in2 = grad_out; out0 = grad_b [nb].
+KERNEL(binary_backward_b, BinaryParams) {
     unsigned long long j = global_index();
-    unsigned long long nb = p.u[1];
+    unsigned long long nb = p.nb;
     if (j >= nb) return;
-    unsigned long long rows = p.u[0] / nb;
+    unsigned long long rows = p.n / nb;
     float bj = in1[j];
     float acc = 0.0f;
     for (unsigned long long r = 0; r < rows; r++) {
@@ -149,28 +149,27 @@ __device__ inline float linear_dact(unsigned int act, float y) {
     }
 }
 
-// In place on the product: out0[i] = act(out0[i] + bias[i % nb]). in0 = bias [nb].
-// p.u[0] = n, p.u[1] = nb
-KERNEL(linear_epilogue) {
+// In place on the product: out0[i] = act(out0[i] + bias[i % nb]). in0 = bias [nb], nb = p.cols.
+KERNEL(linear_epilogue, EpilogueParams) {
     unsigned long long i = global_index();
-    if (i >= p.u[0]) return;
-    out0[i] = linear_act(p.c[0], out0[i] + in0[i % p.u[1]]);
+    if (i >= p.n) return;
+    out0[i] = linear_act(p.c[0], out0[i] + in0[i % p.cols]);
 }
 
-// g' = g * act'(y): in0 = grad_out, in1 = out (y); out0 = g'. p.u[0] = n
-KERNEL(linear_grad_pre) {
+// g' = g * act'(y): in0 = grad_out, in1 = out (y); out0 = g'.
+KERNEL(linear_grad_pre, ElemsParams) {
     unsigned long long i = global_index();
-    if (i >= p.u[0]) return;
+    if (i >= p.n) return;
     out0[i] = in0[i] * linear_dact(p.c[0], in1[i]);
 }
 
 // out0[j] = sum_r in0[r * nb + j] for r < n / nb (batched-matmul gradients of a shared 2-D
-// operand, GRU bias gradients). p.u[0] = n, p.u[1] = nb
-KERNEL(sum_rows) {
+// operand, GRU bias gradients).
+KERNEL(sum_rows, SumRowsParams) {
     unsigned long long j = global_index();
-    unsigned long long nb = p.u[1];
+    unsigned long long nb = p.cols;
     if (j >= nb) return;
-    unsigned long long rows = p.u[0] / nb;
+    unsigned long long rows = p.n / nb;
     float acc = 0.0f;
     // With an activation code c[0] (linear's backward), each term is scaled by act'(in1), the
     // activation's derivative from its output laid out like in0.
@@ -183,18 +182,17 @@ KERNEL(sum_rows) {
 }
 
 // swiglu (CPU reference: kernels-core src/cpu/elementwise.rs): out0 = silu(in0) * in1 (gate, up).
-// p.u[0] = n
-KERNEL(swiglu_forward) {
+KERNEL(swiglu_forward, ElemsParams) {
     unsigned long long i = global_index();
-    if (i >= p.u[0]) return;
+    if (i >= p.n) return;
     float g = in0[i];
     out0[i] = g * sigmoid_safe(g) * in1[i];
 }
 
-// in0 = gate, in1 = up, in2 = grad_out; out0 = grad_gate, out1 = grad_up. p.u[0] = n
-KERNEL(swiglu_backward) {
+// in0 = gate, in1 = up, in2 = grad_out; out0 = grad_gate, out1 = grad_up.
+KERNEL(swiglu_backward, ElemsParams) {
     unsigned long long i = global_index();
-    if (i >= p.u[0]) return;
+    if (i >= p.n) return;
     float g = in0[i];
     float s = sigmoid_safe(g);
     float d = in2[i];

@@ -5,7 +5,7 @@
 
 // (mean, 1/sqrt(var + eps)) of a layer_norm row, or (0, 1/sqrt(mean(x^2) + eps)) for rms_norm.
 // Two passes (mean, then squared deviations) for accuracy.
-__device__ inline void row_stats(const Params& p, const float* x, unsigned int n, float* mean_out,
+__device__ inline void row_stats(const NormParams& p, const float* x, unsigned int n, float* mean_out,
                                  float* rstd_out) {
     float mean = 0.0f;
     if (p.c[0] == 0) {
@@ -20,14 +20,13 @@ __device__ inline void row_stats(const Params& p, const float* x, unsigned int n
     }
     float var = block_sum(sq) / (float)n;
     *mean_out = mean;
-    *rstd_out = 1.0f / sqrtf(var + p.f[0]);
+    *rstd_out = 1.0f / sqrtf(var + p.eps);
 }
 
 // in0 = x [rows, n], in1 = weight [n], in2 = bias [n] (layer_norm); out0 [rows, n].
-// p.u[0] = rows, p.u[1] = n, p.f[0] = eps
-KERNEL(norm_forward) {
+KERNEL(norm_forward, NormParams) {
     unsigned long long row = blockIdx.x;
-    unsigned int n = p.u[1];
+    unsigned int n = p.cols;
     unsigned long long base = row * n;
     float mean, rstd;
     row_stats(p, in0 + base, n, &mean, &rstd);
@@ -40,9 +39,9 @@ KERNEL(norm_forward) {
 // in0 = x, in1 = weight, in2 = grad_out; out0 = grad_x, out1 = stats [rows, 2] (mean, rstd).
 // layer_norm: gx = rstd * (gh - mean(gh) - xhat * mean(gh * xhat)), gh = g * w.
 // rms_norm:   gx = rstd * (gh - xhat * mean(gh * xhat)).
-KERNEL(norm_backward_rows) {
+KERNEL(norm_backward_rows, NormParams) {
     unsigned long long row = blockIdx.x;
-    unsigned int n = p.u[1];
+    unsigned int n = p.cols;
     unsigned long long base = row * n;
     float mean, rstd;
     row_stats(p, in0 + base, n, &mean, &rstd);
@@ -68,9 +67,9 @@ KERNEL(norm_backward_rows) {
 
 // in0 = x [rows, n], in1 = grad_out, in2 = stats; out0 = grad_weight [n], out1 = grad_bias [n]
 // (layer_norm only). One thread per column.
-KERNEL(norm_backward_cols) {
+KERNEL(norm_backward_cols, NormParams) {
     unsigned long long j = global_index();
-    unsigned long long rows = p.u[0], n = p.u[1];
+    unsigned long long rows = p.rows, n = p.cols;
     if (j >= n) return;
     float gw = 0.0f, gb = 0.0f;
     for (unsigned long long r = 0; r < rows; r++) {

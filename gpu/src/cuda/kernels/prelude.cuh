@@ -6,12 +6,23 @@
 // value, four read-only inputs and three outputs (unused ones are null). Integer tensors (ids,
 // targets) are i32 on the device and read through `const int*` casts.
 
-// `struct Params`, the op codes and KERNEL_NAN come from the generated contract.cuh.
+// `struct Params`, the named parameter blocks, the op codes and KERNEL_NAN come from the
+// generated contract.cuh.
 
-#define KERNEL(name)                                                                          \
-    extern "C" __global__ void name(const Params p, const float* in0, const float* in1,       \
+// `KERNEL(entry, Block) { ... }` defines the entry point with the uniform signature and a body
+// that gets the launch's named parameter block (gpu/src/params.rs) as `p`.
+#define KERNEL(name, Block)                                                                   \
+    __device__ inline void name##_body(const Block p, const float* in0, const float* in1,      \
+                                       const float* in2, const float* in3, float* out0,        \
+                                       float* out1, float* out2);                              \
+    extern "C" __global__ void name(const Params raw, const float* in0, const float* in1,     \
                                     const float* in2, const float* in3, float* out0,          \
-                                    float* out1, float* out2)
+                                    float* out1, float* out2) {                               \
+        name##_body(Block::of(raw), in0, in1, in2, in3, out0, out1, out2);                    \
+    }                                                                                         \
+    __device__ inline void name##_body(const Block p, const float* in0, const float* in1,      \
+                                       const float* in2, const float* in3, float* out0,        \
+                                       float* out1, float* out2)
 
 // Threads per block of the row kernels' reductions (the launcher uses this many or fewer,
 // always a power of two).

@@ -42,10 +42,10 @@ __device__ inline unsigned int block_argmax(const float* row, unsigned int n) {
     return r;
 }
 
-// in0 = x [rows, n]; out0 = [rows]. p.u[0] = rows, p.u[1] = n. One block per row.
-KERNEL(reduce_forward) {
+// in0 = x [rows, n]; out0 = [rows]. One block per row.
+KERNEL(reduce_forward, RowsParams) {
     unsigned long long row = blockIdx.x;
-    unsigned int n = p.u[1];
+    unsigned int n = p.cols;
     const float* x = in0 + row * n;
     if (p.c[0] == REDUCE_MAX) {
         unsigned int at = block_argmax(x, n);
@@ -63,17 +63,17 @@ KERNEL(reduce_forward) {
 }
 
 // in0 = x [rows, n]; out1 = [rows] as i32. p as reduce_forward.
-KERNEL(argmax) {
+KERNEL(argmax, RowsParams) {
     unsigned long long row = blockIdx.x;
-    unsigned int n = p.u[1];
+    unsigned int n = p.cols;
     unsigned int at = block_argmax(in0 + row * n, n);
     if (threadIdx.x == 0) ((int*)out1)[row] = (int)at;
 }
 
 // in0 = x [rows, n], in2 = grad_out [rows]; out0 = grad_x [rows, n]. p as reduce_forward.
-KERNEL(reduce_backward) {
+KERNEL(reduce_backward, RowsParams) {
     unsigned long long row = blockIdx.x;
-    unsigned int n = p.u[1];
+    unsigned int n = p.cols;
     unsigned long long base = row * n;
     float g = in2[row];
     if (p.c[0] == REDUCE_MAX) {
@@ -98,16 +98,15 @@ __device__ inline float sample_weight(float v, float m, float t, unsigned int ke
 }
 
 // in0 = logits [rows, n], in1 = uniform [rows]; out1 = ids [rows] as i32.
-// p.u[0] = rows, p.u[1] = n, p.u[2] = top_k; p.f[0] = temperature, p.f[1] = top_p.
-KERNEL(sample) {
+KERNEL(sample, SampleParams) {
     __shared__ float sh_part[MAX_THREADS];
     unsigned long long row = blockIdx.x;
-    unsigned int n = p.u[1];
+    unsigned int n = p.cols;
     unsigned int lid = threadIdx.x;
     unsigned int wg = blockDim.x;
     const float* x = in0 + row * n;
     int* out = (int*)out1;
-    float t = p.f[0];
+    float t = p.temperature;
     // block_argmax puts a row's first NaN first, as the reference.
     unsigned int best = block_argmax(x, n);
     if (x[best] != x[best] || t == 0.0f) {
@@ -116,7 +115,7 @@ KERNEL(sample) {
     }
     float m = x[best];
     unsigned int keep_from = 0;
-    unsigned int k = p.u[2];
+    unsigned int k = p.top_k;
     if (k > 0 && k < n) {
         // The largest key t_k with count(key >= t_k) >= k: the k-th largest, bit by bit.
         unsigned int tk = 0;
@@ -128,10 +127,10 @@ KERNEL(sample) {
         }
         keep_from = tk;
     }
-    if (p.f[1] < 1.0f) {
+    if (p.top_p < 1.0f) {
         float z = 0.0f;
         for (unsigned int j = lid; j < n; j += wg) z += sample_weight(x[j], m, t, keep_from);
-        float limit = p.f[1] * block_sum(z);
+        float limit = p.top_p * block_sum(z);
         // The largest key with mass(key > t0) >= limit; kept tokens start one above it.
         unsigned int t0 = 0;
         bool found = false;

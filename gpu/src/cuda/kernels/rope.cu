@@ -35,15 +35,14 @@ __device__ inline void cos_sin(const unsigned int* turns, unsigned int pos, unsi
 }
 
 // in0 = x [rows, head_dim] (rows = batch * heads * seq), in3 = turns; out0 same shape as x.
-// p.u[0] = rows * half (pairs), p.u[1] = seq, p.u[2] = half, p.u[3] = offset,
-// p.c[0] = interleaved, p.c[1] = inverse
-KERNEL(rope) {
+// p.pairs = rows * half; p.c[0] = interleaved, p.c[1] = inverse
+KERNEL(rope, RopeParams) {
     unsigned long long idx = global_index();
-    if (idx >= p.u[0]) return;
-    unsigned long long half = p.u[2];
+    if (idx >= p.pairs) return;
+    unsigned long long half = p.half;
     unsigned long long row = idx / half;
     unsigned int i = (unsigned int)(idx % half);
-    unsigned int pos = p.u[3] + (unsigned int)(row % p.u[1]);
+    unsigned int pos = p.offset + (unsigned int)(row % p.seq);
     float c, sn;
     cos_sin((const unsigned int*)in3, pos, i, &c, &sn);
     if (p.c[1] != 0) sn = -sn;

@@ -4,20 +4,20 @@
 // One block per row. CPU reference: kernels-core src/cpu/softmax.rs.
 
 // Number of visible keys of this row: keys 0..valid.
-__device__ inline unsigned int valid_len(const Params& p, unsigned long long row) {
-    unsigned int t = p.u[1];
+__device__ inline unsigned int valid_len(const SoftmaxParams& p, unsigned long long row) {
+    unsigned int t = p.cols;
     if (p.c[1] == 0) return t;
-    long long s = p.u[2];
+    long long s = p.seq;
     long long i = (long long)(row % (unsigned long long)s);
     long long last = i + (long long)t - s;
     if (last < 0) return 0;
     return last + 1 < (long long)t ? (unsigned int)(last + 1) : t;
 }
 
-// in0 = x [rows, t]; out0 [rows, t]. p.u[0] = rows, p.u[1] = t, p.u[2] = s
-KERNEL(softmax_forward) {
+// in0 = x [rows, t]; out0 [rows, t]. t = p.cols, s = p.seq
+KERNEL(softmax_forward, SoftmaxParams) {
     unsigned long long row = blockIdx.x;
-    unsigned int t = p.u[1];
+    unsigned int t = p.cols;
     const float* x = in0 + row * t;
     float* y = out0 + row * t;
     unsigned int valid = valid_len(p, row);
@@ -39,9 +39,9 @@ KERNEL(softmax_forward) {
 }
 
 // in0 = x, in1 = y (forward output), in2 = grad_y; out0 = grad_x. p as forward.
-KERNEL(softmax_backward) {
+KERNEL(softmax_backward, SoftmaxParams) {
     unsigned long long row = blockIdx.x;
-    unsigned int t = p.u[1];
+    unsigned int t = p.cols;
     unsigned long long base = row * t;
     unsigned int valid = valid_len(p, row);
     bool log_out = p.c[0] == 1;

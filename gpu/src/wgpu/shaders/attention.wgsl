@@ -16,7 +16,8 @@
 // `attn_dkv` (one workgroup per key of each kv head) loops over the query heads that share the
 // kv head and their rows, and accumulates dk and dv.
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 override CAUSAL: bool = true;
 
@@ -30,9 +31,8 @@ const PER_LANE: u32 = 32u;
 // Per-thread accumulators of the backward kernels: DMAX / WG.
 const PER_THREAD: u32 = 2u;
 
-// p.u0 = s, p.u1 = t, p.u2 = d, p.u3 = dv, p.u4 = hq, p.u5 = hq / hkv, p.u6 = work items,
-// p.u7 = query blocks (forward); p.f0 = scale.
-@group(0) @binding(0) var<uniform> p: Params;
+// Every kernel reads `AttentionParams` (gpu/src/params.rs): s = p.seq_q, t = p.seq_kv,
+// d = p.head_dim, dv = p.head_dim_v, hq = p.heads_q, hq / hkv = p.group.
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> k: array<f32>;
 @group(0) @binding(3) var<storage, read> v: array<f32>;
@@ -59,8 +59,9 @@ fn work_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 
 // Keys 0..visible(i) are seen by query row i.
 fn visible(i: u32) -> u32 {
-    let s = p.u0;
-    let t = p.u1;
+    let p = attention_params();
+    let s = p.seq_q;
+    let t = p.seq_kv;
     if (!CAUSAL) { return t; }
     if (i + 1u + t <= s) { return 0u; }
     return min(i + 1u + t - s, t);
@@ -69,19 +70,20 @@ fn visible(i: u32) -> u32 {
 @compute @workgroup_size(64)
 fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
+    let p = attention_params();
     let item = work_index(wid, nwg);
-    if (item >= p.u6) { return; }
-    let s = p.u0;
-    let t = p.u1;
-    let d = p.u2;
-    let dv = p.u3;
-    let blocks = p.u7;
+    if (item >= p.items) { return; }
+    let s = p.seq_q;
+    let t = p.seq_kv;
+    let d = p.head_dim;
+    let dv = p.head_dim_v;
+    let blocks = p.blocks;
     let bh = item / blocks;          // b * hq + h
     let blk = item % blocks;
-    let b = bh / p.u4;
-    let h = bh % p.u4;
-    let hkv = p.u4 / p.u5;
-    let kvh = b * hkv + h / p.u5;
+    let b = bh / p.heads_q;
+    let h = bh % p.heads_q;
+    let hkv = p.heads_q / p.group;
+    let kvh = b * hkv + h / p.group;
     let k_base = kvh * t * d;
     let v_base = kvh * t * dv;
 
@@ -125,7 +127,7 @@ fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         var tile_max = neg_inf();
         for (var jj: u32 = 0u; jj < BKEYS; jj = jj + 1u) {
             let o = (r * BKEYS + jj) * LANES;
-            let x = (((part[o] + part[o + 1u]) + part[o + 2u]) + part[o + 3u]) * p.f0;
+            let x = (((part[o] + part[o + 1u]) + part[o + 2u]) + part[o + 3u]) * p.scale;
             sc[jj] = select(neg_inf(), x, j0 + jj < vis);
             tile_max = max(tile_max, sc[jj]);
         }
@@ -171,13 +173,14 @@ var<workgroup> sc_sh: array<f32, 1024>; // [GMAX][CH]
 @compute @workgroup_size(64)
 fn attn_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
+    let p = attention_params();
     let item = work_index(wid, nwg); // b * hkv + kv head
-    if (item >= p.u6) { return; }
-    let t = p.u1;
-    let d = p.u2;
-    let dv = p.u3;
-    let hq = p.u4;
-    let group = p.u5;
+    if (item >= p.items) { return; }
+    let t = p.seq_kv;
+    let d = p.head_dim;
+    let dv = p.head_dim_v;
+    let hq = p.heads_q;
+    let group = p.group;
     let hkv = hq / group;
     let b = item / hkv;
     let kh = item % hkv;
@@ -210,7 +213,7 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
                         dot = dot + q_sh[g * DMAX + e] * k[k_base + j * d + e];
                     }
                 }
-                sc_sh[g * CH + jj] = select(neg_inf(), dot * p.f0, j < t);
+                sc_sh[g * CH + jj] = select(neg_inf(), dot * p.scale, j < t);
             }
         }
         workgroupBarrier();
@@ -298,35 +301,36 @@ fn dot_gv(g_off: u32, v_off: u32, dv: u32) -> f32 {
 @compute @workgroup_size(64)
 fn attn_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
+    let p = attention_params();
     let row = work_index(wid, nwg);
-    if (row >= p.u6) { return; }
-    let s = p.u0;
-    let t = p.u1;
-    let d = p.u2;
-    let dv = p.u3;
+    if (row >= p.items) { return; }
+    let s = p.seq_q;
+    let t = p.seq_kv;
+    let d = p.head_dim;
+    let dv = p.head_dim_v;
     let bh = row / s;
     let i = row % s;
-    let b = bh / p.u4;
-    let h = bh % p.u4;
-    let hkv = p.u4 / p.u5;
-    let kvh = b * hkv + h / p.u5;
+    let b = bh / p.heads_q;
+    let h = bh % p.heads_q;
+    let hkv = p.heads_q / p.group;
+    let kvh = b * hkv + h / p.group;
     let k_base = kvh * t * d;
     let v_base = kvh * t * dv;
     let vis = visible(i);
 
     var m = neg_inf();
     for (var j: u32 = lid; j < vis; j = j + WG) {
-        m = max(m, dot_qk(row * d, k_base + j * d, d) * p.f0);
+        m = max(m, dot_qk(row * d, k_base + j * d, d) * p.scale);
     }
     m = wg_max(lid, m);
     var l: f32 = 0.0;
     for (var j: u32 = lid; j < vis; j = j + WG) {
-        l = l + exp(dot_qk(row * d, k_base + j * d, d) * p.f0 - m);
+        l = l + exp(dot_qk(row * d, k_base + j * d, d) * p.scale - m);
     }
     l = wg_sum(lid, l);
     var delta: f32 = 0.0;
     for (var j: u32 = lid; j < vis; j = j + WG) {
-        let pj = exp(dot_qk(row * d, k_base + j * d, d) * p.f0 - m) / l;
+        let pj = exp(dot_qk(row * d, k_base + j * d, d) * p.scale - m) / l;
         delta = delta + pj * dot_gv(row * dv, v_base + j * dv, dv);
     }
     delta = wg_sum(lid, delta);
@@ -343,8 +347,8 @@ fn attn_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
         let j = j0 + lid;
         var ds: f32 = 0.0;
         if (j < vis) {
-            let pj = exp(dot_qk(row * d, k_base + j * d, d) * p.f0 - m) / l;
-            ds = pj * (dot_gv(row * dv, v_base + j * dv, dv) - delta) * p.f0;
+            let pj = exp(dot_qk(row * d, k_base + j * d, d) * p.scale - m) / l;
+            ds = pj * (dot_gv(row * dv, v_base + j * dv, dv) - delta) * p.scale;
         }
         sh2[lid] = ds;
         workgroupBarrier();
@@ -370,14 +374,15 @@ fn attn_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 @compute @workgroup_size(64)
 fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
+    let p = attention_params();
     let key = work_index(wid, nwg);
-    if (key >= p.u6) { return; }
-    let s = p.u0;
-    let t = p.u1;
-    let d = p.u2;
-    let dv = p.u3;
-    let group = p.u5;
-    let hkv = p.u4 / group;
+    if (key >= p.items) { return; }
+    let s = p.seq_q;
+    let t = p.seq_kv;
+    let d = p.head_dim;
+    let dv = p.head_dim_v;
+    let group = p.group;
+    let hkv = p.heads_q / group;
     let kvh = key / t;                // b * hkv + kv head
     let j = key % t;
     let b = kvh / hkv;
@@ -398,13 +403,13 @@ fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         var ds: f32 = 0.0;
         if (r < rows) {
             let i = r % s;
-            let row = (b * p.u4 + first_head + r / s) * s + i;
+            let row = (b * p.heads_q + first_head + r / s) * s + i;
             if (j < visible(i)) {
                 let m = stats[row * 4u];
                 let l = stats[row * 4u + 1u];
                 let delta = stats[row * 4u + 2u];
-                pj = exp(dot_qk(row * d, k_off, d) * p.f0 - m) / l;
-                ds = pj * (dot_gv(row * dv, v_off, dv) - delta) * p.f0;
+                pj = exp(dot_qk(row * d, k_off, d) * p.scale - m) / l;
+                ds = pj * (dot_gv(row * dv, v_off, dv) - delta) * p.scale;
             }
         }
         sh[lid] = pj;
@@ -415,7 +420,7 @@ fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
             let e = lid + WG * c;
             for (var rr: u32 = 0u; rr < n; rr = rr + 1u) {
                 let r2 = r0 + rr;
-                let row2 = (b * p.u4 + first_head + r2 / s) * s + r2 % s;
+                let row2 = (b * p.heads_q + first_head + r2 / s) * s + r2 % s;
                 if (e < d) { acc_k[c] = acc_k[c] + sh2[rr] * q[row2 * d + e]; }
                 if (e < dv) { acc_v[c] = acc_v[c] + sh[rr] * g[row2 * dv + e]; }
             }

@@ -4,15 +4,15 @@
 // Bindings follow the crate-wide layout: 0 params, 1..4 read-only inputs, 5..7 outputs.
 // One thread per element; the grid is 2-D so more than 65,535 workgroups can be launched.
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 override WG: u32 = 256u;
-// Unary op code (OP_* in the prelude): the unary ops, gelu (erf or tanh), or scale by p.f0.
+// Unary op code (OP_* in the prelude): the unary ops, gelu (erf or tanh), or scale by p.factor.
 override OP: u32 = 0u;
 // Binary op code (BOP_* in the prelude).
 override BOP: u32 = 0u;
 
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> in0: array<f32>;
 @group(0) @binding(2) var<storage, read> in1: array<f32>;
 @group(0) @binding(3) var<storage, read> in2: array<f32>;
@@ -110,6 +110,7 @@ const INV_SQRT_2: f32 = 0.7071067811865476;
 const INV_SQRT_2PI: f32 = 0.3989422804014327;
 
 fn unary(x: f32) -> f32 {
+    let p = unary_params();
     switch OP {
         case OP_NEG: { return -x; }
         case OP_EXP: { return exp(x); }
@@ -121,13 +122,14 @@ fn unary(x: f32) -> f32 {
         case OP_SILU: { return x * sigmoid(x); }
         case OP_GELU_NONE: { return 0.5 * x * (1.0 + erf_f32(x * INV_SQRT_2)); }
         case OP_GELU_TANH: { return 0.5 * x * (1.0 + tanh_safe(SQRT_2_OVER_PI * (x + GELU_C * x * x * x))); }
-        case OP_SCALE: { return x * p.f0; }
+        case OP_SCALE: { return x * p.factor; }
         default: { return kernel_nan(); }
     }
 }
 
 // d out / d x times g, from the input x and the forward output y.
 fn unary_grad(x: f32, y: f32, g: f32) -> f32 {
+    let p = unary_params();
     switch OP {
         case OP_NEG: { return -g; }
         case OP_EXP: { return g * y; }
@@ -151,26 +153,27 @@ fn unary_grad(x: f32, y: f32, g: f32) -> f32 {
             let dinner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * x * x);
             return g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * dinner);
         }
-        case OP_SCALE: { return g * p.f0; }
+        case OP_SCALE: { return g * p.factor; }
         default: { return kernel_nan(); }
     }
 }
 
-// p.u0 = n (elements)
 @compute @workgroup_size(WG)
 fn unary_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
+    let p = unary_params();
     let i = flat_index(wid, nwg, lid);
-    if (i >= p.u0) { return; }
+    if (i >= p.n) { return; }
     out0[i] = unary(in0[i]);
 }
 
-// in0 = x, in1 = y (forward output), in2 = grad_y; out0 = grad_x. p.u0 = n
+// in0 = x, in1 = y (forward output), in2 = grad_y; out0 = grad_x.
 @compute @workgroup_size(WG)
 fn unary_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
+    let p = unary_params();
     let i = flat_index(wid, nwg, lid);
-    if (i >= p.u0) { return; }
+    if (i >= p.n) { return; }
     out0[i] = unary_grad(in0[i], in1[i], in2[i]);
 }
 
@@ -184,40 +187,43 @@ fn binary(a: f32, b: f32) -> f32 {
     }
 }
 
-// in0 = a [n], in1 = b [nb] (repeats every nb); out0 [n]. p.u0 = n, p.u1 = nb, p.u2 = index of
+// in0 = a [n], in1 = b [nb] (repeats every nb); out0 [n]. p.start = index of
 // element 0 of this chunk in the whole tensor (the host splits tensors above the binding limit).
 @compute @workgroup_size(WG)
 fn binary_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
+    let p = binary_params();
     let i = flat_index(wid, nwg, lid);
-    if (i >= p.u0) { return; }
-    out0[i] = binary(in0[i], in1[(i + p.u2) % p.u1]);
+    if (i >= p.n) { return; }
+    out0[i] = binary(in0[i], in1[(i + p.start) % p.nb]);
 }
 
 // grad_a: in0 = a, in1 = b, in2 = grad_out; out0 = grad_a [n]. p as binary_forward.
 @compute @workgroup_size(WG)
 fn binary_backward_a(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                      @builtin(local_invocation_index) lid: u32) {
+    let p = binary_params();
     let i = flat_index(wid, nwg, lid);
-    if (i >= p.u0) { return; }
+    if (i >= p.n) { return; }
     let g = in2[i];
     switch BOP {
         case BOP_ADD, BOP_SUB: { out0[i] = g; }
-        case BOP_MUL: { out0[i] = g * in1[(i + p.u2) % p.u1]; }
-        case BOP_DIV: { out0[i] = g / in1[(i + p.u2) % p.u1]; }
+        case BOP_MUL: { out0[i] = g * in1[(i + p.start) % p.nb]; }
+        case BOP_DIV: { out0[i] = g / in1[(i + p.start) % p.nb]; }
         default: { out0[i] = kernel_nan(); }
     }
 }
 
 // grad_b sums over the rows b was broadcast to, in row order (as the CPU reference).
-// in0 = a, in1 = b, in2 = grad_out; out0 = grad_b [nb]. p.u0 = n, p.u1 = nb
+// in0 = a, in1 = b, in2 = grad_out; out0 = grad_b [nb].
 @compute @workgroup_size(WG)
 fn binary_backward_b(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                      @builtin(local_invocation_index) lid: u32) {
+    let p = binary_params();
     let j = flat_index(wid, nwg, lid);
-    let nb = p.u1;
+    let nb = p.nb;
     if (j >= nb) { return; }
-    let rows = p.u0 / nb;
+    let rows = p.n / nb;
     let bj = in1[j];
     var acc: f32 = 0.0;
     for (var r: u32 = 0u; r < rows; r = r + 1u) {
@@ -248,15 +254,16 @@ fn dact_of(y: f32) -> f32 {
     }
 }
 
-// Sums rows: out0[j] = sum_r in0[r * p.u1 + j] for r < p.u0 / p.u1 (batched-matmul gradients of
+// Sums rows: out0[j] = sum_r in0[r * p.cols + j] for r < p.n / p.cols (batched-matmul gradients of
 // a shared 2-D operand; with DACT, each term times act'(in1) -- linear's grad_bias).
 @compute @workgroup_size(WG)
 fn sum_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
+    let p = sum_rows_params();
     let j = flat_index(wid, nwg, lid);
-    let nb = p.u1;
+    let nb = p.cols;
     if (j >= nb) { return; }
-    let rows = p.u0 / nb;
+    let rows = p.n / nb;
     var acc: f32 = 0.0;
     for (var r: u32 = 0u; r < rows; r = r + 1u) {
         let i = r * nb + j;
@@ -265,23 +272,25 @@ fn sum_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     out0[j] = acc;
 }
 
-// swiglu: out0 = silu(in0) * in1 (gate, up). p.u0 = n
+// swiglu: out0 = silu(in0) * in1 (gate, up).
 @compute @workgroup_size(WG)
 fn swiglu_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
+    let p = elems_params();
     let i = flat_index(wid, nwg, lid);
-    if (i >= p.u0) { return; }
+    if (i >= p.n) { return; }
     let g = in0[i];
     out0[i] = g * sigmoid(g) * in1[i];
 }
 
 // in0 = gate, in1 = up, in2 = grad_out; out0 = grad_gate = grad * up * silu'(gate), out1 =
-// grad_up = grad * silu(gate). p.u0 = n
+// grad_up = grad * silu(gate).
 @compute @workgroup_size(WG)
 fn swiglu_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                    @builtin(local_invocation_index) lid: u32) {
+    let p = elems_params();
     let i = flat_index(wid, nwg, lid);
-    if (i >= p.u0) { return; }
+    if (i >= p.n) { return; }
     let g = in0[i];
     let s = sigmoid(g);
     let d = in2[i];

@@ -8,13 +8,12 @@
 //   n  = tanh(gi_n + b_in + r * (gh_n + b_hn))
 //   h' = (1 - z) * n + z * h
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 const WG: u32 = 256u;
 
-// p.u0 = batch * hidden, p.u1 = hidden, p.u2 = step t, p.u3 = element offset of h_prev in its
-// buffer (backward), p.u4 = batch, p.u5 = flags/mode (see each kernel).
-@group(0) @binding(0) var<uniform> p: Params;
+// The forward reads `GruForwardParams`, the backward `GruBackwardParams` (gpu/src/params.rs).
 @group(0) @binding(1) var<storage, read> in0: array<f32>;
 @group(0) @binding(2) var<storage, read> in1: array<f32>;
 @group(0) @binding(3) var<storage, read> in2: array<f32>;
@@ -53,19 +52,20 @@ fn tanh_safe(x: f32) -> f32 {
 // in2 = h0, in3 = biases [6H] (b_ih ++ b_hh).
 // out0 = output [seq, batch, H] (h' written at step t; h_prev read from step t - 1 when t > 0,
 // since a buffer cannot be bound read-only and read-write in one dispatch), out1 = h_n
-// [batch, H] (when p.u5 & 1), out2 = trace [seq, batch, 4H] (r, z, n, W_hn h + b_hn; when
-// p.u5 & 2).
+// [batch, H] (when p.flags & 1), out2 = trace [seq, batch, 4H] (r, z, n, W_hn h + b_hn; when
+// p.flags & 2).
 @compute @workgroup_size(256)
 fn gate_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
+    let p = gru_forward_params();
     let idx = flat_index(wid, nwg, lid);
-    let bh = p.u0;
+    let bh = p.batch_hidden;
     if (idx >= bh) { return; }
-    let hd = p.u1;
-    let t = p.u2;
+    let hd = p.hidden;
+    let t = p.step;
     let b = idx / hd;
     let j = idx % hd;
-    let gi = (t * p.u4 + b) * 3u * hd;
+    let gi = (t * p.batch + b) * 3u * hd;
     let gh = b * 3u * hd;
     let r = sigmoid(in0[gi + j] + in3[j] + in1[gh + j] + in3[3u * hd + j]);
     let z = sigmoid(in0[gi + hd + j] + in3[hd + j] + in1[gh + hd + j] + in3[4u * hd + j]);
@@ -79,34 +79,35 @@ fn gate_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     }
     let h_next = (1.0 - z) * n + z * h;
     out0[t * bh + idx] = h_next;
-    if ((p.u5 & 2u) != 0u) {
+    if ((p.flags & 2u) != 0u) {
         let tr = (t * bh + idx) * 4u;
         out2[tr] = r;
         out2[tr + 1u] = z;
         out2[tr + 2u] = n;
         out2[tr + 3u] = hn;
     }
-    if ((p.u5 & 1u) != 0u) {
+    if ((p.flags & 1u) != 0u) {
         out1[idx] = h_next;
     }
 }
 
-// in0 = trace [seq, batch, 4H], in1 = h_prev (at offset p.u3), in2 = grad_output
+// in0 = trace [seq, batch, 4H], in1 = h_prev (at offset p.h_offset), in2 = grad_output
 // [seq, batch, H] (step t used), in3 = mm [batch, H]: dgh_{t+1} @ W_hh (mode 2) or grad_h_n
 // (mode 1); unused in mode 0.
 // out0 = d_gi [seq * batch, 3H], out1 = d_gh [seq * batch, 3H] (step t written),
 // out2 = dh [batch, H]: read as the carried z * grad of the step after (mode 2), written as
 // z * grad of this step.
-// p.u5 = mode: 0 grad = grad_output[t]; 1 grad = grad_output[t] + in3; 2 grad = grad_output[t]
+// p.mode: 0 grad = grad_output[t]; 1 grad = grad_output[t] + in3; 2 grad = grad_output[t]
 // + out2 + in3.
 @compute @workgroup_size(256)
 fn gate_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
+    let p = gru_backward_params();
     let idx = flat_index(wid, nwg, lid);
-    let bh = p.u0;
+    let bh = p.batch_hidden;
     if (idx >= bh) { return; }
-    let hd = p.u1;
-    let t = p.u2;
+    let hd = p.hidden;
+    let t = p.step;
     let b = idx / hd;
     let j = idx % hd;
     let tr = (t * bh + idx) * 4u;
@@ -114,11 +115,11 @@ fn gate_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     let z = in0[tr + 1u];
     let n = in0[tr + 2u];
     let hn = in0[tr + 3u];
-    let h = in1[p.u3 + idx];
+    let h = in1[p.h_offset + idx];
     var go = in2[t * bh + idx];
-    if (p.u5 == 1u) {
+    if (p.mode == 1u) {
         go = go + in3[idx];
-    } else if (p.u5 == 2u) {
+    } else if (p.mode == 2u) {
         go = go + (out2[idx] + in3[idx]);
     }
     let dn = go * (1.0 - z);
@@ -126,7 +127,7 @@ fn gate_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     let da_n = dn * (1.0 - n * n);
     let da_r = da_n * hn * r * (1.0 - r);
     let da_z = dz * z * (1.0 - z);
-    let row = (t * p.u4 + b) * 3u * hd;
+    let row = (t * p.batch + b) * 3u * hd;
     out0[row + j] = da_r;
     out0[row + hd + j] = da_z;
     out0[row + 2u * hd + j] = da_n;

@@ -3,11 +3,11 @@
 // so more than 65,535 workgroups can be launched. Exact: no arithmetic except the embedding
 // gradient's sums (in token order, as the CPU reference).
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 override WG: u32 = 256u;
 
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> in0: array<f32>;
 @group(0) @binding(2) var<storage, read> in1: array<f32>;
 @group(0) @binding(4) var<storage, read> ids: array<i32>;
@@ -18,14 +18,15 @@ fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
 }
 
-// in0 = x [batch, r, c]; out0 = [batch, c, r]. p.u0 = n, p.u1 = r, p.u2 = c
+// in0 = x [batch, r, c]; out0 = [batch, c, r]. r = p.rows, c = p.cols
 @compute @workgroup_size(WG)
 fn transpose(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
+    let p = transpose_params();
     let o = flat_index(wid, nwg, lid);
-    if (o >= p.u0) { return; }
-    let r = p.u1;
-    let c = p.u2;
+    if (o >= p.n) { return; }
+    let r = p.rows;
+    let c = p.cols;
     let plane = r * c;
     let b = o / plane;
     let rem = o % plane;
@@ -34,14 +35,15 @@ fn transpose(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     out0[o] = in0[b * plane + ri * c + ci];
 }
 
-// in0 = a [rows, m], in1 = b [rows, k]; out0 = [rows, m + k]. p.u0 = n out, p.u1 = m, p.u2 = k
+// in0 = a [rows, m], in1 = b [rows, k]; out0 = [rows, m + k]. m = p.width_a, k = p.width_b
 @compute @workgroup_size(WG)
 fn concat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
+    let p = concat_params();
     let o = flat_index(wid, nwg, lid);
-    if (o >= p.u0) { return; }
-    let m = p.u1;
-    let k = p.u2;
+    if (o >= p.n) { return; }
+    let m = p.width_a;
+    let k = p.width_b;
     let w = m + k;
     let row = o / w;
     let j = o % w;
@@ -52,10 +54,11 @@ fn concat(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 @compute @workgroup_size(WG)
 fn concat_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                    @builtin(local_invocation_index) lid: u32) {
+    let p = concat_params();
     let o = flat_index(wid, nwg, lid);
-    if (o >= p.u0) { return; }
-    let m = p.u1;
-    let k = p.u2;
+    if (o >= p.n) { return; }
+    let m = p.width_a;
+    let k = p.width_b;
     let w = m + k;
     let row = o / w;
     let j = o % w;
@@ -64,31 +67,33 @@ fn concat_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
 
 // ids [tokens] (i32), in0 = weight [vocab, d]; out0 = [tokens, d]. Ids were range-checked on
 // the host; an out-of-range id reads as zeros rather than out of bounds.
-// p.u0 = tokens * d, p.u1 = d, p.u2 = vocab
+// p.n = tokens * d, d = p.dim
 @compute @workgroup_size(WG)
 fn embedding(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
+    let p = embedding_params();
     let o = flat_index(wid, nwg, lid);
-    if (o >= p.u0) { return; }
-    let d = p.u1;
+    if (o >= p.n) { return; }
+    let d = p.dim;
     let id = ids[o / d];
-    if (id < 0 || u32(id) >= p.u2) { out0[o] = 0.0; return; }
+    if (id < 0 || u32(id) >= p.vocab) { out0[o] = 0.0; return; }
     out0[o] = in0[u32(id) * d + (o % d)];
 }
 
 // ids [tokens], in0 = grad_out [tokens, d]; out0 = grad_weight [vocab, d]: each thread owns one
 // weight element and sums the tokens that picked its row (deterministic, no atomics).
-// p.u0 = vocab * d, p.u1 = d, p.u2 = tokens
+// p.n = vocab * d, d = p.dim
 @compute @workgroup_size(WG)
 fn embedding_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                       @builtin(local_invocation_index) lid: u32) {
+    let p = embedding_grad_params();
     let o = flat_index(wid, nwg, lid);
-    if (o >= p.u0) { return; }
-    let d = p.u1;
+    if (o >= p.n) { return; }
+    let d = p.dim;
     let v = i32(o / d);
     let col = o % d;
     var acc: f32 = 0.0;
-    for (var t: u32 = 0u; t < p.u2; t = t + 1u) {
+    for (var t: u32 = 0u; t < p.tokens; t = t + 1u) {
         if (ids[t] == v) { acc = acc + in0[t * d + col]; }
     }
     out0[o] = acc;

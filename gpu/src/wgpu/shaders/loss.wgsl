@@ -4,11 +4,11 @@
 // (`sum_scale`). Backward is one workgroup per row (cross-entropy: the row's max and sum are
 // recomputed) or one thread per element (mse).
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 const WG: u32 = 256u;
 
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> in0: array<f32>;
 @group(0) @binding(2) var<storage, read> in1: array<f32>;
 @group(0) @binding(3) var<storage, read> in2: array<f32>;
@@ -59,13 +59,13 @@ fn target_of(row: u32, c: u32) -> u32 {
 }
 
 // in0 = logits [rows, c], targets [rows]; out0 = per-row loss [rows].
-// p.u0 = rows, p.u1 = c
 @compute @workgroup_size(256)
 fn ce_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
            @builtin(local_invocation_index) lid: u32) {
+    let p = cross_entropy_params();
     let row = group_index(wid, nwg);
-    if (row >= p.u0) { return; }
-    let c = p.u1;
+    if (row >= p.rows) { return; }
+    let c = p.classes;
     let base = row * c;
     var m = neg_inf();
     for (var j: u32 = lid; j < c; j = j + WG) { m = max(m, in0[base + j]); }
@@ -80,23 +80,25 @@ fn ce_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     }
 }
 
-// in0 = partials [n]; out0 = [1] = sum * p.f0. p.u0 = n. One workgroup.
+// in0 = partials [n]; out0 = [1] = sum * p.scale. One workgroup.
 @compute @workgroup_size(256)
 fn sum_scale(@builtin(local_invocation_index) lid: u32) {
+    let p = sum_scale_params();
     var s: f32 = 0.0;
-    for (var j: u32 = lid; j < p.u0; j = j + WG) { s = s + in0[j]; }
+    for (var j: u32 = lid; j < p.n; j = j + WG) { s = s + in0[j]; }
     s = wg_sum(lid, s);
-    if (lid == 0u) { out0[0] = s * p.f0; }
+    if (lid == 0u) { out0[0] = s * p.scale; }
 }
 
 // in0 = logits [rows, c], in2 = grad_out [1], targets; out0 = grad_logits [rows, c].
-// p.u0 = rows, p.u1 = c, p.f0 = 1 / rows
+// p.scale = 1 / rows
 @compute @workgroup_size(256)
 fn ce_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
+    let p = cross_entropy_params();
     let row = group_index(wid, nwg);
-    if (row >= p.u0) { return; }
-    let c = p.u1;
+    if (row >= p.rows) { return; }
+    let c = p.classes;
     let base = row * c;
     var m = neg_inf();
     for (var j: u32 = lid; j < c; j = j + WG) { m = max(m, in0[base + j]); }
@@ -105,22 +107,22 @@ fn ce_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     for (var j: u32 = lid; j < c; j = j + WG) { s = s + exp(in0[base + j] - m); }
     s = wg_sum(lid, s);
     let k = target_of(row, c);
-    let scale = in2[0] * p.f0;
+    let scale = in2[0] * p.scale;
     for (var j: u32 = lid; j < c; j = j + WG) {
         let prob = exp(in0[base + j] - m) / s;
         out0[base + j] = (prob - select(0.0, 1.0, j == k)) * scale;
     }
 }
 
-// in0 = a, in1 = b, each [n] viewed as chunks of p.u1; out0 = per-chunk sum of (a - b)^2.
-// p.u0 = n, p.u1 = chunk
+// in0 = a, in1 = b, each [n] viewed as chunks of p.chunk; out0 = per-chunk sum of (a - b)^2.
 @compute @workgroup_size(256)
 fn mse_chunks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
+    let p = mse_chunks_params();
     let chunk = group_index(wid, nwg);
-    let start = chunk * p.u1;
-    if (start >= p.u0) { return; }
-    let end = min(start + p.u1, p.u0);
+    let start = chunk * p.chunk;
+    if (start >= p.n) { return; }
+    let end = min(start + p.chunk, p.n);
     var s: f32 = 0.0;
     for (var j: u32 = start + lid; j < end; j = j + WG) {
         let d = in0[j] - in1[j];
@@ -131,13 +133,14 @@ fn mse_chunks(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
 }
 
 // in0 = a, in1 = b, in2 = grad_out [1]; out0 = grad_a, out1 = grad_b.
-// p.u0 = n, p.f0 = 2 / n
+// p.scale = 2 / n
 @compute @workgroup_size(256)
 fn mse_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
+    let p = mse_grad_params();
     let i = group_index(wid, nwg) * WG + lid;
-    if (i >= p.u0) { return; }
-    let d = (in0[i] - in1[i]) * (in2[0] * p.f0);
+    if (i >= p.n) { return; }
+    let d = (in0[i] - in1[i]) * (in2[0] * p.scale);
     out0[i] = d;
     out1[i] = -d;
 }

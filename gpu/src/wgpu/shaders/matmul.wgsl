@@ -3,7 +3,7 @@
 // through workgroup memory in K-slices of 16; each thread keeps a 4x4 block in registers.
 // `matmul_vec4` stages the tiles with one vec4 load per thread and operand when both operands'
 // contiguous dims (and offsets) are multiples of 4; the host picks it, else `matmul`.
-// Batch is the z grid dimension (plus p.u5 when the host splits a batch above the z limit); a
+// Batch is the z grid dimension (plus p.first_batch when the host splits a batch above the z limit); a
 // shared 2-D operand has batch stride 0.
 //
 // The `linear` op runs here too, its elementwise work fused into the product: BIAS and ACT add
@@ -12,7 +12,8 @@
 // `gy` at the same flat index (the backward's g * act'(out), never materialized).
 // Activation codes: 0 none, 1 relu, 2 tanh, 3 sigmoid.
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 override TA: bool = false;
 override TB: bool = false;
@@ -27,7 +28,6 @@ const TM: u32 = 4u;
 const TN: u32 = 4u;
 const THREADS: u32 = 256u;
 
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
@@ -69,8 +69,9 @@ fn a_at(i: u32) -> f32 {
 
 // Element (m, k) of op(a); a is [M, K] or, transposed, [K, M]. Zero outside the matrix.
 fn load_a(base: u32, m: u32, k: u32) -> f32 {
-    let mm = p.u0;
-    let kk = p.u2;
+    let p = matmul_params();
+    let mm = p.m;
+    let kk = p.k;
     if (m >= mm || k >= kk) { return 0.0; }
     if (TA) { return a_at(base + k * mm + m); }
     return a_at(base + m * kk + k);
@@ -78,25 +79,27 @@ fn load_a(base: u32, m: u32, k: u32) -> f32 {
 
 // Element (k, n) of op(b); b is [K, N] or, transposed, [N, K].
 fn load_b(base: u32, k: u32, n: u32) -> f32 {
-    let nn = p.u1;
-    let kk = p.u2;
+    let p = matmul_params();
+    let nn = p.n;
+    let kk = p.k;
     if (n >= nn || k >= kk) { return 0.0; }
     if (TB) { return b[base + n * kk + k]; }
     return b[base + k * nn + n];
 }
 
-// p.u0 = M, p.u1 = N, p.u2 = K, p.u3 = batch stride of a, p.u4 = batch stride of b,
-// p.u5 = first batch of this dispatch, p.u6 / p.u7 = element offsets of a / b (row blocks of a
+// `MatmulParams`: M, N, K, the batch strides of a and b, the first batch of this dispatch and
+// the element offsets of a and b (row blocks of a
 // larger buffer, e.g. one step of a sequence).
 @compute @workgroup_size(16, 16, 1)
 fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
           @builtin(local_invocation_index) lidx: u32) {
-    let m_len = p.u0;
-    let n_len = p.u1;
-    let k_len = p.u2;
-    let batch = wid.z + p.u5;
-    let base_a = batch * p.u3 + p.u6;
-    let base_b = batch * p.u4 + p.u7;
+    let p = matmul_params();
+    let m_len = p.m;
+    let n_len = p.n;
+    let k_len = p.k;
+    let batch = wid.z + p.first_batch;
+    let base_a = batch * p.stride_a + p.offset_a;
+    let base_b = batch * p.stride_b + p.offset_b;
     let base_c = batch * m_len * n_len;
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
@@ -141,8 +144,9 @@ fn tile_fma(acc: ptr<function, array<f32, 16>>, lid: vec3<u32>) {
 }
 
 fn store_tile(acc: ptr<function, array<f32, 16>>, lid: vec3<u32>, base_c: u32, row0: u32, col0: u32) {
-    let m_len = p.u0;
-    let n_len = p.u1;
+    let p = matmul_params();
+    let m_len = p.m;
+    let n_len = p.n;
     for (var i: u32 = 0u; i < TM; i = i + 1u) {
         let r = row0 + lid.y * TM + i;
         if (r >= m_len) { continue; }
@@ -178,12 +182,13 @@ fn b_vec(i: u32, valid: bool) -> vec4<f32> {
 @compute @workgroup_size(16, 16, 1)
 fn matmul_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
                @builtin(local_invocation_index) lidx: u32) {
-    let m_len = p.u0;
-    let n_len = p.u1;
-    let k_len = p.u2;
-    let batch = wid.z + p.u5;
-    let base_a = batch * p.u3 + p.u6;
-    let base_b = batch * p.u4 + p.u7;
+    let p = matmul_params();
+    let m_len = p.m;
+    let n_len = p.n;
+    let k_len = p.k;
+    let batch = wid.z + p.first_batch;
+    let base_a = batch * p.stride_a + p.offset_a;
+    let base_b = batch * p.stride_b + p.offset_b;
     let base_c = batch * m_len * n_len;
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
@@ -244,14 +249,15 @@ const SMALL_M: u32 = 8u;
 @compute @workgroup_size(64, 1, 1)
 fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lidx: u32) {
-    let m_len = p.u0;
-    let n_len = p.u1;
-    let k_len = p.u2;
+    let p = matmul_params();
+    let m_len = p.m;
+    let n_len = p.n;
+    let k_len = p.k;
     let col = (wid.y * nwg.x + wid.x) * 64u + lidx;
     if (col >= n_len) { return; }
-    let batch = wid.z + p.u5;
-    let base_a = batch * p.u3 + p.u6;
-    let base_b = batch * p.u4 + p.u7;
+    let batch = wid.z + p.first_batch;
+    let base_a = batch * p.stride_a + p.offset_a;
+    let base_b = batch * p.stride_b + p.offset_b;
     let base_c = batch * m_len * n_len;
     var acc: array<f32, 8>;
     for (var i: u32 = 0u; i < SMALL_M; i = i + 1u) { acc[i] = 0.0; }

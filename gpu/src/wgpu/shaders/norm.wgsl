@@ -3,13 +3,13 @@
 // pass, then a second kernel sums grad_weight / grad_bias over rows, one thread per column, in
 // row order. `row_sum` comes from the row-reduction prelude the backend prepends.
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 override RMS: bool = false;
 override WG1: u32 = 256u;
 const WG: u32 = 256u;
 
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> in0: array<f32>;
 @group(0) @binding(2) var<storage, read> in1: array<f32>;
 @group(0) @binding(3) var<storage, read> in2: array<f32>;
@@ -23,7 +23,8 @@ fn row_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 // (mean, 1/sqrt(var + eps)) of a layer_norm row, or (0, 1/sqrt(mean(x^2) + eps)) for rms_norm.
 // Two passes (mean, then squared deviations) for accuracy.
 fn row_stats(lid: u32, base: u32, n: u32) -> vec2<f32> {
-    let eps = p.f0;
+    let p = norm_params();
+    let eps = p.eps;
     var mean: f32 = 0.0;
     if (!RMS) {
         var acc: f32 = 0.0;
@@ -40,13 +41,13 @@ fn row_stats(lid: u32, base: u32, n: u32) -> vec2<f32> {
 }
 
 // in0 = x [rows, n], in1 = weight [n], in2 = bias [n] (layer_norm); out0 [rows, n].
-// p.u0 = rows, p.u1 = n, p.f0 = eps
 @compute @workgroup_size(256)
 fn norm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
+    let p = norm_params();
     let row = row_index(wid, nwg);
-    if (row >= p.u0) { return; }
-    let n = p.u1;
+    if (row >= p.rows) { return; }
+    let n = p.cols;
     let base = row * n;
     let st = row_stats(lid, base, n);
     for (var j: u32 = lid; j < n; j = j + WG) {
@@ -59,9 +60,10 @@ fn norm_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
 @compute @workgroup_size(256)
 fn norm_backward_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                       @builtin(local_invocation_index) lid: u32) {
+    let p = norm_params();
     let row = row_index(wid, nwg);
-    if (row >= p.u0) { return; }
-    let n = p.u1;
+    if (row >= p.rows) { return; }
+    let n = p.cols;
     let base = row * n;
     let st = row_stats(lid, base, n);
     let mean = st.x;
@@ -98,9 +100,10 @@ fn norm_backward_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
 @compute @workgroup_size(WG1)
 fn norm_backward_cols(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                       @builtin(local_invocation_index) lid: u32) {
+    let p = norm_params();
     let j = (wid.y * nwg.x + wid.x) * WG1 + lid;
-    let rows = p.u0;
-    let n = p.u1;
+    let rows = p.rows;
+    let n = p.cols;
     if (j >= n) { return; }
     var gw: f32 = 0.0;
     var gb: f32 = 0.0;

@@ -1,11 +1,11 @@
 // Fused optimizer steps: one thread per parameter reads param, grad and state once and writes
 // the new param and state (torch.optim.AdamW and torch.optim.SGD semantics).
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 override WG: u32 = 256u;
 
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> param_in: array<f32>;
 @group(0) @binding(2) var<storage, read> grad: array<f32>;
 @group(0) @binding(3) var<storage, read> state_a: array<f32>;
@@ -18,39 +18,40 @@ fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return (wid.y * nwg.x + wid.x) * WG + lid;
 }
 
-// state_a = m, state_b = v. p.u0 = n, p.f0 = lr, f1 = beta1, f2 = beta2, f3 = eps,
-// f4 = weight_decay, f5 = 1 - beta1^step, f6 = sqrt(1 - beta2^step)
+// state_a = m, state_b = v.
 @compute @workgroup_size(WG)
 fn adamw_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
+    let p = adamw_params();
     let i = flat_index(wid, nwg, lid);
-    if (i >= p.u0) { return; }
-    let lr = p.f0;
-    let b1 = p.f1;
-    let b2 = p.f2;
+    if (i >= p.n) { return; }
+    let lr = p.lr;
+    let b1 = p.beta1;
+    let b2 = p.beta2;
     let g = grad[i];
-    let w = param_in[i] * (1.0 - lr * p.f4);
+    let w = param_in[i] * (1.0 - lr * p.weight_decay);
     let m = b1 * state_a[i] + (1.0 - b1) * g;
     let v = b2 * state_b[i] + (1.0 - b2) * g * g;
-    let denom = sqrt(v) / p.f6 + p.f3;
-    param_out[i] = w - (lr / p.f5) * m / denom;
+    let denom = sqrt(v) / p.bias_correction2_sqrt + p.eps;
+    param_out[i] = w - (lr / p.bias_correction1) * m / denom;
     state_a_out[i] = m;
     state_b_out[i] = v;
 }
 
-// state_a = momentum_buf. p.u0 = n, p.u1 = nesterov, p.f0 = lr, f1 = momentum, f2 = weight_decay
+// state_a = momentum_buf.
 @compute @workgroup_size(WG)
 fn sgd_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
+    let p = sgd_params();
     let i = flat_index(wid, nwg, lid);
-    if (i >= p.u0) { return; }
-    let lr = p.f0;
-    let mom = p.f1;
+    if (i >= p.n) { return; }
+    let lr = p.lr;
+    let mom = p.momentum;
     let w = param_in[i];
-    var d = grad[i] + p.f2 * w;
+    var d = grad[i] + p.weight_decay * w;
     let buf = mom * state_a[i] + d;
     if (mom != 0.0) {
-        if (p.u1 != 0u) { d = d + mom * buf; } else { d = buf; }
+        if (p.nesterov != 0u) { d = d + mom * buf; } else { d = buf; }
     }
     param_out[i] = w - lr * d;
     state_a_out[i] = buf;

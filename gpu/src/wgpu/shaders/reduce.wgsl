@@ -4,13 +4,13 @@
 // The grid is 2-D so more than 65,535 rows can be launched. `row_sum` / `row_max` come from
 // the row-reduction prelude the backend prepends; argmax keeps its own (value, index) tree.
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 // 0 sum, 1 mean, 2 max.
 override OP: u32 = 0u;
 const WG: u32 = 256u;
 
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> in0: array<f32>;
 @group(0) @binding(2) var<storage, read> in1: array<f32>;
 @group(0) @binding(3) var<storage, read> in2: array<f32>;
@@ -61,13 +61,14 @@ fn wg_argmax(lid: u32, base: u32, n: u32) -> u32 {
     return r;
 }
 
-// in0 = x [rows, n]; out0 = [rows]. p.u0 = rows, p.u1 = n
+// in0 = x [rows, n]; out0 = [rows].
 @compute @workgroup_size(256)
 fn reduce_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
+    let p = rows_params();
     let row = row_index(wid, nwg);
-    if (row >= p.u0) { return; }
-    let n = p.u1;
+    if (row >= p.rows) { return; }
+    let n = p.cols;
     let base = row * n;
     if (OP == REDUCE_MAX) {
         var m = row_first(base, n);
@@ -88,24 +89,26 @@ fn reduce_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
 }
 
-// in0 = x [rows, n]; out_idx = [rows] (i32). p.u0 = rows, p.u1 = n
+// in0 = x [rows, n]; out_idx = [rows] (i32).
 @compute @workgroup_size(256)
 fn argmax(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
+    let p = rows_params();
     let row = row_index(wid, nwg);
-    if (row >= p.u0) { return; }
-    let n = p.u1;
+    if (row >= p.rows) { return; }
+    let n = p.cols;
     let i = wg_argmax(lid, row * n, n);
     if (lid == 0u) { out_idx[row] = i32(i); }
 }
 
-// in0 = x [rows, n], in2 = grad_out [rows]; out0 = grad_x [rows, n]. p.u0 = rows, p.u1 = n
+// in0 = x [rows, n], in2 = grad_out [rows]; out0 = grad_x [rows, n].
 @compute @workgroup_size(256)
 fn reduce_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                    @builtin(local_invocation_index) lid: u32) {
+    let p = rows_params();
     let row = row_index(wid, nwg);
-    if (row >= p.u0) { return; }
-    let n = p.u1;
+    if (row >= p.rows) { return; }
+    let n = p.cols;
     let base = row * n;
     let g = in2[row];
     if (OP == REDUCE_MAX) {
@@ -173,15 +176,15 @@ fn sample_weight(v: f32, m: f32, t: f32, keep_from: u32) -> f32 {
 }
 
 // in0 = logits [rows, n], in1 = uniform [rows]; out_idx = ids [rows] (i32).
-// p.u0 = rows, p.u1 = n, p.u2 = top_k; p.f0 = temperature, p.f1 = top_p
 @compute @workgroup_size(256)
 fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
+    let p = sample_params();
     let row = row_index(wid, nwg);
-    if (row >= p.u0) { return; }
-    let n = p.u1;
+    if (row >= p.rows) { return; }
+    let n = p.cols;
     let base = row * n;
-    let t = p.f0;
+    let t = p.temperature;
     let nan_at = uniform_u(lid, wg_first_nan(lid, base, n));
     if (nan_at != NONE) {
         if (lid == 0u) { out_idx[row] = i32(nan_at); }
@@ -195,7 +198,7 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let m = in0[base + best];
     // top-k: the largest key t_k with count(key >= t_k) >= k (the k-th largest), bit by bit.
     var keep_from: u32 = 0u;
-    let k = p.u2;
+    let k = p.top_k;
     if (k > 0u && k < n) {
         var tk: u32 = 0u;
         for (var bit: i32 = 31; bit >= 0; bit = bit - 1) {
@@ -209,10 +212,10 @@ fn sample(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
         keep_from = tk;
     }
     // top-p: the smallest key t_p with mass(key > t_p) < top_p * mass (largest with >= , + 1).
-    if (p.f1 < 1.0) {
+    if (p.top_p < 1.0) {
         var z: f32 = 0.0;
         for (var j: u32 = lid; j < n; j = j + WG) { z = z + sample_weight(in0[base + j], m, t, keep_from); }
-        let limit = p.f1 * uniform_f(lid, row_sum(lid, z));
+        let limit = p.top_p * uniform_f(lid, row_sum(lid, z));
         var t0: u32 = 0u;
         var found = false;
         for (var bit: i32 = 31; bit >= 0; bit = bit - 1) {

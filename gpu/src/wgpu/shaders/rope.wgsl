@@ -9,7 +9,8 @@
 // whole turns drop out), splits off the nearest quarter turn, and evaluates minimax sin/cos
 // polynomials (Cephes sinf/cosf) on the remaining [-pi/4, pi/4].
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 override INTERLEAVED: bool = false;
 override INVERSE: bool = false;
@@ -17,7 +18,6 @@ const WG: u32 = 256u;
 // 2 pi / 2^32: radians per unit of a 32-bit turn fraction.
 const RAD_PER_UNIT: f32 = 1.4629180792671596e-9;
 
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 // [half, 2]: (high, low) 32-bit words of each frequency's turn fraction.
 @group(0) @binding(4) var<storage, read> turns: array<u32>;
@@ -60,16 +60,17 @@ fn cos_sin(pos: u32, i: u32) -> vec2<f32> {
 }
 
 // x [rows, head_dim] with rows = batch * heads * seq; out0 same shape.
-// p.u0 = rows * half (pairs), p.u1 = seq, p.u2 = half, p.u3 = offset
+// p.pairs = rows * half
 @compute @workgroup_size(256)
 fn rope(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
+    let p = rope_params();
     let idx = (wid.y * nwg.x + wid.x) * WG + lid;
-    if (idx >= p.u0) { return; }
-    let half = p.u2;
+    if (idx >= p.pairs) { return; }
+    let half = p.half;
     let row = idx / half;
     let i = idx % half;
-    let pos = p.u3 + row % p.u1;
+    let pos = p.offset + row % p.seq;
     let cs = cos_sin(pos, i);
     let c = cs.x;
     let sn = select(cs.y, -cs.y, INVERSE);

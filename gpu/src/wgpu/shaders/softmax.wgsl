@@ -4,13 +4,13 @@
 // and get zero gradient. `row_sum` / `row_max` come from the row-reduction prelude the backend
 // prepends (subgroup operations where the adapter has them, else workgroup memory).
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 override LOG: bool = false;
 override CAUSAL: bool = false;
 const WG: u32 = 256u;
 
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> in0: array<f32>;
 @group(0) @binding(2) var<storage, read> in1: array<f32>;
 @group(0) @binding(3) var<storage, read> in2: array<f32>;
@@ -28,22 +28,24 @@ fn row_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 
 // Number of unmasked keys of this row: keys 0..valid are visible.
 fn valid_len(row: u32) -> u32 {
-    let t = p.u1;
+    let p = softmax_params();
+    let t = p.cols;
     if (!CAUSAL) { return t; }
-    let s = p.u2;
+    let s = p.seq;
     let i = i32(row % s);
     let lim = i + i32(t) - i32(s); // last visible key
     if (lim < 0) { return 0u; }
     return min(u32(lim) + 1u, t);
 }
 
-// in0 = x [rows, t]; out0 [rows, t]. p.u0 = rows, p.u1 = t, p.u2 = s
+// in0 = x [rows, t]; out0 [rows, t]. t = p.cols, s = p.seq
 @compute @workgroup_size(256)
 fn softmax_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                    @builtin(local_invocation_index) lid: u32) {
+    let p = softmax_params();
     let row = row_index(wid, nwg);
-    if (row >= p.u0) { return; }
-    let t = p.u1;
+    if (row >= p.rows) { return; }
+    let t = p.cols;
     let base = row * t;
     let valid = valid_len(row);
     var m = neg_inf();
@@ -67,9 +69,10 @@ fn softmax_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
 @compute @workgroup_size(256)
 fn softmax_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                     @builtin(local_invocation_index) lid: u32) {
+    let p = softmax_params();
     let row = row_index(wid, nwg);
-    if (row >= p.u0) { return; }
-    let t = p.u1;
+    if (row >= p.rows) { return; }
+    let t = p.cols;
     let base = row * t;
     let valid = valid_len(row);
     var acc: f32 = 0.0;

@@ -12,7 +12,8 @@
 // of rows in every loop over a vector's elements, so those loops need no barrier between them;
 // phases that change the partition (the column permutation) use storageBarrier.
 
-// `struct Params`, the op codes and kernel_nan() come from the generated prelude.wgsl.
+// The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
+// generated prelude.wgsl.
 
 const WG: u32 = 64u;
 // Largest q the jacobi kernel keeps per-vector state for (the host checks it).
@@ -21,7 +22,6 @@ const MAX_Q: u32 = 256u;
 const MAX_SWEEPS: u32 = 60u;
 const F32_EPS: f32 = 1.1920929e-7;
 
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> in0: array<f32>;
 @group(0) @binding(5) var<storage, read_write> out0: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out1: array<f32>;
@@ -181,14 +181,14 @@ fn orthonormalize(lid: u32, base: u32, rs: u32, cs: u32, len: u32, k: u32) {
 }
 
 // out0 = y [batch, rows, cols] (row-major), orthonormalized in place, one workgroup a matrix.
-// p.u0 = batch, p.u1 = rows, p.u2 = cols
 @compute @workgroup_size(64)
 fn orth_columns(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
+    let p = orth_params();
     let mat = group_index(wid, nwg);
-    if (mat >= p.u0) { return; }
-    let rows = p.u1;
-    let cols = p.u2;
+    if (mat >= p.batch) { return; }
+    let rows = p.rows;
+    let cols = p.cols;
     orthonormalize(lid, mat * rows * cols, cols, 1u, rows, cols);
 }
 
@@ -220,14 +220,14 @@ fn rotate_j(lid: u32, base: u32, q: u32, a: u32, b: u32, c: f32, s: f32) {
 // out0 = v [batch, n, q], out1 = s [batch, q], out2 = u_b [batch, q, q]; column j of v and of
 // u_b is the j-th singular pair (u_b holds the accumulated rotation J: b^T J = W, b = J s (W/s)^T).
 // A non-finite b gives NaN everywhere (the reference refuses it; a device op cannot raise).
-// p.u0 = batch, p.u1 = q, p.u2 = n
 @compute @workgroup_size(64)
 fn jacobi(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
+    let p = jacobi_params();
     let mat = group_index(wid, nwg);
-    if (mat >= p.u0) { return; }
-    let q = p.u1;
-    let n = p.u2;
+    if (mat >= p.batch) { return; }
+    let q = p.q;
+    let n = p.n;
     let bb = mat * q * n;
     let vb = mat * n * q;
     let jb = mat * q * q;
@@ -352,15 +352,15 @@ fn jacobi(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
 
 // out0 = u [batch, m, q], out1 = v [batch, n, q], in place; one workgroup per (matrix, column):
 // the pair is negated when the first entry of largest magnitude of the u column is negative.
-// p.u0 = batch * q, p.u1 = m, p.u2 = n, p.u3 = q
 @compute @workgroup_size(64)
 fn fix_signs(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
+    let p = fix_signs_params();
     let g = group_index(wid, nwg);
-    if (g >= p.u0) { return; }
-    let m = p.u1;
-    let n = p.u2;
-    let q = p.u3;
+    if (g >= p.columns) { return; }
+    let m = p.m;
+    let n = p.n;
+    let q = p.q;
     let mat = g / q;
     let j = g % q;
     let ub = mat * m * q;
