@@ -152,6 +152,20 @@ fn info_lists_adapters_limits_and_features() {
         assert!(s.contains("using the CPU"), "{s}");
         return;
     }
+    // auto takes a hardware adapter, or says why a software one (lavapipe) lost to the CPU.
+    assert!(
+        s.contains("auto: found a GPU adapter")
+            || (s.contains("software renderer") && s.contains("using the CPU")),
+        "{s}"
+    );
+    // The device's limits and features are listed when wgpu is the backend.
+    let o = Command::new(env!("CARGO_BIN_EXE_kernels"))
+        .arg("info")
+        .env("KERNELS_BACKEND", "wgpu")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = String::from_utf8_lossy(&o.stdout).into_owned();
     for needle in [
         "[0] ",
         "device type",
@@ -164,12 +178,7 @@ fn info_lists_adapters_limits_and_features() {
     ] {
         assert!(s.contains(needle), "missing {needle:?} in\n{s}");
     }
-    // auto takes a hardware adapter, or says why a software one (lavapipe) lost to the CPU.
-    assert!(
-        s.contains("auto: found a GPU adapter")
-            || (s.contains("software renderer") && s.contains("using the CPU")),
-        "{s}"
-    );
+    assert!(s.contains("requested wgpu"), "{s}");
     let cpu = Command::new(env!("CARGO_BIN_EXE_kernels"))
         .arg("info")
         .env("KERNELS_BACKEND", "cpu")

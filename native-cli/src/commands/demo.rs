@@ -27,15 +27,27 @@ pub struct DemoOptions {
 }
 
 /// The backends the demo runs: the CPU with its fast paths, and the GPU `KERNELS_BACKEND`
-/// selects (when it is not the CPU). Each with the reason it is there.
+/// selects (when it is not the CPU). Each with the reason it is there. A software adapter
+/// (lavapipe) loses `auto` to the CPU for speed, but the demo is a parity check, so under
+/// `auto` it runs there too.
 pub fn backends() -> CliResult<Vec<(Rc<dyn Backend>, String)>> {
     let mut v: Vec<(Rc<dyn Backend>, String)> =
         vec![(Rc::new(CpuBackend::new()), "CPU with its fast paths".into())];
-    let selected = select_backend(BackendChoice::from_env()?)?;
+    let choice = BackendChoice::from_env()?;
+    let selected = select_backend(choice)?;
     if selected.backend.device() != DeviceId::CPU {
         v.push((selected.backend, selected.reason));
     } else {
         v[0].1 = format!("CPU with its fast paths; {}", selected.reason);
+        if choice == BackendChoice::Auto
+            && let Ok(g) = kernels_gpu::require_wgpu()
+        {
+            let why = format!(
+                "software adapter {}, checked for parity (its speed says nothing about a GPU's)",
+                g.adapter_info().name
+            );
+            v.push((g, why));
+        }
     }
     Ok(v)
 }
