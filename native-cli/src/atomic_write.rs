@@ -1,38 +1,137 @@
-//! Files written whole or not at all: a temporary file beside the target, renamed over it only
-//! once complete (`kernels op`, `kernels gru run`, world-model weights, the demo's plot).
+//! Files written whole or not at all (`kernels op --out`, `kernels gru run`, world-model weights,
+//! `kernels train`'s checkpoints, the demo's plot), without harming what the path points at.
+//!
+//! What `path` is decides how it is written:
+//! - nothing yet, or a regular file: a temporary file beside it, with the existing file's
+//!   permissions (0644 for a new one), renamed over it only once complete; on failure the
+//!   temporary file is removed and `path` is untouched;
+//! - a symbolic link: its target is written the same way (the link stays a link); a link whose
+//!   target does not exist is refused;
+//! - a character device (`/dev/null`, a terminal) or a FIFO: written through, never replaced;
+//! - a directory, a block device or a socket: refused, naming the path and what it is.
 
-use std::io::Write;
-use std::path::Path;
+use std::fs::{self, Permissions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, renamed over
-/// `path` only when complete. On failure the temporary file is removed and `path` is untouched.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = match path.parent() {
+/// What a path holds, as far as writing to it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Missing,
+    Regular,
+    /// A character device or a FIFO: written through.
+    Stream,
+    Refused(&'static str),
+}
+
+fn kind_of(meta: &fs::Metadata) -> Kind {
+    let t = meta.file_type();
+    if t.is_file() {
+        return Kind::Regular;
+    }
+    if t.is_dir() {
+        return Kind::Refused("a directory");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_char_device() || t.is_fifo() {
+            return Kind::Stream;
+        }
+        if t.is_block_device() {
+            return Kind::Refused("a block device");
+        }
+        if t.is_socket() {
+            return Kind::Refused("a socket");
+        }
+    }
+    Kind::Refused("not a regular file")
+}
+
+fn refused(path: &Path, why: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("refusing to write {}: {why}", path.display()))
+}
+
+/// The path to write and what it holds: a symbolic link resolves to its (existing) target.
+fn resolve(path: &Path) -> io::Result<(PathBuf, Kind)> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((path.to_path_buf(), Kind::Missing)),
+        Err(e) => Err(e),
+        Ok(m) if m.file_type().is_symlink() => {
+            let target = fs::canonicalize(path).map_err(|e| {
+                refused(
+                    path,
+                    format!("it is a symbolic link whose target cannot be resolved ({e})"),
+                )
+            })?;
+            let meta = fs::metadata(&target)?;
+            Ok((target, kind_of(&meta)))
+        }
+        Ok(m) => Ok((path.to_path_buf(), kind_of(&m))),
+    }
+}
+
+/// Writes `bytes` to `path` as the module documentation says.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let (target, kind) = resolve(path)?;
+    match kind {
+        Kind::Refused(what) => Err(refused(path, format!("it is {what}"))),
+        Kind::Stream => {
+            let mut f = fs::OpenOptions::new().write(true).open(&target)?;
+            f.write_all(bytes)?;
+            f.flush()
+        }
+        Kind::Missing | Kind::Regular => {
+            let perms = match kind {
+                Kind::Regular => Some(fs::metadata(&target)?.permissions()),
+                _ => None,
+            };
+            replace(&target, bytes, perms)
+        }
+    }
+}
+
+/// A temporary file beside `target` with `perms` (0644 when None), renamed over it.
+fn replace(target: &Path, bytes: &[u8], perms: Option<Permissions>) -> io::Result<()> {
+    let dir = match target.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let file_name = path
+    let file_name = target
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let mut tmp = tempfile::Builder::new()
+    let tmp = tempfile::Builder::new()
         .prefix(&format!(".{file_name}."))
         .suffix(".tmp")
         .tempfile_in(dir)?;
+    // Permissions first, so the content never sits in a file more open than the target.
+    if let Some(p) = perms.or_else(new_file_permissions) {
+        tmp.as_file().set_permissions(p)?;
+    }
+    let mut tmp = tmp;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        // tempfile creates 0600; a result file is an ordinary file.
-        tmp.as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
-    }
-    tmp.persist(path).map_err(|e| e.error)?;
+    tmp.persist(target).map_err(|e| e.error)?;
     Ok(())
 }
 
+/// Permissions of a new result file: an ordinary 0644 file on Unix (the temporary file starts
+/// at 0600); elsewhere the temporary file's own.
+fn new_file_permissions() -> Option<Permissions> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        Some(Permissions::from_mode(0o644))
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 
@@ -42,12 +141,94 @@ mod tests {
         let p = dir.path().join("out.safetensors");
         write_atomically(&p, b"first").unwrap();
         write_atomically(&p, b"second").unwrap();
-        assert_eq!(std::fs::read(&p).unwrap(), b"second");
+        assert_eq!(fs::read(&p).unwrap(), b"second");
         // A missing directory fails without creating anything.
         let q = dir.path().join("nope").join("out.safetensors");
         assert!(write_atomically(&q, b"x").is_err());
         assert!(!q.exists());
         // No temporary files left behind.
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        // A directory is refused, named.
+        let e = write_atomically(dir.path(), b"x").unwrap_err().to_string();
+        assert!(e.contains("a directory"), "{e}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_replaced_file_keeps_its_mode_and_a_new_one_is_0644() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("secret.safetensors");
+        fs::write(&p, b"old").unwrap();
+        fs::set_permissions(&p, Permissions::from_mode(0o600)).unwrap();
+        write_atomically(&p, b"new").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"new");
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let q = dir.path().join("fresh");
+        write_atomically(&q, b"x").unwrap();
+        assert_eq!(
+            fs::metadata(&q).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_symlink_has_its_target_written_and_stays_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("real.bin");
+        fs::write(&target, b"old").unwrap();
+        let link = dir.path().join("link.bin");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        write_atomically(&link, b"new").unwrap();
+        assert!(
+            fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(fs::read(&target).unwrap(), b"new");
+        // A dangling link is refused and left as it was.
+        let dangling = dir.path().join("dangling");
+        std::os::unix::fs::symlink(dir.path().join("missing"), &dangling).unwrap();
+        let e = write_atomically(&dangling, b"x").unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(
+            fs::symlink_metadata(&dangling)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert!(!dir.path().join("missing").exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn devices_and_fifos_are_written_through_not_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        write_atomically(Path::new("/dev/null"), b"discarded").unwrap();
+        assert!(
+            fs::symlink_metadata("/dev/null")
+                .unwrap()
+                .file_type()
+                .is_char_device()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipped the FIFO case: mkfifo is not available");
+            return;
+        }
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || fs::read(fifo).unwrap())
+        };
+        write_atomically(&fifo, b"through the pipe").unwrap();
+        assert_eq!(reader.join().unwrap(), b"through the pipe");
+        assert!(fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
     }
 }

@@ -276,3 +276,68 @@ fn bench_llama_prints_the_protocol_object() {
     let e = stderr(&o);
     assert!(e.contains("--prefill-len") && e.contains("64"), "{e}");
 }
+
+/// `train transformer --lr NaN` (or inf) is refused before any work and writes nothing; a run
+/// whose loss diverges stops with an error and keeps its last good checkpoint.
+#[test]
+fn train_refuses_non_finite_rates_and_stops_on_a_diverged_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+    let out_s = out.display().to_string();
+    let args = |lr: &'static str| {
+        vec![
+            "train",
+            "transformer",
+            "--out",
+            &out_s,
+            "--steps",
+            "4",
+            "--batch",
+            "4",
+            "--hidden",
+            "16",
+            "--heads",
+            "2",
+            "--kv-heads",
+            "1",
+            "--intermediate",
+            "24",
+            "--eval-problems",
+            "0",
+            "--checkpoint-every",
+            "1",
+            "--backend",
+            "cpu",
+            "--lr",
+            lr,
+        ]
+    };
+    for lr in ["NaN", "inf", "0"] {
+        let o = kernels(&args(lr));
+        assert!(!o.status.success(), "--lr {lr} was accepted");
+        assert!(
+            stderr(&o).contains("--lr must be a finite number > 0"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!out.exists(), "--lr {lr} wrote {}", out.display());
+    }
+    let o = kernels(&args("1e30"));
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("the loss became") && e.contains("last good"),
+        "{e}"
+    );
+    // The checkpoint written before the divergence is whole and finite.
+    let bytes = std::fs::read(out.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    for (name, view) in st.tensors() {
+        assert!(
+            view.data()
+                .chunks_exact(4)
+                .all(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
+            "{name} in the kept checkpoint is not finite"
+        );
+    }
+}

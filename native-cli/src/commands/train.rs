@@ -83,21 +83,25 @@ fn batch(rng: &mut Rng, n: usize) -> CliResult<(Vec<i32>, Vec<i32>)> {
     Ok((ids, targets))
 }
 
-/// Writes a file through a temporary beside it, so a failed run leaves the old one whole.
+/// Writes a file through a temporary beside it, so a failed run leaves the old one whole (and
+/// never replaces a device, FIFO or symlink: see [`crate::atomic_write`]).
 fn write_atomic(path: &Path, bytes: &[u8]) -> CliResult<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kernels-")
-        .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.flush()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    crate::atomic_write::write_atomically(path, bytes)
+        .map_err(|e| crate::fail(format!("cannot write {}: {e}", path.display())))
 }
 
-/// Writes `config.json`, `model.safetensors` and `tokenizer.json` into `dir`.
+/// Writes `config.json`, `model.safetensors` and `tokenizer.json` into `dir`. Parameters holding
+/// NaN or infinity are refused, so a diverged run never replaces a good checkpoint.
 pub fn save_checkpoint(model: &Llama, dir: &Path) -> CliResult<()> {
+    let host = pollster::block_on(model.store.to_host())?;
+    for (name, t) in &host {
+        if let Some(bad) = t.to_f32_vec()?.into_iter().find(|x| !x.is_finite()) {
+            return Err(fail(format!(
+                "train: parameter `{name}` holds {bad}; not writing a checkpoint to {}",
+                dir.display()
+            )));
+        }
+    }
     std::fs::create_dir_all(dir)?;
     let weights = pollster::block_on(model.store.save())?;
     write_atomic(&dir.join("model.safetensors"), &weights)?;
@@ -118,6 +122,14 @@ pub fn run(args: &TrainArgs) -> CliResult<()> {
 pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
     if args.steps == 0 || args.batch == 0 {
         return Err(fail("train: --steps and --batch must be > 0"));
+    }
+    // The same rule as the adamw_step op, before any work: NaN or infinity would train a model
+    // of NaN.
+    if !(args.lr.is_finite() && args.lr > 0.0) {
+        return Err(fail(format!(
+            "train: --lr must be a finite number > 0, got {}",
+            args.lr
+        )));
     }
     let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
     let backend = chosen.backend.clone();
@@ -165,7 +177,21 @@ pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
         }
         bar.inc(1);
         let last = step + 1 == args.steps;
-        if last || (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0) {
+        let checkpoint =
+            last || (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0);
+        if step % 10 == 0 || checkpoint {
+            let l = pollster::block_on(backend.download(loss.tensor()))?.to_scalar()?;
+            if !l.is_finite() {
+                bar.abandon();
+                return Err(fail(format!(
+                    "train: the loss became {l} at step {}; stopped (lower --lr?); the last good \
+                     checkpoint, if any, is kept in {}",
+                    step + 1,
+                    args.out.display()
+                )));
+            }
+        }
+        if checkpoint {
             save_checkpoint(&model, &args.out)?;
             if args.eval_problems > 0 {
                 let (ok, n, _) = addition::evaluate(&model, args.eval_problems, 1, 256)?;
