@@ -213,7 +213,76 @@ impl LlamaConfig {
                 self.rms_norm_eps, self.rope_theta
             )));
         }
+        self.checked_num_parameters()?;
         Ok(())
+    }
+
+    /// How many tensors a checkpoint of this config holds: nine per layer, the embedding, the
+    /// final norm, and `lm_head` when untied. Checked, and cheap: a loader compares it with
+    /// what a file holds before listing the names (`num_hidden_layers = 10^9` must not allocate
+    /// gigabytes of names first).
+    pub fn tensor_count(&self) -> Result<usize> {
+        self.num_hidden_layers
+            .checked_mul(9)
+            .and_then(|n| n.checked_add(if self.tie_word_embeddings { 2 } else { 3 }))
+            .ok_or_else(|| {
+                bad_config(format!(
+                    "num_hidden_layers = {} overflows the tensor count",
+                    self.num_hidden_layers
+                ))
+            })
+    }
+
+    /// [`LlamaConfig::num_parameters`] with checked arithmetic: an error naming the fields when
+    /// a product overflows (`num_attention_heads * head_dim`, say).
+    pub fn checked_num_parameters(&self) -> Result<usize> {
+        let over = |what: &str| {
+            bad_config(format!(
+                "{what} overflows (hidden_size = {}, intermediate_size = {}, num_hidden_layers = {}, \
+                 num_attention_heads = {}, num_key_value_heads = {}, head_dim = {}, vocab_size = {})",
+                self.hidden_size,
+                self.intermediate_size,
+                self.num_hidden_layers,
+                self.num_attention_heads,
+                self.num_key_value_heads,
+                self.head_dim,
+                self.vocab_size
+            ))
+        };
+        let mul = |a: usize, b: usize, what: &str| a.checked_mul(b).ok_or_else(|| over(what));
+        let (h, i, v) = (self.hidden_size, self.intermediate_size, self.vocab_size);
+        let q = mul(
+            self.num_attention_heads,
+            self.head_dim,
+            "num_attention_heads * head_dim",
+        )?;
+        let kv = mul(
+            self.num_key_value_heads,
+            self.head_dim,
+            "num_key_value_heads * head_dim",
+        )?;
+        let per_layer = [
+            mul(q, h, "q_proj")?,
+            mul(kv, h, "k_proj")?,
+            mul(kv, h, "v_proj")?,
+            mul(h, q, "o_proj")?,
+            mul(mul(i, h, "gate_proj")?, 3, "the MLP")?,
+            mul(h, 2, "the layer norms")?,
+        ]
+        .into_iter()
+        .try_fold(0usize, |a, b| a.checked_add(b))
+        .ok_or_else(|| over("a layer's parameter count"))?;
+        let embed = mul(v, h, "embed_tokens")?;
+        let head = if self.tie_word_embeddings { 0 } else { embed };
+        mul(
+            per_layer,
+            self.num_hidden_layers,
+            "the layers' parameter count",
+        )?
+        .checked_add(embed)
+        .and_then(|n| n.checked_add(head))
+        .and_then(|n| n.checked_add(h))
+        .ok_or_else(|| over("the parameter count"))
     }
 
     /// The config as Hugging Face writes it (`transformers` loads it as a `LlamaConfig`).
@@ -334,6 +403,17 @@ impl Llama {
         backend: Rc<dyn Backend>,
     ) -> Result<Llama> {
         config.validate()?;
+        let needed = config.tensor_count()?;
+        if needed > tensors.len() {
+            return Err(Error::BadModelFile {
+                path: "config.json".into(),
+                why: format!(
+                    "the config needs {needed} tensors (num_hidden_layers = {}), the checkpoint holds {}",
+                    config.num_hidden_layers,
+                    tensors.len()
+                ),
+            });
+        }
         let mut store = ParamStore::new(backend);
         for (name, shape) in config.tensor_shapes() {
             let t = tensors.get(&name).ok_or_else(|| Error::Missing {
