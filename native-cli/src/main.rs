@@ -22,7 +22,7 @@ use native_cli::commands::train::TrainArgs;
 use native_cli::commands::{
     bench, demo, eval, generate, gru, info, logits, op, ops, parity, train,
 };
-use native_cli::world_model::{HORIZON, default_weights};
+use native_cli::world_model::HORIZON;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -333,8 +333,9 @@ enum GruCmd {
     /// of a damped double pendulum; saves F16 weights (every 100 iterations and at the end),
     /// then reports the held-out error against persistence.
     Train {
-        /// Where to write the weights.
-        #[arg(long, default_value_os_t = default_weights())]
+        /// Where to write the weights (the shipped ones are
+        /// native-cli/models/world/world.safetensors, embedded into the binary when it is built).
+        #[arg(long)]
         out: PathBuf,
         /// Continue from these weights.
         #[arg(long)]
@@ -402,14 +403,16 @@ enum GruCmd {
         rank: usize,
         #[arg(long, default_value_t = 7)]
         runs: usize,
-        #[arg(long, default_value_os_t = default_weights())]
-        weights: PathBuf,
+        /// Weights (default: the embedded ones).
+        #[arg(long)]
+        weights: Option<PathBuf>,
     },
     /// Predict held-out trajectories: per-step error of the ensemble mean against persistence
     /// ("no change"), ensemble spread, and the residuals' rank-k compression.
     Predict {
-        #[arg(long, default_value_os_t = default_weights())]
-        weights: PathBuf,
+        /// Weights (default: the embedded ones).
+        #[arg(long)]
+        weights: Option<PathBuf>,
         #[arg(long, default_value_t = HORIZON)]
         horizon: usize,
         /// Rank of the residual compression.
@@ -596,14 +599,14 @@ fn run_gru(cmd: GruCmd) -> CliResult<()> {
             steps,
             rank,
             runs,
-            weights: Some(weights),
+            weights,
         }),
         GruCmd::Predict {
             weights,
             horizon,
             rank,
             backend,
-        } => gru::predict::run(backend.as_deref(), &weights, horizon, rank),
+        } => gru::predict::run(backend.as_deref(), weights.as_deref(), horizon, rank),
     }
 }
 

@@ -5,7 +5,7 @@
 //! The model, its simulator and its training step live in kernels-core
 //! (`kernels_core::models::world`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 
 use kernels_core::Backend;
@@ -15,9 +15,24 @@ use kernels_core::nn::ParamStore;
 use crate::atomic_write::write_atomically;
 use crate::{CliResult, fail};
 
-/// The shipped weights (committed; `kernels gru train` writes here by default).
-pub fn default_weights() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("models/world/world.safetensors")
+/// The shipped weights, embedded in the binary (committed as
+/// `native-cli/models/world/world.safetensors`; `kernels gru train --out` writes new ones), so
+/// a binary copied anywhere runs the world model without the source checkout.
+pub const EMBEDDED_WEIGHTS: &[u8] = include_bytes!("../models/world/world.safetensors");
+
+/// Loads the weights at `path`, or the embedded ones when `None`; with a label for messages.
+pub fn load_world_or_embedded(
+    backend: Rc<dyn Backend>,
+    path: Option<&Path>,
+) -> CliResult<(WorldModel, ParamStore, String)> {
+    match path {
+        Some(p) => load_world(backend, p).map(|(m, s)| (m, s, p.display().to_string())),
+        None => {
+            let (m, s) = WorldModel::load(backend, EMBEDDED_WEIGHTS)
+                .map_err(|e| fail(format!("the embedded world-model weights: {e}")))?;
+            Ok((m, s, "the embedded weights".into()))
+        }
+    }
 }
 
 /// Seeds of the simulated data: training and held-out trajectories never share initial states.

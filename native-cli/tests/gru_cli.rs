@@ -176,3 +176,27 @@ fn mismatched_shapes_are_clear_errors_and_write_nothing() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(load(&out).contains_key("h_n"));
 }
+
+/// The world model's weights are embedded in the binary: `gru predict` and `gru bench` need no
+/// path into the source checkout the binary was built from, and `gru train` writes only where
+/// `--out` says.
+#[test]
+fn world_model_commands_use_the_embedded_weights_and_train_needs_out() {
+    let o = kernels(&[
+        "gru",
+        "predict",
+        "--horizon",
+        "2",
+        "--rank",
+        "2",
+        "--backend",
+        "cpu",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(s.contains("world model the embedded weights on cpu"), "{s}");
+    assert!(!s.contains(env!("CARGO_MANIFEST_DIR")), "{s}");
+    let o = kernels(&["gru", "train", "--iters", "1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--out"), "{}", stderr(&o));
+}

@@ -14,7 +14,7 @@ use kernels_core::models::world::{
 use kernels_core::{Backend, Tensor};
 
 use crate::atomic_write::write_atomically;
-use crate::world_model::{HELD_OUT, HELD_OUT_SEED, HORIZON, default_weights, load_world};
+use crate::world_model::{HELD_OUT, HELD_OUT_SEED, HORIZON, load_world_or_embedded};
 use crate::{CliResult, emit, fail};
 
 /// Windows of the demo batch: one per held-out trajectory, from t = 20.
@@ -30,7 +30,7 @@ struct Run {
 }
 
 fn predict(backend: Rc<dyn Backend>, s0: &Tensor, truth: &Tensor) -> CliResult<(Run, String)> {
-    let (model, store) = load_world(backend.clone(), &default_weights())?;
+    let (model, store, _) = load_world_or_embedded(backend.clone(), None)?;
     let g = Graph::inference(backend.clone());
     let p = store.bind(&g)?;
     let s0v = g.constant(backend.upload(s0)?)?;
@@ -57,13 +57,6 @@ fn predict(backend: Rc<dyn Backend>, s0: &Tensor, truth: &Tensor) -> CliResult<(
 
 /// Runs the section on `backends` and writes the plot to `plot`.
 pub fn run(backends: &[(Rc<dyn Backend>, String)], plot: &Path) -> CliResult<()> {
-    let weights = default_weights();
-    if !weights.exists() {
-        return emit(&format!(
-            "world model: no weights at {} (run `kernels gru train`); skipped\n",
-            weights.display()
-        ));
-    }
     let (count, len) = HELD_OUT;
     let data = sim::trajectories(HELD_OUT_SEED, count, len)?;
     let windows = Windows::new(&data, count, len, sim::FEATURES)?;

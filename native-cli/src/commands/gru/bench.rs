@@ -16,12 +16,12 @@ use kernels_core::models::world::{
     WorldConfig, WorldModel, apply_correction, ensemble_stats, residual_svd, sim,
 };
 use kernels_core::nn::ParamStore;
-use kernels_core::{Backend, CpuBackend, Rng, Tensor};
+use kernels_core::{Backend, CpuBackend, Tensor};
 use kernels_gpu::bench::{median, time_runs};
 use kernels_gpu::{Counters, WgpuBackend, require_wgpu};
 
 use crate::format::fmt_duration;
-use crate::world_model::load_world;
+use crate::world_model::load_world_or_embedded;
 use crate::{CliResult, emit, fail};
 
 /// Options of `kernels gru bench`.
@@ -126,14 +126,7 @@ fn model_on(
     backend: Rc<dyn Backend>,
     weights: Option<&Path>,
 ) -> CliResult<(WorldModel, ParamStore)> {
-    match weights {
-        Some(p) => load_world(backend, p),
-        None => {
-            let mut store = ParamStore::new(backend);
-            let m = WorldModel::new(&mut store, WorldConfig::DEFAULT, &mut Rng::new(0))?;
-            Ok((m, store))
-        }
-    }
+    load_world_or_embedded(backend, weights).map(|(m, s, _)| (m, s))
 }
 
 /// Runs `kernels gru bench`: [`measure`], then prints the [`table`].

@@ -12,20 +12,20 @@ use kernels_core::nn::ParamStore;
 use kernels_core::{Backend, Tensor};
 use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::world_model::{HELD_OUT, HELD_OUT_SEED, eval_table, held_out, load_world};
+use crate::world_model::{HELD_OUT, HELD_OUT_SEED, eval_table, held_out, load_world_or_embedded};
 use crate::{CliResult, emit};
 
 /// `kernels gru predict`: the held-out evaluation and one batch's residual compression, as text.
 pub fn predict(
     backend: Rc<dyn Backend>,
-    weights: &Path,
+    weights: Option<&Path>,
     horizon: usize,
     rank: usize,
 ) -> CliResult<String> {
-    let (model, store) = load_world(backend.clone(), weights)?;
+    let (model, store, origin) = load_world_or_embedded(backend.clone(), weights)?;
     let mut s = format!(
         "world model {} on {}: {:?}\n",
-        weights.display(),
+        origin,
         backend.name(),
         model.config
     );
@@ -83,7 +83,12 @@ pub fn compression_on_held_out(
 }
 
 /// Runs `kernels gru predict` on the backend `--backend` (else `KERNELS_BACKEND`) selects.
-pub fn run(backend: Option<&str>, weights: &Path, horizon: usize, rank: usize) -> CliResult<()> {
+pub fn run(
+    backend: Option<&str>,
+    weights: Option<&Path>,
+    horizon: usize,
+    rank: usize,
+) -> CliResult<()> {
     let chosen = select_backend(BackendChoice::from_arg(backend)?)?;
     emit(&predict(chosen.backend, weights, horizon, rank)?)
 }
