@@ -610,7 +610,34 @@ fn run_gru(cmd: GruCmd) -> CliResult<()> {
     }
 }
 
+/// Mesa's Vulkan drivers print `error: XDG_RUNTIME_DIR is invalid or not set` on every wgpu
+/// start when the variable is unset (ssh sessions, containers, CI): give the process a private
+/// runtime directory first, as `tests/ci.sh` does, so a user's first `kernels demo` is quiet.
+#[cfg(target_os = "linux")]
+fn ensure_runtime_dir() {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let set = std::env::var_os("XDG_RUNTIME_DIR")
+        .is_some_and(|d| !d.is_empty() && std::path::Path::new(&d).is_dir());
+    if set {
+        return;
+    }
+    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("kernels-runtime-{uid}"));
+    let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    // Only a directory of ours that nobody else can enter.
+    let ours = std::fs::symlink_metadata(&dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.permissions().mode() & 0o077 == 0);
+    if ours {
+        // SAFETY: the first thing main does, before any other thread exists.
+        unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+    }
+}
+
 fn main() -> ExitCode {
+    #[cfg(target_os = "linux")]
+    ensure_runtime_dir();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -386,3 +386,18 @@ fn bench_quick_json_has_the_documented_shape() {
     assert!(!bad.status.success());
     assert!(stderr(&bad).contains("tpu"));
 }
+
+/// Without XDG_RUNTIME_DIR (ssh, containers), Mesa's drivers complain on every wgpu start; the
+/// tool gives itself a private runtime directory first, so nothing is printed.
+#[cfg(target_os = "linux")]
+#[test]
+fn no_mesa_runtime_dir_noise_without_xdg_runtime_dir() {
+    let o = Command::new(env!("CARGO_BIN_EXE_kernels"))
+        .arg("info")
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(!e.contains("XDG_RUNTIME_DIR"), "{e}");
+}
