@@ -168,8 +168,10 @@ enum Cmd {
         model: Option<PathBuf>,
         #[arg(long)]
         prompt: String,
-        #[arg(long, default_value_t = 64)]
-        max_tokens: usize,
+        /// New tokens at most (default: 64, or what the model's context leaves; a larger
+        /// value than the context leaves gets a note).
+        #[arg(long)]
+        max_tokens: Option<usize>,
         /// 0 is greedy.
         #[arg(long, default_value_t = 0.0)]
         temperature: f32,

@@ -341,3 +341,47 @@ fn train_refuses_non_finite_rates_and_stops_on_a_diverged_loss() {
         );
     }
 }
+
+/// Values are not corrected in silence: an empty `--tokens` entry is an error, a `--max-tokens`
+/// past the context gets a note, and bad sampling arguments are refused before the prompt is
+/// echoed.
+#[test]
+fn generate_and_logits_say_what_they_will_not_do() {
+    let o = kernels(&["logits", "--tokens", "1,,2,", "--backend", "cpu"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("entry 2 is empty"), "{}", stderr(&o));
+    let o = kernels(&[
+        "generate",
+        "--prompt",
+        "123+456=",
+        "--max-tokens",
+        "1000000000",
+        "--backend",
+        "cpu",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("note: --max-tokens 1000000000") && stderr(&o).contains("at most 5"),
+        "{}",
+        stderr(&o)
+    );
+    // The default says nothing.
+    let o = kernels(&["generate", "--prompt", "123+456=", "--backend", "cpu"]);
+    assert!(!stderr(&o).contains("note:"), "{}", stderr(&o));
+    let o = kernels(&[
+        "generate",
+        "--prompt",
+        "123+456=",
+        "--top-p",
+        "7",
+        "--backend",
+        "cpu",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stdout(&o).is_empty(),
+        "echoed before the check: {}",
+        stdout(&o)
+    );
+    assert!(stderr(&o).contains("top_p=7"), "{}", stderr(&o));
+}

@@ -10,18 +10,26 @@ use kernels_gpu::{BackendChoice, select_backend};
 use crate::llama::{build, decode, encode, generate_ids, read_dir};
 use crate::{CliResult, addition, emit, fail};
 
+/// New tokens when `--max-tokens` is not given (fewer when the context leaves fewer).
+pub const DEFAULT_MAX_TOKENS: usize = 64;
+
 /// Options of `kernels generate`.
 #[derive(Debug, Clone)]
 pub struct GenerateArgs {
     pub model: Option<PathBuf>,
     pub prompt: String,
-    pub max_tokens: usize,
+    /// None: 64, or what the context leaves after the prompt.
+    pub max_tokens: Option<usize>,
     pub sampling: Sampling,
     pub backend: Option<String>,
 }
 
 /// `kernels generate`: streams the completion to stdout, the timings to stderr.
 pub fn run(args: &GenerateArgs) -> CliResult<()> {
+    // Bad sampling arguments are refused before anything is loaded or echoed.
+    let s = args.sampling;
+    kernels_core::cpu::sample::check_attrs(s.temperature, s.top_k, s.top_p)
+        .map_err(|e| fail(format!("generate: {e}")))?;
     let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
     let files = match &args.model {
         Some(dir) => read_dir(dir)?,
@@ -42,11 +50,28 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
         chosen.reason,
         prompt.len()
     );
+    let room = model
+        .config
+        .max_position_embeddings
+        .saturating_sub(prompt.len());
+    let max_tokens = match args.max_tokens {
+        None => DEFAULT_MAX_TOKENS.min(room),
+        Some(n) if n > room => {
+            eprintln!(
+                "note: --max-tokens {n} is more than the model's max_position_embeddings = {} \
+                 leaves after a {}-token prompt; generation stops after at most {room} tokens",
+                model.config.max_position_embeddings,
+                prompt.len()
+            );
+            n
+        }
+        Some(n) => n,
+    };
     emit(&args.prompt)?;
     let mut shown = String::new();
     let mut all = Vec::new();
     let mut stream_err = None;
-    let (_, stats) = generate_ids(&model, &prompt, args.max_tokens, args.sampling, &mut |id| {
+    let (_, stats) = generate_ids(&model, &prompt, max_tokens, args.sampling, &mut |id| {
         all.push(id);
         // Decode the whole completion and print what is new: multi-token characters appear
         // once they are complete.

@@ -26,6 +26,14 @@ pub fn run(args: &LogitsArgs) -> CliResult<()> {
     };
     let model = build(&files, chosen.backend.clone())?;
     let rows = logits(&model, &args.tokens, args.all_positions)?;
+    // JSON has no NaN or infinity: serde writes them as null. Say so rather than let a null
+    // pass for a number.
+    let non_finite = rows.iter().flatten().filter(|x| !x.is_finite()).count();
+    if non_finite > 0 {
+        eprintln!(
+            "note: {non_finite} logits are NaN or infinite; JSON has no such numbers, so they are written as null"
+        );
+    }
     let n = args.tokens.len();
     let positions: Vec<usize> = if args.all_positions {
         (0..n).collect()
@@ -46,8 +54,14 @@ pub fn run(args: &LogitsArgs) -> CliResult<()> {
 /// Parses `1,2,3`.
 pub fn parse_tokens(s: &str) -> CliResult<Vec<u32>> {
     s.split(',')
-        .filter(|p| !p.trim().is_empty())
-        .map(|p| {
+        .enumerate()
+        .map(|(i, p)| {
+            if p.trim().is_empty() {
+                return Err(fail(format!(
+                    "--tokens `{s}`: entry {} is empty (expected ids like 1,2,3)",
+                    i + 1
+                )));
+            }
             p.trim()
                 .parse::<u32>()
                 .map_err(|_| fail(format!("--tokens: `{p}` is not a token id")))
