@@ -172,7 +172,9 @@ pub fn wgsl_prelude() -> Result<String> {
     s.push_str(
         "\n// A quiet NaN made at run time (WGSL constant expressions may not be NaN): what every\n\
          // switch over a code gives for a code it does not know.\n\
-         fn kernel_nan() -> f32 {\n    var bits: u32 = 0x7fc00000u;\n    return bitcast<f32>(bits);\n}\n",
+         fn kernel_nan() -> f32 {\n    var bits: u32 = 0x7fc00000u;\n    return bitcast<f32>(bits);\n}\n\n\
+         // NaN, tested on the bits: WGSL lets a compiler assume `x != x` is false.\n\
+         fn is_nan(x: f32) -> bool {\n    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;\n}\n",
     );
     Ok(s)
 }

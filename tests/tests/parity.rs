@@ -113,3 +113,62 @@ fn the_harness_catches_a_backend_outside_budget() {
     assert!(bad.len() >= rows.len() - int_rows);
     assert!(assert_parity(&Nudged(CpuBackend::new()), &all_cases(0, false).unwrap()).is_err());
 }
+
+/// Non-finite input gives what the CPU reference (and PyTorch) gives, on the fast CPU paths and
+/// every GPU backend of the matrix: relu keeps NaN, a row's max is NaN at its first NaN (argmax
+/// points there), infinities order as numbers. Exact: these ops select values.
+#[test]
+fn relu_max_and_argmax_agree_with_the_reference_on_nan_and_inf() {
+    nan_and_inf_agree(&CpuBackend::new());
+    for b in testing::gpu_backends("relu_max_and_argmax_agree_with_the_reference_on_nan_and_inf") {
+        nan_and_inf_agree(b.backend.as_ref());
+    }
+}
+
+fn nan_and_inf_agree(be: &dyn Backend) {
+    use kernels_core::op::{ReduceOp, UnaryOp};
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    // 6 rows of 300 (more than one thread's stride): NaN first, middle, last; +inf; all -inf;
+    // NaN beside +inf.
+    let n = 300;
+    let mut v = kernels_core::Rng::new(9).uniform_vec(6 * n, -1.0, 1.0);
+    v[0] = nan;
+    v[n + 150] = nan;
+    v[2 * n + n - 1] = nan;
+    v[3 * n + 7] = inf;
+    for x in &mut v[4 * n..5 * n] {
+        *x = -inf;
+    }
+    v[5 * n + 3] = inf;
+    v[5 * n + 200] = nan;
+    let x = Tensor::from_f32(&[6, n], v).unwrap();
+    let dev = be.upload(&x).unwrap();
+    for op in [
+        Op::Unary(UnaryOp::Relu),
+        Op::Reduce(ReduceOp::Max),
+        Op::Argmax,
+    ] {
+        let got = be.run(&op, Direction::Forward, &[&dev]).unwrap();
+        let got = pollster::block_on(be.download(&got[0])).unwrap();
+        let want = &CpuBackend::reference()
+            .run(&op, Direction::Forward, &[&x])
+            .unwrap()[0];
+        let who = be.name();
+        if op == Op::Argmax {
+            assert_eq!(
+                got.to_i64_vec().unwrap(),
+                want.to_i64_vec().unwrap(),
+                "{op} on {who}"
+            );
+            continue;
+        }
+        let (g, w) = (got.as_f32().unwrap(), want.as_f32().unwrap());
+        assert_eq!(g.len(), w.len());
+        for (i, (a, b)) in g.iter().zip(w).enumerate() {
+            assert!(
+                (a.is_nan() && b.is_nan()) || a == b,
+                "{op} at {i}: {who} {a}, reference {b}"
+            );
+        }
+    }
+}

@@ -116,7 +116,7 @@ fn unary(x: f32) -> f32 {
         case OP_EXP: { return exp(x); }
         case OP_LOG: { return log(x); }
         case OP_SQRT: { return sqrt(x); }
-        case OP_RELU: { return max(x, 0.0); }
+        case OP_RELU: { return select(0.0, x, x > 0.0 || is_nan(x)); }  // NaN stays NaN, as torch.relu
         case OP_SIGMOID: { return sigmoid(x); }
         case OP_TANH: { return tanh_safe(x); }
         case OP_SILU: { return x * sigmoid(x); }

@@ -335,3 +335,8 @@ fn kernel_nan() -> f32 {
     var bits: u32 = 0x7fc00000u;
     return bitcast<f32>(bits);
 }
+
+// NaN, tested on the bits: WGSL lets a compiler assume `x != x` is false.
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}

@@ -1,8 +1,8 @@
 // Reductions over the last dim: sum, mean, max (op code OP), argmax and sample, forward and
 // backward.
 // One workgroup per row, a strided pass per thread, then a tree reduction in workgroup memory.
-// The grid is 2-D so more than 65,535 rows can be launched. `row_sum` / `row_max` come from
-// the row-reduction prelude the backend prepends; argmax keeps its own (value, index) tree.
+// The grid is 2-D so more than 65,535 rows can be launched. `row_sum` comes from the
+// row-reduction prelude the backend prepends; max and argmax share one (value, index) tree.
 
 // The parameter blocks (`<block>_params()`), the op codes and kernel_nan() come from the
 // generated prelude.wgsl.
@@ -20,24 +20,30 @@ const WG: u32 = 256u;
 var<workgroup> sh_v: array<f32, 256>;
 var<workgroup> sh_i: array<u32, 256>;
 
-// A start value for a row max that is an element of the row (threads past the row's end
-// contribute it without changing the result, and no -inf constant is needed).
-fn row_first(base: u32, n: u32) -> f32 {
-    return in0[base];
-}
-
 fn row_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.y * nwg.x + wid.x;
 }
 
-// Index of the first maximum of row `base..base+n` (ties go to the lower index).
+// Whether candidate (v, i) beats the current best (bv, bi): NaN beats numbers (a row holding
+// NaN has its max at the first NaN, as the CPU reference and PyTorch), then larger values, then
+// the lower index on ties. bi == NONE means no best yet.
 const NONE: u32 = 0xffffffffu;
+fn beats(v: f32, i: u32, bv: f32, bi: u32) -> bool {
+    if (i == NONE) { return false; }
+    if (bi == NONE) { return true; }
+    let vn = is_nan(v);
+    let bn = is_nan(bv);
+    if (vn || bn) { return vn && (!bn || i < bi); }
+    return v > bv || (v == bv && i < bi);
+}
+
+// Index of the first maximum of row `base..base+n` (see `beats`).
 fn wg_argmax(lid: u32, base: u32, n: u32) -> u32 {
     var best_v: f32 = 0.0;
     var best_i: u32 = NONE;
     for (var j: u32 = lid; j < n; j = j + WG) {
         let v = in0[base + j];
-        if (best_i == NONE || v > best_v) { best_v = v; best_i = j; }
+        if (beats(v, j, best_v, best_i)) { best_v = v; best_i = j; }
     }
     sh_v[lid] = best_v;
     sh_i[lid] = best_i;
@@ -48,8 +54,7 @@ fn wg_argmax(lid: u32, base: u32, n: u32) -> u32 {
             let oi = sh_i[lid + s];
             let v = sh_v[lid];
             let i = sh_i[lid];
-            let take = oi != NONE && (i == NONE || ov > v || (ov == v && oi < i));
-            if (take) {
+            if (beats(ov, oi, v, i)) {
                 sh_v[lid] = ov;
                 sh_i[lid] = oi;
             }
@@ -71,10 +76,9 @@ fn reduce_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let n = p.cols;
     let base = row * n;
     if (OP == REDUCE_MAX) {
-        var m = row_first(base, n);
-        for (var j: u32 = lid; j < n; j = j + WG) { m = max(m, in0[base + j]); }
-        let total = row_max(lid, m);
-        if (lid == 0u) { out0[row] = total; }
+        // The value at the first maximum (NaN when the row holds one), as reduce_backward's.
+        let at = wg_argmax(lid, base, n);
+        if (lid == 0u) { out0[row] = in0[base + at]; }
         return;
     }
     var acc: f32 = 0.0;
