@@ -318,10 +318,8 @@ impl Gemm {
                 out.push(drive_any(kernel, ai, b, ci, ldc, buf));
             }
             for h in handles {
-                out.push(
-                    h.join()
-                        .unwrap_or_else(|_| Err(Error::mismatch(NAME, &[m], &[0]))),
-                );
+                // A panic in a worker is a bug: let it go on unwinding here.
+                out.push(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
             }
             out
         });

@@ -77,8 +77,8 @@ pub(super) trait Isa: Copy + Send + Sync {
 /// The dot and axpy kernels over one instruction set's primitives, which the invoking module
 /// defines: the vector type `V` of `L` lanes, `NV` (vectors per axpy block), and `unsafe fn`s
 /// `zero`, `splat`, `load`, `load_tail` (the first `rem < L` lanes, the rest zero), `store`,
-/// `store_tail`, `fma(a, b, c) = a * b + c` and `hsum`. The attributes (`target_feature`) go on
-/// both kernels.
+/// `store_tail`, `fma(a, b, c) = a * b + c`, `hsum` and `prefetch` (a hint, any address). The
+/// attributes (`target_feature`) go on both kernels.
 macro_rules! skinny_kernels {
     ($(#[$attr:meta])*) => {
         /// See [`Isa::dot`](crate::cpu::fast::skinny::Isa::dot).
@@ -103,6 +103,10 @@ macro_rules! skinny_kernels {
                 while p + L <= k {
                     for (j, v) in bv.iter_mut().enumerate() {
                         *v = load(b.add(j * ldb + p));
+                        // The next J columns, which the caller most likely reads next: short
+                        // columns (small k) are too short for the hardware prefetcher to
+                        // ramp up on.
+                        prefetch(b.wrapping_add((j + 2 * J) * ldb + p));
                     }
                     for (r, row) in acc.iter_mut().enumerate() {
                         let av = load(a.add(r * k + p));

@@ -73,6 +73,10 @@ unsafe fn hsum(v: V) -> f32 {
     (h[0] + h[2]) + (h[1] + h[3])
 }
 
+/// No prefetch instruction here.
+#[inline(always)]
+unsafe fn prefetch(_: *const f32) {}
+
 skinny_kernels!();
 
 isa_impl!(PortableIsa);

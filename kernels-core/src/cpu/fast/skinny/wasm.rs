@@ -76,5 +76,9 @@ unsafe fn hsum(v: V) -> f32 {
         + (f32x4_extract_lane::<1>(v) + f32x4_extract_lane::<3>(v))
 }
 
+/// No prefetch instruction here.
+#[inline(always)]
+unsafe fn prefetch(_: *const f32) {}
+
 skinny_kernels!();
 isa_impl!(Simd128Isa);

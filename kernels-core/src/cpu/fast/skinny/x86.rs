@@ -7,10 +7,10 @@ pub use avx512::Avx512Isa;
 
 mod avx2 {
     use core::arch::x86_64::{
-        __m256, __m256i, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps,
-        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
-        _mm256_loadu_si256, _mm256_maskload_ps, _mm256_maskstore_ps, _mm256_set1_ps,
-        _mm256_setzero_ps, _mm256_storeu_ps,
+        __m256, __m256i, _MM_HINT_T1, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps,
+        _mm_prefetch, _mm_shuffle_ps, _mm256_castps256_ps128, _mm256_extractf128_ps,
+        _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_maskload_ps,
+        _mm256_maskstore_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
     };
 
     use crate::cpu::fast::kernels::Avx2Fma;
@@ -102,14 +102,21 @@ mod avx2 {
         _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
     }
 
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn prefetch(p: *const f32) {
+        _mm_prefetch::<_MM_HINT_T1>(p.cast());
+    }
+
     skinny_kernels!(#[target_feature(enable = "avx2,fma")]);
     isa_impl!(Avx2Isa);
 }
 
 mod avx512 {
     use core::arch::x86_64::{
-        __m512, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps,
-        _mm512_reduce_add_ps, _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps,
+        __m512, _MM_HINT_T1, _mm_prefetch, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
+        _mm512_maskz_loadu_ps, _mm512_reduce_add_ps, _mm512_set1_ps, _mm512_setzero_ps,
+        _mm512_storeu_ps,
     };
 
     use crate::cpu::fast::kernels::Avx512;
@@ -192,6 +199,12 @@ mod avx512 {
     #[target_feature(enable = "avx512f")]
     unsafe fn hsum(v: V) -> f32 {
         _mm512_reduce_add_ps(v)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn prefetch(p: *const f32) {
+        _mm_prefetch::<_MM_HINT_T1>(p.cast());
     }
 
     skinny_kernels!(#[target_feature(enable = "avx512f")]);
