@@ -32,10 +32,10 @@ use super::kernels::{Avx2Fma, Avx512};
 
 const NAME: &str = "matmul";
 
-/// Multiply-adds below which a blocked GEMM stays on one thread (about 50 us of work: a thread
-/// costs tens of microseconds to start).
+/// Multiply-adds below which a blocked GEMM stays on one thread (2^23: about 150 us of work; a
+/// thread costs tens of microseconds to start, more on a busy machine).
 #[cfg(feature = "threads")]
-const MIN_THREAD_WORK: usize = 1 << 21;
+const MIN_THREAD_WORK: usize = 1 << 23;
 
 /// Which micro-kernel family runs (the blocked GEMM's micro-kernel and the small-product
 /// kernels of the same instruction set). Each SIMD variant holds its kernel value, which can only

@@ -29,10 +29,12 @@ pub const MAX_ROWS: usize = 8;
 /// Rows of `A'` handled at once (one pass over `B'` per group).
 const GROUP: usize = 4;
 
-/// Work (multiply-adds) below which a product stays on one thread: a thread costs tens of
-/// microseconds to start, about what 2^17 multiply-adds of a streamed weight take.
+/// Work (multiply-adds) below which a product stays on one thread: 2^21 is an 8 MiB weight, about
+/// half a millisecond of streaming, against tens of microseconds (more on a busy machine) to
+/// start a thread. Measured on the llama decode: threading the 0.9 MiB projections too made
+/// 2 threads slower than 1.
 #[cfg(feature = "threads")]
-const MIN_THREAD_WORK: usize = 1 << 17;
+const MIN_THREAD_WORK: usize = 1 << 21;
 
 /// One instruction set's kernels. The methods are `unsafe`: the value proves the CPU supports
 /// the set (it is made only by [`Kernel`]), and the pointer contracts are the callers'.

@@ -87,14 +87,14 @@ fn every_kernel_matches_triple_loop() {
 
 #[test]
 fn large_products_match_with_threads() {
-    // Large enough to be split over threads (with the `threads` feature): a streamed weight of
-    // 300 x 700 values, the lm_head-like shape with a prime column count.
+    // Large enough to be split over threads (with the `threads` feature): over 2^21
+    // multiply-adds, the lm_head-like shape with a prime column count.
     for kernel in Kernel::available() {
         for threads in [1, 2, 3] {
             for (ta, tb) in TRANS {
-                check(kernel, threads, ta, tb, (1, 300, 701), 9);
-                check(kernel, threads, ta, tb, (3, 257, 700), 10);
-                check(kernel, threads, ta, tb, (700, 300, 2), 11);
+                check(kernel, threads, ta, tb, (1, 300, 7001), 9);
+                check(kernel, threads, ta, tb, (3, 257, 2800), 10);
+                check(kernel, threads, ta, tb, (7000, 300, 2), 11);
             }
         }
     }
