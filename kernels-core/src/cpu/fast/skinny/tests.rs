@@ -120,30 +120,36 @@ fn empty_products_leave_c_alone() {
 
 #[test]
 fn nan_and_inf_propagate() {
-    let (m, k, n) = (2, 37, 29);
+    let k = 37;
     for kernel in Kernel::available() {
-        for (ta, tb) in TRANS {
-            let mut rng = Rng::new(4);
-            let mut a = rng.uniform_vec(m * k, 0.5, 1.0);
-            let mut b = rng.uniform_vec(k * n, -1.0, 1.0);
-            // A(0, 20) = inf: row 0 is +-inf wherever B(20, j) != 0.
-            a[if ta { 20 * m } else { 20 }] = f32::INFINITY;
-            // B(5, 27) = NaN: column 27 is NaN; B(36, 3) = -inf: column 3 is -inf in row 1 and
-            // NaN or inf in row 0.
-            let at = |p: usize, j: usize| if tb { j * k + p } else { p * n + j };
-            b[at(5, 27)] = f32::NAN;
-            b[at(36, 3)] = f32::NEG_INFINITY;
-            for (mm, nn, aa, bb, tta, ttb) in [(m, n, &a, &b, ta, tb)] {
-                let am = MatRef::new(aa, mm, k, tta).unwrap();
-                let bm = MatRef::new(bb, k, nn, ttb).unwrap();
-                let mut c = vec![0.0f32; mm * nn];
-                Gemm::new(kernel).run(am, bm, &mut c, nn).unwrap();
-                let want = naive(tta, ttb, aa, bb, (mm, k, nn));
-                assert!(want[27].is_nan() && want[n + 27].is_nan());
-                assert!(want[n + 3] == f32::NEG_INFINITY);
+        // Few rows, and few columns (the transposed problem).
+        for (m, n) in [(2, 29), (29, 2)] {
+            for (ta, tb) in TRANS {
+                let mut rng = Rng::new(4);
+                let mut a = rng.uniform_vec(m * k, 0.5, 1.0);
+                let mut b = rng.uniform_vec(k * n, -1.0, 1.0);
+                // A(0, 20) = inf: row 0 is +-inf (or NaN) wherever B(20, j) != 0.
+                a[if ta { 20 * m } else { 20 }] = f32::INFINITY;
+                // B(5, n - 1) = NaN: the last column is NaN; B(36, 0) = -inf: column 0 is -inf
+                // in row 1 (A > 0 there).
+                let at = |p: usize, j: usize| if tb { j * k + p } else { p * n + j };
+                b[at(5, n - 1)] = f32::NAN;
+                b[at(36, 0)] = f32::NEG_INFINITY;
+                let am = MatRef::new(&a, m, k, ta).unwrap();
+                let bm = MatRef::new(&b, k, n, tb).unwrap();
+                assert!(applies(am, bm));
+                let mut c = vec![0.0f32; m * n];
+                Gemm::new(kernel).run(am, bm, &mut c, n).unwrap();
+                let want = naive(ta, tb, &a, &b, (m, k, n));
+                assert!(want[n - 1].is_nan() && want[2 * n - 1].is_nan());
+                assert!(want[n] == f32::NEG_INFINITY);
                 let (atol, rtol) = OpKind::Matmul.spec().budget.at(k);
                 let cmp = compare(&c, &want, atol, rtol);
-                assert!(cmp.pass, "{} ta={ta} tb={tb}: {cmp:?}", kernel.name());
+                assert!(
+                    cmp.pass,
+                    "{} {m}x{n} ta={ta} tb={tb}: {cmp:?}",
+                    kernel.name()
+                );
             }
         }
     }
