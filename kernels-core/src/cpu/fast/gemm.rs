@@ -17,19 +17,29 @@
 use alloc::format;
 use alloc::vec::Vec;
 
+use super::config::{self, Forced};
 use super::kernels::{MicroKernel, Portable};
 pub use super::matref::MatRef;
+use super::skinny;
+use crate::cpu::linear;
 use crate::error::{Error, Result};
+use crate::op::Activation;
 
-#[cfg(target_arch = "x86_64")]
-use super::kernels::Avx2Fma;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 use super::kernels::Simd128;
+#[cfg(target_arch = "x86_64")]
+use super::kernels::{Avx2Fma, Avx512};
 
 const NAME: &str = "matmul";
 
-/// Which micro-kernel runs. Each SIMD variant holds its kernel value, which can only be made
-/// where the CPU supports it, so `Kernel` is always safe to run.
+/// Multiply-adds below which a blocked GEMM stays on one thread (2^23: about 150 us of work; a
+/// thread costs tens of microseconds to start, more on a busy machine).
+#[cfg(feature = "threads")]
+const MIN_THREAD_WORK: usize = 1 << 23;
+
+/// Which micro-kernel family runs (the blocked GEMM's micro-kernel and the small-product
+/// kernels of the same instruction set). Each SIMD variant holds its kernel value, which can only
+/// be made where the CPU supports it, so `Kernel` is always safe to run.
 #[derive(Debug, Clone, Copy)]
 pub enum Kernel {
     /// Auto-vectorized plain Rust: every target.
@@ -37,14 +47,29 @@ pub enum Kernel {
     /// AVX2 + FMA intrinsics, 6 x 16 tile.
     #[cfg(target_arch = "x86_64")]
     Avx2Fma(Avx2Fma),
+    /// AVX-512F intrinsics, 8 x 32 tile.
+    #[cfg(target_arch = "x86_64")]
+    Avx512(Avx512),
     /// wasm `simd128` intrinsics, 4 x 8 tile.
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     Simd128(Simd128),
 }
 
 impl Kernel {
-    /// The fastest kernel this machine supports.
+    /// The kernel to use: the one `KERNELS_CPU_KERNEL` forces if this CPU can run it (see
+    /// [`config`]), else [`Kernel::fastest`].
     pub fn best() -> Kernel {
+        config::forced_kernel()
+            .and_then(Kernel::of)
+            .unwrap_or_else(Kernel::fastest)
+    }
+
+    /// The fastest kernel this machine supports.
+    pub fn fastest() -> Kernel {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(k) = Avx512::detect() {
+            return Kernel::Avx512(k);
+        }
         #[cfg(target_arch = "x86_64")]
         if let Some(k) = Avx2Fma::detect() {
             return Kernel::Avx2Fma(k);
@@ -55,33 +80,106 @@ impl Kernel {
         Kernel::Portable(Portable)
     }
 
+    /// The kernel of a family, if this CPU can run it.
+    pub fn of(family: Forced) -> Option<Kernel> {
+        match family {
+            Forced::Portable => Some(Kernel::Portable(Portable)),
+            #[cfg(target_arch = "x86_64")]
+            Forced::Avx2 => Avx2Fma::detect().map(Kernel::Avx2Fma),
+            #[cfg(target_arch = "x86_64")]
+            Forced::Avx512 => Avx512::detect().map(Kernel::Avx512),
+            #[cfg(not(target_arch = "x86_64"))]
+            Forced::Avx2 | Forced::Avx512 => None,
+        }
+    }
+
+    /// Every kernel this machine can run, portable first.
+    pub fn available() -> Vec<Kernel> {
+        #[allow(unused_mut)]
+        let mut v = alloc::vec![Kernel::Portable(Portable)];
+        #[cfg(target_arch = "x86_64")]
+        v.extend(Avx2Fma::detect().map(Kernel::Avx2Fma));
+        #[cfg(target_arch = "x86_64")]
+        v.extend(Avx512::detect().map(Kernel::Avx512));
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        v.push(Kernel::Simd128(Simd128));
+        v
+    }
+
     /// Short name for logs and benchmarks.
     pub fn name(&self) -> &'static str {
         match self {
             Kernel::Portable(_) => "portable",
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2Fma(_) => "avx2-fma",
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512(_) => "avx512",
             #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
             Kernel::Simd128(_) => "simd128",
         }
     }
 }
 
-/// A GEMM runner: a kernel plus its packing buffers, reused across calls (e.g. over a batch).
+/// What happens to each output after the product: `c = act(c + bias[j])` for column `j`
+/// (`linear`'s epilogue). [`Epilogue::NONE`] leaves the sum as it is.
+#[derive(Debug, Clone, Copy)]
+pub struct Epilogue<'a> {
+    pub bias: Option<&'a [f32]>,
+    pub act: Activation,
+}
+
+impl Epilogue<'_> {
+    pub const NONE: Epilogue<'static> = Epilogue {
+        bias: None,
+        act: Activation::None,
+    };
+
+    fn is_none(&self) -> bool {
+        self.bias.is_none() && self.act == Activation::None
+    }
+
+    /// The epilogue of the output `v` in column `col`.
+    #[inline]
+    pub(super) fn apply(&self, v: f32, col: usize) -> f32 {
+        let v = match self.bias {
+            Some(b) => v + b.get(col).copied().unwrap_or(0.0),
+            None => v,
+        };
+        linear::act(self.act, v)
+    }
+}
+
+/// Packing buffers of one thread.
+#[derive(Debug, Default)]
+struct Buffers {
+    a: Vec<f32>,
+    b: Vec<f32>,
+}
+
+/// A GEMM runner: a kernel, a thread count and packing buffers, reused across calls (e.g.
+/// over a batch).
 #[derive(Debug)]
 pub struct Gemm {
     kernel: Kernel,
-    a_pack: Vec<f32>,
-    b_pack: Vec<f32>,
+    threads: usize,
+    bufs: Vec<Buffers>,
 }
 
 impl Gemm {
+    /// A runner on `kernel` with the configured thread count ([`config::threads`]).
     pub fn new(kernel: Kernel) -> Self {
         Gemm {
             kernel,
-            a_pack: Vec::new(),
-            b_pack: Vec::new(),
+            threads: config::threads(),
+            bufs: Vec::new(),
         }
+    }
+
+    /// The same runner limited to `threads` threads (at least 1; more than 1 only with the
+    /// `threads` feature).
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
     }
 
     pub fn kernel(&self) -> Kernel {
@@ -92,11 +190,24 @@ impl Gemm {
     /// stride `ldc` in `c`. Accumulating (rather than overwriting) lets a caller sum products
     /// over a batch into one buffer.
     pub fn run(&mut self, a: MatRef, b: MatRef, c: &mut [f32], ldc: usize) -> Result<()> {
+        self.run_with(a, b, c, ldc, &Epilogue::NONE)
+    }
+
+    /// `C = epi(C + A . B)`: [`Gemm::run`] followed by the epilogue on every output (fused into
+    /// the write of the small-product path).
+    pub fn run_with(
+        &mut self,
+        a: MatRef,
+        b: MatRef,
+        c: &mut [f32],
+        ldc: usize,
+        epi: &Epilogue,
+    ) -> Result<()> {
         let (m, n) = (a.rows, b.cols);
         if a.cols != b.rows {
             return Err(Error::mismatch(NAME, &[a.rows, a.cols], &[b.rows, b.cols]));
         }
-        if m == 0 || n == 0 || a.cols == 0 {
+        if m == 0 || n == 0 {
             return Ok(());
         }
         let need = (m - 1).checked_mul(ldc).and_then(|x| x.checked_add(n));
@@ -108,14 +219,144 @@ impl Gemm {
                 format!("row stride {ldc} over {} values is too small", c.len()),
             ));
         }
-        let (ap, bp) = (&mut self.a_pack, &mut self.b_pack);
-        match self.kernel {
-            Kernel::Portable(k) => drive(k, a, b, c, ldc, ap, bp),
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2Fma(k) => drive(k, a, b, c, ldc, ap, bp),
-            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-            Kernel::Simd128(k) => drive(k, a, b, c, ldc, ap, bp),
+        if let Some(bias) = epi.bias
+            && bias.len() < n
+        {
+            return Err(Error::mismatch(NAME, &[m, n], &[bias.len()]));
         }
+        if a.cols > 0 {
+            if self.bufs.is_empty() {
+                self.bufs.push(Buffers::default());
+            }
+            if skinny::applies(a, b) {
+                let Buffers { a: ab, b: bb } = &mut self.bufs[0];
+                return skinny::run(self.kernel, self.threads, a, b, c, ldc, epi, ab, bb);
+            }
+            self.blocked(a, b, c, ldc)?;
+        }
+        if !epi.is_none() {
+            for row in c.chunks_mut(ldc).take(m) {
+                for (j, x) in row.iter_mut().take(n).enumerate() {
+                    *x = epi.apply(*x, j);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The blocked GEMM, its rows split over threads when the product is large enough.
+    fn blocked(&mut self, a: MatRef, b: MatRef, c: &mut [f32], ldc: usize) -> Result<()> {
+        let kernel = self.kernel;
+        let parts = self.parts(a.rows, a.cols, b.cols);
+        while self.bufs.len() < parts {
+            self.bufs.push(Buffers::default());
+        }
+        if parts <= 1 {
+            return drive_any(kernel, a, b, c, ldc, &mut self.bufs[0]);
+        }
+        self.threaded(parts, a, b, c, ldc)
+    }
+
+    /// How many row blocks (threads) a `m x k x n` product is split into.
+    fn parts(&self, m: usize, k: usize, n: usize) -> usize {
+        #[cfg(feature = "threads")]
+        if self.threads > 1 && m.saturating_mul(k).saturating_mul(n) >= MIN_THREAD_WORK {
+            // At least 32 rows each, so every thread's share of packing B stays small.
+            return self.threads.min(m / 32).max(1);
+        }
+        let _ = (m, k, n);
+        1
+    }
+
+    #[cfg(feature = "threads")]
+    fn threaded(
+        &mut self,
+        parts: usize,
+        a: MatRef,
+        b: MatRef,
+        c: &mut [f32],
+        ldc: usize,
+    ) -> Result<()> {
+        let (kernel, m) = (self.kernel, a.rows);
+        // Row boundaries on multiples of 24 (every kernel's MR divides it): whole tiles.
+        let bounds: Vec<usize> = (0..=parts).map(|i| (m * i / parts) / 24 * 24).collect();
+        let mut jobs = Vec::with_capacity(parts);
+        let mut rest = c;
+        let mut bufs = self.bufs.iter_mut();
+        for (i, w) in bounds.windows(2).enumerate() {
+            let (r0, r1) = (w[0], if i + 1 == parts { m } else { w[1] });
+            if r1 <= r0 {
+                continue;
+            }
+            let ai = a
+                .row_range(r0, r1)
+                .ok_or_else(|| Error::mismatch(NAME, &[r0, r1], &[m]))?;
+            let tail = core::mem::take(&mut rest);
+            let (ci, tail) = if i + 1 == parts {
+                (tail, &mut [][..])
+            } else {
+                tail.split_at_mut(((r1 - r0) * ldc).min(tail.len()))
+            };
+            rest = tail;
+            let buf = bufs
+                .next()
+                .ok_or_else(|| Error::mismatch(NAME, &[parts], &[i]))?;
+            jobs.push((ai, ci, buf));
+        }
+        let mut first = None;
+        let results: Vec<Result<()>> = std::thread::scope(|s| {
+            let mut handles = Vec::new();
+            for (ai, ci, buf) in jobs {
+                if first.is_none() {
+                    first = Some((ai, ci, buf));
+                } else {
+                    handles.push(s.spawn(move || drive_any(kernel, ai, b, ci, ldc, buf)));
+                }
+            }
+            let mut out = Vec::with_capacity(handles.len() + 1);
+            if let Some((ai, ci, buf)) = first.take() {
+                out.push(drive_any(kernel, ai, b, ci, ldc, buf));
+            }
+            for h in handles {
+                // A panic in a worker is a bug: let it go on unwinding here.
+                out.push(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+            }
+            out
+        });
+        results.into_iter().collect()
+    }
+
+    #[cfg(not(feature = "threads"))]
+    fn threaded(
+        &mut self,
+        _parts: usize,
+        a: MatRef,
+        b: MatRef,
+        c: &mut [f32],
+        ldc: usize,
+    ) -> Result<()> {
+        drive_any(self.kernel, a, b, c, ldc, &mut self.bufs[0])
+    }
+}
+
+/// [`drive`] on `kernel`.
+fn drive_any(
+    kernel: Kernel,
+    a: MatRef,
+    b: MatRef,
+    c: &mut [f32],
+    ldc: usize,
+    buf: &mut Buffers,
+) -> Result<()> {
+    let (ap, bp) = (&mut buf.a, &mut buf.b);
+    match kernel {
+        Kernel::Portable(k) => drive(k, a, b, c, ldc, ap, bp),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2Fma(k) => drive(k, a, b, c, ldc, ap, bp),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512(k) => drive(k, a, b, c, ldc, ap, bp),
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Kernel::Simd128(k) => drive(k, a, b, c, ldc, ap, bp),
     }
 }
 

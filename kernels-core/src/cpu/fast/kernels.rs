@@ -225,6 +225,113 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+pub use avx512::Avx512;
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use core::arch::x86_64::{
+        __m512, _MM_HINT_T0, _mm_prefetch, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
+        _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps,
+    };
+
+    use super::{MatRef, MicroKernel, add_tile, full_tile_fits, pack};
+
+    const MR: usize = 8;
+    const NR: usize = 32;
+
+    /// The AVX-512 kernel: an 8 x 32 tile is 16 `zmm` accumulators, plus two `B~` rows and a
+    /// broadcast of `A~` = 19 of the 32 registers; 16 independent FMAs per `k` step cover the
+    /// FMA latency (on Zen 4, which runs a 512-bit FMA as two 256-bit halves, too).
+    ///
+    /// Holding a value proves the CPU has AVX-512F: the only constructor checks.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Avx512 {
+        _proof: (),
+    }
+
+    impl Avx512 {
+        /// The kernel if this CPU has AVX-512F (checked at run time with `std`, at compile time
+        /// from the target features without it).
+        pub fn detect() -> Option<Self> {
+            #[cfg(feature = "std")]
+            let ok = std::is_x86_feature_detected!("avx512f");
+            #[cfg(not(feature = "std"))]
+            let ok = cfg!(target_feature = "avx512f");
+            ok.then_some(Avx512 { _proof: () })
+        }
+    }
+
+    impl MicroKernel for Avx512 {
+        const MR: usize = MR;
+        const NR: usize = NR;
+        // A block 192 x 192 x 4 B = 144 KiB sits in L2; a B~ micro-panel 192 x 32 x 4 B =
+        // 24 KiB stays in a 32 KiB L1 beside the A~ micro-panel (6 KiB) streaming past it.
+        const MC: usize = 192;
+        const KC: usize = 192;
+        const NC: usize = 4096;
+
+        fn tile(&self, a: &[f32], b: &[f32], c: &mut [f32], ldc: usize, mr: usize, nr: usize) {
+            let kc = (a.len() / MR).min(b.len() / NR);
+            if mr == MR && nr == NR && full_tile_fits(c.len(), ldc, MR, NR) {
+                // SAFETY: `self` proves AVX-512F; `a` holds `kc * MR` and `b` `kc * NR` values
+                // by the choice of `kc`, and `c` holds rows `0..MR` of `NR` values at stride
+                // `ldc` (checked just above).
+                unsafe { kernel_8x32(kc, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), ldc) }
+            } else {
+                let mut buf = [0.0f32; MR * NR];
+                // SAFETY: as above, with `buf` (MR * NR values) as a full tile at stride NR.
+                unsafe { kernel_8x32(kc, a.as_ptr(), b.as_ptr(), buf.as_mut_ptr(), NR) }
+                add_tile(&buf, NR, c, ldc, mr.min(MR), nr.min(NR));
+            }
+        }
+
+        packers!(8, 32);
+    }
+
+    /// `C[8 x 32] += A~ . B~` over `kc` steps.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; `a` is valid for `kc * 8` reads, `b` for `kc * 32` reads, and `c`
+    /// for reads and writes of 32 values at `c + i * ldc` for `i` in `0..8`.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn kernel_8x32(kc: usize, a: *const f32, b: *const f32, c: *mut f32, ldc: usize) {
+        for i in 0..MR {
+            let row = c.wrapping_add(i * ldc);
+            _mm_prefetch::<_MM_HINT_T0>(row.cast::<i8>());
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(NR - 1).cast::<i8>());
+        }
+        let mut acc: [[__m512; 2]; MR] = [[_mm512_setzero_ps(); 2]; MR];
+        for p in 0..kc {
+            // SAFETY: p < kc, so the 32 values at b + 32p and the 8 at a + 8p are in bounds.
+            let (b0, b1, ap) = unsafe {
+                let bp = b.add(p * NR);
+                (
+                    _mm512_loadu_ps(bp),
+                    _mm512_loadu_ps(bp.add(16)),
+                    a.add(p * MR),
+                )
+            };
+            for (i, row) in acc.iter_mut().enumerate() {
+                // SAFETY: i < 8, within the 8 values at `ap`.
+                let ai = _mm512_set1_ps(unsafe { *ap.add(i) });
+                row[0] = _mm512_fmadd_ps(ai, b0, row[0]);
+                row[1] = _mm512_fmadd_ps(ai, b1, row[1]);
+            }
+        }
+        for (i, row) in acc.iter().enumerate() {
+            // SAFETY: row i < 8 of C holds 32 values at c + i * ldc (caller's contract).
+            unsafe {
+                let ci = c.add(i * ldc);
+                let c0 = _mm512_loadu_ps(ci);
+                let c1 = _mm512_loadu_ps(ci.add(16));
+                _mm512_storeu_ps(ci, _mm512_add_ps(c0, row[0]));
+                _mm512_storeu_ps(ci.add(16), _mm512_add_ps(c1, row[1]));
+            }
+        }
+    }
+}
+
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 pub use simd128::Simd128;
 

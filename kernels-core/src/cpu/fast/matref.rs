@@ -51,6 +51,24 @@ impl<'a> MatRef<'a> {
         }
     }
 
+    /// Rows `r0..r1` of `self` (no copy); `None` if the range is not within `0..rows`.
+    #[cfg(feature = "threads")]
+    pub(super) fn row_range(self, r0: usize, r1: usize) -> Option<Self> {
+        if r0 > r1 || r1 > self.rows {
+            return None;
+        }
+        let data = if r1 == r0 {
+            &self.data[..0]
+        } else {
+            self.data.get(r0.checked_mul(self.rs)?..)?
+        };
+        Some(MatRef {
+            data,
+            rows: r1 - r0,
+            ..self
+        })
+    }
+
     pub fn rows(&self) -> usize {
         self.rows
     }

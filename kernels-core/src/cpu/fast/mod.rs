@@ -1,8 +1,12 @@
 //! Fast f32 CPU paths beside the reference, tested against it.
 //!
-//! matmul and linear (the same GEMM with a bias-and-activation epilogue) have one: a cache-blocked GEMM ([`gemm`]) with register-blocked micro-kernels
-//! ([`kernels`]): AVX2 + FMA intrinsics on x86_64 (detected at run time with `std`), `simd128`
-//! on wasm, and auto-vectorized plain Rust everywhere else. Single-threaded (`no_std`).
+//! matmul and linear (the same GEMM with a bias-and-activation epilogue) have one: a
+//! cache-blocked GEMM ([`gemm`]) with register-blocked micro-kernels ([`kernels`]): AVX-512 or
+//! AVX2 + FMA intrinsics on x86_64 (detected at run time with `std`; `KERNELS_CPU_KERNEL`
+//! forces one, see [`config`]), `simd128` on wasm, and auto-vectorized plain Rust everywhere
+//! else. Products with few rows or columns (decode's matrix-vector products) stream the large
+//! operand without packing it ([`skinny`]). With the `threads` feature large products are split
+//! over `KERNELS_THREADS` scoped threads; without it (and in `no_std`) one thread.
 //! `gru_cell` and `gru_sequence` reuse the reference's gate arithmetic with their products on
 //! that GEMM ([`matmul_slices`]).
 //!
@@ -10,14 +14,16 @@
 //! `trans_a`), `b [..., k, n]` (or `[..., n, k]` with `trans_b`), rank >= 2, batched over
 //! leading dims that are equal, or with one operand 2-D and shared by every batch entry.
 
+pub mod config;
 pub mod gemm;
 pub mod kernels;
 mod matref;
+mod skinny;
 
 use alloc::vec;
 use alloc::vec::Vec;
 
-use self::gemm::{Gemm, Kernel, MatRef};
+use self::gemm::{Epilogue, Gemm, Kernel, MatRef};
 use super::args::{Owned, View, float_arg, same_shape};
 use super::linear;
 use crate::error::{Error, Result};
@@ -239,17 +245,17 @@ fn linear_forward(kernel: Kernel, a: Activation, args: &[View<f32>]) -> Result<V
     let (bs, b) = float_arg(LINEAR, args, 2, "bias")?;
     let (rows, in_f, out_f) = linear::check(xs, ws, bs)?;
     let mut out = zeros(rows * out_f)?;
-    Gemm::new(kernel).run(
+    let epi = Epilogue {
+        bias: Some(b),
+        act: a,
+    };
+    Gemm::new(kernel).run_with(
         MatRef::new(x, rows, in_f, false)?,
         MatRef::new(w, in_f, out_f, true)?,
         &mut out,
         out_f,
+        &epi,
     )?;
-    for row in out.chunks_exact_mut(out_f) {
-        for (o, &bj) in row.iter_mut().zip(b) {
-            *o = linear::act(a, *o + bj);
-        }
-    }
     Ok(vec![Owned::float(linear::out_shape(xs, out_f), out)])
 }
 

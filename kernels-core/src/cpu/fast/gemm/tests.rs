@@ -11,15 +11,7 @@ use crate::rng::Rng;
 /// Every kernel this machine can run. On an AVX2 + FMA machine with `std` the AVX2 kernel
 /// must be among them (see `avx2_detected_where_supported`).
 fn kernels() -> Vec<Kernel> {
-    #[allow(unused_mut)]
-    let mut v = vec![Kernel::Portable(Portable)];
-    #[cfg(target_arch = "x86_64")]
-    if let Some(k) = Avx2Fma::detect() {
-        v.push(Kernel::Avx2Fma(k));
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    v.push(Kernel::Simd128(Simd128));
-    v
+    Kernel::available()
 }
 
 /// `op(A) . op(B)` by the textbook triple loop in f64, from the raw row-major storage.
@@ -100,6 +92,8 @@ fn portable_matches_triple_loop() {
     // The other kernels' tile edges too, so each kernel sees every awkward size.
     #[cfg(target_arch = "x86_64")]
     check_all(Kernel::Portable(Portable), &shapes::<Avx2Fma>());
+    #[cfg(target_arch = "x86_64")]
+    check_all(Kernel::Portable(Portable), &shapes::<Avx512>());
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -113,13 +107,50 @@ fn avx2_matches_triple_loop() {
     check_all(Kernel::Avx2Fma(k), &shapes::<Portable>());
 }
 
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn avx512_matches_triple_loop() {
+    let Some(k) = Avx512::detect() else {
+        std::eprintln!("skipped: this CPU lacks AVX-512F");
+        return;
+    };
+    check_all(Kernel::Avx512(k), &shapes::<Avx512>());
+    check_all(Kernel::Avx512(k), &shapes::<Avx2Fma>());
+    check_all(Kernel::Avx512(k), &shapes::<Portable>());
+}
+
+#[test]
+fn threaded_blocked_gemm_matches_triple_loop() {
+    // Over the threading threshold (with the `threads` feature), with row counts that do not
+    // split evenly into tiles.
+    for kernel in kernels() {
+        for threads in [2, 3] {
+            for (ta, tb) in [(false, false), (true, true), (false, true)] {
+                let (m, k, n) = (301, 167, 181);
+                let mut rng = Rng::new(m as u64);
+                let a = rng.uniform_vec(m * k, -1.0, 1.0);
+                let b = rng.uniform_vec(k * n, -1.0, 1.0);
+                let mut c = vec![0.0f32; m * n];
+                let mut g = Gemm::new(kernel).with_threads(threads);
+                let am = MatRef::new(&a, m, k, ta).unwrap();
+                let bm = MatRef::new(&b, k, n, tb).unwrap();
+                g.run(am, bm, &mut c, n).unwrap();
+                let want = naive(ta, tb, &a, &b, m, k, n);
+                let (atol, rtol) = OpKind::Matmul.spec().budget.at(k);
+                let cmp = compare(&c, &want, atol, rtol);
+                assert!(cmp.pass, "{} threads={threads}: {cmp:?}", kernel.name());
+            }
+        }
+    }
+}
+
 #[cfg(all(target_arch = "x86_64", feature = "std"))]
 #[test]
 fn avx2_detected_where_supported() {
     let cpu = std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
     assert_eq!(Avx2Fma::detect().is_some(), cpu);
-    if cpu {
-        assert_eq!(Kernel::best().name(), "avx2-fma");
+    if cpu && !std::is_x86_feature_detected!("avx512f") {
+        assert_eq!(Kernel::fastest().name(), "avx2-fma");
     }
 }
 

@@ -1,0 +1,538 @@
+//! Products with few rows or few columns, without packing the large operand.
+//!
+//! Decode runs `x [1, in] . W^T` (and `W . h^T` with one column): a matrix-vector product
+//! whose cost is reading `W` once. The blocked GEMM would copy all of `W` into its packed
+//! layout first, which costs more than the product itself. Here the small operand (`A'`, at
+//! most [`MAX_ROWS`] rows) is copied into contiguous rows and the large one (`B'`) is streamed
+//! where it lies, in one of its two layouts:
+//!
+//! - **dot** (`B'` column-contiguous, e.g. a weight `[out, in]` used as `W^T`): each output is
+//!   a dot product of an `A'` row with a `B'` column; `R` rows by `J` columns of accumulators
+//!   sweep `k` together and are summed across lanes at the end;
+//! - **axpy** (`B'` row-contiguous): a block of output columns lives in registers for `R` rows
+//!   while `k` rows of `B'` stream past, each scaled by a broadcast `A'` value.
+//!
+//! A product with few columns (`n` small) is the transposed one with few rows: `C^T = op(B)^T .
+//! op(A)^T`. Results go through a small buffer `T [rows, cols]` and are then added into `C` with
+//! the epilogue (bias, activation), so threads can each own a slice of `T`.
+
+use alloc::vec::Vec;
+
+use super::gemm::{Epilogue, Kernel};
+use super::matref::MatRef;
+use crate::error::{Error, Result};
+
+/// Products whose smaller side (`m`, or `n` when it is smaller) has at most this many entries
+/// take this path.
+pub const MAX_ROWS: usize = 8;
+
+/// Rows of `A'` handled at once (one pass over `B'` per group).
+const GROUP: usize = 4;
+
+/// Work (multiply-adds) below which a product stays on one thread: 2^21 is an 8 MiB weight, about
+/// half a millisecond of streaming, against tens of microseconds (more on a busy machine) to
+/// start a thread. Measured on the llama decode: threading the 0.9 MiB projections too made
+/// 2 threads slower than 1.
+#[cfg(feature = "threads")]
+const MIN_THREAD_WORK: usize = 1 << 21;
+
+/// One instruction set's kernels. The methods are `unsafe`: the value proves the CPU supports
+/// the set (it is made only by [`Kernel`]), and the pointer contracts are the callers'.
+pub(super) trait Isa: Copy + Send + Sync {
+    /// Output columns of one axpy block.
+    const AXPY_COLS: usize;
+
+    /// `t[r * ldt + j] = sum_p a[r * k + p] * b[j * ldb + p]` for `r < R`, `j < J`.
+    ///
+    /// # Safety
+    /// `a` is valid for `R * k` reads, `b + j * ldb` for `k` reads (`j < J`), and `t + r * ldt
+    /// + j` for writes.
+    unsafe fn dot<const R: usize, const J: usize>(
+        self,
+        a: *const f32,
+        k: usize,
+        b: *const f32,
+        ldb: usize,
+        t: *mut f32,
+        ldt: usize,
+    );
+
+    /// `t[r * ldt + j] = sum_p a[r * k + p] * b[p * ldb + j]` for `r < R`, `j < cols`, where
+    /// `cols == AXPY_COLS` when `FULL`, else `cols < AXPY_COLS`.
+    ///
+    /// # Safety
+    /// `a` is valid for `R * k` reads, `b + p * ldb` for `cols` reads (`p < k`), and `t + r *
+    /// ldt` for `cols` writes.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn axpy<const R: usize, const FULL: bool>(
+        self,
+        a: *const f32,
+        k: usize,
+        b: *const f32,
+        ldb: usize,
+        cols: usize,
+        t: *mut f32,
+        ldt: usize,
+    );
+}
+
+/// The dot and axpy kernels over one instruction set's primitives, which the invoking module
+/// defines: the vector type `V` of `L` lanes, `NV` (vectors per axpy block), and `unsafe fn`s
+/// `zero`, `splat`, `load`, `load_tail` (the first `rem < L` lanes, the rest zero), `store`,
+/// `store_tail`, `fma(a, b, c) = a * b + c`, `hsum` and `prefetch` (a hint, any address). The
+/// attributes (`target_feature`) go on both kernels.
+macro_rules! skinny_kernels {
+    ($(#[$attr:meta])*) => {
+        /// See [`Isa::dot`](crate::cpu::fast::skinny::Isa::dot).
+        ///
+        /// # Safety
+        /// As there, and the CPU has this module's features.
+        $(#[$attr])*
+        pub(super) unsafe fn dot<const R: usize, const J: usize>(
+            a: *const f32,
+            k: usize,
+            b: *const f32,
+            ldb: usize,
+            t: *mut f32,
+            ldt: usize,
+        ) {
+            // SAFETY: the loads read `a + r * k + p` and `b + j * ldb + p` for `p < k` only
+            // (the tail load reads `k - p` values), the stores the caller's `R x J` outputs.
+            unsafe {
+                let mut acc = [[zero(); J]; R];
+                let mut bv = [zero(); J];
+                let mut p = 0;
+                while p + L <= k {
+                    for (j, v) in bv.iter_mut().enumerate() {
+                        *v = load(b.add(j * ldb + p));
+                        // The next J columns, which the caller most likely reads next: short
+                        // columns (small k) are too short for the hardware prefetcher to
+                        // ramp up on.
+                        prefetch(b.wrapping_add((j + 2 * J) * ldb + p));
+                    }
+                    for (r, row) in acc.iter_mut().enumerate() {
+                        let av = load(a.add(r * k + p));
+                        for (x, &bj) in row.iter_mut().zip(&bv) {
+                            *x = fma(av, bj, *x);
+                        }
+                    }
+                    p += L;
+                }
+                if p < k {
+                    let rem = k - p;
+                    for (j, v) in bv.iter_mut().enumerate() {
+                        *v = load_tail(b.add(j * ldb + p), rem);
+                    }
+                    for (r, row) in acc.iter_mut().enumerate() {
+                        let av = load_tail(a.add(r * k + p), rem);
+                        for (x, &bj) in row.iter_mut().zip(&bv) {
+                            *x = fma(av, bj, *x);
+                        }
+                    }
+                }
+                for (r, row) in acc.iter().enumerate() {
+                    for (j, &x) in row.iter().enumerate() {
+                        *t.add(r * ldt + j) = hsum(x);
+                    }
+                }
+            }
+        }
+
+        /// See [`Isa::axpy`](crate::cpu::fast::skinny::Isa::axpy).
+        ///
+        /// # Safety
+        /// As there, and the CPU has this module's features.
+        $(#[$attr])*
+        #[allow(clippy::too_many_arguments)]
+        pub(super) unsafe fn axpy<const R: usize, const FULL: bool>(
+            a: *const f32,
+            k: usize,
+            b: *const f32,
+            ldb: usize,
+            cols: usize,
+            t: *mut f32,
+            ldt: usize,
+        ) {
+            // SAFETY: lane block `v` covers columns `v * L..(v + 1) * L`; it is loaded or
+            // stored whole only when all of them are below `cols` (always when FULL), in part
+            // (`cols - v * L` lanes) when some are, and not at all otherwise.
+            unsafe {
+                let mut acc = [[zero(); NV]; R];
+                let mut bv = [zero(); NV];
+                for p in 0..k {
+                    let row = b.add(p * ldb);
+                    for (v, x) in bv.iter_mut().enumerate() {
+                        let lo = v * L;
+                        *x = if FULL || lo + L <= cols {
+                            load(row.add(lo))
+                        } else if lo < cols {
+                            load_tail(row.add(lo), cols - lo)
+                        } else {
+                            zero()
+                        };
+                    }
+                    for (r, accr) in acc.iter_mut().enumerate() {
+                        let s = splat(*a.add(r * k + p));
+                        for (x, &bj) in accr.iter_mut().zip(&bv) {
+                            *x = fma(s, bj, *x);
+                        }
+                    }
+                }
+                for (r, accr) in acc.iter().enumerate() {
+                    let out = t.add(r * ldt);
+                    for (v, &x) in accr.iter().enumerate() {
+                        let lo = v * L;
+                        if FULL || lo + L <= cols {
+                            store(out.add(lo), x);
+                        } else if lo < cols {
+                            store_tail(out.add(lo), x, cols - lo);
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// `impl Isa for $ty` forwarding to the module's `dot` and `axpy` (the value of `$ty` proves the
+/// CPU features those need) with `AXPY_COLS = NV * L`.
+macro_rules! isa_impl {
+    ($ty:ty) => {
+        impl $crate::cpu::fast::skinny::Isa for $ty {
+            const AXPY_COLS: usize = NV * L;
+
+            unsafe fn dot<const R: usize, const J: usize>(
+                self,
+                a: *const f32,
+                k: usize,
+                b: *const f32,
+                ldb: usize,
+                t: *mut f32,
+                ldt: usize,
+            ) {
+                // SAFETY: `self` proves the features; the pointer contract is the caller's.
+                unsafe { dot::<R, J>(a, k, b, ldb, t, ldt) }
+            }
+
+            unsafe fn axpy<const R: usize, const FULL: bool>(
+                self,
+                a: *const f32,
+                k: usize,
+                b: *const f32,
+                ldb: usize,
+                cols: usize,
+                t: *mut f32,
+                ldt: usize,
+            ) {
+                // SAFETY: as for `dot`.
+                unsafe { axpy::<R, FULL>(a, k, b, ldb, cols, t, ldt) }
+            }
+        }
+    };
+}
+
+mod portable;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub(super) use portable::PortableIsa;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(super) use wasm::Simd128Isa;
+#[cfg(target_arch = "x86_64")]
+pub(super) use x86::{Avx2Isa, Avx512Isa};
+
+/// How the streamed operand `B' [k, n]` lies in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Column `j` is `data[j * ld..][..k]`.
+    Dot,
+    /// Row `p` is `data[p * ld..][..n]`.
+    Axpy,
+}
+
+/// `B'` as the kernels read it.
+#[derive(Debug, Clone, Copy)]
+struct Streamed<'a> {
+    data: &'a [f32],
+    ld: usize,
+    layout: Layout,
+    k: usize,
+    n: usize,
+}
+
+impl<'a> Streamed<'a> {
+    /// `b` if one of its dimensions is contiguous and its extent lies within its data.
+    fn new(b: MatRef<'a>) -> Option<Self> {
+        let (k, n) = (b.rows, b.cols);
+        let (layout, ld, need) = if b.rs == 1 {
+            (
+                Layout::Dot,
+                b.cs,
+                (n - 1).checked_mul(b.cs)?.checked_add(k)?,
+            )
+        } else if b.cs == 1 {
+            (
+                Layout::Axpy,
+                b.rs,
+                (k - 1).checked_mul(b.rs)?.checked_add(n)?,
+            )
+        } else {
+            return None;
+        };
+        (need <= b.data.len()).then_some(Streamed {
+            data: b.data,
+            ld,
+            layout,
+            k,
+            n,
+        })
+    }
+}
+
+/// Whether [`run`] takes `a [m, k] . b [k, n]` (both non-empty).
+pub(super) fn applies(a: MatRef, b: MatRef) -> bool {
+    let (m, n) = (a.rows, b.cols);
+    if m <= MAX_ROWS && m <= n {
+        Streamed::new(b).is_some()
+    } else if n <= MAX_ROWS {
+        Streamed::new(a.t()).is_some()
+    } else {
+        false
+    }
+}
+
+/// `C = epi(C + A . B)` for a product that [`applies`]; `a_buf` and `t_buf` are scratch.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run(
+    kernel: Kernel,
+    threads: usize,
+    a: MatRef,
+    b: MatRef,
+    c: &mut [f32],
+    ldc: usize,
+    epi: &Epilogue,
+    a_buf: &mut Vec<f32>,
+    t_buf: &mut Vec<f32>,
+) -> Result<()> {
+    let (m, n) = (a.rows, b.cols);
+    // (A', B', C's strides for T's rows and columns)
+    let (small, big, rs, cs) = if m <= MAX_ROWS && m <= n {
+        (a, b, ldc, 1)
+    } else {
+        (b.t(), a.t(), 1, ldc)
+    };
+    let big = Streamed::new(big).ok_or_else(|| internal("operand layout"))?;
+    let (rows, k, cols) = (small.rows, small.cols, big.n);
+    let ap = grow(a_buf, rows * k)?;
+    for (i, dst) in ap.chunks_exact_mut(k.max(1)).enumerate() {
+        for (p, d) in dst.iter_mut().enumerate() {
+            *d = small.data[i * small.rs + p * small.cs];
+        }
+    }
+    let t = grow(t_buf, rows * cols)?;
+    let parts = split(threads, rows * k * cols, cols);
+    compute_parts(kernel, ap, big, rows, &parts, t);
+    // Add T into C: T's part for columns j0..j1 is [rows, j1 - j0] at t[rows * j0..].
+    for w in parts.windows(2) {
+        let (j0, j1) = (w[0], w[1]);
+        let part = &t[rows * j0..rows * j1];
+        for (r, tr) in part.chunks_exact(j1 - j0).enumerate() {
+            for (dj, &v) in tr.iter().enumerate() {
+                let j = j0 + dj;
+                let (ci, col) = (r * rs + j * cs, if cs == 1 { j } else { r });
+                if let Some(x) = c.get_mut(ci) {
+                    *x = epi.apply(*x + v, col);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Column boundaries `0 = b0 < b1 < ... = cols` of the parts computed on separate threads.
+fn split(threads: usize, work: usize, cols: usize) -> Vec<usize> {
+    #[cfg(feature = "threads")]
+    let parts = if work >= MIN_THREAD_WORK {
+        threads.min(cols / 16).max(1)
+    } else {
+        1
+    };
+    #[cfg(not(feature = "threads"))]
+    let parts = {
+        let _ = (threads, work);
+        1
+    };
+    // Boundaries on multiples of 16 columns (whole vector blocks) where the parts allow.
+    let mut b: Vec<usize> = (0..parts).map(|i| (cols * i / parts) / 16 * 16).collect();
+    b.push(cols);
+    b.dedup();
+    b
+}
+
+/// Computes every part of `T`, the first on this thread and the others on scoped threads.
+fn compute_parts(
+    kernel: Kernel,
+    ap: &[f32],
+    big: Streamed,
+    rows: usize,
+    parts: &[usize],
+    t: &mut [f32],
+) {
+    #[cfg(feature = "threads")]
+    if parts.len() > 2 {
+        std::thread::scope(|s| {
+            let mut rest = t;
+            let mut mine = None;
+            for w in parts.windows(2) {
+                let (j0, j1) = (w[0], w[1]);
+                let (part, tail) = core::mem::take(&mut rest).split_at_mut(rows * (j1 - j0));
+                rest = tail;
+                if mine.is_none() {
+                    mine = Some((j0, j1, part));
+                } else {
+                    s.spawn(move || compute(kernel, ap, big, rows, j0, j1, part));
+                }
+            }
+            if let Some((j0, j1, part)) = mine {
+                compute(kernel, ap, big, rows, j0, j1, part);
+            }
+        });
+        return;
+    }
+    for w in parts.windows(2) {
+        let (j0, j1) = (w[0], w[1]);
+        let part = &mut t[rows * j0..rows * j1];
+        compute(kernel, ap, big, rows, j0, j1, part);
+    }
+}
+
+/// `T[.., j0..j1]` into `t` (`[rows, j1 - j0]`) on `kernel`'s instruction set.
+fn compute(
+    kernel: Kernel,
+    ap: &[f32],
+    big: Streamed,
+    rows: usize,
+    j0: usize,
+    j1: usize,
+    t: &mut [f32],
+) {
+    match kernel {
+        Kernel::Portable(_) => columns(PortableIsa, ap, big, rows, j0, j1, t),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2Fma(k) => columns(Avx2Isa::from(k), ap, big, rows, j0, j1, t),
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512(k) => columns(Avx512Isa::from(k), ap, big, rows, j0, j1, t),
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Kernel::Simd128(_) => columns(Simd128Isa, ap, big, rows, j0, j1, t),
+    }
+}
+
+/// Runs `R` (a literal) as a const generic: `with_rows!(r, R => expr)`.
+macro_rules! with_rows {
+    ($r:expr, $R:ident => $body:expr) => {
+        match $r {
+            1 => {
+                const $R: usize = 1;
+                $body
+            }
+            2 => {
+                const $R: usize = 2;
+                $body
+            }
+            3 => {
+                const $R: usize = 3;
+                $body
+            }
+            _ => {
+                const $R: usize = 4;
+                $body
+            }
+        }
+    };
+}
+
+/// The kernel loop over row groups and column blocks. `ap` is `[rows, k]` and `t` is `[rows,
+/// j1 - j0]`; [`Streamed::new`] checked that every column or row of `big` lies in its data.
+fn columns<I: Isa>(
+    isa: I,
+    ap: &[f32],
+    big: Streamed,
+    rows: usize,
+    j0: usize,
+    j1: usize,
+    t: &mut [f32],
+) {
+    let (k, ld, ldt) = (big.k, big.ld, j1 - j0);
+    if ldt == 0 || t.len() < rows * ldt || ap.len() < rows * k || j1 > big.n {
+        return;
+    }
+    let b = big.data.as_ptr();
+    for r0 in (0..rows).step_by(GROUP) {
+        let r = GROUP.min(rows - r0);
+        // SAFETY: rows r0..r0 + r of `ap` hold `r * k` values; outputs (r0 + i, j - j0) for i < r
+        // and j0 <= j < j1 lie in `t` ([rows, ldt], checked above); the streamed reads are the
+        // columns (dot) or rows (axpy) Streamed::new bounded, at columns below j1 <= n.
+        unsafe {
+            let a = ap.as_ptr().add(r0 * k);
+            let tr = t.as_mut_ptr().add(r0 * ldt);
+            match big.layout {
+                Layout::Dot => with_rows!(r, R => {
+                    let mut j = j0;
+                    // R == 1: more columns at once, more independent streams in flight.
+                    if R == 1 {
+                        while j + 8 <= j1 {
+                            isa.dot::<R, 8>(a, k, b.add(j * ld), ld, tr.add(j - j0), ldt);
+                            j += 8;
+                        }
+                    }
+                    while j + 4 <= j1 {
+                        isa.dot::<R, 4>(a, k, b.add(j * ld), ld, tr.add(j - j0), ldt);
+                        j += 4;
+                    }
+                    while j < j1 {
+                        isa.dot::<R, 1>(a, k, b.add(j * ld), ld, tr.add(j - j0), ldt);
+                        j += 1;
+                    }
+                }),
+                Layout::Axpy => with_rows!(r, R => {
+                    let w = I::AXPY_COLS;
+                    let mut j = j0;
+                    while j + w <= j1 {
+                        isa.axpy::<R, true>(a, k, b.add(j), ld, w, tr.add(j - j0), ldt);
+                        j += w;
+                    }
+                    if j < j1 {
+                        isa.axpy::<R, false>(a, k, b.add(j), ld, j1 - j, tr.add(j - j0), ldt);
+                    }
+                }),
+            }
+        }
+    }
+}
+
+/// A `len`-value prefix of `buf`, grown as needed; an allocation failure is an error.
+fn grow(buf: &mut Vec<f32>, len: usize) -> Result<&mut [f32]> {
+    if buf.len() < len {
+        buf.try_reserve_exact(len - buf.len())
+            .map_err(|_| Error::OutOfMemory {
+                what: "matmul scratch buffer".into(),
+                bytes: (len as u64).saturating_mul(4),
+            })?;
+        buf.resize(len, 0.0);
+    }
+    Ok(&mut buf[..len])
+}
+
+fn internal(why: &str) -> Error {
+    Error::bad_shape(
+        "matmul",
+        "operand",
+        &[],
+        alloc::format!("small-product path: {why}"),
+    )
+}
+
+#[cfg(test)]
+mod tests;
