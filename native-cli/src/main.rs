@@ -285,7 +285,8 @@ struct BenchLlamaArgs {
     /// cpu, wgpu, cuda or auto (default: $KERNELS_BACKEND, else auto).
     #[arg(long)]
     backend: Option<String>,
-    /// CPU threads (sets KERNELS_THREADS for this run).
+    /// CPU threads (sets KERNELS_THREADS for this run; default: KERNELS_THREADS, else every
+    /// core). The report's "threads" is the count the CPU's products use.
     #[arg(long)]
     threads: Option<usize>,
     #[arg(long, default_value_t = 32)]
@@ -313,9 +314,8 @@ fn run_bench_llama(a: BenchLlamaArgs) -> CliResult<()> {
             unsafe { std::env::set_var("KERNELS_THREADS", n.to_string()) };
             Some(n)
         }
-        None => std::env::var("KERNELS_THREADS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok()),
+        // What the CPU's products will use: KERNELS_THREADS, else the machine's parallelism.
+        None => Some(kernels_core::cpu::fast::config::threads()),
     };
     bench::llama_model::run(&bench::llama_model::LlamaBenchOptions {
         model: a.model,
