@@ -16,6 +16,7 @@
 
 pub mod config;
 pub mod gemm;
+pub mod kernel_family;
 pub mod kernels;
 mod matref;
 mod skinny;

@@ -18,7 +18,7 @@
 
 use alloc::vec::Vec;
 
-use super::gemm::{Epilogue, Kernel};
+use super::kernel_family::{Epilogue, Kernel};
 use super::matref::MatRef;
 use crate::error::{Error, Result};
 

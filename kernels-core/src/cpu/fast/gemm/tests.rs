@@ -4,6 +4,9 @@ use alloc::vec;
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 use super::*;
+use crate::cpu::fast::kernels::Portable;
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::fast::kernels::{Avx2Fma, Avx512};
 use crate::numerics::compare;
 use crate::op::OpKind;
 use crate::rng::Rng;
