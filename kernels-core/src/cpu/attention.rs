@@ -78,7 +78,7 @@ impl Dims {
     }
 
     /// Number of keys query row `i` may see.
-    fn visible(&self, causal: bool, i: usize) -> usize {
+    pub(crate) fn visible(&self, causal: bool, i: usize) -> usize {
         if causal {
             // Keys j <= i + t - s, i.e. j < i + 1 + t - s, clamped to [0, t].
             (i + 1 + self.t).saturating_sub(self.s).min(self.t)
@@ -87,7 +87,7 @@ impl Dims {
         }
     }
 
-    fn out_shape(&self) -> Vec<usize> {
+    pub(crate) fn out_shape(&self) -> Vec<usize> {
         vec![self.batch, self.hq, self.s, self.dv]
     }
 }

@@ -16,7 +16,7 @@ use crate::numerics::Real;
 use crate::op::Op;
 
 /// Checks `eps` (finite, >= 0), x `[..., n]` (non-empty) and each parameter `[n]`; returns `n`.
-fn validate(
+pub(crate) fn validate(
     name: &'static str,
     eps: f32,
     sx: &[usize],

@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::numerics::Real;
 use crate::op::Op;
 
-fn op_name(log: bool, causal: bool) -> &'static str {
+pub(crate) fn op_name(log: bool, causal: bool) -> &'static str {
     if log {
         Op::LogSoftmax { causal }.name()
     } else {
@@ -30,7 +30,7 @@ fn op_name(log: bool, causal: bool) -> &'static str {
 
 /// Validates x and returns `(s, t)`: query rows per matrix and the row length. Without the
 /// causal mask `s` is 1 (every row sees every key).
-fn geometry(name: &'static str, causal: bool, sx: &[usize]) -> Result<(usize, usize)> {
+pub(crate) fn geometry(name: &'static str, causal: bool, sx: &[usize]) -> Result<(usize, usize)> {
     min_rank(name, "x", sx, if causal { 2 } else { 1 })?;
     non_empty(name, "x", sx)?;
     let t = sx.last().copied().unwrap_or(1);
@@ -43,7 +43,7 @@ fn geometry(name: &'static str, causal: bool, sx: &[usize]) -> Result<(usize, us
 }
 
 /// Number of keys query row `i` sees: keys `0..visible` (the rest are masked).
-fn visible(causal: bool, i: usize, s: usize, t: usize) -> usize {
+pub(crate) fn visible(causal: bool, i: usize, s: usize, t: usize) -> usize {
     if causal {
         // j <= i + t - s  <=>  j < i + t + 1 - s, in unsigned arithmetic.
         (i + t + 1).saturating_sub(s).min(t)

@@ -16,10 +16,12 @@
 
 pub mod config;
 pub mod gemm;
+pub mod isa;
 pub mod kernel_family;
 pub mod kernels;
 mod matref;
 mod skinny;
+pub mod vector;
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -37,6 +39,11 @@ const NAME: &str = "matmul";
 /// Called before the reference dispatcher's own checks, so arity, dtypes and shapes are
 /// validated here, with the same errors as the reference.
 pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Owned<f32>>>> {
+    if dir == Direction::Forward
+        && let Some(r) = vector::forward(op, args)
+    {
+        return Some(r);
+    }
     let kernel = Kernel::best();
     match (*op, dir) {
         (Op::Matmul { trans_a, trans_b }, Direction::Forward) => {

@@ -1,0 +1,141 @@
+//! Which vector instruction set the fast CPU paths use.
+//!
+//! With `std` the CPU is probed once at run time (`is_x86_feature_detected!`); without it the
+//! choice follows the compile-time target features. `KERNELS_CPU_KERNEL=portable|avx2|avx512`
+//! (read once, `std` only) caps the choice, so every variant can be measured on one machine; a
+//! request the CPU cannot run falls back to the best variant below it, and an unknown value is
+//! ignored.
+
+/// A vector instruction set, in increasing order of preference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Isa {
+    /// Plain Rust written for the auto-vectorizer: every target.
+    Portable,
+    /// wasm `simd128` (compile-time: `-C target-feature=+simd128`).
+    Simd128,
+    /// x86_64 AVX2 + FMA, 8 lanes.
+    Avx2,
+    /// x86_64 AVX-512F, 16 lanes.
+    Avx512,
+}
+
+/// The environment variable that caps the instruction set (`std` only).
+pub const ENV_VAR: &str = "KERNELS_CPU_KERNEL";
+
+impl Isa {
+    /// Short name for logs and benchmarks (the values `KERNELS_CPU_KERNEL` accepts).
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Portable => "portable",
+            Isa::Simd128 => "simd128",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// Parses a `KERNELS_CPU_KERNEL` value (case-insensitive; `avx2-fma` also names AVX2).
+    pub fn parse(s: &str) -> Option<Isa> {
+        let s = s.trim();
+        [
+            ("portable", Isa::Portable),
+            ("simd128", Isa::Simd128),
+            ("avx2", Isa::Avx2),
+            ("avx2-fma", Isa::Avx2),
+            ("avx512", Isa::Avx512),
+            ("avx512f", Isa::Avx512),
+        ]
+        .into_iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(s))
+        .map(|(_, isa)| isa)
+    }
+
+    /// Whether this machine can run the variant (probed at run time with `std`).
+    pub fn supported(self) -> bool {
+        match self {
+            Isa::Portable => true,
+            Isa::Simd128 => cfg!(all(target_arch = "wasm32", target_feature = "simd128")),
+            Isa::Avx2 => has_avx2_fma(),
+            Isa::Avx512 => has_avx512f(),
+        }
+    }
+
+    /// Every variant this machine can run, best last (tests run each).
+    pub fn available() -> impl Iterator<Item = Isa> {
+        [Isa::Portable, Isa::Simd128, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .filter(|i| i.supported())
+    }
+
+    /// The best supported variant not above `cap`.
+    pub fn best_up_to(cap: Isa) -> Isa {
+        Isa::available()
+            .filter(|&i| i <= cap)
+            .last()
+            .unwrap_or(Isa::Portable)
+    }
+
+    /// The variant the fast paths use: the best one supported, capped by `KERNELS_CPU_KERNEL`.
+    /// Detected once with `std`.
+    pub fn selected() -> Isa {
+        #[cfg(feature = "std")]
+        {
+            static SELECTED: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+            *SELECTED.get_or_init(|| {
+                let cap = std::env::var(ENV_VAR)
+                    .ok()
+                    .and_then(|v| Isa::parse(&v))
+                    .unwrap_or(Isa::Avx512);
+                Isa::best_up_to(cap)
+            })
+        }
+        #[cfg(not(feature = "std"))]
+        Isa::best_up_to(Isa::Avx512)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx2_fma() -> bool {
+    #[cfg(feature = "std")]
+    return std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+    #[cfg(not(feature = "std"))]
+    return cfg!(all(target_feature = "avx2", target_feature = "fma"));
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx512f() -> bool {
+    #[cfg(feature = "std")]
+    return std::is_x86_feature_detected!("avx512f");
+    #[cfg(not(feature = "std"))]
+    return cfg!(target_feature = "avx512f");
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn has_avx2_fma() -> bool {
+    false
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn has_avx512f() -> bool {
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    #[cfg(target_arch = "wasm32")]
+    use wasm_bindgen_test::wasm_bindgen_test as test;
+
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_caps_fall_back() {
+        for isa in [Isa::Portable, Isa::Simd128, Isa::Avx2, Isa::Avx512] {
+            assert_eq!(Isa::parse(isa.name()), Some(isa));
+        }
+        assert_eq!(Isa::parse(" AVX2 "), Some(Isa::Avx2));
+        assert_eq!(Isa::parse("sse9"), None);
+        assert_eq!(Isa::best_up_to(Isa::Portable), Isa::Portable);
+        assert!(Isa::best_up_to(Isa::Avx512).supported());
+        assert!(Isa::selected().supported());
+        assert!(Isa::available().any(|i| i == Isa::Portable));
+    }
+}

@@ -1,0 +1,91 @@
+//! Scaled dot-product attention with grouped-query heads on the vector kernels: a decode step
+//! (one query row over a KV cache) and prefill (every row, causal or not) share one row loop.
+//!
+//! Per query row: the scores `scale * q . k_j` over the visible keys (a vector dot product per
+//! key), their maximum, `p_j = exp(score_j - max)` with the vector `exp`, the sum, and
+//! `out = sum_j (p_j / sum) v_j` accumulated row by row (each `v_j` is contiguous). A row that
+//! sees no key is zeros, as in the reference; NaN in q or a visible k makes the row NaN, NaN in
+//! v its column.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::simd::Simd;
+use super::{filled, math, with_simd};
+use crate::cpu::attention::{Dims, scale_value};
+use crate::cpu::fast::isa::Isa;
+use crate::cpu::{Owned, View, float_arg};
+use crate::error::Result;
+
+const OP: &str = "attention";
+
+/// Forward. Args `q [b, hq, s, d]`, `k [b, hkv, t, d]`, `v [b, hkv, t, dv]`; returns
+/// `out [b, hq, s, dv]`.
+pub(super) fn forward(
+    isa: Isa,
+    causal: bool,
+    scale: Option<f32>,
+    args: &[View<f32>],
+) -> Result<Vec<Owned<f32>>> {
+    let (q_shape, q) = float_arg(OP, args, 0, "q")?;
+    let (k_shape, k) = float_arg(OP, args, 1, "k")?;
+    let (v_shape, v) = float_arg(OP, args, 2, "v")?;
+    let dm = Dims::new(q_shape, k_shape, v_shape)?;
+    let scale = scale_value::<f32>(scale, dm.d)?;
+    let Dims {
+        batch,
+        hq,
+        hkv,
+        s: sq,
+        t,
+        d,
+        dv,
+    } = dm;
+    let group = hq / hkv;
+    let mut out = filled(batch * hq * sq * dv, 0.0, OP)?;
+    let mut p = filled(t, 0.0, OP)?;
+    with_simd!(isa, s => {
+        for b in 0..batch {
+            for h in 0..hq {
+                let kvh = b * hkv + h / group;
+                let k_head = &k[kvh * t * d..(kvh + 1) * t * d];
+                let v_head = &v[kvh * t * dv..(kvh + 1) * t * dv];
+                for i in 0..sq {
+                    let row = (b * hq + h) * sq + i;
+                    let n = dm.visible(causal, i);
+                    let qi = &q[row * d..(row + 1) * d];
+                    let oi = &mut out[row * dv..(row + 1) * dv];
+                    attend_row(s, qi, k_head, v_head, scale, &mut p[..n], oi);
+                }
+            }
+        }
+    });
+    Ok(vec![Owned::float(dm.out_shape(), out)])
+}
+
+/// One query row over the first `p.len()` keys: `out = softmax(scale * K q) . V`. `out` is
+/// zeroed on entry; `p` is scratch.
+#[inline(always)]
+fn attend_row<S: Simd>(
+    s: S,
+    qi: &[f32],
+    k_head: &[f32],
+    v_head: &[f32],
+    scale: f32,
+    p: &mut [f32],
+    out: &mut [f32],
+) {
+    let (d, dv) = (qi.len(), out.len());
+    if p.is_empty() || d == 0 || dv == 0 {
+        return;
+    }
+    for (pj, kj) in p.iter_mut().zip(k_head.chunks_exact(d)) {
+        *pj = math::dot(s, qi, kj) * scale;
+    }
+    let m = math::max(s, p);
+    let sum = math::exp_sum_in_place(s, p, m);
+    math::scale_in_place(s, p, 1.0 / sum);
+    for (&pj, vj) in p.iter().zip(v_head.chunks_exact(dv)) {
+        math::axpy(s, pj, vj, out);
+    }
+}

@@ -1,0 +1,124 @@
+//! Vectorized forward paths for the non-GEMM ops of a transformer layer: `exp`, `sigmoid`,
+//! `silu`, `swiglu`, `softmax` / `log_softmax`, `rms_norm`, `rope` and `attention` (decode and
+//! prefill, grouped-query heads).
+//!
+//! Each kernel is written once over the [`simd::Simd`] vocabulary and compiled for AVX-512F,
+//! AVX2 + FMA, wasm `simd128` and plain Rust; [`Isa::selected`] picks one at run time (`std`)
+//! and `KERNELS_CPU_KERNEL=portable|avx2|avx512` caps it. Arguments are validated with the
+//! reference's own checks, in the reference's order, so errors are identical; results stay
+//! within each op's published budget of the reference (see the tests). Backward passes stay on
+//! the reference.
+
+mod attention;
+mod math;
+mod ops;
+pub(crate) mod simd;
+#[cfg(test)]
+mod tests;
+
+use alloc::vec::Vec;
+
+use super::isa::Isa;
+use crate::cpu::{Owned, View};
+use crate::error::{Error, Result};
+use crate::op::{Direction, Op, UnaryOp};
+
+/// Runs `body` with `$s` bound to the token of `isa` (inside a `#[target_feature]` function
+/// for the x86 variants), or of the portable path when the CPU lacks `isa`.
+macro_rules! with_simd {
+    ($isa:expr, $s:ident => $body:expr) => {{
+        #[allow(unused_imports)]
+        use $crate::cpu::fast::isa::Isa as I;
+        #[allow(unused_imports)]
+        use $crate::cpu::fast::vector::simd::{self, Simd as _};
+        match $isa {
+            #[cfg(target_arch = "x86_64")]
+            I::Avx512 => match simd::Avx512::new() {
+                Some(t) => t.vectorize(|$s| $body),
+                None => {
+                    let $s = simd::Portable;
+                    $body
+                }
+            },
+            #[cfg(target_arch = "x86_64")]
+            I::Avx2 => match simd::Avx2::new() {
+                Some(t) => t.vectorize(|$s| $body),
+                None => {
+                    let $s = simd::Portable;
+                    $body
+                }
+            },
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            I::Simd128 => simd::Simd128.vectorize(|$s| $body),
+            _ => {
+                let $s = simd::Portable;
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use with_simd;
+
+/// The element-wise activations with a vector path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Act {
+    Exp,
+    Sigmoid,
+    Silu,
+}
+
+/// [`forward_with`] on the selected instruction set.
+pub fn forward(op: &Op, args: &[View<f32>]) -> Option<Result<Vec<Owned<f32>>>> {
+    forward_with(Isa::selected(), op, args)
+}
+
+/// The forward of `op` on `isa` (or the portable path when the CPU lacks it), or `None` when
+/// `op` has no vector path here. Checks arity, dtypes and shapes as the reference does first.
+pub fn forward_with(isa: Isa, op: &Op, args: &[View<f32>]) -> Option<Result<Vec<Owned<f32>>>> {
+    let checked = || crate::cpu::check_args(op, Direction::Forward, args);
+    let r = match *op {
+        Op::Unary(u) => {
+            let act = match u {
+                UnaryOp::Exp => Act::Exp,
+                UnaryOp::Sigmoid => Act::Sigmoid,
+                UnaryOp::Silu => Act::Silu,
+                UnaryOp::Neg | UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Relu | UnaryOp::Tanh => {
+                    return None;
+                }
+            };
+            checked().and_then(|()| ops::unary(isa, u, act, args))
+        }
+        Op::Swiglu => checked().and_then(|()| ops::swiglu(isa, args)),
+        Op::Softmax { causal } => checked().and_then(|()| ops::softmax(isa, false, causal, args)),
+        Op::LogSoftmax { causal } => {
+            checked().and_then(|()| ops::softmax(isa, true, causal, args))
+        }
+        Op::RmsNorm { eps } => checked().and_then(|()| ops::rms_norm(isa, eps, args)),
+        Op::Rope {
+            theta,
+            offset,
+            interleaved,
+        } => checked().and_then(|()| ops::rope(isa, theta, offset, interleaved, args)),
+        Op::Attention { causal, scale } => {
+            checked().and_then(|()| attention::forward(isa, causal, scale, args))
+        }
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// A zeroed (or `fill`ed) output buffer; an allocation failure is an error, not an abort.
+pub(crate) fn filled(len: usize, fill: f32, what: &str) -> Result<Vec<f32>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
+        what: alloc::format!("{what} output"),
+        bytes: (len as u64).saturating_mul(4),
+    })?;
+    v.resize(len, fill);
+    Ok(v)
+}
+
+/// `exp` on `x` with the vector kernel of `isa` (for benchmarks and tests).
+pub fn exp_slice(isa: Isa, x: &[f32], out: &mut [f32]) {
+    with_simd!(isa, s => math::map(s, x, out, |v| math::exp(s, v)));
+}

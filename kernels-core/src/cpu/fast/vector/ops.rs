@@ -1,0 +1,194 @@
+//! Element-wise activations, softmax, rms_norm and rope on the vector kernels. Each function
+//! validates its arguments with the reference's helpers, in the reference's order.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::{Act, filled, math, with_simd};
+use crate::cpu::fast::isa::Isa;
+use crate::cpu::{Owned, View, float_arg, non_empty, norm, rope as rope_ref, same_shape, softmax};
+use crate::error::Result;
+use crate::op::{Op, UnaryOp};
+
+/// `exp`, `sigmoid` or `silu` of `x`, any shape.
+pub(super) fn unary(isa: Isa, u: UnaryOp, act: Act, args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
+    let name = Op::Unary(u).name();
+    let (sx, x) = float_arg(name, args, 0, "x")?;
+    non_empty(name, "x", sx)?;
+    let mut out = filled(x.len(), 0.0, name)?;
+    with_simd!(isa, s => match act {
+        Act::Exp => math::map(s, x, &mut out, |v| math::exp(s, v)),
+        Act::Sigmoid => math::map(s, x, &mut out, |v| math::sigmoid(s, v)),
+        Act::Silu => math::map(s, x, &mut out, |v| s.mul(v, math::sigmoid(s, v))),
+    });
+    Ok(vec![Owned::float(sx.to_vec(), out)])
+}
+
+/// `silu(gate) * up`, computed as the reference does: `(gate * sigmoid(gate)) * up`.
+pub(super) fn swiglu(isa: Isa, args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
+    let name = Op::Swiglu.name();
+    let (sg, gate) = float_arg(name, args, 0, "gate")?;
+    let (su, up) = float_arg(name, args, 1, "up")?;
+    non_empty(name, "gate", sg)?;
+    same_shape(name, sg, su)?;
+    let mut out = filled(gate.len(), 0.0, name)?;
+    with_simd!(isa, s => math::map2(s, gate, up, &mut out, |g, u| {
+        s.mul(s.mul(g, math::sigmoid(s, g)), u)
+    }));
+    Ok(vec![Owned::float(sg.to_vec(), out)])
+}
+
+/// Softmax or log-softmax over the last dim, causal or not (masking as the reference).
+///
+/// Per row: the maximum, then `e = exp(x - max)` stored and summed in f32, then `e / sum`
+/// (softmax) or `(x - max) - ln(sum)` (log-softmax). NaN, or an infinity, anywhere in a row
+/// makes the sum NaN and so the whole row, as in the reference.
+pub(super) fn softmax(
+    isa: Isa,
+    log: bool,
+    causal: bool,
+    args: &[View<f32>],
+) -> Result<Vec<Owned<f32>>> {
+    let name = softmax::op_name(log, causal);
+    let (sx, x) = float_arg(name, args, 0, "x")?;
+    let (sq, t) = softmax::geometry(name, causal, sx)?;
+    let masked = if log { f32::NEG_INFINITY } else { 0.0 };
+    let mut out = filled(x.len(), masked, name)?;
+    with_simd!(isa, s => {
+        let rows = x.chunks_exact(t).zip(out.chunks_exact_mut(t));
+        for (r, (row, orow)) in rows.enumerate() {
+            let n = softmax::visible(causal, r % sq, sq, t);
+            if n == 0 {
+                continue;
+            }
+            let (row, orow) = (&row[..n], &mut orow[..n]);
+            let m = math::max(s, row);
+            let sum = math::exp_sum(s, row, m, orow);
+            if log {
+                let (mv, lse) = (s.splat(m), s.splat(libm::log(f64::from(sum)) as f32));
+                math::map(s, row, orow, |v| s.sub(s.sub(v, mv), lse));
+            } else {
+                math::scale_in_place(s, orow, 1.0 / sum);
+            }
+        }
+    });
+    Ok(vec![Owned::float(sx.to_vec(), out)])
+}
+
+/// Below this f32 sum of squares (or when it is not finite) a row is normalized by the
+/// reference's f64 arithmetic instead: squares of tiny values lose bits as subnormals, and
+/// `1 / rms` might not fit in f32.
+const SUM_SQ_MIN: f32 = 8.673_617e-19; // 2^-60
+
+/// `x / sqrt(mean(x^2) + eps) * weight` over the last dim.
+pub(super) fn rms_norm(isa: Isa, eps: f32, args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
+    let name = Op::RmsNorm { eps }.name();
+    let (sx, x) = float_arg(name, args, 0, "x")?;
+    let (sw, w) = float_arg(name, args, 1, "weight")?;
+    let n = norm::validate(name, eps, sx, &[("weight", sw)])?;
+    let mut out = filled(x.len(), 0.0, name)?;
+    let (nf, eps) = (n as f64, f64::from(eps));
+    with_simd!(isa, s => {
+        for (row, orow) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            let ss = math::sum_sq(s, row);
+            if ss.is_finite() && ss >= SUM_SQ_MIN {
+                let r = s.splat((1.0 / libm::sqrt(f64::from(ss) / nf + eps)) as f32);
+                math::map2(s, row, w, orow, |v, wv| s.mul(s.mul(v, r), wv));
+            } else {
+                exact_rms_row(row, w, eps, orow);
+            }
+        }
+    });
+    Ok(vec![Owned::float(sx.to_vec(), out)])
+}
+
+/// One row of rms_norm in f64, as the reference computes it.
+fn exact_rms_row(row: &[f32], w: &[f32], eps: f64, out: &mut [f32]) {
+    let ms = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / row.len() as f64;
+    let r = 1.0 / libm::sqrt(ms + eps);
+    for ((o, &v), &wv) in out.iter_mut().zip(row).zip(w) {
+        *o = (f64::from(v) * r * f64::from(wv)) as f32;
+    }
+}
+
+/// Rope over x `[batch, heads, seq, head_dim]`: the reference's rotation `(a c - b s, b c + a s)`
+/// with the same roundings (no fused multiply-add), so only the tables can differ.
+pub(super) fn rope(
+    isa: Isa,
+    theta: f32,
+    offset: usize,
+    interleaved: bool,
+    args: &[View<f32>],
+) -> Result<Vec<Owned<f32>>> {
+    const OP: &str = "rope";
+    let (shape, x) = float_arg(OP, args, 0, "x")?;
+    let (seq, head_dim) = rope_ref::check(theta, offset, shape)?;
+    let half = head_dim / 2;
+    let (cos, sin) = rope_tables(theta, offset, seq, head_dim)?;
+    let mut out = filled(x.len(), 0.0, OP)?;
+    with_simd!(isa, s => {
+        let rows = x.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim));
+        for (row, (xr, or)) in rows.enumerate() {
+            let p = (row % seq) * half;
+            let (c, sn) = (&cos[p..p + half], &sin[p..p + half]);
+            if interleaved {
+                for (i, (o, xp)) in or.chunks_exact_mut(2).zip(xr.chunks_exact(2)).enumerate() {
+                    let (a, b) = (xp[0], xp[1]);
+                    o[0] = a * c[i] - b * sn[i];
+                    o[1] = b * c[i] + a * sn[i];
+                }
+                continue;
+            }
+            let (a, b) = xr.split_at(half);
+            let (oa, ob) = or.split_at_mut(half);
+            for i in (0..half).step_by(s_lanes(s)) {
+                let (av, bv) = (s.load(&a[i..], 0.0), s.load(&b[i..], 0.0));
+                let (cv, sv) = (s.load(&c[i..], 0.0), s.load(&sn[i..], 0.0));
+                s.store(s.sub(s.mul(av, cv), s.mul(bv, sv)), &mut oa[i..]);
+                s.store(s.add(s.mul(bv, cv), s.mul(av, sv)), &mut ob[i..]);
+            }
+        }
+    });
+    Ok(vec![Owned::float(shape.to_vec(), out)])
+}
+
+/// The lane count of a token's vectors.
+#[inline(always)]
+fn s_lanes<S: super::simd::Simd>(_: S) -> usize {
+    S::LANES
+}
+
+/// How often the rope tables are re-anchored on a directly computed angle.
+const ROPE_ANCHOR: usize = 16;
+
+/// `(cos, sin)` tables `[seq, head_dim / 2]` as the reference's (f64, rounded once to f32), but
+/// with one `sin`/`cos` pair per 16 positions: in between, the angle advances by rotating the
+/// f64 pair by `inv_freq`. The drift over 15 steps is a few f64 ulps, far below f32 rounding,
+/// so the tables agree with the reference's to the last bit except in rare rounding ties.
+fn rope_tables(
+    theta: f32,
+    offset: usize,
+    seq: usize,
+    head_dim: usize,
+) -> Result<(Vec<f32>, Vec<f32>)> {
+    let half = head_dim / 2;
+    let mut cos = filled(seq * half, 0.0, "rope")?;
+    let mut sin = filled(seq * half, 0.0, "rope")?;
+    let theta = f64::from(theta);
+    for i in 0..half {
+        let f = libm::pow(theta, -((2 * i) as f64) / head_dim as f64);
+        let (sf, cf) = (libm::sin(f), libm::cos(f));
+        let (mut c, mut sn) = (1.0f64, 0.0f64);
+        for s in 0..seq {
+            if s % ROPE_ANCHOR == 0 {
+                let angle = (offset + s) as f64 * f;
+                (c, sn) = (libm::cos(angle), libm::sin(angle));
+            } else {
+                (c, sn) = (c * cf - sn * sf, sn * cf + c * sf);
+            }
+            cos[s * half + i] = c as f32;
+            sin[s * half + i] = sn as f32;
+        }
+    }
+    Ok((cos, sin))
+}
