@@ -90,9 +90,7 @@ pub fn forward_with(isa: Isa, op: &Op, args: &[View<f32>]) -> Option<Result<Vec<
         }
         Op::Swiglu => checked().and_then(|()| ops::swiglu(isa, args)),
         Op::Softmax { causal } => checked().and_then(|()| ops::softmax(isa, false, causal, args)),
-        Op::LogSoftmax { causal } => {
-            checked().and_then(|()| ops::softmax(isa, true, causal, args))
-        }
+        Op::LogSoftmax { causal } => checked().and_then(|()| ops::softmax(isa, true, causal, args)),
         Op::RmsNorm { eps } => checked().and_then(|()| ops::rms_norm(isa, eps, args)),
         Op::Rope {
             theta,

@@ -104,7 +104,11 @@ pub(super) fn rms_norm(isa: Isa, eps: f32, args: &[View<f32>]) -> Result<Vec<Own
 
 /// One row of rms_norm in f64, as the reference computes it.
 fn exact_rms_row(row: &[f32], w: &[f32], eps: f64, out: &mut [f32]) {
-    let ms = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / row.len() as f64;
+    let ms = row
+        .iter()
+        .map(|&v| f64::from(v) * f64::from(v))
+        .sum::<f64>()
+        / row.len() as f64;
     let r = 1.0 / libm::sqrt(ms + eps);
     for ((o, &v), &wv) in out.iter_mut().zip(row).zip(w) {
         *o = (f64::from(v) * r * f64::from(wv)) as f32;
@@ -177,7 +181,12 @@ fn rope_tables(
     let theta = f64::from(theta);
     for i in 0..half {
         let f = libm::pow(theta, -((2 * i) as f64) / head_dim as f64);
-        let (sf, cf) = (libm::sin(f), libm::cos(f));
+        // The step rotation is only needed past the first anchor (not for a decode step).
+        let (sf, cf) = if seq > 1 {
+            (libm::sin(f), libm::cos(f))
+        } else {
+            (0.0, 1.0)
+        };
         let (mut c, mut sn) = (1.0f64, 0.0f64);
         for s in 0..seq {
             if s % ROPE_ANCHOR == 0 {

@@ -43,7 +43,7 @@ pub(crate) trait Simd: Copy {
     fn exp2_parts(self, t: Self::V) -> (Self::V, Self::V);
 }
 
-/// Auto-vectorized plain Rust: 8 lanes as an array (two SSE registers on baseline x86_64).
+/// Auto-vectorized plain Rust: 8 lanes as an array (two SSE or NEON registers).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Portable;
 
@@ -77,15 +77,25 @@ impl Simd for Portable {
     }
     #[inline(always)]
     fn load(self, s: &[f32], fill: f32) -> Self::V {
+        // A full vector is a fixed-size copy; only the tail loops.
+        if let Some(full) = s.first_chunk::<PL>() {
+            return *full;
+        }
         let mut r = [fill; PL];
-        let n = s.len().min(PL);
-        r[..n].copy_from_slice(&s[..n]);
+        for (r, &x) in r.iter_mut().zip(s) {
+            *r = x;
+        }
         r
     }
     #[inline(always)]
     fn store(self, v: Self::V, d: &mut [f32]) {
-        let n = d.len().min(PL);
-        d[..n].copy_from_slice(&v[..n]);
+        if let Some(full) = d.first_chunk_mut::<PL>() {
+            *full = v;
+            return;
+        }
+        for (d, x) in d.iter_mut().zip(v) {
+            *d = x;
+        }
     }
     #[inline(always)]
     fn add(self, a: Self::V, b: Self::V) -> Self::V {

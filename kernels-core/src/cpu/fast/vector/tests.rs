@@ -26,7 +26,11 @@ fn report(_line: &str) {
 fn ulps(got: f32, exact: f64) -> f64 {
     let e = exact as f32;
     if got.is_nan() || e.is_nan() {
-        return if got.is_nan() && e.is_nan() { 0.0 } else { f64::INFINITY };
+        return if got.is_nan() && e.is_nan() {
+            0.0
+        } else {
+            f64::INFINITY
+        };
     }
     if got.is_infinite() || e.is_infinite() {
         return if got == e { 0.0 } else { f64::INFINITY };
@@ -98,11 +102,18 @@ fn exp_edge_cases() {
         (-1.0, 1.0 / core::f32::consts::E),
     ];
     for isa in Isa::available() {
-        let xs: Vec<f32> = cases.iter().map(|c| c.0).chain([f32::NAN, max_ln]).collect();
+        let xs: Vec<f32> = cases
+            .iter()
+            .map(|c| c.0)
+            .chain([f32::NAN, max_ln])
+            .collect();
         let mut out = vec![0.0f32; xs.len()];
         exp_slice(isa, &xs, &mut out);
         for (&(x, want), &got) in cases.iter().zip(&out) {
-            assert!(ulps(got, f64::from(want)) <= 1.0, "{isa:?} exp({x}) = {got}");
+            assert!(
+                ulps(got, f64::from(want)) <= 1.0,
+                "{isa:?} exp({x}) = {got}"
+            );
         }
         assert!(out[cases.len()].is_nan(), "{isa:?} exp(NaN)");
         assert!(out[cases.len() + 1].is_finite(), "{isa:?} exp({max_ln})");
@@ -178,7 +189,10 @@ fn agree(op: Op, inputs: &[(Vec<usize>, Vec<f32>)]) -> (f64, f64) {
             assert_eq!(g.shape, w.shape, "{op:?} {shapes:?}");
             let c = compare(g.floats(), w.floats(), atol, rtol);
             assert!(c.pass, "{op:?} {shapes:?} on {isa:?}: {c:?}");
-            worst = (worst.0.max(c.max_rel_err), worst.1.max(budget_used(g, w, atol, rtol)));
+            worst = (
+                worst.0.max(c.max_rel_err),
+                worst.1.max(budget_used(g, w, atol, rtol)),
+            );
         }
     }
     worst
@@ -215,7 +229,10 @@ fn activations_match_the_reference() {
         for kind in 0..KINDS {
             let g = data(&mut rng, n, kind);
             let u = data(&mut rng, n, (kind + 3) % KINDS);
-            fold(&mut worst, agree(Op::Swiglu, &[(vec![1, n], g), (vec![1, n], u)]));
+            fold(
+                &mut worst,
+                agree(Op::Swiglu, &[(vec![1, n], g), (vec![1, n], u)]),
+            );
         }
     }
     summary("swiglu", worst);
@@ -355,7 +372,10 @@ fn errors_are_the_references_errors() {
         (Op::Softmax { causal: true }, vec![f(&[4], 4)]),
         (Op::LogSoftmax { causal: false }, vec![f(&[2, 0], 0)]),
         (Op::RmsNorm { eps: -1.0 }, vec![f(&[2, 3], 6), f(&[3], 3)]),
-        (Op::RmsNorm { eps: f32::NAN }, vec![f(&[2, 3], 6), f(&[3], 3)]),
+        (
+            Op::RmsNorm { eps: f32::NAN },
+            vec![f(&[2, 3], 6), f(&[3], 3)],
+        ),
         (Op::RmsNorm { eps: 1e-5 }, vec![f(&[2, 3], 6), f(&[2], 2)]),
         (Op::RmsNorm { eps: 1e-5 }, vec![f(&[2, 3], 6), int(&[3])]),
         (
@@ -393,24 +413,43 @@ fn errors_are_the_references_errors() {
         (attn, vec![f(&[1, 2, 1, 4], 8), f(&[1, 1, 3, 4], 12)]),
         (
             attn,
-            vec![f(&[1, 2, 1, 4], 8), f(&[1, 1, 3, 2], 6), f(&[1, 1, 3, 2], 6)],
+            vec![
+                f(&[1, 2, 1, 4], 8),
+                f(&[1, 1, 3, 2], 6),
+                f(&[1, 1, 3, 2], 6),
+            ],
         ),
         (
             attn,
-            vec![f(&[1, 3, 1, 4], 12), f(&[1, 2, 3, 4], 24), f(&[1, 2, 3, 4], 24)],
+            vec![
+                f(&[1, 3, 1, 4], 12),
+                f(&[1, 2, 3, 4], 24),
+                f(&[1, 2, 3, 4], 24),
+            ],
         ),
         (
             attn,
-            vec![f(&[1, 2, 1, 4], 8), f(&[1, 1, 3, 4], 12), f(&[1, 1, 2, 4], 8)],
+            vec![
+                f(&[1, 2, 1, 4], 8),
+                f(&[1, 1, 3, 4], 12),
+                f(&[1, 1, 2, 4], 8),
+            ],
         ),
         (
             Op::Attention {
                 causal: false,
                 scale: Some(f32::INFINITY),
             },
-            vec![f(&[1, 1, 1, 4], 4), f(&[1, 1, 3, 4], 12), f(&[1, 1, 3, 4], 12)],
+            vec![
+                f(&[1, 1, 1, 4], 4),
+                f(&[1, 1, 3, 4], 12),
+                f(&[1, 1, 3, 4], 12),
+            ],
         ),
-        (attn, vec![f(&[1, 1, 4], 4), f(&[1, 3, 4], 12), f(&[1, 3, 4], 12)]),
+        (
+            attn,
+            vec![f(&[1, 1, 4], 4), f(&[1, 3, 4], 12), f(&[1, 3, 4], 12)],
+        ),
     ];
     for (op, args) in &cases {
         let want = reference(op, Direction::Forward, args);
