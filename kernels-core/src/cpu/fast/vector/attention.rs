@@ -85,7 +85,5 @@ fn attend_row<S: Simd>(
     let m = math::max(s, p);
     let sum = math::exp_sum_in_place(s, p, m);
     math::scale_in_place(s, p, 1.0 / sum);
-    for (&pj, vj) in p.iter().zip(v_head.chunks_exact(dv)) {
-        math::axpy(s, pj, vj, out);
-    }
+    math::weighted_rows(s, p, v_head, out);
 }

@@ -176,12 +176,33 @@ pub(crate) fn dot<S: Simd>(s: S, a: &[f32], b: &[f32]) -> f32 {
     s.hsum(acc)
 }
 
-/// `y[i] += a * x[i]`.
+/// `out = sum_j p[j] * rows[j]` where `rows` holds `p.len()` rows of `out.len()` values. The
+/// columns go in blocks of four vectors whose accumulators stay in registers across all rows
+/// (accumulating into `out` row by row would reload and store it for every row).
 #[inline(always)]
-pub(crate) fn axpy<S: Simd>(s: S, a: f32, x: &[f32], y: &mut [f32]) {
-    let av = s.splat(a);
-    for (xc, yc) in x.chunks(S::LANES).zip(y.chunks_mut(S::LANES)) {
-        let v = s.mul_add(av, s.load(xc, 0.0), s.load(yc, 0.0));
-        s.store(v, yc);
+pub(crate) fn weighted_rows<S: Simd>(s: S, p: &[f32], rows: &[f32], out: &mut [f32]) {
+    let (l, w) = (S::LANES, out.len());
+    if w == 0 {
+        return;
+    }
+    for c0 in (0..w).step_by(4 * l) {
+        let mut acc = [s.splat(0.0); 4];
+        for (&pj, row) in p.iter().zip(rows.chunks_exact(w)) {
+            let (pv, row) = (s.splat(pj), &row[c0..]);
+            for (k, a) in acc.iter_mut().enumerate() {
+                // A last block narrower than four vectors skips the missing ones (a short
+                // last vector loads zeros past the row's end, which are not stored below).
+                let part = row.get(k * l..).unwrap_or_default();
+                if !part.is_empty() {
+                    *a = s.mul_add(pv, s.load(part, 0.0), *a);
+                }
+            }
+        }
+        let dst = &mut out[c0..];
+        for (k, a) in acc.into_iter().enumerate() {
+            if let Some(d) = dst.get_mut(k * l..) {
+                s.store(a, d);
+            }
+        }
     }
 }
