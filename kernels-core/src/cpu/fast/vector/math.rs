@@ -77,6 +77,23 @@ pub(crate) fn map2<S: Simd>(
     }
 }
 
+/// `out[i] = f(a[i], b[i], c[i])`.
+#[inline(always)]
+pub(crate) fn map3<S: Simd>(
+    s: S,
+    a: &[f32],
+    b: &[f32],
+    c: &[f32],
+    out: &mut [f32],
+    f: impl Fn(S::V, S::V, S::V) -> S::V,
+) {
+    let l = S::LANES;
+    let ins = a.chunks(l).zip(b.chunks(l)).zip(c.chunks(l));
+    for (((ac, bc), cc), oc) in ins.zip(out.chunks_mut(l)) {
+        s.store(f(s.load(ac, 0.0), s.load(bc, 0.0), s.load(cc, 0.0)), oc);
+    }
+}
+
 /// Folds `x` into four independent accumulators (so a reduction is not one long dependency
 /// chain): `step(acc, v)` per vector of `LANES` values, the tail padded with `fill`; returns
 /// the four accumulators combined with `join`.
@@ -125,6 +142,26 @@ pub(crate) fn sum_sq<S: Simd>(s: S, x: &[f32]) -> f32 {
     let z = s.splat(0.0);
     let acc = fold4(s, x, 0.0, z, |a, v| s.mul_add(v, v, a), |a, b| s.add(a, b));
     s.hsum(acc)
+}
+
+/// `sum(x[i])` in f32.
+#[inline(always)]
+pub(crate) fn sum<S: Simd>(s: S, x: &[f32]) -> f32 {
+    let z = s.splat(0.0);
+    s.hsum(fold4(s, x, 0.0, z, |a, v| s.add(a, v), |a, b| s.add(a, b)))
+}
+
+/// `(sum(x[i] - m), sum((x[i] - m)^2))` in f32.
+#[inline(always)]
+pub(crate) fn dev_sums<S: Simd>(s: S, x: &[f32], m: f32) -> (f32, f32) {
+    let (mv, mut d1, mut d2) = (s.splat(m), s.splat(0.0), s.splat(0.0));
+    for c in x.chunks(S::LANES) {
+        // The tail is padded with m: a zero deviation.
+        let d = s.sub(s.load(c, m), mv);
+        d1 = s.add(d1, d);
+        d2 = s.mul_add(d, d, d2);
+    }
+    (s.hsum(d1), s.hsum(d2))
 }
 
 /// `out[i] = exp(x[i] - m)`; returns their sum. `out` as long as `x`.

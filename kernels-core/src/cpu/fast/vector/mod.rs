@@ -1,6 +1,6 @@
 //! Vectorized forward paths for the non-GEMM ops of a transformer layer: `exp`, `sigmoid`,
-//! `silu`, `swiglu`, `softmax` / `log_softmax`, `rms_norm`, `rope` and `attention` (decode and
-//! prefill, grouped-query heads).
+//! `silu`, `swiglu`, `softmax` / `log_softmax`, `rms_norm`, `layer_norm`, `rope` and `attention`
+//! (decode and prefill, grouped-query heads).
 //!
 //! Each kernel is written once over the [`simd::Simd`] vocabulary and compiled for AVX-512F,
 //! AVX2 + FMA, wasm `simd128` and plain Rust; [`Isa::selected`] picks one at run time (`std`)
@@ -92,6 +92,7 @@ pub fn forward_with(isa: Isa, op: &Op, args: &[View<f32>]) -> Option<Result<Vec<
         Op::Softmax { causal } => checked().and_then(|()| ops::softmax(isa, false, causal, args)),
         Op::LogSoftmax { causal } => checked().and_then(|()| ops::softmax(isa, true, causal, args)),
         Op::RmsNorm { eps } => checked().and_then(|()| ops::rms_norm(isa, eps, args)),
+        Op::LayerNorm { eps } => checked().and_then(|()| ops::layer_norm(isa, eps, args)),
         Op::Rope {
             theta,
             offset,

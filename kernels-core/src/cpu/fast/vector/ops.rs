@@ -1,4 +1,4 @@
-//! Element-wise activations, softmax, rms_norm and rope on the vector kernels. Each function
+//! Element-wise activations, softmax, rms_norm, layer_norm and rope on the vector kernels. Each function
 //! validates its arguments with the reference's helpers, in the reference's order.
 
 use alloc::vec;
@@ -112,6 +112,57 @@ fn exact_rms_row(row: &[f32], w: &[f32], eps: f64, out: &mut [f32]) {
     let r = 1.0 / libm::sqrt(ms + eps);
     for ((o, &v), &wv) in out.iter_mut().zip(row).zip(w) {
         *o = (f64::from(v) * r * f64::from(wv)) as f32;
+    }
+}
+
+/// `(x - mean) / sqrt(var + eps) * weight + bias` over the last dim (biased variance).
+///
+/// In f32: the mean, then the sums of `d = x - mean` and `d^2` in one pass (the first corrects
+/// the mean's rounding), then the output. A row whose mean is large against its spread
+/// (`mean^2 > 64 var`: f32 deviations would lose digits the reference keeps), or that is not
+/// finite, or whose spread is tiny, is computed by the reference's f64 arithmetic instead.
+pub(super) fn layer_norm(isa: Isa, eps: f32, args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
+    let name = Op::LayerNorm { eps }.name();
+    let (sx, x) = float_arg(name, args, 0, "x")?;
+    let (sw, w) = float_arg(name, args, 1, "weight")?;
+    let (sb, b) = float_arg(name, args, 2, "bias")?;
+    let n = norm::validate(name, eps, sx, &[("weight", sw), ("bias", sb)])?;
+    let mut out = filled(x.len(), 0.0, name)?;
+    let (nf, eps) = (n as f64, f64::from(eps));
+    with_simd!(isa, s => {
+        for (row, orow) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+            let m = math::sum(s, row) / n as f32;
+            let (d1, d2) = math::dev_sums(s, row, m);
+            let (md, ms) = (f64::from(d1) / nf, f64::from(d2) / nf);
+            let var = ms - md * md;
+            let mean = f64::from(m) + md;
+            let ok = d2.is_finite() && d2 >= SUM_SQ_MIN && mean * mean <= 64.0 * var;
+            if !(ok && m.is_finite()) {
+                exact_layer_norm_row(row, w, b, eps, orow);
+                continue;
+            }
+            let rstd = s.splat((1.0 / libm::sqrt(var + eps)) as f32);
+            let shift = s.splat(mean as f32);
+            math::map3(s, row, w, b, orow, |v, wv, bv| {
+                s.mul_add(s.mul(s.sub(v, shift), rstd), wv, bv)
+            });
+        }
+    });
+    Ok(vec![Owned::float(sx.to_vec(), out)])
+}
+
+/// One row of layer_norm in f64, as the reference computes it.
+fn exact_layer_norm_row(row: &[f32], w: &[f32], b: &[f32], eps: f64, out: &mut [f32]) {
+    let n = row.len() as f64;
+    let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let var = row
+        .iter()
+        .map(|&v| (f64::from(v) - mean) * (f64::from(v) - mean))
+        .sum::<f64>()
+        / n;
+    let rstd = 1.0 / libm::sqrt(var + eps);
+    for (((o, &v), &wv), &bv) in out.iter_mut().zip(row).zip(w).zip(b) {
+        *o = ((f64::from(v) - mean) * rstd * f64::from(wv) + f64::from(bv)) as f32;
     }
 }
 

@@ -289,6 +289,40 @@ fn rms_norm_matches_the_reference() {
 }
 
 #[test]
+fn layer_norm_matches_the_reference() {
+    let mut rng = Rng::new(6);
+    let mut worst = (0.0, 0.0);
+    for eps in [1e-5, 0.0] {
+        for &n in LENS.iter().chain(&[288, 4096]) {
+            for kind in 0..KINDS + 1 {
+                let mut x = data(&mut rng, 3 * n, kind % KINDS);
+                if kind == KINDS {
+                    // Offset rows (mean far from the spread): the f64 fallback.
+                    x.iter_mut().for_each(|v| *v += 10000.0);
+                }
+                let w = rng.normal_vec(n, 1.0, 0.5);
+                let b = rng.normal_vec(n, 0.0, 0.5);
+                let op = Op::LayerNorm { eps };
+                let inputs = [(vec![3, n], x), (vec![n], w), (vec![n], b)];
+                fold(&mut worst, agree(op, &inputs));
+            }
+        }
+    }
+    // [10000, 10001, 10002] normalizes as accurately as [0, 1, 2] (the reference's promise);
+    // a row with a modest offset stays on the f32 path.
+    let x = [10000.0f32, 10001.0, 10002.0, 3.0, 4.0, 5.5];
+    let w = [1.0f32, 2.0, -0.5];
+    let b = [0.0f32, 0.1, 0.2];
+    let inputs = [
+        (vec![2, 3], x.to_vec()),
+        (vec![3], w.to_vec()),
+        (vec![3], b.to_vec()),
+    ];
+    fold(&mut worst, agree(Op::LayerNorm { eps: 0.0 }, &inputs));
+    summary("layer_norm", worst);
+}
+
+#[test]
 fn rope_matches_the_reference() {
     let mut rng = Rng::new(4);
     let mut worst = (0.0, 0.0);
@@ -378,6 +412,15 @@ fn errors_are_the_references_errors() {
         ),
         (Op::RmsNorm { eps: 1e-5 }, vec![f(&[2, 3], 6), f(&[2], 2)]),
         (Op::RmsNorm { eps: 1e-5 }, vec![f(&[2, 3], 6), int(&[3])]),
+        (
+            Op::LayerNorm { eps: -1.0 },
+            vec![f(&[2, 3], 6), f(&[3], 3), f(&[3], 3)],
+        ),
+        (
+            Op::LayerNorm { eps: 1e-5 },
+            vec![f(&[2, 3], 6), f(&[3], 3), f(&[2], 2)],
+        ),
+        (Op::LayerNorm { eps: 1e-5 }, vec![f(&[2, 3], 6), f(&[3], 3)]),
         (
             Op::Rope {
                 theta: 0.0,
