@@ -1,5 +1,5 @@
 //! The vector (non-GEMM) fast paths against the reference, on every instruction set this
-//! machine runs: softmax and rms_norm over `[1024, 4096]`, exp and silu over 1M values, swiglu,
+//! machine runs: softmax, rms_norm and layer_norm over `[1024, 4096]`, exp and silu over 1M values, swiglu,
 //! and one decode step of attention over a 400-position KV cache with llama-like heads (6 heads
 //! of 48 and of 64), plus a 128-token causal prefill. Throughput is in elements of the main
 //! input (for attention: keys times heads).
@@ -59,7 +59,15 @@ fn rows(c: &mut Criterion) {
         "rms_norm",
         "1024x4096",
         Op::RmsNorm { eps: 1e-5 },
-        &[x, w],
+        &[x.clone(), w.clone()],
+    );
+    let b = normal(&mut rng, &[4096], 1.0);
+    compare(
+        c,
+        "layer_norm",
+        "1024x4096",
+        Op::LayerNorm { eps: 1e-5 },
+        &[x, w, b],
     );
 }
 
