@@ -1,10 +1,12 @@
-//! Which vector instruction set the fast CPU paths use.
+//! Which vector instruction set the vector (non-GEMM) fast paths use.
 //!
 //! With `std` the CPU is probed once at run time (`is_x86_feature_detected!`); without it the
-//! choice follows the compile-time target features. `KERNELS_CPU_KERNEL=portable|avx2|avx512`
-//! (read once, `std` only) caps the choice, so every variant can be measured on one machine; a
-//! request the CPU cannot run falls back to the best variant below it, and an unknown value is
-//! ignored.
+//! choice follows the compile-time target features. `KERNELS_CPU_KERNEL=portable|avx2|avx512`,
+//! read once by [`super::config::forced_kernel`] (the GEMM's setting too), caps the choice, so
+//! every variant can be measured on one machine; a family the CPU cannot run falls back to the
+//! best one below it.
+
+use super::config::{Forced, forced_kernel};
 
 /// A vector instruction set, in increasing order of preference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -19,11 +21,8 @@ pub enum Isa {
     Avx512,
 }
 
-/// The environment variable that caps the instruction set (`std` only).
-pub const ENV_VAR: &str = "KERNELS_CPU_KERNEL";
-
 impl Isa {
-    /// Short name for logs and benchmarks (the values `KERNELS_CPU_KERNEL` accepts).
+    /// Short name for logs and benchmarks (`KERNELS_CPU_KERNEL` accepts all but `simd128`).
     pub fn name(self) -> &'static str {
         match self {
             Isa::Portable => "portable",
@@ -31,22 +30,6 @@ impl Isa {
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
         }
-    }
-
-    /// Parses a `KERNELS_CPU_KERNEL` value (case-insensitive; `avx2-fma` also names AVX2).
-    pub fn parse(s: &str) -> Option<Isa> {
-        let s = s.trim();
-        [
-            ("portable", Isa::Portable),
-            ("simd128", Isa::Simd128),
-            ("avx2", Isa::Avx2),
-            ("avx2-fma", Isa::Avx2),
-            ("avx512", Isa::Avx512),
-            ("avx512f", Isa::Avx512),
-        ]
-        .into_iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case(s))
-        .map(|(_, isa)| isa)
     }
 
     /// Whether this machine can run the variant (probed at run time with `std`).
@@ -74,22 +57,25 @@ impl Isa {
             .unwrap_or(Isa::Portable)
     }
 
-    /// The variant the fast paths use: the best one supported, capped by `KERNELS_CPU_KERNEL`.
-    /// Detected once with `std`.
+    /// The variant the fast paths use: the best one supported, capped by `KERNELS_CPU_KERNEL`
+    /// (detected once with `std`).
     pub fn selected() -> Isa {
         #[cfg(feature = "std")]
         {
             static SELECTED: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
-            *SELECTED.get_or_init(|| {
-                let cap = std::env::var(ENV_VAR)
-                    .ok()
-                    .and_then(|v| Isa::parse(&v))
-                    .unwrap_or(Isa::Avx512);
-                Isa::best_up_to(cap)
-            })
+            *SELECTED.get_or_init(|| Isa::best_up_to(Isa::cap(forced_kernel())))
         }
         #[cfg(not(feature = "std"))]
-        Isa::best_up_to(Isa::Avx512)
+        Isa::best_up_to(Isa::cap(forced_kernel()))
+    }
+
+    /// The cap a forced kernel family sets (none: no cap).
+    fn cap(forced: Option<Forced>) -> Isa {
+        match forced {
+            Some(Forced::Portable) => Isa::Portable,
+            Some(Forced::Avx2) => Isa::Avx2,
+            Some(Forced::Avx512) | None => Isa::Avx512,
+        }
     }
 }
 
@@ -127,15 +113,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_round_trip_and_caps_fall_back() {
-        for isa in [Isa::Portable, Isa::Simd128, Isa::Avx2, Isa::Avx512] {
-            assert_eq!(Isa::parse(isa.name()), Some(isa));
-        }
-        assert_eq!(Isa::parse(" AVX2 "), Some(Isa::Avx2));
-        assert_eq!(Isa::parse("sse9"), None);
+    fn caps_fall_back_to_a_supported_variant() {
         assert_eq!(Isa::best_up_to(Isa::Portable), Isa::Portable);
         assert!(Isa::best_up_to(Isa::Avx512).supported());
         assert!(Isa::selected().supported());
         assert!(Isa::available().any(|i| i == Isa::Portable));
+        assert_eq!(Isa::cap(Some(Forced::Avx2)), Isa::Avx2);
+        assert_eq!(Isa::cap(Some(Forced::Portable)), Isa::Portable);
+        assert_eq!(Isa::cap(None), Isa::Avx512);
+        assert!(Isa::best_up_to(Isa::cap(Some(Forced::Avx2))) <= Isa::Avx2);
     }
 }
