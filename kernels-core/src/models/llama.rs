@@ -318,27 +318,34 @@ impl LlamaConfig {
 
     /// Every tensor of a checkpoint: Hugging Face name and shape, in load order.
     pub fn tensor_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        self.tensor_shapes_iter().collect()
+    }
+
+    /// [`LlamaConfig::tensor_shapes`] made one at a time (a loader can stop at the first name
+    /// a file lacks without listing a hostile config's billions).
+    pub fn tensor_shapes_iter(&self) -> impl Iterator<Item = (String, Vec<usize>)> + '_ {
         let (h, i, v) = (self.hidden_size, self.intermediate_size, self.vocab_size);
-        let q = self.num_attention_heads * self.head_dim;
-        let kv = self.num_key_value_heads * self.head_dim;
-        let mut out = vec![("model.embed_tokens.weight".to_string(), vec![v, h])];
-        for l in 0..self.num_hidden_layers {
+        let q = self.num_attention_heads.saturating_mul(self.head_dim);
+        let kv = self.num_key_value_heads.saturating_mul(self.head_dim);
+        let layer = move |l: usize| {
             let p = format!("model.layers.{l}");
-            out.push((format!("{p}.input_layernorm.weight"), vec![h]));
-            out.push((format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
-            out.push((format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
-            out.push((format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
-            out.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
-            out.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
-            out.push((format!("{p}.mlp.gate_proj.weight"), vec![i, h]));
-            out.push((format!("{p}.mlp.up_proj.weight"), vec![i, h]));
-            out.push((format!("{p}.mlp.down_proj.weight"), vec![h, i]));
-        }
-        out.push(("model.norm.weight".to_string(), vec![h]));
-        if !self.tie_word_embeddings {
-            out.push(("lm_head.weight".to_string(), vec![v, h]));
-        }
-        out
+            [
+                (format!("{p}.input_layernorm.weight"), vec![h]),
+                (format!("{p}.self_attn.q_proj.weight"), vec![q, h]),
+                (format!("{p}.self_attn.k_proj.weight"), vec![kv, h]),
+                (format!("{p}.self_attn.v_proj.weight"), vec![kv, h]),
+                (format!("{p}.self_attn.o_proj.weight"), vec![h, q]),
+                (format!("{p}.post_attention_layernorm.weight"), vec![h]),
+                (format!("{p}.mlp.gate_proj.weight"), vec![i, h]),
+                (format!("{p}.mlp.up_proj.weight"), vec![i, h]),
+                (format!("{p}.mlp.down_proj.weight"), vec![h, i]),
+            ]
+        };
+        let head = (!self.tie_word_embeddings).then(|| ("lm_head.weight".to_string(), vec![v, h]));
+        core::iter::once(("model.embed_tokens.weight".to_string(), vec![v, h]))
+            .chain((0..self.num_hidden_layers).flat_map(layer))
+            .chain(core::iter::once(("model.norm.weight".to_string(), vec![h])))
+            .chain(head)
     }
 
     /// Number of scalar parameters.
@@ -405,10 +412,17 @@ impl Llama {
         config.validate()?;
         let needed = config.tensor_count()?;
         if needed > tensors.len() {
+            // Some name is missing: the first one, found within len + 1 names.
+            let name = config
+                .tensor_shapes_iter()
+                .map(|(n, _)| n)
+                .find(|n| !tensors.contains_key(n))
+                .unwrap_or_default();
             return Err(Error::BadModelFile {
                 path: "config.json".into(),
                 why: format!(
-                    "the config needs {needed} tensors (num_hidden_layers = {}), the checkpoint holds {}",
+                    "the config needs {needed} tensors (num_hidden_layers = {}), the checkpoint \
+                     holds {}; the first missing is `{name}`",
                     config.num_hidden_layers,
                     tensors.len()
                 ),
