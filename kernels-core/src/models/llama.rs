@@ -291,7 +291,9 @@ impl LlamaConfig {
 /// at every position apart from attention's own reads. A forward past the capacity is an error.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
-    layers: Vec<(Tensor, Tensor)>,
+    /// Keys and values per layer: values of the graph the cache is used with (so a recording
+    /// graph differentiates through earlier steps); `None` only while a forward holds them.
+    layers: Vec<Option<(Var, Var)>>,
     len: usize,
     /// Positions to allocate; 0 means the model's `max_position_embeddings`.
     capacity: usize,
@@ -330,13 +332,7 @@ impl KvCache {
 
     /// Allocates the buffers on the first forward; afterwards checks that the batch matches and
     /// that `total` positions fit.
-    fn prepare(
-        &mut self,
-        c: &LlamaConfig,
-        backend: &dyn Backend,
-        batch: usize,
-        total: usize,
-    ) -> Result<()> {
+    fn prepare(&mut self, c: &LlamaConfig, g: &Graph, batch: usize, total: usize) -> Result<()> {
         if self.layers.is_empty() {
             let want = if self.capacity == 0 {
                 c.max_position_embeddings
@@ -346,8 +342,9 @@ impl KvCache {
             self.capacity = want.max(total);
             self.batch = batch;
             let shape = [batch, c.num_key_value_heads, self.capacity, c.head_dim];
+            let zeros = || g.constant(g.backend().zeros(&shape)?);
             self.layers = (0..c.num_hidden_layers)
-                .map(|_| Ok((backend.zeros(&shape)?, backend.zeros(&shape)?)))
+                .map(|_| Ok(Some((zeros()?, zeros()?))))
                 .collect::<Result<_>>()?;
             return Ok(());
         }
@@ -484,7 +481,7 @@ impl Llama {
             });
         }
         if let Some(k) = cache.as_deref_mut() {
-            k.prepare(c, &**g.backend(), batch, total)?;
+            k.prepare(c, g, batch, total)?;
         }
         let (hq, hkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let mut x = g.embedding(ids, p.get("model.embed_tokens.weight")?)?;
@@ -514,13 +511,15 @@ impl Llama {
                     let slot = kc.layers.get_mut(l).ok_or_else(|| Error::Autograd {
                         why: format!("llama: KV cache has no layer {l}"),
                     })?;
-                    // The cache's tensors are moved into the graph and donated to kv_write, so
-                    // the new rows land in place; the cache keeps the results (the same
-                    // storage) once this layer's attention has read them.
-                    let take = |t: &mut Tensor| core::mem::replace(t, Tensor::scalar(0.0));
-                    let k = g.kv_write(g.constant(take(&mut slot.0))?, &k_new, offset)?;
-                    let v = g.kv_write(g.constant(take(&mut slot.1))?, &v_new, offset)?;
-                    *slot = (k.tensor().clone(), v.tensor().clone());
+                    let (k_cache, v_cache) = slot.take().ok_or_else(|| Error::Autograd {
+                        why: format!("llama: KV cache layer {l} was lost by a failed forward"),
+                    })?;
+                    // The cache's values are moved into kv_write (donated in an inference
+                    // graph), so the new rows land in place; the cache keeps the results (the
+                    // same storage), which are unique again once this forward's locals drop.
+                    let k = g.kv_write(k_cache, &k_new, offset)?;
+                    let v = g.kv_write(v_cache, &v_new, offset)?;
+                    *slot = Some((k.clone(), v.clone()));
                     g.attention_prefix(&q, &k, &v, true, total)?
                 }
                 None => g.attention(&q, &k_new, &v_new, true, None)?,
