@@ -130,6 +130,7 @@ pub fn codes() -> Result<Vec<(String, u32)>> {
             | Op::Sample { .. }
             | Op::Transpose
             | Op::Concat
+            | Op::KvWrite { .. }
             | Op::AdamwStep { .. }
             | Op::SgdStep { .. }
             | Op::Rope { .. }

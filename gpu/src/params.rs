@@ -145,6 +145,12 @@ kernel_params! {
         u32: [n, width_a, width_b],
         f32: [],
     }
+    /// kv_write: `rows` positions of `width` elements per head written at `pos` of a cache of
+    /// `cap` positions; `n` threads (the rows' elements in place, the cache's otherwise).
+    KvWriteParams("kv_write") for ["kv_write", "kv_write_copy", "kv_write_backward"] {
+        u32: [n, cap, rows, width, pos],
+        f32: [],
+    }
     /// Embedding lookup: `n = tokens * dim` outputs from a `[vocab, dim]` table.
     EmbeddingParams("embedding") for ["embedding"] {
         u32: [n, dim, vocab],
@@ -191,10 +197,10 @@ kernel_params! {
         u32: [pairs, seq, half, offset],
         f32: [],
     }
-    /// attention: the geometry (`group = heads_q / heads_kv`), the work items (rows, keys or
-    /// blocks) and, for the blocked forward, the blocks of query rows per head; `scale`.
+    /// attention: the geometry (`group = heads_q / heads_kv`; `seq_kv` keys per head in memory,
+    /// of which the first `kv_len` are read), the work items (rows, keys or blocks); `scale`.
     AttentionParams("attention") for ["attn_forward", "attn_decode", "attn_dq", "attn_dkv"] {
-        u32: [seq_q, seq_kv, head_dim, head_dim_v, heads_q, group, items, blocks],
+        u32: [seq_q, seq_kv, head_dim, head_dim_v, heads_q, group, items, kv_len],
         f32: [scale],
     }
     /// A GRU step's fused gates: `batch_hidden = batch * hidden` threads at `step`; `flags`

@@ -233,6 +233,85 @@ pub fn cuda_emulated(test: &str) -> Option<CudaBackend> {
     }
 }
 
+/// Checks `kv_write` with a donated cache on `be` against the CPU reference, bit for bit, on
+/// every parity case plus one with NaN and infinities in the cache and the rows: a cache whose
+/// buffer nothing else holds is written in place (the result shares its storage), and one that
+/// is shared (a clone kept) is copied, leaving the clone's contents unchanged. Returns the
+/// number of cases checked; panics naming the case otherwise.
+#[cfg(not(target_arch = "wasm32"))]
+// Test support: a mismatch must fail the calling test.
+#[allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
+pub fn check_kv_write_donation(label: &str, be: &dyn Backend) -> usize {
+    use kernels_core::op::{Direction, Op, OpKind};
+    use kernels_core::{CpuBackend, Tensor, parity};
+    let mut cases: Vec<(Op, Vec<Tensor>)> = parity::cases(OpKind::KvWrite, 3)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.op, c.inputs))
+        .collect();
+    let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0];
+    let cache: Vec<f32> = (0..2 * 3 * 5 * 7)
+        .map(|i| special[i % 4] + i as f32)
+        .collect();
+    let rows: Vec<f32> = (0..2 * 3 * 2 * 7).map(|i| special[(i + 1) % 4]).collect();
+    cases.push((
+        Op::KvWrite { pos: 3 },
+        vec![
+            Tensor::from_f32(&[2, 3, 5, 7], cache).unwrap(),
+            Tensor::from_f32(&[2, 3, 2, 7], rows).unwrap(),
+        ],
+    ));
+    let cpu = CpuBackend::reference();
+    let down = |t: &Tensor| pollster::block_on(be.download(t)).unwrap();
+    for (i, (op, inputs)) in cases.iter().enumerate() {
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let want = cpu.run(op, Direction::Forward, &refs).unwrap().remove(0);
+        let rows = be.upload(&inputs[1]).unwrap();
+        // Unique: written in place.
+        let cache = be.upload(&inputs[0]).unwrap();
+        let before = cache
+            .device_buffer()
+            .map(|b| std::sync::Arc::as_ptr(b) as *const ());
+        let got = be.run_donated(op, cache, &[&rows]).unwrap().remove(0);
+        let after = got
+            .device_buffer()
+            .map(|b| std::sync::Arc::as_ptr(b) as *const ());
+        assert_eq!(
+            before, after,
+            "{label}: case {i} ({op}): not written in place"
+        );
+        assert!(
+            down(&got).bit_eq(&want),
+            "{label}: case {i} ({op}) in place"
+        );
+        // Shared: copied, and the clone keeps the old contents.
+        let cache = be.upload(&inputs[0]).unwrap();
+        let kept = cache.clone();
+        let got = be.run_donated(op, cache, &[&rows]).unwrap().remove(0);
+        assert!(down(&got).bit_eq(&want), "{label}: case {i} ({op}) copied");
+        assert!(
+            down(&kept).bit_eq(&inputs[0]),
+            "{label}: case {i} ({op}): a shared cache was written"
+        );
+    }
+    // Errors name the op and the position.
+    let (op, inputs) = &cases[0];
+    let Op::KvWrite { pos } = *op else {
+        unreachable!()
+    };
+    let cap = inputs[0].shape()[inputs[0].rank() - 2];
+    let bad = Op::KvWrite { pos: cap + pos };
+    let e = be
+        .run_donated(
+            &bad,
+            be.upload(&inputs[0]).unwrap(),
+            &[&be.upload(&inputs[1]).unwrap()],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("kv_write"), "{label}: {e}");
+    cases.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -47,6 +47,7 @@ fn attention_blocks_masked_rows_and_value_width() {
     let op = Op::Attention {
         causal: true,
         scale: None,
+        kv_len: 0,
     };
     // 37 query rows (three blocks of 16) over 29 keys: the first 8 rows see no key.
     let (q, k, v) = (
@@ -123,6 +124,7 @@ fn decode_step_uses_the_decode_kernel() {
     let op = Op::Attention {
         causal: true,
         scale: None,
+        kv_len: 0,
     };
     let (q, k, v) = (
         rand(1, &[1, 4, 1, 32]),

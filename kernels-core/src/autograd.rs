@@ -400,7 +400,59 @@ impl Graph {
         causal: bool,
         scale: Option<f32>,
     ) -> Result<Var> {
-        self.apply1(Op::Attention { causal, scale }, &[q, k, v])
+        self.apply1(
+            Op::Attention {
+                causal,
+                scale,
+                kv_len: 0,
+            },
+            &[q, k, v],
+        )
+    }
+    /// Attention over the first `kv_len` keys of `k` and `v` (a preallocated KV cache holding
+    /// `kv_len` positions; 0 reads them all).
+    pub fn attention_prefix(
+        &self,
+        q: &Var,
+        k: &Var,
+        v: &Var,
+        causal: bool,
+        kv_len: usize,
+    ) -> Result<Var> {
+        self.apply1(
+            Op::Attention {
+                causal,
+                scale: None,
+                kv_len,
+            },
+            &[q, k, v],
+        )
+    }
+    /// `cache` with `rows` written at positions `pos..` of its second-to-last dim (`kv_write`).
+    ///
+    /// `cache` is taken by value: in an inference graph it is donated
+    /// ([`Backend::run_donated`]), so when no other tensor shares its storage the rows are
+    /// written in place and the result shares that storage (no copy of the cache). In a
+    /// recording graph the op is applied like any other (out of place) and is differentiable.
+    pub fn kv_write(&self, cache: Var, rows: &Var, pos: usize) -> Result<Var> {
+        let op = Op::KvWrite { pos };
+        if self.recording {
+            return self.apply1(op, &[&cache, rows]);
+        }
+        self.check_var(op.name(), &cache)?;
+        self.check_var(op.name(), rows)?;
+        let mut outs = self
+            .backend
+            .run_donated(&op, cache.tensor, &[&rows.tensor])?;
+        match (outs.pop(), outs.is_empty()) {
+            (Some(t), true) => {
+                self.check_device(op.name(), &t)?;
+                Ok(self.fresh(t, false))
+            }
+            _ => Err(Error::Autograd {
+                why: format!("{}: expected one output", op.name()),
+            }),
+        }
     }
     /// One `torch.nn.GRUCell` step.
     pub fn gru_cell(

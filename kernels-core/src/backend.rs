@@ -33,6 +33,23 @@ pub trait Backend {
     /// Runs one op in one direction (see [`crate::op`] for the backward argument convention).
     /// Every input must live on this device.
     fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>>;
+    /// Runs `op` forward with its first input given by value (donated) and the rest borrowed.
+    ///
+    /// The aliasing rule: for an op that declares it ([`crate::op::OpKind::donates_first_input`],
+    /// e.g. `kv_write`), a backend may write output 0 into the donated tensor's storage and
+    /// return a tensor sharing it, but only when that storage is held by no other tensor
+    /// ([`Tensor::storage_is_unique`]). Otherwise, and for every other op, this is
+    /// [`Backend::run`]: the result never differs from the functional one, and no tensor the
+    /// caller can still see changes. A caller that keeps a clone or view of the donated tensor
+    /// therefore gets a copy; one that hands over its only handle gets an in-place write (a KV
+    /// cache grows with no copy of the whole cache). Device backends order the write after any
+    /// recorded work that read the buffer, as for every launch.
+    fn run_donated(&self, op: &Op, donated: Tensor, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let mut all: Vec<&Tensor> = Vec::with_capacity(rest.len() + 1);
+        all.push(&donated);
+        all.extend_from_slice(rest);
+        self.run(op, Direction::Forward, &all)
+    }
     /// Submits any recorded work. Backends that batch override this.
     fn flush(&self) -> Result<()> {
         Ok(())
@@ -146,5 +163,23 @@ impl Backend for CpuBackend {
             }
         };
         out.into_iter().map(owned_to_tensor).collect()
+    }
+    fn run_donated(&self, op: &Op, mut donated: Tensor, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
+        // Writing into the donated cache gives exactly the reference's copy-then-overwrite.
+        if let (Op::KvWrite { pos }, [rows]) = (op, rest) {
+            let k = cpu::layout::KvDims::new(*pos, donated.shape(), rows.shape())?;
+            let rows_view = host_view(op.name(), rows)?;
+            if let (Some(cache), Data::Float(src)) = (donated.f32_mut_if_unique(), rows_view.data)
+                && cache.len() == k.heads * k.cap * k.d
+                && src.len() == k.heads * k.s * k.d
+            {
+                cpu::layout::kv_write_into(&k, cache, src);
+                return Ok(alloc::vec![donated]);
+            }
+        }
+        let mut all: Vec<&Tensor> = Vec::with_capacity(rest.len() + 1);
+        all.push(&donated);
+        all.extend_from_slice(rest);
+        self.run(op, Direction::Forward, &all)
     }
 }

@@ -494,7 +494,78 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 vec![g.f(&[2, 3, 5], Normal)?, g.f(&[2, 3, 1], Normal)?],
             ),
         ],
+        K::KvWrite => vec![
+            // A decode step at the last position, batch > 1; a prefill filling the whole
+            // cache; rows in the middle of a cache with a row above a workgroup; rank 3.
+            case(
+                Op::KvWrite { pos: 16 },
+                vec![g.f(&[2, 3, 17, 5], Normal)?, g.f(&[2, 3, 1, 5], Normal)?],
+            ),
+            case(
+                Op::KvWrite { pos: 0 },
+                vec![g.f(&[1, 1, 7, 3], Normal)?, g.f(&[1, 1, 7, 3], Normal)?],
+            ),
+            case(
+                Op::KvWrite { pos: 2 },
+                vec![g.f(&[3, 2, 9, 130], Normal)?, g.f(&[3, 2, 4, 130], Normal)?],
+            ),
+            case(
+                Op::KvWrite { pos: 5 },
+                vec![g.f(&[6, 11, 8], Normal)?, g.f(&[6, 2, 8], Normal)?],
+            ),
+        ],
         K::Attention => vec![
+            // A preallocated KV cache read to kv_len: a GQA decode step across key chunks
+            // with batch > 1, a causal prefill of a prefix, a non-causal prefix, and a group
+            // above the decode kernel's (the general path).
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                    kv_len: 173,
+                },
+                vec![
+                    g.f(&[2, 6, 1, 16], Normal)?,
+                    g.f(&[2, 2, 300, 16], Normal)?,
+                    g.f(&[2, 2, 300, 16], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                    kv_len: 9,
+                },
+                vec![
+                    g.f(&[2, 4, 5, 8], Normal)?,
+                    g.f(&[2, 2, 20, 8], Normal)?,
+                    g.f(&[2, 2, 20, 8], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: false,
+                    scale: None,
+                    kv_len: 4,
+                },
+                vec![
+                    g.f(&[1, 2, 3, 8], Normal)?,
+                    g.f(&[1, 1, 11, 8], Normal)?,
+                    g.f(&[1, 1, 11, 6], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                    kv_len: 33,
+                },
+                vec![
+                    g.f(&[1, 12, 1, 8], Normal)?,
+                    g.f(&[1, 1, 40, 8], Normal)?,
+                    g.f(&[1, 1, 40, 8], Normal)?,
+                ],
+            ),
             // Decode steps: one query row over caches spanning several key chunks of the
             // device decode kernels (128 keys), GQA groups of 4 and of 1, a value dim unlike
             // the key dim, and a group above the decode kernel's 8 (the general path).
@@ -502,6 +573,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 Op::Attention {
                     causal: true,
                     scale: None,
+                    kv_len: 0,
                 },
                 vec![
                     g.f(&[2, 8, 1, 16], Normal)?,
@@ -513,6 +585,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 Op::Attention {
                     causal: false,
                     scale: Some(0.2),
+                    kv_len: 0,
                 },
                 vec![
                     g.f(&[1, 3, 1, 7], Normal)?,
@@ -524,6 +597,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 Op::Attention {
                     causal: true,
                     scale: None,
+                    kv_len: 0,
                 },
                 vec![
                     g.f(&[1, 12, 1, 8], Normal)?,
@@ -535,6 +609,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 Op::Attention {
                     causal: true,
                     scale: None,
+                    kv_len: 0,
                 },
                 vec![
                     g.f(&[1, 1, 1, 4], Normal)?,
@@ -546,6 +621,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 Op::Attention {
                     causal: true,
                     scale: None,
+                    kv_len: 0,
                 },
                 vec![
                     g.f(&[2, 4, 7, 8], Normal)?,
@@ -557,6 +633,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 Op::Attention {
                     causal: true,
                     scale: None,
+                    kv_len: 0,
                 },
                 vec![
                     g.f(&[1, 2, 1, 8], Normal)?,
@@ -568,6 +645,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 Op::Attention {
                     causal: false,
                     scale: Some(0.3),
+                    kv_len: 0,
                 },
                 vec![
                     g.f(&[1, 2, 5, 16], Normal)?,

@@ -177,6 +177,25 @@ impl Tensor {
     pub fn storage(&self) -> &Storage {
         &self.storage
     }
+    /// True when no other tensor shares this one's storage (no clone, view or reshape of it is
+    /// alive), so a backend may write into it without anyone else seeing the change. `&mut`:
+    /// the caller owns the only handle it checks.
+    pub fn storage_is_unique(&mut self) -> bool {
+        match &mut self.storage {
+            Storage::F32(a) => Arc::get_mut(a).is_some(),
+            Storage::I32(a) => Arc::get_mut(a).is_some(),
+            Storage::I64(a) => Arc::get_mut(a).is_some(),
+            Storage::Device(a) => Arc::get_mut(a).is_some(),
+        }
+    }
+    /// The f32 host elements for writing in place, when the storage is unique
+    /// ([`Tensor::storage_is_unique`]); `None` when shared, integer or on a device.
+    pub fn f32_mut_if_unique(&mut self) -> Option<&mut [f32]> {
+        match &mut self.storage {
+            Storage::F32(a) => Arc::get_mut(a).map(|v| v.as_mut_slice()),
+            _ => None,
+        }
+    }
     /// The device this tensor lives on.
     pub fn device(&self) -> DeviceId {
         match &self.storage {

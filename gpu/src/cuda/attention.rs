@@ -23,7 +23,7 @@ impl AttentionHook for CudaBackend {
             Family::Attention,
             "attn_forward",
             &[("CAUSAL", u32::from(at.causal))],
-            attention_params(name, dm, rows, 0, at.scale)?,
+            attention_params(name, dm, rows, at.scale)?,
             &at.qkv,
             &[&out],
             Grid::Groups(rows),

@@ -423,6 +423,7 @@ mod tests {
                 Op::Attention {
                     causal: true,
                     scale: None,
+                    kv_len: 0,
                 },
                 vec![f(&[1, 2, 6, 4]), f(&[1, 1, 3, 4]), f(&[1, 1, 3, 5])],
             ),
@@ -472,6 +473,8 @@ mod tests {
             bad.len(),
             bad.join("\n")
         );
+        // kv_write into a donated cache: the in-place kernel.
+        assert!(crate::testing::check_kv_write_donation("emulated cuda", &be) > 0);
         // Every KERNEL of every family ran under the real launchers.
         let launched = dev.launched();
         let never: Vec<String> = Family::cuda_families()

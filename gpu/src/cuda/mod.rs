@@ -318,6 +318,9 @@ impl Backend for CudaBackend {
     fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         crate::ops::run(self, op, dir, inputs)
     }
+    fn run_donated(&self, op: &Op, donated: Tensor, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
+        crate::ops::run_donated(self, op, donated, rest)
+    }
     fn flush(&self) -> Result<()> {
         // Launches are already queued on the stream; waiting surfaces any asynchronous error.
         self.engine.synchronize()

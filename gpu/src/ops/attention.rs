@@ -11,13 +11,12 @@ use crate::device::{AttentionArgs, Device, Family, Grid, u32_of};
 use crate::params::AttentionParams;
 use crate::shapes;
 
-/// The attention family's parameters: the geometry, the work items (and, for the blocked
-/// forward, blocks of query rows) and the scale.
+/// The attention family's parameters: the geometry (keys in memory and keys read), the work
+/// items and the scale.
 pub(crate) fn params(
     name: &'static str,
     dm: &Dims,
     items: usize,
-    blocks: usize,
     scale: f32,
 ) -> Result<AttentionParams> {
     Ok(AttentionParams {
@@ -28,14 +27,19 @@ pub(crate) fn params(
         heads_q: u32_of(name, "heads_q", dm.hq)?,
         group: u32_of(name, "group", dm.hq / dm.hkv)?,
         items: u32_of(name, "work items", items)?,
-        blocks: u32_of(name, "blocks", blocks)?,
+        kv_len: u32_of(name, "kv_len", dm.kv_len)?,
         scale,
     })
 }
 
 /// The reference's geometry checks, then the kernels' own register limit on the head dims.
-fn dims(be: &dyn Device, name: &'static str, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Dims> {
-    let dm = Dims::new(q.shape(), k.shape(), v.shape())?;
+fn dims(
+    be: &dyn Device,
+    name: &'static str,
+    kv_len: usize,
+    [q, k, v]: [&Tensor; 3],
+) -> Result<Dims> {
+    let dm = Dims::new(q.shape(), k.shape(), v.shape())?.with_kv_len(kv_len)?;
     let max = be.attention_head_dim_max();
     for (what, x) in [("head_dim", dm.d), ("head_dim_v", dm.dv)] {
         if x > max {
@@ -52,12 +56,11 @@ fn dims(be: &dyn Device, name: &'static str, q: &Tensor, k: &Tensor, v: &Tensor)
 pub(super) fn forward(
     be: &dyn Device,
     name: &'static str,
-    causal: bool,
-    scale: Option<f32>,
+    (causal, scale, kv_len): (bool, Option<f32>, usize),
     args: &[&Tensor],
 ) -> Result<Tensor> {
     let (q, k, v) = (arg(args, 0), arg(args, 1), arg(args, 2));
-    let dm = dims(be, name, q, k, v)?;
+    let dm = dims(be, name, kv_len, [q, k, v])?;
     let scale = scale_value::<f32>(scale, dm.d)?;
     be.attention_forward(
         name,
@@ -73,8 +76,7 @@ pub(super) fn forward(
 pub(super) fn backward(
     be: &dyn Device,
     name: &'static str,
-    causal: bool,
-    scale: Option<f32>,
+    (causal, scale, kv_len): (bool, Option<f32>, usize),
     args: &[&Tensor],
 ) -> Result<Vec<Tensor>> {
     let (q, k, v, out, g) = (
@@ -84,7 +86,7 @@ pub(super) fn backward(
         arg(args, 3),
         arg(args, 4),
     );
-    let dm = dims(be, name, q, k, v)?;
+    let dm = dims(be, name, kv_len, [q, k, v])?;
     let out_shape = [dm.batch, dm.hq, dm.s, dm.dv];
     shapes::same(name, &out_shape, out.shape())?;
     shapes::same(name, &out_shape, g.shape())?;
@@ -102,7 +104,7 @@ pub(super) fn backward(
         Family::Attention,
         "attn_dq",
         &consts,
-        params(name, &dm, rows, 0, scale)?,
+        params(name, &dm, rows, scale)?,
         &[q, k, v, g],
         &[&gq, &unused, &stats],
         Grid::Groups(rows),
@@ -115,7 +117,7 @@ pub(super) fn backward(
         Family::Attention,
         "attn_dkv",
         &consts,
-        params(name, &dm, keys, 0, scale)?,
+        params(name, &dm, keys, scale)?,
         &[q, k, v, g],
         &[&gk, &gv, &stats],
         Grid::Groups(keys),

@@ -1,10 +1,12 @@
-//! Data movement (`layout` family): transpose, concat and embedding lookups.
+//! Data movement (`layout` family): transpose, concat, kv_write and embedding lookups.
 
 use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
 use crate::device::{Device, Family, Grid, u32_of};
-use crate::params::{ConcatParams, EmbeddingGradParams, EmbeddingParams, TransposeParams};
+use crate::params::{
+    ConcatParams, EmbeddingGradParams, EmbeddingParams, KvWriteParams, TransposeParams,
+};
 use crate::shapes;
 
 pub(crate) fn transposed_shape(s: &[usize]) -> Vec<usize> {
@@ -39,6 +41,103 @@ pub(crate) fn transpose(be: &dyn Device, name: &'static str, x: &Tensor) -> Resu
         Grid::Elems(n),
     )?;
     Ok(out)
+}
+
+/// kv_write's block for `n` threads (the reference's shape and position checks first).
+fn kv_params(
+    name: &'static str,
+    pos: usize,
+    cache: &Tensor,
+    rows: &Tensor,
+    per_cache: bool,
+) -> Result<(KvWriteParams, usize)> {
+    let k = kernels_core::cpu::layout::KvDims::new(pos, cache.shape(), rows.shape())?;
+    let n = if per_cache {
+        cache.numel()
+    } else {
+        rows.numel()
+    };
+    let p = KvWriteParams {
+        n: u32_of(name, "elements", n)?,
+        cap: u32_of(name, "cap", k.cap)?,
+        rows: u32_of(name, "rows", k.s)?,
+        width: u32_of(name, "width", k.d)?,
+        pos: u32_of(name, "pos", k.pos)?,
+    };
+    Ok((p, n))
+}
+
+/// kv_write out of place: a new tensor holding the cache with the rows replaced (one launch over
+/// the cache's elements).
+pub(crate) fn kv_write(
+    be: &dyn Device,
+    name: &'static str,
+    pos: usize,
+    args: &[&Tensor],
+) -> Result<Tensor> {
+    let (cache, rows) = (arg(args, 0), arg(args, 1));
+    let (p, n) = kv_params(name, pos, cache, rows, true)?;
+    let out = be.alloc(name, cache.shape(), DType::F32)?;
+    be.run_kernel(
+        name,
+        Family::Layout,
+        "kv_write_copy",
+        &[],
+        p,
+        &[cache, rows],
+        &[&out],
+        Grid::Elems(n),
+    )?;
+    Ok(out)
+}
+
+/// kv_write into `cache` itself (donated and uniquely held: see `ops::run_donated`): one launch
+/// over the new rows' elements; the rest of the cache is not touched.
+pub(crate) fn kv_write_in_place(
+    be: &dyn Device,
+    name: &'static str,
+    pos: usize,
+    cache: &Tensor,
+    rows: &Tensor,
+) -> Result<()> {
+    let (p, n) = kv_params(name, pos, cache, rows, false)?;
+    be.run_kernel(
+        name,
+        Family::Layout,
+        "kv_write",
+        &[],
+        p,
+        &[rows],
+        &[cache],
+        Grid::Elems(n),
+    )
+}
+
+/// `[grad_cache, grad_rows]`: grad_out with the written rows zeroed, and those rows (one
+/// launch over grad_out).
+pub(crate) fn kv_write_backward(
+    be: &dyn Device,
+    name: &'static str,
+    pos: usize,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    let (cache, rows, out, g) = (arg(args, 0), arg(args, 1), arg(args, 2), arg(args, 3));
+    let (p, n) = kv_params(name, pos, cache, rows, true)?;
+    shapes::same(name, cache.shape(), out.shape())?;
+    shapes::same(name, cache.shape(), g.shape())?;
+    let gc = be.alloc(name, cache.shape(), DType::F32)?;
+    let gr = be.alloc(name, rows.shape(), DType::F32)?;
+    be.run_kernel(
+        name,
+        Family::Layout,
+        "kv_write_backward",
+        &[],
+        p,
+        &[g],
+        &[&gc, &gr],
+        Grid::Elems(n),
+    )?;
+    Ok(vec![gc, gr])
 }
 
 pub(crate) fn concat(

@@ -30,6 +30,28 @@ use matmul::{linear_backward, linear_forward, matmul, matmul_backward};
 use optim::optim;
 use rows::{argmax, norm_backward, norm_forward, reduce, sample, softmax};
 
+/// [`kernels_core::Backend::run_donated`] on a device: `kv_write` into a donated cache whose
+/// buffer no other tensor holds is written in place (one launch over the new rows, and the
+/// result is the donated tensor); everything else is [`run`].
+pub(crate) fn run_donated(
+    be: &dyn Device,
+    op: &Op,
+    mut donated: Tensor,
+    rest: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    if let (Op::KvWrite { pos }, [rows]) = (op, rest)
+        && donated.storage_is_unique()
+    {
+        op.check_signature(Direction::Forward, &[donated.dtype(), rows.dtype()])?;
+        layout::kv_write_in_place(be, op.name(), *pos, &donated, rows)?;
+        return Ok(vec![donated]);
+    }
+    let mut all: Vec<&Tensor> = Vec::with_capacity(rest.len() + 1);
+    all.push(&donated);
+    all.extend_from_slice(rest);
+    run(be, op, Direction::Forward, &all)
+}
+
 /// Runs one op (arity, dtypes and shapes checked first).
 pub(crate) fn run(
     be: &dyn Device,
@@ -174,10 +196,29 @@ pub(crate) fn run(
         (Op::CrossEntropy, B) => Ok(vec![loss::cross_entropy_backward(be, name, args)?]),
         (Op::Mse, F) => Ok(vec![loss::mse_forward(be, name, args)?]),
         (Op::Mse, B) => loss::mse_backward(be, name, args),
-        (Op::Attention { causal, scale }, F) => {
-            Ok(vec![attention::forward(be, name, causal, scale, args)?])
-        }
-        (Op::Attention { causal, scale }, B) => attention::backward(be, name, causal, scale, args),
+        (
+            Op::Attention {
+                causal,
+                scale,
+                kv_len,
+            },
+            F,
+        ) => Ok(vec![attention::forward(
+            be,
+            name,
+            (causal, scale, kv_len),
+            args,
+        )?]),
+        (
+            Op::Attention {
+                causal,
+                scale,
+                kv_len,
+            },
+            B,
+        ) => attention::backward(be, name, (causal, scale, kv_len), args),
+        (Op::KvWrite { pos }, F) => Ok(vec![layout::kv_write(be, name, pos, args)?]),
+        (Op::KvWrite { pos }, B) => layout::kv_write_backward(be, name, pos, args),
         (Op::GruCell, F) => Ok(vec![gru::cell_forward(be, name, args)?]),
         (Op::GruCell, B) => gru::backward(be, name, false, args),
         (Op::GruSequence, F) => gru::sequence_forward(be, name, args),

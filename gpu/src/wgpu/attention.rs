@@ -35,7 +35,7 @@ fn forward(be: &dyn Device, name: &'static str, at: &AttentionArgs<'_>) -> Resul
     if dm.s == 1 && group <= DECODE_GROUP_MAX {
         // One query row over a cache (causal or not, it sees every key).
         let items = dm.batch * dm.hkv;
-        let p = params(name, dm, items, 0, scale)?;
+        let p = params(name, dm, items, scale)?;
         let out = be.alloc(name, &[dm.batch, dm.hq, 1, dm.dv], DType::F32)?;
         be.run_kernel(
             name,
@@ -51,7 +51,7 @@ fn forward(be: &dyn Device, name: &'static str, at: &AttentionArgs<'_>) -> Resul
     }
     let blocks = dm.s.div_ceil(BQ);
     let items = dm.batch * dm.hq * blocks;
-    let p = params(name, dm, items, blocks, scale)?;
+    let p = params(name, dm, items, scale)?;
     let out = be.alloc(name, &[dm.batch, dm.hq, dm.s, dm.dv], DType::F32)?;
     let consts = [("CAUSAL", u32::from(at.causal))];
     be.run_kernel(

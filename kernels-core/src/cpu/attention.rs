@@ -8,6 +8,10 @@
 //! with a KV cache (`s = 1`) sees every key, and `s = t` is the usual lower triangle. A query row
 //! that sees no key (only possible when `s > t`) outputs zeros and passes no gradient, rather than
 //! the NaN a naive softmax over an empty set would give.
+//!
+//! `kv_len` (0: all `t`) reads only the first `kv_len` keys and values of each head, as if k and
+//! v were `k[:, :, :kv_len]`: a preallocated KV cache of capacity `t` holding `kv_len` positions.
+//! Causal alignment uses `kv_len`, and the ignored keys get zero gradient.
 
 use alloc::format;
 use alloc::vec;
@@ -30,6 +34,9 @@ pub struct Dims {
     pub t: usize,
     pub d: usize,
     pub dv: usize,
+    /// Valid keys of the `t` (the first `kv_len` positions); `t` unless narrowed by
+    /// [`Dims::with_kv_len`].
+    pub kv_len: usize,
 }
 
 impl Dims {
@@ -74,16 +81,35 @@ impl Dims {
             t,
             d,
             dv,
+            kv_len: t,
         })
+    }
+
+    /// The geometry with the `kv_len` attribute applied: 0 keeps every key; otherwise at most
+    /// `t` (an error naming the attribute and the key count).
+    pub fn with_kv_len(mut self, kv_len: usize) -> Result<Dims> {
+        if kv_len > self.t {
+            return Err(Error::BadAttr {
+                op: OP,
+                attr: "kv_len",
+                value: format!("{kv_len}"),
+                why: format!("more than the {} keys of k and v", self.t),
+            });
+        }
+        if kv_len > 0 {
+            self.kv_len = kv_len;
+        }
+        Ok(self)
     }
 
     /// Number of keys query row `i` may see.
     pub(crate) fn visible(&self, causal: bool, i: usize) -> usize {
+        let t = self.kv_len;
         if causal {
             // Keys j <= i + t - s, i.e. j < i + 1 + t - s, clamped to [0, t].
-            (i + 1 + self.t).saturating_sub(self.s).min(self.t)
+            (i + 1 + t).saturating_sub(self.s).min(t)
         } else {
-            self.t
+            t
         }
     }
 
@@ -133,12 +159,13 @@ fn row_probs<T: Real>(qi: &[T], k_head: &[T], d: usize, scale: T, p: &mut [T]) {
 pub fn forward<T: Real>(
     causal: bool,
     scale: Option<f32>,
+    kv_len: usize,
     args: &[View<T>],
 ) -> Result<Vec<Owned<T>>> {
     let (q_shape, q) = float_arg(OP, args, 0, "q")?;
     let (k_shape, k) = float_arg(OP, args, 1, "k")?;
     let (v_shape, v) = float_arg(OP, args, 2, "v")?;
-    let dm = Dims::new(q_shape, k_shape, v_shape)?;
+    let dm = Dims::new(q_shape, k_shape, v_shape)?.with_kv_len(kv_len)?;
     let scale = scale_value::<T>(scale, dm.d)?;
     let Dims {
         batch,
@@ -148,6 +175,7 @@ pub fn forward<T: Real>(
         t,
         d,
         dv,
+        ..
     } = dm;
     let group = hq / hkv;
     let mut out = vec![T::ZERO; batch * hq * s * dv];
@@ -185,6 +213,7 @@ pub fn forward<T: Real>(
 pub fn backward<T: Real>(
     causal: bool,
     scale: Option<f32>,
+    kv_len: usize,
     args: &[View<T>],
 ) -> Result<Vec<Owned<T>>> {
     let (q_shape, q) = float_arg(OP, args, 0, "q")?;
@@ -192,7 +221,7 @@ pub fn backward<T: Real>(
     let (v_shape, v) = float_arg(OP, args, 2, "v")?;
     let (o_shape, _) = float_arg(OP, args, 3, "out")?;
     let (g_shape, g) = float_arg(OP, args, 4, "grad_out")?;
-    let dm = Dims::new(q_shape, k_shape, v_shape)?;
+    let dm = Dims::new(q_shape, k_shape, v_shape)?.with_kv_len(kv_len)?;
     same_shape(OP, &dm.out_shape(), o_shape)?;
     same_shape(OP, &dm.out_shape(), g_shape)?;
     let scale = scale_value::<T>(scale, dm.d)?;
@@ -204,6 +233,7 @@ pub fn backward<T: Real>(
         t,
         d,
         dv,
+        ..
     } = dm;
     let group = hq / hkv;
     let mut gq = vec![T::ZERO; q.len()];

@@ -1,6 +1,8 @@
-//! Data movement: transpose of the last two dims and concatenation on the last dim, forward and
-//! backward. Pure copies, so every backend must match these bit for bit.
+//! Data movement: transpose of the last two dims, concatenation on the last dim and `kv_write`
+//! (rows written into a KV cache), forward and backward. Pure copies, so every backend must match
+//! these bit for bit.
 
+use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -115,6 +117,97 @@ pub fn concat_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
     Ok(vec![
         Owned::float(sa.to_vec(), ga),
         Owned::float(sb.to_vec(), gb),
+    ])
+}
+
+/// `kv_write`'s geometry: cache `[.., cap, d]` and rows `[.., s, d]` of equal leading dims
+/// (rank >= 2, non-empty), `pos + s <= cap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvDims {
+    /// Product of the leading dims (batch times heads for a KV cache).
+    pub heads: usize,
+    pub cap: usize,
+    pub s: usize,
+    pub d: usize,
+    pub pos: usize,
+}
+
+impl KvDims {
+    /// Checks the shapes and the position (errors name `kv_write`, the tensor and the values).
+    pub fn new(pos: usize, cache: &[usize], rows: &[usize]) -> Result<KvDims> {
+        let name = "kv_write";
+        let (heads, cap, d) = matrices(name, "cache", cache)?;
+        let (_, s, rd) = matrices(name, "rows", rows)?;
+        if rows.len() != cache.len()
+            || rows[..rows.len() - 2] != cache[..cache.len() - 2]
+            || rd != d
+        {
+            return Err(Error::mismatch(name, cache, rows));
+        }
+        if pos.checked_add(s).is_none_or(|end| end > cap) {
+            return Err(Error::BadAttr {
+                op: name,
+                attr: "pos",
+                value: format!("{pos}"),
+                why: format!("pos + {s} new rows exceeds the cache's {cap} positions"),
+            });
+        }
+        Ok(KvDims {
+            heads,
+            cap,
+            s,
+            d,
+            pos,
+        })
+    }
+}
+
+/// Overwrites positions `pos..pos + s` of every head of `cache` with `rows`, in place: the whole
+/// of `kv_write` once the cache is the output's storage. `cache` holds `heads * cap * d` and
+/// `rows` `heads * s * d` elements.
+pub fn kv_write_into<T: Copy>(k: &KvDims, cache: &mut [T], rows: &[T]) {
+    let (row_len, head_len) = (k.s * k.d, k.cap * k.d);
+    for (dst, src) in cache
+        .chunks_exact_mut(head_len)
+        .zip(rows.chunks_exact(row_len))
+    {
+        dst[k.pos * k.d..k.pos * k.d + row_len].copy_from_slice(src);
+    }
+}
+
+/// `out = cache` with `out[.., pos..pos + s, :] = rows`: a copy of the cache, then the rows
+/// overwritten (the specification; backends may write into a donated cache instead).
+pub fn kv_write_forward<T: Real>(pos: usize, args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    let name = "kv_write";
+    let (sc, cache) = float_arg(name, args, 0, "cache")?;
+    let (sr, rows) = float_arg(name, args, 1, "rows")?;
+    let k = KvDims::new(pos, sc, sr)?;
+    let mut out = cache.to_vec();
+    kv_write_into(&k, &mut out, rows);
+    Ok(vec![Owned::float(sc.to_vec(), out)])
+}
+
+/// `[grad_cache, grad_rows]`: `grad_out` with the written rows zeroed, and those rows; args
+/// `(cache, rows, out, grad_out)`.
+pub fn kv_write_backward<T: Real>(pos: usize, args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    let name = "kv_write";
+    let (sc, _) = float_arg(name, args, 0, "cache")?;
+    let (sr, _) = float_arg(name, args, 1, "rows")?;
+    let (so, _) = float_arg(name, args, 2, "out")?;
+    let (sg, g) = float_arg(name, args, 3, "grad_out")?;
+    let k = KvDims::new(pos, sc, sr)?;
+    same_shape(name, so, sc)?;
+    same_shape(name, sg, sc)?;
+    let (lo, hi) = (k.pos * k.d, (k.pos + k.s) * k.d);
+    let mut gc = g.to_vec();
+    let mut gr = Vec::with_capacity(k.heads * k.s * k.d);
+    for head in gc.chunks_exact_mut(k.cap * k.d) {
+        gr.extend_from_slice(&head[lo..hi]);
+        head[lo..hi].fill(T::ZERO);
+    }
+    Ok(vec![
+        Owned::float(sc.to_vec(), gc),
+        Owned::float(sr.to_vec(), gr),
     ])
 }
 

@@ -119,8 +119,24 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
         (Op::Transpose, B) => layout::transpose_backward(args),
         (Op::Concat, F) => layout::concat_forward(args),
         (Op::Concat, B) => layout::concat_backward(args),
-        (Op::Attention { causal, scale }, F) => attention::forward(causal, scale, args),
-        (Op::Attention { causal, scale }, B) => attention::backward(causal, scale, args),
+        (Op::KvWrite { pos }, F) => layout::kv_write_forward(pos, args),
+        (Op::KvWrite { pos }, B) => layout::kv_write_backward(pos, args),
+        (
+            Op::Attention {
+                causal,
+                scale,
+                kv_len,
+            },
+            F,
+        ) => attention::forward(causal, scale, kv_len, args),
+        (
+            Op::Attention {
+                causal,
+                scale,
+                kv_len,
+            },
+            B,
+        ) => attention::backward(causal, scale, kv_len, args),
         (Op::GruCell, F) => gru::cell_forward(args),
         (Op::GruCell, B) => gru::cell_backward(args),
         (Op::GruSequence, F) => gru::sequence_forward(args),

@@ -8,9 +8,10 @@
 //!
 //! Layout: projections are computed transposed (`W @ x^T`, `[batch, heads * head_dim, seq]`),
 //! which reshapes to `[batch, heads, head_dim, seq]` without moving data (and, for one new
-//! token, to `[batch, heads, 1, head_dim]`). The KV cache holds `[batch * kv_heads, len *
-//! head_dim]`, the attention layout flattened, so a step appends with one `concat` on the last
-//! dim.
+//! token, to `[batch, heads, 1, head_dim]`). The KV cache holds `[batch, kv_heads, capacity,
+//! head_dim]` per layer, allocated once; each step writes its new keys and values in place
+//! (`kv_write` on a donated cache) and attention reads the first `len` positions (`kv_len`), so
+//! no step copies the cache.
 
 use alloc::format;
 use alloc::rc::Rc;
@@ -357,18 +358,36 @@ impl LlamaConfig {
     }
 }
 
-/// Keys and values seen so far, per layer, each `[batch * kv_heads, len * head_dim]` (a view of
-/// `[batch, kv_heads, len, head_dim]` that grows by `concat` on its last dim).
+/// Keys and values seen so far, per layer, each `[batch, kv_heads, capacity, head_dim]` of
+/// which the first [`KvCache::len`] positions are filled.
+///
+/// The buffers are allocated on the first forward, for the capacity asked for (at most the
+/// model's `max_position_embeddings`), and never grow: each forward writes its new keys and
+/// values into them in place (`kv_write` with the cache donated), so a decode step costs the same
+/// at every position apart from attention's own reads. A forward past the capacity is an error.
 #[derive(Debug, Clone, Default)]
 pub struct KvCache {
+    /// Keys and values per layer: values of the graph the cache is used with (so a recording
+    /// graph differentiates through earlier steps); `None` only while a forward holds them.
     layers: Vec<Option<(Var, Var)>>,
     len: usize,
+    /// Positions to allocate; 0 means the model's `max_position_embeddings`.
+    capacity: usize,
+    batch: usize,
 }
 
 impl KvCache {
-    /// An empty cache.
+    /// An empty cache that will hold up to the model's `max_position_embeddings` positions.
     pub fn new() -> KvCache {
         KvCache::default()
+    }
+    /// An empty cache for `capacity` positions (prompt plus new tokens); capped at the model's
+    /// `max_position_embeddings` when allocated.
+    pub fn with_capacity(capacity: usize) -> KvCache {
+        KvCache {
+            capacity,
+            ..KvCache::default()
+        }
     }
     /// Number of positions cached.
     pub fn len(&self) -> usize {
@@ -377,6 +396,58 @@ impl KvCache {
     /// True before the first forward.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+    /// Positions the cache holds once allocated (0 before the first forward).
+    pub fn capacity(&self) -> usize {
+        if self.layers.is_empty() {
+            0
+        } else {
+            self.capacity
+        }
+    }
+
+    /// Allocates the buffers on the first forward; afterwards checks that the batch matches and
+    /// that `total` positions fit.
+    fn prepare(&mut self, c: &LlamaConfig, g: &Graph, batch: usize, total: usize) -> Result<()> {
+        if self.layers.is_empty() {
+            let want = if self.capacity == 0 {
+                c.max_position_embeddings
+            } else {
+                self.capacity.min(c.max_position_embeddings)
+            };
+            self.capacity = want.max(total);
+            self.batch = batch;
+            let shape = [batch, c.num_key_value_heads, self.capacity, c.head_dim];
+            let zeros = || g.constant(g.backend().zeros(&shape)?);
+            self.layers = (0..c.num_hidden_layers)
+                .map(|_| Ok(Some((zeros()?, zeros()?))))
+                .collect::<Result<_>>()?;
+            return Ok(());
+        }
+        if self.layers.len() != c.num_hidden_layers {
+            return Err(Error::Autograd {
+                why: format!(
+                    "llama: KV cache has {} layers, the model {}",
+                    self.layers.len(),
+                    c.num_hidden_layers
+                ),
+            });
+        }
+        if batch != self.batch {
+            return Err(Error::mismatch("llama KV cache", &[self.batch], &[batch]));
+        }
+        if total > self.capacity {
+            return Err(Error::LimitExceeded {
+                what: format!(
+                    "llama: KV cache positions (cached {} + new {})",
+                    self.len,
+                    total - self.len
+                ),
+                value: total as u64,
+                limit: self.capacity as u64,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -503,19 +574,8 @@ impl Llama {
                 limit: c.max_position_embeddings as u64,
             });
         }
-        if let Some(k) = cache.as_deref_mut()
-            && k.layers.len() != c.num_hidden_layers
-        {
-            if !k.layers.is_empty() {
-                return Err(Error::Autograd {
-                    why: format!(
-                        "llama: KV cache has {} layers, the model {}",
-                        k.layers.len(),
-                        c.num_hidden_layers
-                    ),
-                });
-            }
-            k.layers = vec![None; c.num_hidden_layers];
+        if let Some(k) = cache.as_deref_mut() {
+            k.prepare(c, g, batch, total)?;
         }
         let (hq, hkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let mut x = g.embedding(ids, p.get("model.embed_tokens.weight")?)?;
@@ -540,29 +600,24 @@ impl Llama {
             let k_new = to_rows(&proj("self_attn.k_proj.weight", hkv)?, hkv)?;
             let k_new = g.rope(&k_new, c.rope_theta, offset, false)?;
             let v_new = to_rows(&proj("self_attn.v_proj.weight", hkv)?, hkv)?;
-            let (k, v) = match cache.as_deref_mut() {
+            let a = match cache.as_deref_mut() {
                 Some(kc) => {
                     let slot = kc.layers.get_mut(l).ok_or_else(|| Error::Autograd {
                         why: format!("llama: KV cache has no layer {l}"),
                     })?;
-                    // [b, h, s, d] viewed as [b * h, s * d]: appending on the last dim is
-                    // appending positions, and the result views back as [b, h, t, d].
-                    let flat = |t: &Var| g.reshape(t, &[batch * hkv, seq * d]);
-                    let (k_all, v_all) = match slot.take() {
-                        Some((kp, vp)) => (
-                            g.concat(&kp, &flat(&k_new)?)?,
-                            g.concat(&vp, &flat(&v_new)?)?,
-                        ),
-                        None => (flat(&k_new)?, flat(&v_new)?),
-                    };
-                    let k = g.reshape(&k_all, &[batch, hkv, total, d])?;
-                    let v = g.reshape(&v_all, &[batch, hkv, total, d])?;
-                    *slot = Some((k_all, v_all));
-                    (k, v)
+                    let (k_cache, v_cache) = slot.take().ok_or_else(|| Error::Autograd {
+                        why: format!("llama: KV cache layer {l} was lost by a failed forward"),
+                    })?;
+                    // The cache's values are moved into kv_write (donated in an inference
+                    // graph), so the new rows land in place; the cache keeps the results (the
+                    // same storage), which are unique again once this forward's locals drop.
+                    let k = g.kv_write(k_cache, &k_new, offset)?;
+                    let v = g.kv_write(v_cache, &v_new, offset)?;
+                    *slot = Some((k.clone(), v.clone()));
+                    g.attention_prefix(&q, &k, &v, true, total)?
                 }
-                None => (k_new, v_new),
+                None => g.attention(&q, &k_new, &v_new, true, None)?,
             };
-            let a = g.attention(&q, &k, &v, true, None)?;
             // [b, hq, s, d] -> [b, hq * d, s]; o_proj as (a^T)^T @ Wo^T = [b, s, hidden].
             let a_cols = if seq == 1 {
                 g.reshape(&a, &[batch, hq * d, 1])?
@@ -784,7 +839,9 @@ impl<'m> Generation<'m> {
             model,
             graph,
             params,
-            cache: KvCache::new(),
+            // Room for the prompt and every new token (the last is never fed back), capped at
+            // max_position_embeddings when allocated.
+            cache: KvCache::with_capacity(prompt.len().saturating_add(opts.max_new_tokens)),
             rng: Rng::new(s.seed),
             sample_op: Op::Sample {
                 temperature: s.temperature,
@@ -867,7 +924,7 @@ pub async fn greedy_batch(
     let backend = model.store.backend().clone();
     let g = Graph::inference(backend.clone());
     let p = model.bind(&g)?;
-    let mut cache = KvCache::new();
+    let mut cache = KvCache::with_capacity(seq.saturating_add(new_tokens));
     let ids: Vec<i32> = prompts.iter().flatten().map(|&t| t as i32).collect();
     let mut input = g.constant(backend.upload(&Tensor::from_i32(&[batch, seq], ids)?)?)?;
     let mut steps = Vec::new();

@@ -569,10 +569,27 @@ declare_ops! {
             doc: "torch.cat on the last dim",
         },
     ],
-    /// q `[b, hq, s, d]`, k and v `[b, hkv, t, d]`; `scale` `None` means `1/sqrt(d)`.
+    /// Writes `rows [.., s, d]` into `cache [.., cap, d]` at positions `pos..pos + s` of the
+    /// second-to-last dim (leading dims equal): a KV cache's append. The output is the cache
+    /// with those rows replaced. It may alias the cache (see [`crate::backend::Backend::run_donated`]).
+    KvWrite {
+        pos: usize = 0,
+    } => [
+        KvWrite "kv_write" {
+            inputs: [cache, rows],
+            outputs: [out],
+            grad: [cache, rows],
+            budget: EXACT,
+            budget_backward: EXACT,
+            doc: "cache[..., pos:pos+s, :] = rows (torch index_copy_ on dim -2); out may alias cache when it is donated",
+        },
+    ],
+    /// q `[b, hq, s, d]`, k and v `[b, hkv, t, d]`; `scale` `None` means `1/sqrt(d)`; `kv_len`
+    /// keys of the `t` are valid (0: all), the rest of a preallocated KV cache are ignored.
     Attention {
         causal: bool = true => ATTENTION_CAUSAL,
         scale: Option<f32> = (derived "1/sqrt(head_dim)"),
+        kv_len: usize = 0,
     } => [
         Attention "attention" {
             inputs: [q, k, v],
@@ -580,7 +597,7 @@ declare_ops! {
             grad: [q, k, v],
             budget: B_REDUCE,
             budget_backward: B_REDUCE_BWD,
-            doc: "F.scaled_dot_product_attention with GQA; q [b, hq, s, d], k and v [b, hkv, t, d]",
+            doc: "F.scaled_dot_product_attention with GQA; q [b, hq, s, d], k and v [b, hkv, t, d], of which the first kv_len keys (0: all t) are read",
         },
     ],
     GruCell => [

@@ -52,6 +52,13 @@ impl OpKind {
             })
     }
 
+    /// Whether output 0 may alias input 0 when the caller donates it
+    /// ([`crate::backend::Backend::run_donated`]): the op's result is input 0 with some elements
+    /// replaced, so a backend can write those elements into input 0's storage. Only `kv_write`.
+    pub fn donates_first_input(self) -> bool {
+        matches!(self, OpKind::KvWrite)
+    }
+
     /// Whether this op rejects NaN and infinities in its float inputs (`Error::NonFinite`)
     /// rather than propagating them as IEEE arithmetic does. The CPU backends and the CLI's
     /// input checks follow it; a device backend, which cannot see values without a readback
@@ -87,7 +94,13 @@ impl OpKind {
             | K::Embedding
             | K::Sum
             | K::Mean => false,
-            K::Max | K::Transpose | K::Concat | K::Attention | K::GruCell | K::GruSequence => false,
+            K::Max
+            | K::Transpose
+            | K::Concat
+            | K::KvWrite
+            | K::Attention
+            | K::GruCell
+            | K::GruSequence => false,
             K::CrossEntropy | K::Mse | K::Argmax | K::AdamwStep | K::SgdStep => false,
             K::Sample => false,
         }
@@ -186,7 +199,7 @@ impl Op {
             Op::Linear { .. } => last(0).max(dim(1, 0)).max(numel(0) / last(0).max(1)),
             Op::Binary(_) => numel(0) / numel(1).max(1),
             Op::Scale { .. } | Op::Unary(_) | Op::Gelu { .. } | Op::Swiglu => 1,
-            Op::Transpose | Op::Concat => 1,
+            Op::Transpose | Op::Concat | Op::KvWrite { .. } => 1,
             Op::Rope { .. } | Op::AdamwStep { .. } | Op::SgdStep { .. } | Op::Argmax => 1,
             Op::Sample { .. } => 1,
             Op::Softmax { .. }

@@ -11,12 +11,12 @@
 // max, sum and delta = sum_j p_j dp_j to `stats` and accumulates dq; `attn_dkv` (one block per
 // key of each kv head) loops over the query rows of the heads sharing the kv head.
 //
-// Every kernel reads `AttentionParams` (gpu/src/params.rs; p.blocks is unused here);
-// p.c[0] = causal.
+// Every kernel reads `AttentionParams` (gpu/src/params.rs); p.c[0] = causal. Keys are laid out
+// p.seq_kv per head; only the first p.kv_len are read (a preallocated KV cache).
 
 // Keys 0..visible(i) are seen by query row i.
 __device__ inline unsigned int visible(const AttentionParams& p, unsigned int i) {
-    unsigned int s = p.seq_q, t = p.seq_kv;
+    unsigned int s = p.seq_q, t = p.kv_len;
     if (p.c[0] == 0) return t;
     if ((unsigned long long)i + 1 + t <= s) return 0;
     unsigned long long v = (unsigned long long)i + 1 + t - s;

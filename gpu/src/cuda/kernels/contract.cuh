@@ -209,6 +209,27 @@ struct ConcatParams {
     }
 };
 
+// kv_write: `rows` positions of `width` elements per head written at `pos` of a cache of `cap`
+// positions; `n` threads (the rows' elements in place, the cache's otherwise).
+struct KvWriteParams {
+    unsigned int n;
+    unsigned int cap;
+    unsigned int rows;
+    unsigned int width;
+    unsigned int pos;
+    unsigned int c[4];
+    __device__ static KvWriteParams of(const Params& raw) {
+        KvWriteParams p;
+        p.n = raw.u[0];
+        p.cap = raw.u[1];
+        p.rows = raw.u[2];
+        p.width = raw.u[3];
+        p.pos = raw.u[4];
+        for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
+        return p;
+    }
+};
+
 // Embedding lookup: `n = tokens * dim` outputs from a `[vocab, dim]` table.
 struct EmbeddingParams {
     unsigned int n;
@@ -364,8 +385,8 @@ struct RopeParams {
     }
 };
 
-// attention: the geometry (`group = heads_q / heads_kv`), the work items (rows, keys or blocks)
-// and, for the blocked forward, the blocks of query rows per head; `scale`.
+// attention: the geometry (`group = heads_q / heads_kv`; `seq_kv` keys per head in memory, of which
+// the first `kv_len` are read), the work items (rows, keys or blocks); `scale`.
 struct AttentionParams {
     unsigned int seq_q;
     unsigned int seq_kv;
@@ -374,7 +395,7 @@ struct AttentionParams {
     unsigned int heads_q;
     unsigned int group;
     unsigned int items;
-    unsigned int blocks;
+    unsigned int kv_len;
     float scale;
     unsigned int c[4];
     __device__ static AttentionParams of(const Params& raw) {
@@ -386,7 +407,7 @@ struct AttentionParams {
         p.heads_q = raw.u[4];
         p.group = raw.u[5];
         p.items = raw.u[6];
-        p.blocks = raw.u[7];
+        p.kv_len = raw.u[7];
         p.scale = raw.f[0];
         for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
         return p;

@@ -37,6 +37,45 @@ KERNEL(concat_backward, ConcatParams) {
     }
 }
 
+// kv_write: rows [heads, s, d] into a cache [heads, cap, d] at positions pos..pos + s.
+// s = p.rows, d = p.width, cap = p.cap. In place: in0 = rows; out0 = the cache itself (donated),
+// one thread per row element, the rest of the cache untouched.
+KERNEL(kv_write, KvWriteParams) {
+    unsigned long long o = global_index();
+    if (o >= p.n) return;
+    unsigned long long per = (unsigned long long)p.rows * p.width;
+    unsigned long long head = o / per;
+    out0[head * p.cap * p.width + (unsigned long long)p.pos * p.width + o % per] = in0[o];
+}
+
+// Out of place: in0 = cache, in1 = rows; out0 = [heads, cap, d], one thread per cache element.
+KERNEL(kv_write_copy, KvWriteParams) {
+    unsigned long long o = global_index();
+    if (o >= p.n) return;
+    unsigned long long per = (unsigned long long)p.cap * p.width;
+    unsigned long long head = o / per, r = o % per;
+    unsigned long long lo = (unsigned long long)p.pos * p.width;
+    unsigned long long hi = lo + (unsigned long long)p.rows * p.width;
+    out0[o] = (r >= lo && r < hi) ? in1[head * p.rows * p.width + (r - lo)] : in0[o];
+}
+
+// in0 = grad_out [heads, cap, d]; out0 = grad_cache (the written rows zeroed), out1 = grad_rows
+// [heads, s, d]. One thread per grad_out element.
+KERNEL(kv_write_backward, KvWriteParams) {
+    unsigned long long o = global_index();
+    if (o >= p.n) return;
+    unsigned long long per = (unsigned long long)p.cap * p.width;
+    unsigned long long head = o / per, r = o % per;
+    unsigned long long lo = (unsigned long long)p.pos * p.width;
+    unsigned long long hi = lo + (unsigned long long)p.rows * p.width;
+    if (r >= lo && r < hi) {
+        out0[o] = 0.0f;
+        out1[head * p.rows * p.width + (r - lo)] = in0[o];
+    } else {
+        out0[o] = in0[o];
+    }
+}
+
 // in3 = ids [tokens] (i32), in0 = weight [vocab, d]; out0 = [tokens, d]. Ids uploaded from the
 // host were range-checked; others read as zeros rather than out of bounds.
 // p.n = tokens * d, d = p.dim

@@ -31,8 +31,10 @@ const PER_LANE: u32 = 32u;
 // Per-thread accumulators of the backward kernels: DMAX / WG.
 const PER_THREAD: u32 = 2u;
 
-// Every kernel reads `AttentionParams` (gpu/src/params.rs): s = p.seq_q, t = p.seq_kv,
-// d = p.head_dim, dv = p.head_dim_v, hq = p.heads_q, hq / hkv = p.group.
+// Every kernel reads `AttentionParams` (gpu/src/params.rs): s = p.seq_q, t = p.seq_kv (keys per
+// head in memory), d = p.head_dim, dv = p.head_dim_v, hq = p.heads_q, hq / hkv = p.group.
+// Only the first p.kv_len <= t keys of each head are read (a preallocated KV cache): masking
+// and causal alignment use kv_len, addressing uses t.
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 @group(0) @binding(2) var<storage, read> k: array<f32>;
 @group(0) @binding(3) var<storage, read> v: array<f32>;
@@ -61,7 +63,7 @@ fn work_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 fn visible(i: u32) -> u32 {
     let p = attention_params();
     let s = p.seq_q;
-    let t = p.seq_kv;
+    let t = p.kv_len;
     if (!CAUSAL) { return t; }
     if (i + 1u + t <= s) { return 0u; }
     return min(i + 1u + t - s, t);
@@ -77,7 +79,7 @@ fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let t = p.seq_kv;
     let d = p.head_dim;
     let dv = p.head_dim_v;
-    let blocks = p.blocks;
+    let blocks = (s + BQ - 1u) / BQ;
     let bh = item / blocks;          // b * hq + h
     let blk = item % blocks;
     let b = bh / p.heads_q;
@@ -111,8 +113,10 @@ fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             let jj = idx / DMAX;
             let e = idx % DMAX;
             let key = j0 + jj;
-            k_tile[idx] = select(0.0, k[k_base + key * d + e], key < t && e < d);
-            v_tile[idx] = select(0.0, v[v_base + key * dv + e], key < t && e < dv);
+            // Keys past kv_len load as zeros: a masked key's probability is 0, and 0 * v must
+            // not meet whatever an unwritten cache position holds.
+            k_tile[idx] = select(0.0, k[k_base + key * d + e], key < p.kv_len && e < d);
+            v_tile[idx] = select(0.0, v[v_base + key * dv + e], key < p.kv_len && e < dv);
         }
         workgroupBarrier();
         for (var jj: u32 = 0u; jj < BKEYS; jj = jj + 1u) {
@@ -177,6 +181,7 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let item = work_index(wid, nwg); // b * hkv + kv head
     if (item >= p.items) { return; }
     let t = p.seq_kv;
+    let kv = p.kv_len;
     let d = p.head_dim;
     let dv = p.head_dim_v;
     let hq = p.heads_q;
@@ -203,29 +208,29 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     }
     workgroupBarrier();
 
-    for (var j0: u32 = 0u; j0 < t; j0 = j0 + CH) {
+    for (var j0: u32 = 0u; j0 < kv; j0 = j0 + CH) {
         for (var jj: u32 = lid; jj < CH; jj = jj + WG) {
             let j = j0 + jj;
             for (var g: u32 = 0u; g < group; g = g + 1u) {
                 var dot: f32 = 0.0;
-                if (j < t) {
+                if (j < kv) {
                     for (var e: u32 = 0u; e < d; e = e + 1u) {
                         dot = dot + q_sh[g * DMAX + e] * k[k_base + j * d + e];
                     }
                 }
-                sc_sh[g * CH + jj] = select(neg_inf(), dot * p.scale, j < t);
+                sc_sh[g * CH + jj] = select(neg_inf(), dot * p.scale, j < kv);
             }
         }
         workgroupBarrier();
         for (var g: u32 = 0u; g < group; g = g + 1u) {
             var tm = neg_inf();
             for (var jj: u32 = lid; jj < CH; jj = jj + WG) { tm = max(tm, sc_sh[g * CH + jj]); }
-            // Every chunk holds at least one key (j0 < t), so the max is finite.
+            // Every chunk holds at least one key (j0 < kv), so the max is finite.
             let m_new = max(m[g], wg_max(lid, tm));
             let alpha = select(exp(m[g] - m_new), 1.0, l[g] == 0.0);
             var ps: f32 = 0.0;
             for (var jj: u32 = lid; jj < CH; jj = jj + WG) {
-                let pj = select(0.0, exp(sc_sh[g * CH + jj] - m_new), j0 + jj < t);
+                let pj = select(0.0, exp(sc_sh[g * CH + jj] - m_new), j0 + jj < kv);
                 sc_sh[g * CH + jj] = pj;
                 ps = ps + pj;
             }
@@ -236,7 +241,7 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
             }
         }
         workgroupBarrier();
-        let jn = min(CH, t - j0);
+        let jn = min(CH, kv - j0);
         for (var c: u32 = 0u; c < PER_THREAD; c = c + 1u) {
             let e = lid + WG * c;
             if (e < dv) {

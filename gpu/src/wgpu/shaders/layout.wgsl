@@ -65,6 +65,60 @@ fn concat_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     if (j < m) { out0[row * m + j] = in0[o]; } else { out1[row * k + (j - m)] = in0[o]; }
 }
 
+// kv_write: rows [heads, s, d] into a cache [heads, cap, d] at positions pos..pos + s.
+// s = p.rows, d = p.width, cap = p.cap. In place: in0 = rows; out0 = the cache itself (donated),
+// one thread per row element, the rest of the cache untouched.
+@compute @workgroup_size(WG)
+fn kv_write(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let p = kv_write_params();
+    let o = flat_index(wid, nwg, lid);
+    if (o >= p.n) { return; }
+    let per = p.rows * p.width;
+    let head = o / per;
+    out0[head * p.cap * p.width + p.pos * p.width + o % per] = in0[o];
+}
+
+// Out of place: in0 = cache, in1 = rows; out0 = [heads, cap, d], one thread per cache element.
+@compute @workgroup_size(WG)
+fn kv_write_copy(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let p = kv_write_params();
+    let o = flat_index(wid, nwg, lid);
+    if (o >= p.n) { return; }
+    let per = p.cap * p.width;
+    let head = o / per;
+    let r = o % per;
+    let lo = p.pos * p.width;
+    let hi = lo + p.rows * p.width;
+    if (r >= lo && r < hi) {
+        out0[o] = in1[head * p.rows * p.width + (r - lo)];
+    } else {
+        out0[o] = in0[o];
+    }
+}
+
+// in0 = grad_out [heads, cap, d]; out0 = grad_cache (the written rows zeroed), out1 = grad_rows
+// [heads, s, d]. One thread per grad_out element.
+@compute @workgroup_size(WG)
+fn kv_write_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    let p = kv_write_params();
+    let o = flat_index(wid, nwg, lid);
+    if (o >= p.n) { return; }
+    let per = p.cap * p.width;
+    let head = o / per;
+    let r = o % per;
+    let lo = p.pos * p.width;
+    let hi = lo + p.rows * p.width;
+    if (r >= lo && r < hi) {
+        out0[o] = 0.0;
+        out1[head * p.rows * p.width + (r - lo)] = in0[o];
+    } else {
+        out0[o] = in0[o];
+    }
+}
+
 // ids [tokens] (i32), in0 = weight [vocab, d]; out0 = [tokens, d]. Ids were range-checked on
 // the host; an out-of-range id reads as zeros rather than out of bounds.
 // p.n = tokens * d, d = p.dim

@@ -134,6 +134,19 @@ fn concat_params() -> ConcatParams {
     return ConcatParams(kernel_params.u0, kernel_params.u1, kernel_params.u2);
 }
 
+// kv_write: `rows` positions of `width` elements per head written at `pos` of a cache of `cap`
+// positions; `n` threads (the rows' elements in place, the cache's otherwise).
+struct KvWriteParams {
+    n: u32,
+    cap: u32,
+    rows: u32,
+    width: u32,
+    pos: u32,
+}
+fn kv_write_params() -> KvWriteParams {
+    return KvWriteParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4);
+}
+
 // Embedding lookup: `n = tokens * dim` outputs from a `[vocab, dim]` table.
 struct EmbeddingParams {
     n: u32,
@@ -230,8 +243,8 @@ fn rope_params() -> RopeParams {
     return RopeParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3);
 }
 
-// attention: the geometry (`group = heads_q / heads_kv`), the work items (rows, keys or blocks)
-// and, for the blocked forward, the blocks of query rows per head; `scale`.
+// attention: the geometry (`group = heads_q / heads_kv`; `seq_kv` keys per head in memory, of which
+// the first `kv_len` are read), the work items (rows, keys or blocks); `scale`.
 struct AttentionParams {
     seq_q: u32,
     seq_kv: u32,
@@ -240,7 +253,7 @@ struct AttentionParams {
     heads_q: u32,
     group: u32,
     items: u32,
-    blocks: u32,
+    kv_len: u32,
     scale: f32,
 }
 fn attention_params() -> AttentionParams {

@@ -9,7 +9,11 @@ use crate::rng::Rng;
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn attn(causal: bool, scale: Option<f32>) -> Op {
-    Op::Attention { causal, scale }
+    Op::Attention {
+        causal,
+        scale,
+        kv_len: 0,
+    }
 }
 
 type Arg = (Vec<usize>, Vec<f64>);
@@ -324,4 +328,39 @@ fn errors() {
         e,
         Error::mismatch("attention", &[1, 1, 2, 2], &[1, 1, 2, 4])
     );
+}
+
+/// `kv_len` reads a prefix of a longer cache: the same output and q gradient as k and v cut to
+/// that prefix, and zero gradient for the keys past it.
+#[test]
+fn kv_len_reads_a_prefix() {
+    let mut rng = Rng::new(7);
+    for (causal, (b, hq, hkv, s, t, d, dv), len) in [
+        (true, (2, 4, 2, 3, 11, 5, 4), 6),
+        (false, (1, 3, 1, 1, 9, 4, 4), 1),
+        (true, (1, 2, 2, 1, 5, 3, 3), 5),
+    ] {
+        let full = qkv(&mut rng, (b, hq, hkv, s, t, d, dv));
+        let prefix = |(shape, data): &Arg, w: usize| -> Arg {
+            let heads = shape[0] * shape[1];
+            let cut: Vec<f64> = (0..heads)
+                .flat_map(|h| data[h * t * w..][..len * w].to_vec())
+                .collect();
+            (vec![shape[0], shape[1], len, w], cut)
+        };
+        let cut = [full[0].clone(), prefix(&full[1], d), prefix(&full[2], dv)];
+        let op = Op::Attention {
+            causal,
+            scale: None,
+            kv_len: len,
+        };
+        let got = run_as::<f64>(&op, &full);
+        let want = run_as::<f64>(&attn(causal, None), &cut);
+        assert_eq!(got[0].floats(), want[0].floats());
+        grad_check(&op, &full, 3);
+    }
+    let args = qkv(&mut rng, (1, 1, 1, 1, 3, 2, 2));
+    let views: Vec<View<f64>> = args.iter().map(|(s, v)| View::float(s, v)).collect();
+    let e = forward(true, None, 4, &views).unwrap_err();
+    assert!(matches!(e, Error::BadAttr { attr: "kv_len", .. }), "{e:?}");
 }

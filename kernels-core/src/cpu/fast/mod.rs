@@ -87,6 +87,7 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
             | Op::Sample { .. }
             | Op::Transpose
             | Op::Concat
+            | Op::KvWrite { .. }
             | Op::Attention { .. }
             | Op::CrossEntropy
             | Op::Mse

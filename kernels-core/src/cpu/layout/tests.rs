@@ -172,3 +172,50 @@ fn concat_errors() {
     .unwrap_err();
     assert_eq!(e, Error::mismatch("concat", &[2, 3], &[2, 4]));
 }
+
+#[test]
+fn kv_write_by_hand_and_backward() {
+    // cache [2, 3, 2] (two heads of three positions), rows [2, 1, 2] at position 1.
+    let cache = iota(&[2, 3, 2]);
+    let rows = t(&[2, 1, 2], &[-1., -2., -3., -4.]);
+    let op = Op::KvWrite { pos: 1 };
+    let y = run(op, Direction::Forward, &[&cache, &rows]).unwrap();
+    assert_eq!(y[0].shape, [2, 3, 2]);
+    assert_eq!(
+        y[0].floats(),
+        [0., 1., -1., -2., 4., 5., 6., 7., -3., -4., 10., 11.]
+    );
+    let g = iota(&[2, 3, 2]);
+    let d = run(op, Direction::Backward, &[&cache, &rows, &y[0], &g]).unwrap();
+    assert_eq!(
+        d[0].floats(),
+        [0., 1., 0., 0., 4., 5., 6., 7., 0., 0., 10., 11.]
+    );
+    assert_eq!(d[1].shape, [2, 1, 2]);
+    assert_eq!(d[1].floats(), [2., 3., 8., 9.]);
+    let r = check_op(
+        &Op::KvWrite { pos: 2 },
+        &[rand(1, &[2, 3, 5, 4]), rand(2, &[2, 3, 2, 4])],
+        Options::default(),
+    )
+    .unwrap();
+    assert!(r.pass(), "{r:?}");
+    // NaN moves like any other value.
+    let rows = t(&[2, 1, 2], &[f64::NAN, 1., 2., 3.]);
+    let y = run(op, Direction::Forward, &[&cache, &rows]).unwrap();
+    assert!(y[0].floats()[2].is_nan());
+}
+
+#[test]
+fn kv_write_rejects_what_does_not_fit() {
+    let cache = iota(&[2, 3, 2]);
+    let fwd = |pos: usize, rows: &Owned<f64>| {
+        run(Op::KvWrite { pos }, Direction::Forward, &[&cache, rows])
+    };
+    let e = fwd(2, &iota(&[2, 2, 2])).unwrap_err();
+    assert!(matches!(e, Error::BadAttr { attr: "pos", .. }), "{e:?}");
+    assert!(fwd(usize::MAX, &iota(&[2, 1, 2])).is_err());
+    assert!(fwd(0, &iota(&[2, 1, 3])).is_err());
+    assert!(fwd(0, &iota(&[1, 1, 2])).is_err());
+    assert!(fwd(0, &iota(&[2, 2])).is_err());
+}

@@ -25,12 +25,14 @@ pub(super) fn forward(
     isa: Isa,
     causal: bool,
     scale: Option<f32>,
+    kv_len: usize,
     args: &[View<f32>],
 ) -> Result<Vec<Owned<f32>>> {
     let (q_shape, q) = float_arg(OP, args, 0, "q")?;
     let (k_shape, k) = float_arg(OP, args, 1, "k")?;
     let (v_shape, v) = float_arg(OP, args, 2, "v")?;
-    let dm = Dims::new(q_shape, k_shape, v_shape)?;
+    // `kv_len` narrows the visible keys (a preallocated cache); heads stay `t` apart.
+    let dm = Dims::new(q_shape, k_shape, v_shape)?.with_kv_len(kv_len)?;
     let scale = scale_value::<f32>(scale, dm.d)?;
     let Dims {
         batch,
@@ -40,6 +42,7 @@ pub(super) fn forward(
         t,
         d,
         dv,
+        kv_len: _,
     } = dm;
     let group = hq / hkv;
     let mut out = filled(batch * hq * sq * dv, 0.0, OP)?;

@@ -98,9 +98,11 @@ pub fn forward_with(isa: Isa, op: &Op, args: &[View<f32>]) -> Option<Result<Vec<
             offset,
             interleaved,
         } => checked().and_then(|()| ops::rope(isa, theta, offset, interleaved, args)),
-        Op::Attention { causal, scale } => {
-            checked().and_then(|()| attention::forward(isa, causal, scale, args))
-        }
+        Op::Attention {
+            causal,
+            scale,
+            kv_len,
+        } => checked().and_then(|()| attention::forward(isa, causal, scale, kv_len, args)),
         _ => return None,
     };
     Some(r)
