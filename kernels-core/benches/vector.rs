@@ -105,6 +105,7 @@ fn attention(c: &mut Criterion) {
         let op = Op::Attention {
             causal: true,
             scale: None,
+            kv_len: 0,
         };
         compare(c, "attention_decode", &label, op, &inputs);
     }
@@ -117,6 +118,7 @@ fn attention(c: &mut Criterion) {
     let op = Op::Attention {
         causal: true,
         scale: None,
+        kv_len: 0,
     };
     compare(c, "attention_prefill", "h6_d48_s128", op, &inputs);
     let rope = Op::Rope {

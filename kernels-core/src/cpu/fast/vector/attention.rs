@@ -10,8 +10,9 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::common::{filled, with_simd};
+use super::math;
 use super::simd::Simd;
-use super::{filled, math, with_simd};
 use crate::cpu::attention::{Dims, scale_value};
 use crate::cpu::fast::isa::Isa;
 use crate::cpu::{Owned, View, float_arg};

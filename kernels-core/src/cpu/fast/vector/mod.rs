@@ -10,6 +10,7 @@
 //! the reference.
 
 mod attention;
+mod common;
 mod math;
 mod ops;
 pub(crate) mod simd;
@@ -18,54 +19,12 @@ mod tests;
 
 use alloc::vec::Vec;
 
+use self::common::{Act, with_simd};
+
 use super::isa::Isa;
 use crate::cpu::{Owned, View};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::op::{Direction, Op, UnaryOp};
-
-/// Runs `body` with `$s` bound to the token of `isa` (inside a `#[target_feature]` function
-/// for the x86 variants), or of the portable path when the CPU lacks `isa`.
-macro_rules! with_simd {
-    ($isa:expr, $s:ident => $body:expr) => {{
-        #[allow(unused_imports)]
-        use $crate::cpu::fast::isa::Isa as I;
-        #[allow(unused_imports)]
-        use $crate::cpu::fast::vector::simd::{self, Simd as _};
-        match $isa {
-            #[cfg(target_arch = "x86_64")]
-            I::Avx512 => match simd::Avx512::new() {
-                Some(t) => t.vectorize(|$s| $body),
-                None => {
-                    let $s = simd::Portable;
-                    $body
-                }
-            },
-            #[cfg(target_arch = "x86_64")]
-            I::Avx2 => match simd::Avx2::new() {
-                Some(t) => t.vectorize(|$s| $body),
-                None => {
-                    let $s = simd::Portable;
-                    $body
-                }
-            },
-            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-            I::Simd128 => simd::Simd128.vectorize(|$s| $body),
-            _ => {
-                let $s = simd::Portable;
-                $body
-            }
-        }
-    }};
-}
-pub(crate) use with_simd;
-
-/// The element-wise activations with a vector path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Act {
-    Exp,
-    Sigmoid,
-    Silu,
-}
 
 /// [`forward_with`] on the selected instruction set.
 pub fn forward(op: &Op, args: &[View<f32>]) -> Option<Result<Vec<Owned<f32>>>> {
@@ -106,17 +65,6 @@ pub fn forward_with(isa: Isa, op: &Op, args: &[View<f32>]) -> Option<Result<Vec<
         _ => return None,
     };
     Some(r)
-}
-
-/// A zeroed (or `fill`ed) output buffer; an allocation failure is an error, not an abort.
-pub(crate) fn filled(len: usize, fill: f32, what: &str) -> Result<Vec<f32>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
-        what: alloc::format!("{what} output"),
-        bytes: (len as u64).saturating_mul(4),
-    })?;
-    v.resize(len, fill);
-    Ok(v)
 }
 
 /// `exp` on `x` with the vector kernel of `isa` (for benchmarks and tests).

@@ -4,7 +4,8 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{Act, filled, math, with_simd};
+use super::common::{Act, filled, with_simd};
+use super::math;
 use crate::cpu::fast::isa::Isa;
 use crate::cpu::{Owned, View, float_arg, non_empty, norm, rope as rope_ref, same_shape, softmax};
 use crate::error::Result;

@@ -374,7 +374,17 @@ fn attention_matches_the_reference() {
                     (vec![b, hkv, t, d], k),
                     (vec![b, hkv, t, dv], v),
                 ];
-                fold(&mut worst, agree(Op::Attention { causal, scale }, &inputs));
+                fold(
+                    &mut worst,
+                    agree(
+                        Op::Attention {
+                            causal,
+                            scale,
+                            kv_len: 0,
+                        },
+                        &inputs,
+                    ),
+                );
             }
         }
     }
@@ -394,6 +404,7 @@ fn errors_are_the_references_errors() {
     let attn = Op::Attention {
         causal: true,
         scale: None,
+        kv_len: 0,
     };
     let cases: Vec<(Op, Vec<View<f32>>)> = vec![
         (Op::Unary(UnaryOp::Exp), vec![]),
@@ -482,6 +493,7 @@ fn errors_are_the_references_errors() {
             Op::Attention {
                 causal: false,
                 scale: Some(f32::INFINITY),
+                kv_len: 0,
             },
             vec![
                 f(&[1, 1, 1, 4], 4),
