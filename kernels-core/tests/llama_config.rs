@@ -51,7 +51,8 @@ fn a_billion_layers_is_an_error_before_any_allocation() {
 #[test]
 fn overflowing_sizes_are_errors_naming_the_fields() {
     let mut c = tiny();
-    c.num_attention_heads = (1usize << 62) + 4;
+    // 2^62 + 4 on 64-bit targets: times head_dim 4 overflows.
+    c.num_attention_heads = usize::MAX / 4 + 4;
     c.num_key_value_heads = 1;
     let e = c.validate().unwrap_err().to_string();
     assert!(
