@@ -60,6 +60,9 @@ pub struct Selected {
     /// The same backend as [`WgpuBackend`] when wgpu was chosen, for what `dyn Backend` does not
     /// offer (its counters, adapter, limits); `None` for the CPU and CUDA.
     pub gpu: Option<Rc<WgpuBackend>>,
+    /// The same backend as [`crate::CudaBackend`] when CUDA was chosen (its counters).
+    #[cfg(feature = "cuda")]
+    pub cuda: Option<Rc<crate::cuda::CudaBackend>>,
     pub reason: String,
 }
 
@@ -72,41 +75,24 @@ impl std::fmt::Debug for Selected {
 /// Picks a backend for `choice`.
 pub fn select_backend(choice: BackendChoice) -> Result<Selected> {
     match choice {
-        BackendChoice::Cpu => Ok(Selected {
-            backend: Rc::new(CpuBackend::new()),
-            gpu: None,
-            reason: "requested cpu".into(),
-        }),
+        BackendChoice::Cpu => Ok(cpu_selected("requested cpu".into())),
         BackendChoice::Wgpu => {
             let be = require_wgpu()?;
             let reason = format!("requested wgpu: {}", be.name());
             Ok(wgpu_selected(be, reason))
         }
         BackendChoice::Cuda => {
-            let be = new_cuda().map_err(|e| Error::Backend {
+            new_cuda(|name| format!("requested cuda: {name}")).map_err(|e| Error::Backend {
                 backend: "cuda".into(),
                 why: format!("requested cuda, but it is unavailable: {e}"),
-            })?;
-            let reason = format!("requested cuda: {}", be.name());
-            Ok(Selected {
-                backend: be,
-                gpu: None,
-                reason,
             })
         }
         BackendChoice::Auto => {
             // Why CUDA was passed over, when it was compiled in (nothing otherwise, so builds
             // without the feature say what they always said).
             let cuda_note = if cfg!(feature = "cuda") {
-                match new_cuda() {
-                    Ok(be) => {
-                        let reason = format!("auto: found a CUDA device, using {}", be.name());
-                        return Ok(Selected {
-                            backend: be,
-                            gpu: None,
-                            reason,
-                        });
-                    }
+                match new_cuda(|name| format!("auto: found a CUDA device, using {name}")) {
+                    Ok(selected) => return Ok(selected),
                     Err(e) => format!("CUDA unavailable ({e}); "),
                 }
             } else {
@@ -115,25 +101,21 @@ pub fn select_backend(choice: BackendChoice) -> Result<Selected> {
             match new_wgpu() {
                 // A software adapter (lavapipe, SwiftShader) runs kernels far slower than the
                 // CPU backend: `auto` never prefers it; `--backend wgpu` still reaches it.
-                Ok(be) if crate::adapters::is_software(be.adapter_info()) => Ok(Selected {
-                    backend: Rc::new(CpuBackend::new()),
-                    gpu: None,
-                    reason: format!(
+                Ok(be) if crate::adapters::is_software(be.adapter_info()) => {
+                    Ok(cpu_selected(format!(
                         "auto: {cuda_note}the only wgpu adapter, {}, is a software renderer \
                          (slower than the CPU backend), using the CPU; --backend wgpu forces it",
                         be.adapter_info().name
-                    ),
-                }),
+                    )))
+                }
                 Ok(be) => {
                     let reason =
                         format!("auto: {cuda_note}found a GPU adapter, using {}", be.name());
                     Ok(wgpu_selected(Rc::new(be), reason))
                 }
-                Err(e) => Ok(Selected {
-                    backend: Rc::new(CpuBackend::new()),
-                    gpu: None,
-                    reason: format!("auto: {cuda_note}wgpu unavailable ({e}), using the CPU"),
-                }),
+                Err(e) => Ok(cpu_selected(format!(
+                    "auto: {cuda_note}wgpu unavailable ({e}), using the CPU"
+                ))),
             }
         }
     }
@@ -148,10 +130,22 @@ pub fn require_wgpu() -> Result<Rc<WgpuBackend>> {
     })
 }
 
+fn cpu_selected(reason: String) -> Selected {
+    Selected {
+        backend: Rc::new(CpuBackend::new()),
+        gpu: None,
+        #[cfg(feature = "cuda")]
+        cuda: None,
+        reason,
+    }
+}
+
 fn wgpu_selected(be: Rc<WgpuBackend>, reason: String) -> Selected {
     Selected {
         backend: be.clone(),
         gpu: Some(be),
+        #[cfg(feature = "cuda")]
+        cuda: None,
         reason,
     }
 }
@@ -181,12 +175,18 @@ const NOT_COMPILED: &str = "this build has no CUDA backend: the `cuda` feature i
      (rebuild with `--features kernels-gpu/cuda`)";
 
 #[cfg(feature = "cuda")]
-fn new_cuda() -> Result<Rc<dyn Backend>> {
-    Ok(Rc::new(crate::cuda::CudaBackend::new()?))
+fn new_cuda(reason: impl FnOnce(&str) -> String) -> Result<Selected> {
+    let be = Rc::new(crate::cuda::CudaBackend::new()?);
+    Ok(Selected {
+        backend: be.clone(),
+        gpu: None,
+        reason: reason(&be.name()),
+        cuda: Some(be),
+    })
 }
 
 #[cfg(not(feature = "cuda"))]
-fn new_cuda() -> Result<Rc<dyn Backend>> {
+fn new_cuda(_reason: impl FnOnce(&str) -> String) -> Result<Selected> {
     Err(Error::Backend {
         backend: "cuda".into(),
         why: NOT_COMPILED.into(),

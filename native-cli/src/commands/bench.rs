@@ -21,7 +21,7 @@ use kernels_gpu::adapters::is_software;
 use kernels_gpu::bench::{
     BenchCase, NaiveMatmul, Work, attention_case, matmul_cases, median, rowwise_cases, time_runs,
 };
-use kernels_gpu::{Counters, WgpuBackend, require_wgpu};
+use kernels_gpu::{BackendChoice, Counters, WgpuBackend, require_wgpu, select_backend};
 
 use crate::parity::download;
 use crate::{CliResult, emit, fail};
@@ -125,11 +125,8 @@ fn targets(spec: Option<&str>) -> CliResult<(Vec<Target>, Vec<String>)> {
                 gpu: None,
                 fence: None,
             }),
-            #[cfg(feature = "cuda")]
             "cuda" => {
-                let be = Rc::new(kernels_gpu::CudaBackend::new().map_err(|e| {
-                    fail(format!("bench: requested cuda, but it is unavailable: {e}"))
-                })?);
+                let be = select_backend(BackendChoice::Cuda)?.backend;
                 let fence = be.upload(&Tensor::zeros(&[1])?)?;
                 out.push(Target {
                     backend: be,
@@ -165,12 +162,7 @@ fn targets(spec: Option<&str>) -> CliResult<(Vec<Target>, Vec<String>)> {
             }
             other => {
                 return Err(fail(format!(
-                    "bench: unknown backend `{other}`; expected a comma-separated list of cpu, wgpu{}",
-                    if cfg!(feature = "cuda") {
-                        ", cuda"
-                    } else {
-                        " (cuda needs a build with the `cuda` feature)"
-                    }
+                    "bench: unknown backend `{other}`; expected a comma-separated list of cpu, wgpu, cuda"
                 )));
             }
         }

@@ -89,7 +89,7 @@ fn measure(
     Ok(m)
 }
 
-fn median(v: &mut [f64]) -> Option<f64> {
+pub(super) fn median(v: &mut [f64]) -> Option<f64> {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied()
 }

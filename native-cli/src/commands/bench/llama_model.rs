@@ -96,29 +96,23 @@ impl Counting {
 }
 
 fn open_backend(arg: Option<&str>) -> CliResult<(Rc<dyn kernels_core::Backend>, Counting, String)> {
-    let choice = BackendChoice::from_arg(arg)?;
-    #[cfg(feature = "cuda")]
-    if choice == BackendChoice::Cuda {
-        let be = Rc::new(kernels_gpu::CudaBackend::new().map_err(|e| {
-            fail(format!(
-                "bench llama: requested cuda, but it is unavailable: {e}"
-            ))
-        })?);
-        let name = kernels_core::Backend::name(be.as_ref());
-        return Ok((be.clone(), Counting::Cuda(be), name));
-    }
-    let chosen = select_backend(choice)?;
+    let chosen = select_backend(BackendChoice::from_arg(arg)?)?;
     let counting = match &chosen.gpu {
         Some(g) => Counting::Wgpu(g.clone()),
         None => Counting::None,
+    };
+    #[cfg(feature = "cuda")]
+    let counting = match &chosen.cuda {
+        Some(c) => Counting::Cuda(c.clone()),
+        None => counting,
     };
     let name = chosen.backend.name();
     Ok((chosen.backend, counting, name))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+/// The median of the runs (NaN for none).
+fn median_of(mut v: Vec<f64>) -> f64 {
+    super::llama::median(&mut v).unwrap_or(f64::NAN)
 }
 
 fn greedy(max_new_tokens: usize) -> GenerateOptions {
@@ -229,8 +223,8 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
         backend: backend_name,
         threads: opts.threads,
         params: model.config.num_parameters(),
-        decode_tok_s: 1.0 / median(decode).max(1e-12),
-        prefill_tok_s: opts.prefill_len as f64 / median(prefill).max(1e-12),
+        decode_tok_s: 1.0 / median_of(decode).max(1e-12),
+        prefill_tok_s: opts.prefill_len as f64 / median_of(prefill).max(1e-12),
         dispatches_per_token: dispatches,
         submits_per_token: submits,
         bytes_down_per_token: bytes_down,
