@@ -288,17 +288,10 @@ fn drive<K: MicroKernel>(
 fn aligned(buf: &mut Vec<f32>, len: usize) -> Result<&mut [f32]> {
     const SLACK: usize = 64 / core::mem::size_of::<f32>();
     let need = len.saturating_add(SLACK);
-    if buf.len() < need {
-        buf.try_reserve_exact(need - buf.len())
-            .map_err(|_| Error::OutOfMemory {
-                what: "matmul packing buffer".into(),
-                bytes: (need as u64).saturating_mul(4),
-            })?;
-        buf.resize(need, 0.0);
-    }
+    super::buffers::grow(buf, need, 0.0, "matmul packing buffer")?;
     let off = buf.as_ptr().align_offset(64).min(SLACK);
     Ok(&mut buf[off..off + len])
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

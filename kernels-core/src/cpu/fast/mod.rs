@@ -14,6 +14,7 @@
 //! `trans_a`), `b [..., k, n]` (or `[..., n, k]` with `trans_b`), rank >= 2, batched over
 //! leading dims that are equal, or with one operand 2-D and shared by every batch entry.
 
+mod buffers;
 pub mod config;
 pub mod gemm;
 pub mod isa;
@@ -159,13 +160,7 @@ fn arity(args: &[View<f32>], expected: usize) -> Result<()> {
 
 /// A zeroed output buffer; an allocation failure is an error, not an abort.
 fn zeros(len: usize) -> Result<Vec<f32>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
-        what: "matmul output".into(),
-        bytes: (len as u64).saturating_mul(4),
-    })?;
-    v.resize(len, 0.0);
-    Ok(v)
+    buffers::filled(len, 0.0, NAME)
 }
 
 /// Batch entry `i` of an operand: `len` values from `i * step` (`step` 0: a shared operand).

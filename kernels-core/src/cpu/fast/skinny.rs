@@ -514,14 +514,7 @@ fn columns<I: Isa>(
 
 /// A `len`-value prefix of `buf`, grown as needed; an allocation failure is an error.
 fn grow(buf: &mut Vec<f32>, len: usize) -> Result<&mut [f32]> {
-    if buf.len() < len {
-        buf.try_reserve_exact(len - buf.len())
-            .map_err(|_| Error::OutOfMemory {
-                what: "matmul scratch buffer".into(),
-                bytes: (len as u64).saturating_mul(4),
-            })?;
-        buf.resize(len, 0.0);
-    }
+    super::buffers::grow(buf, len, 0.0, "matmul scratch buffer")?;
     Ok(&mut buf[..len])
 }
 

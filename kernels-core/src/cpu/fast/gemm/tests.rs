@@ -17,8 +17,17 @@ fn kernels() -> Vec<Kernel> {
     Kernel::available()
 }
 
-/// `op(A) . op(B)` by the textbook triple loop in f64, from the raw row-major storage.
-fn naive(ta: bool, tb: bool, a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+/// `op(A) . op(B)` by the textbook triple loop in f64, from the raw row-major storage (the
+/// oracle of the skinny path's tests too).
+pub(crate) fn naive(
+    ta: bool,
+    tb: bool,
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
     let mut c = vec![0.0f32; m * n];
     for i in 0..m {
         for j in 0..n {

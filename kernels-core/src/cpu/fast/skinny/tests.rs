@@ -10,21 +10,9 @@ use crate::numerics::compare;
 use crate::op::{Activation, OpKind};
 use crate::rng::Rng;
 
-/// `op(A) . op(B)` by the triple loop in f64, from the raw row-major storage.
+/// `op(A) . op(B)` in f64: the GEMM tests' oracle.
 fn naive(ta: bool, tb: bool, a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) -> Vec<f32> {
-    let mut c = vec![0.0f32; m * n];
-    for i in 0..m {
-        for j in 0..n {
-            let mut s = 0.0f64;
-            for p in 0..k {
-                let x = if ta { a[p * m + i] } else { a[i * k + p] };
-                let y = if tb { b[j * k + p] } else { b[p * n + j] };
-                s += x as f64 * y as f64;
-            }
-            c[i * n + j] = s as f32;
-        }
-    }
-    c
+    super::super::gemm::tests::naive(ta, tb, a, b, m, k, n)
 }
 
 const TRANS: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];

@@ -1,10 +1,6 @@
 //! What the vector kernels share: the run-time dispatch onto an instruction set
-//! ([`with_simd!`]), the activations with a vector path ([`Act`]) and output buffers whose
-//! allocation failure is an error ([`filled`]).
-
-use alloc::vec::Vec;
-
-use crate::error::{Error, Result};
+//! ([`with_simd!`]), the activations with a vector path ([`Act`]), and [`filled`] output
+//! buffers (the fast paths' own).
 
 /// Runs `body` with `$s` bound to the token of `isa` (inside a `#[target_feature]` function
 /// for the x86 variants), or of the portable path when the CPU lacks `isa`.
@@ -50,13 +46,4 @@ pub(crate) enum Act {
     Silu,
 }
 
-/// A zeroed (or `fill`ed) output buffer; an allocation failure is an error, not an abort.
-pub(crate) fn filled(len: usize, fill: f32, what: &str) -> Result<Vec<f32>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
-        what: alloc::format!("{what} output"),
-        bytes: (len as u64).saturating_mul(4),
-    })?;
-    v.resize(len, fill);
-    Ok(v)
-}
+pub(crate) use crate::cpu::fast::buffers::filled;
