@@ -127,18 +127,14 @@ fn logits_json_matches_the_golden_reference() {
     assert!(stderr(&bad).contains("`x`"), "{}", stderr(&bad));
 }
 
-#[test]
-fn train_writes_a_checkpoint_that_generate_and_eval_load() {
-    let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("tiny");
-    let out_s = out.display().to_string();
-    let o = kernels(&[
+/// `kernels train transformer` of a tiny model (hidden 16, 2 heads / 1 kv head, batch 4) on
+/// the CPU into `out`, with `extra` flags.
+fn tiny_train<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec![
         "train",
         "transformer",
         "--out",
-        &out_s,
-        "--steps",
-        "3",
+        out,
         "--batch",
         "4",
         "--hidden",
@@ -149,11 +145,22 @@ fn train_writes_a_checkpoint_that_generate_and_eval_load() {
         "1",
         "--intermediate",
         "24",
-        "--eval-problems",
-        "4",
         "--backend",
         "cpu",
-    ]);
+    ];
+    v.extend_from_slice(extra);
+    v
+}
+
+#[test]
+fn train_writes_a_checkpoint_that_generate_and_eval_load() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("tiny");
+    let out_s = out.display().to_string();
+    let o = kernels(&tiny_train(
+        &out_s,
+        &["--steps", "3", "--eval-problems", "4"],
+    ));
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("held-out exact match"),
@@ -285,32 +292,19 @@ fn train_refuses_non_finite_rates_and_stops_on_a_diverged_loss() {
     let out = tmp.path().join("run");
     let out_s = out.display().to_string();
     let args = |lr: &'static str| {
-        vec![
-            "train",
-            "transformer",
-            "--out",
+        tiny_train(
             &out_s,
-            "--steps",
-            "4",
-            "--batch",
-            "4",
-            "--hidden",
-            "16",
-            "--heads",
-            "2",
-            "--kv-heads",
-            "1",
-            "--intermediate",
-            "24",
-            "--eval-problems",
-            "0",
-            "--checkpoint-every",
-            "1",
-            "--backend",
-            "cpu",
-            "--lr",
-            lr,
-        ]
+            &[
+                "--steps",
+                "4",
+                "--eval-problems",
+                "0",
+                "--checkpoint-every",
+                "1",
+                "--lr",
+                lr,
+            ],
+        )
     };
     for lr in ["NaN", "inf", "0"] {
         let o = kernels(&args(lr));

@@ -127,6 +127,32 @@ impl<T: Real> Owned<T> {
     }
 }
 
+/// Argument `i` of `args`, or an arity error.
+fn arg<'a, 'b, T: Real>(
+    op: &'static str,
+    args: &'b [View<'a, T>],
+    i: usize,
+) -> Result<&'b View<'a, T>> {
+    args.get(i).ok_or(Error::Arity {
+        op,
+        expected: i + 1,
+        got: args.len(),
+    })
+}
+
+/// Fails unless `shape` holds exactly `len` elements.
+fn holds(op: &'static str, name: &str, shape: &[usize], len: usize) -> Result<()> {
+    if numel(shape) != Some(len) {
+        return Err(Error::bad_shape(
+            op,
+            name,
+            shape,
+            format!("shape does not match {len} elements"),
+        ));
+    }
+    Ok(())
+}
+
 /// The float argument `i` of `args`: `(shape, elements)`. Checks the dtype and that the element
 /// count matches the shape.
 pub fn float_arg<'a, T: Real>(
@@ -135,20 +161,9 @@ pub fn float_arg<'a, T: Real>(
     i: usize,
     name: &str,
 ) -> Result<(&'a [usize], &'a [T])> {
-    let v = args.get(i).ok_or(Error::Arity {
-        op,
-        expected: i + 1,
-        got: args.len(),
-    })?;
+    let v = arg(op, args, i)?;
     let x = v.floats(op, name)?;
-    if numel(v.shape) != Some(x.len()) {
-        return Err(Error::bad_shape(
-            op,
-            name,
-            v.shape,
-            format!("shape does not match {} elements", x.len()),
-        ));
-    }
+    holds(op, name, v.shape, x.len())?;
     Ok((v.shape, x))
 }
 
@@ -159,20 +174,9 @@ pub fn int_arg<'a, T: Real>(
     i: usize,
     name: &str,
 ) -> Result<(&'a [usize], Vec<i64>)> {
-    let v = args.get(i).ok_or(Error::Arity {
-        op,
-        expected: i + 1,
-        got: args.len(),
-    })?;
+    let v = arg(op, args, i)?;
     let x = v.ints(op, name)?;
-    if numel(v.shape) != Some(x.len()) {
-        return Err(Error::bad_shape(
-            op,
-            name,
-            v.shape,
-            format!("shape does not match {} elements", x.len()),
-        ));
-    }
+    holds(op, name, v.shape, x.len())?;
     Ok((v.shape, x))
 }
 

@@ -7,15 +7,13 @@
 //! Each timed stage ends with a 4-byte read of a resident scalar, which submits the recorded
 //! work and waits for the device (the read itself is in the time, as in `kernels bench`).
 
-use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
 use kernels_core::autograd::{Graph, Var};
 use kernels_core::models::world::{
-    WorldConfig, WorldModel, apply_correction, ensemble_stats, residual_svd, sim,
+    WorldConfig, apply_correction, ensemble_stats, residual_svd, sim,
 };
-use kernels_core::nn::ParamStore;
 use kernels_core::{Backend, CpuBackend, Tensor};
 use kernels_gpu::bench::{median, time_runs};
 use kernels_gpu::{Counters, WgpuBackend, require_wgpu};
@@ -122,13 +120,6 @@ fn targets(spec: Option<&str>, notes: &mut Vec<String>) -> CliResult<Vec<Target>
     Ok(out)
 }
 
-fn model_on(
-    backend: Rc<dyn Backend>,
-    weights: Option<&Path>,
-) -> CliResult<(WorldModel, ParamStore)> {
-    load_world_or_embedded(backend, weights).map(|(m, s, _)| (m, s))
-}
-
 /// Runs `kernels gru bench`: [`measure`], then prints the [`table`].
 pub fn run(o: &GruBenchOptions) -> CliResult<()> {
     let b = measure(o)?;
@@ -153,7 +144,7 @@ pub fn measure(o: &GruBenchOptions) -> CliResult<GruBench> {
     let mut per_step = None;
     let mut rollout_dispatches = None;
     for t in targets(o.backends.as_deref(), &mut notes)? {
-        let (model, store) = model_on(t.backend.clone(), weights)?;
+        let (model, store, _) = load_world_or_embedded(t.backend.clone(), weights)?;
         let g = Graph::inference(t.backend.clone());
         let p = store.bind(&g)?;
         let s0 = g.constant(t.backend.upload(&s0_host)?)?;
