@@ -81,7 +81,8 @@ if command -v dpkg-query >/dev/null && command -v apt-get >/dev/null; then
     # Software Vulkan (lavapipe): the GPU tests run for real without a GPU. g++: the CUDA
     # kernels are compiled by the host C++ compiler in the cuda unit tests. Chromium and its
     # driver: the browser tests (WebGPU on SwiftShader); node/npm: the page's end-to-end driver.
-    apt_install mesa-vulkan-drivers g++ chromium chromium-driver
+    # qemu-system-arm: the demo models on an emulated Cortex-M4F (tests/embedded.sh).
+    apt_install mesa-vulkan-drivers g++ chromium chromium-driver qemu-system-arm
     command -v npm >/dev/null || apt_install nodejs npm
 else
     echo "not a Debian-like system: install a Vulkan driver (e.g. Mesa lavapipe) yourself for the GPU tests"
@@ -134,6 +135,11 @@ for t in "${NO_STD_TARGETS[@]}"; do
     run cargo build -p kernels-core --no-default-features --target "$t"
     run cargo clippy -p kernels-core --no-default-features --target "$t" -- -D warnings
 done
+
+# The same kernels on a microcontroller: the firmware (tests/embedded/) runs the demo llama and a
+# GRU member on QEMU's mps2-an386 (Cortex-M4F) and is compared with the host CPU backend.
+step "no_std on a Cortex-M4F under QEMU (tests/embedded.sh)"
+run tests/embedded.sh
 
 step "wasm32 lints of the browser crates"
 run cargo clippy -p kernels-gpu -p kernels-web --target wasm32-unknown-unknown --lib --tests -- -D warnings
