@@ -26,14 +26,38 @@ pub fn fail(msg: impl Into<String>) -> CliError {
     msg.into().into()
 }
 
-/// Prints to stdout. A closed pipe (`kernels ops | head`) ends the output quietly instead of
-/// panicking like `print!`.
-pub fn emit(s: &str) -> CliResult<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
+/// Where [`emit`] writes: stdout, or stderr once a command's `--json` has claimed stdout.
+static PROGRESS_TO_STDERR: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// From now on [`emit`] writes to stderr: a command printing one JSON document on stdout
+/// (`--json`) calls this first, so its progress text does not mix with the document.
+pub fn progress_to_stderr() {
+    PROGRESS_TO_STDERR.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn write_quietly(out: &mut dyn std::io::Write, s: &str) -> CliResult<()> {
     match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Prints a command's text to stdout (stderr after [`progress_to_stderr`]). A closed pipe
+/// (`kernels ops | head`) ends the output quietly instead of panicking like `print!`.
+pub fn emit(s: &str) -> CliResult<()> {
+    if PROGRESS_TO_STDERR.load(std::sync::atomic::Ordering::Relaxed) {
+        write_quietly(&mut std::io::stderr().lock(), s)
+    } else {
+        write_quietly(&mut std::io::stdout().lock(), s)
+    }
+}
+
+/// Prints one JSON document (pretty, with a final newline) to stdout, whatever [`emit`] does.
+pub fn emit_json(v: &serde_json::Value) -> CliResult<()> {
+    write_quietly(
+        &mut std::io::stdout().lock(),
+        &format!("{}\n", serde_json::to_string_pretty(v)?),
+    )
 }

@@ -38,7 +38,17 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Build, CPU features, and the backend `KERNELS_BACKEND` selects, with the reason.
-    Info,
+    ///
+    /// --json prints ONE object: {"version", "build", "arch", "os", "ops", "cpu_features",
+    /// "kernels_backend", "wgpu_backend", "adapters": [{"name", "backend", "device_type",
+    /// "driver", "software"}], "cuda", "backend", "reason", "device_limits", "adapter_features"};
+    /// the last two are null when the CPU is chosen.
+    #[command(verbatim_doc_comment)]
+    Info {
+        /// One JSON object instead of the text (format above).
+        #[arg(long)]
+        json: bool,
+    },
     /// Every op: inputs, attributes with defaults, outputs, gradients, error budgets.
     Ops {
         /// A JSON list of {"name","inputs","attrs","outputs","grad_inputs","budget","doc"}.
@@ -73,7 +83,17 @@ enum Cmd {
         backend: Option<String>,
     },
     /// Every op, forward and backward, on the available backends against the CPU reference.
+    ///
+    /// --json prints the summary as ONE object on stdout (the progress goes to stderr):
+    /// {"seed", "llama": [{"backend", "reason", "held_out_correct", "held_out_problems"}],
+    ///  "world": [{"backend", "mse", "persistence_mse"}],
+    ///  "parity": [{"backend", "passed", "checks", "seconds"}], "failures": [str],
+    ///  "passed": bool}; the exit status is non-zero when a check fails, as without --json.
+    #[command(verbatim_doc_comment)]
     Demo {
+        /// The summary as one JSON object (format above).
+        #[arg(long)]
+        json: bool,
         /// Seed of the random inputs.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -213,7 +233,14 @@ enum Cmd {
     },
     /// Exact-match accuracy of a model on held-out addition problems (default: the embedded
     /// demo model).
+    ///
+    /// --json prints ONE object: {"model", "backend", "seed", "problems", "correct",
+    /// "accuracy", "wrong": [str]} (at most 5 wrong answers, as in the text).
+    #[command(verbatim_doc_comment)]
     Eval {
+        /// One JSON object instead of the text (format above).
+        #[arg(long)]
+        json: bool,
         #[arg(long)]
         model: Option<PathBuf>,
         #[arg(long, default_value_t = 1000)]
@@ -393,7 +420,16 @@ enum GruCmd {
     /// Latency of the world-model pipeline, CPU against wgpu in one run: state encode, the
     /// ensemble rollout, rank-k svd_lowrank of the residuals, corrections and the total
     /// (median of several runs), with wgpu dispatches per rollout step.
+    ///
+    /// --json prints ONE object: {"batch", "steps", "rank", "runs",
+    /// "rows": [{"stage", "backend", "median_ms", "dispatches", "submits"}],
+    /// "rollout_dispatches", "dispatches_per_step"}; null where a figure does not apply (the
+    /// CPU keeps no counters); notes go to stderr.
+    #[command(verbatim_doc_comment)]
     Bench {
+        /// One JSON object instead of the table (format above).
+        #[arg(long)]
+        json: bool,
         /// Comma-separated: cpu, wgpu (default: cpu, plus wgpu when an adapter exists).
         #[arg(long)]
         backend: Option<String>,
@@ -411,7 +447,17 @@ enum GruCmd {
     },
     /// Predict held-out trajectories: per-step error of the ensemble mean against persistence
     /// ("no change"), ensemble spread, and the residuals' rank-k compression.
+    ///
+    /// --json prints ONE object: {"weights", "backend", "config": {"features", "embed",
+    /// "hidden", "members"}, "held_out": {"windows", "model_mse", "persistence_mse",
+    /// "steps": [{"step", "model_mse", "persistence_mse", "ratio", "spread"}]},
+    /// "compression": {"windows", "rows", "cols", "rank", "ratio", "rel_error", "mse_pred",
+    /// "mse_corrected", "singular_values"}}.
+    #[command(verbatim_doc_comment)]
     Predict {
+        /// One JSON object instead of the text (format above).
+        #[arg(long)]
+        json: bool,
         /// Weights (default: the embedded ones).
         #[arg(long)]
         weights: Option<PathBuf>,
@@ -427,7 +473,7 @@ enum GruCmd {
 
 fn run(cli: Cli) -> CliResult<()> {
     match cli.cmd {
-        Cmd::Info => info::run(),
+        Cmd::Info { json } => info::run(json),
         Cmd::Ops { json, markdown } => ops::run(json, markdown),
         Cmd::Op {
             name,
@@ -444,7 +490,17 @@ fn run(cli: Cli) -> CliResult<()> {
             backward,
             backend,
         }),
-        Cmd::Demo { seed, large, plot } => demo::run(DemoOptions { seed, large, plot }),
+        Cmd::Demo {
+            json,
+            seed,
+            large,
+            plot,
+        } => demo::run(DemoOptions {
+            seed,
+            large,
+            plot,
+            json,
+        }),
         Cmd::Parity {
             backend,
             json,
@@ -541,11 +597,12 @@ fn run(cli: Cli) -> CliResult<()> {
             eval_problems,
         }),
         Cmd::Eval {
+            json,
             model,
             problems,
             seed,
             backend,
-        } => eval::run(model.as_deref(), problems, seed, backend.as_deref()),
+        } => eval::run(model.as_deref(), problems, seed, backend.as_deref(), json),
     }
 }
 
@@ -589,6 +646,7 @@ fn run_gru(cmd: GruCmd) -> CliResult<()> {
             backend,
         } => gru::run::run(&weights, &input, &out, backend.as_deref()),
         GruCmd::Bench {
+            json,
             backend,
             batch,
             steps,
@@ -602,13 +660,15 @@ fn run_gru(cmd: GruCmd) -> CliResult<()> {
             rank,
             runs,
             weights,
+            json,
         }),
         GruCmd::Predict {
+            json,
             weights,
             horizon,
             rank,
             backend,
-        } => gru::predict::run(backend.as_deref(), weights.as_deref(), horizon, rank),
+        } => gru::predict::run(backend.as_deref(), weights.as_deref(), horizon, rank, json),
     }
 }
 

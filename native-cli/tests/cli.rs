@@ -448,17 +448,87 @@ fn info_names_the_backend_and_why() {
 }
 
 #[test]
-fn demo_passes() {
-    let o = kernels(&["demo"]);
-    let s = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{s}\n{}", stderr(&o));
-    assert!(s.contains("all checks passed"), "{s}");
+fn info_json_has_the_documented_keys() {
+    let o = kernels(&["info", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for k in [
+        "version",
+        "build",
+        "arch",
+        "os",
+        "ops",
+        "cpu_features",
+        "kernels_backend",
+        "wgpu_backend",
+        "adapters",
+        "cuda",
+        "backend",
+        "reason",
+        "device_limits",
+        "adapter_features",
+    ] {
+        assert!(v.get(k).is_some(), "no {k} in {v}");
+    }
+    assert_eq!(v["ops"], OpKind::ALL.len());
+    // The same backend as the text says.
+    let text = String::from_utf8(kernels(&["info"]).stdout).unwrap();
+    let backend = v["backend"].as_str().unwrap();
     assert!(
-        s.contains("llama demo model") && s.contains("held-out exact match"),
-        "{s}"
+        text.contains(&format!("backend:         {backend} (")),
+        "{text}"
+    );
+    for a in v["adapters"].as_array().unwrap() {
+        assert!(a["name"].is_string() && a["software"].is_boolean(), "{a}");
+    }
+    if backend == "cpu" {
+        assert!(v["device_limits"].is_null(), "{v}");
+    } else {
+        assert!(
+            v["device_limits"]["max_buffer_size"].as_u64().unwrap() > 0,
+            "{v}"
+        );
+    }
+}
+
+/// `kernels demo --json`: the progress on stderr, the summary object on stdout.
+#[test]
+fn demo_passes() {
+    let o = kernels(&["demo", "--json"]);
+    let progress = stderr(&o);
+    assert!(o.status.success(), "{progress}");
+    assert!(progress.contains("all checks passed"), "{progress}");
+    assert!(
+        progress.contains("llama demo model") && progress.contains("held-out exact match"),
+        "{progress}"
     );
     for k in OpKind::ALL {
-        assert!(s.contains(k.name()), "demo did not run {k}");
+        assert!(progress.contains(k.name()), "demo did not run {k}");
+    }
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
+    assert_eq!(v["passed"], true);
+    assert_eq!(v["failures"].as_array().unwrap().len(), 0);
+    let parity = v["parity"].as_array().unwrap();
+    assert!(!parity.is_empty());
+    for p in parity {
+        assert_eq!(p["passed"], p["checks"], "{p}");
+        assert!(p["checks"].as_u64().unwrap() > 100, "{p}");
+    }
+    let llama = v["llama"].as_array().unwrap();
+    assert_eq!(llama.len(), parity.len());
+    for l in llama {
+        let (ok, n) = (
+            l["held_out_correct"].as_u64().unwrap(),
+            l["held_out_problems"].as_u64().unwrap(),
+        );
+        assert!(n > 0 && ok * 100 >= n * 90, "{l}");
+    }
+    for w in v["world"].as_array().unwrap() {
+        assert!(
+            w["mse"].as_f64().unwrap() < w["persistence_mse"].as_f64().unwrap(),
+            "{w}"
+        );
     }
 }
 

@@ -200,3 +200,99 @@ fn world_model_commands_use_the_embedded_weights_and_train_needs_out() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--out"), "{}", stderr(&o));
 }
+
+/// `gru predict --json` and `gru bench --json`: the documented objects, with figures from a
+/// real run (the predict figures equal the text's).
+#[test]
+fn world_model_reports_as_json() {
+    let args = [
+        "gru",
+        "predict",
+        "--horizon",
+        "2",
+        "--rank",
+        "2",
+        "--backend",
+        "cpu",
+    ];
+    let text = kernels(&args);
+    assert!(text.status.success(), "{}", stderr(&text));
+    let o = kernels(&[&args[..], &["--json"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["weights"], "the embedded weights");
+    assert_eq!(v["backend"], "cpu");
+    assert_eq!(v["config"]["members"], 5);
+    let steps = v["held_out"]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2);
+    let m1 = steps[0]["model_mse"].as_f64().unwrap();
+    let p1 = steps[0]["persistence_mse"].as_f64().unwrap();
+    assert!(m1 > 0.0 && m1 < p1, "{v}");
+    // The text's first row prints the same model MSE (3 significant digits).
+    let t = String::from_utf8_lossy(&text.stdout);
+    assert!(t.contains(&format!("{m1:.3e}")), "{m1:.3e} not in {t}");
+    assert_eq!(v["compression"]["rank"], 2);
+    assert_eq!(
+        v["compression"]["singular_values"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    let o = kernels(&[
+        "gru",
+        "bench",
+        "--backend",
+        "cpu",
+        "--batch",
+        "2",
+        "--steps",
+        "2",
+        "--rank",
+        "2",
+        "--runs",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["batch"].as_u64(), v["steps"].as_u64()),
+        (Some(2), Some(2))
+    );
+    let rows = v["rows"].as_array().unwrap();
+    let stages: Vec<&str> = rows.iter().map(|r| r["stage"].as_str().unwrap()).collect();
+    assert_eq!(
+        stages,
+        [
+            "state encode",
+            "ensemble rollout",
+            "svd_lowrank residual",
+            "corrections",
+            "total"
+        ]
+    );
+    for r in rows {
+        assert_eq!(r["backend"], "cpu");
+        assert!(r["median_ms"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["dispatches"].is_null() && r["submits"].is_null(), "{r}");
+    }
+    assert!(v["rollout_dispatches"].is_null());
+
+    // A weights file that is not there is an error, not a silent fallback.
+    let o = kernels(&[
+        "gru",
+        "bench",
+        "--backend",
+        "cpu",
+        "--weights",
+        "/nonexistent/w.safetensors",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("/nonexistent/w.safetensors"),
+        "{}",
+        stderr(&o)
+    );
+}

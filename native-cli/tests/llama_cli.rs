@@ -212,6 +212,19 @@ fn eval_reports_the_demo_accuracy() {
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| panic!("no percentage in {s}"));
     assert!(pct >= 95.0, "{s}");
+
+    // --json: the same evaluation as one object.
+    let o = kernels(&["eval", "--problems", "200", "--backend", "cpu", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["problems"], 200);
+    assert_eq!(v["seed"], 1);
+    assert_eq!(v["backend"], "cpu");
+    let correct = v["correct"].as_u64().unwrap();
+    assert!((correct as f64 - pct * 2.0).abs() < 0.6, "{v} vs {pct}%");
+    assert!((v["accuracy"].as_f64().unwrap() - correct as f64 / 200.0).abs() < 1e-12);
+    assert!(v["wrong"].as_array().unwrap().len() <= 5);
+    assert!(v["model"].as_str().unwrap().contains("embedded demo model"));
 }
 
 /// `kernels bench llama --json`: one object with the documented keys, rates from a real run,

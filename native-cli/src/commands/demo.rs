@@ -24,6 +24,8 @@ pub struct DemoOptions {
     pub large: bool,
     /// Where the world model's plot (SVG) is written.
     pub plot: std::path::PathBuf,
+    /// Print the summary as one JSON object on stdout, the progress on stderr.
+    pub json: bool,
 }
 
 /// The backends the demo runs: the CPU with its fast paths, and the GPU `KERNELS_BACKEND`
@@ -54,6 +56,9 @@ pub fn backends() -> CliResult<Vec<(Rc<dyn Backend>, String)>> {
 
 /// Runs the demo, printing as it goes. Fails when any check fails.
 pub fn run(opts: DemoOptions) -> CliResult<()> {
+    if opts.json {
+        crate::progress_to_stderr();
+    }
     let cases = all_cases(opts.seed, opts.large)?;
     let backends = backends()?;
     emit(&format!(
@@ -63,10 +68,17 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
         kernels_core::OpKind::ALL.len(),
         opts.seed
     ))?;
+    let mut llama = Vec::new();
     for (backend, reason) in &backends {
-        model_demo(backend.clone(), reason, opts.seed)?;
+        let (ok, n) = model_demo(backend.clone(), reason, opts.seed)?;
+        llama.push(serde_json::json!({
+            "backend": backend.name(),
+            "reason": reason,
+            "held_out_correct": ok,
+            "held_out_problems": n,
+        }));
     }
-    world::run(&backends, &opts.plot)?;
+    let world = world::run(&backends, &opts.plot)?;
     let mut totals: Vec<(String, usize, usize, Duration)> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     for (backend, reason) in &backends {
@@ -97,6 +109,33 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
             fmt_duration(*wall)
         ));
     }
+    if opts.json {
+        emit(&s)?;
+        crate::emit_json(&serde_json::json!({
+            "seed": opts.seed,
+            "llama": llama,
+            "world": world
+                .iter()
+                .map(|w| serde_json::json!({
+                    "backend": w.backend,
+                    "mse": w.mse,
+                    "persistence_mse": w.persistence_mse,
+                }))
+                .collect::<Vec<_>>(),
+            "parity": totals
+                .iter()
+                .map(|(name, passed, total, wall)| serde_json::json!({
+                    "backend": name,
+                    "passed": passed,
+                    "checks": total,
+                    "seconds": wall.as_secs_f64(),
+                }))
+                .collect::<Vec<_>>(),
+            "failures": failures,
+            "passed": failures.is_empty(),
+        }))?;
+        s.clear();
+    }
     if failures.is_empty() {
         s.push_str("all checks passed\n");
         emit(&s)
@@ -115,8 +154,8 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
 }
 
 /// The embedded llama (three-digit addition) on one backend: a few problems streamed token by
-/// token, then the held-out accuracy.
-fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<()> {
+/// token, then the held-out accuracy `(correct, problems)`.
+fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<(usize, usize)> {
     let files = addition::embedded()?;
     let model = llama::build(&files, backend.clone())?;
     emit(&format!(
@@ -160,5 +199,6 @@ fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<()
     emit(&format!(
         "  held-out exact match: {ok}/{n} = {:.1}%\n\n",
         100.0 * ok as f64 / n as f64
-    ))
+    ))?;
+    Ok((ok, n))
 }

@@ -5,14 +5,16 @@ use kernels_gpu::{BackendChoice, select_backend};
 
 use crate::addition::{embedded, evaluate};
 use crate::llama::{build, read_dir};
-use crate::{CliResult, emit};
+use crate::{CliResult, emit, emit_json};
 
-/// `kernels eval`: prints the exact-match accuracy.
+/// `kernels eval`: prints the exact-match accuracy, as text or (`json`) one object:
+/// `{"model", "backend", "seed", "problems", "correct", "accuracy", "wrong": [str]}`.
 pub fn run(
     dir: Option<&std::path::Path>,
     n: usize,
     seed: u64,
     backend: Option<&str>,
+    json: bool,
 ) -> CliResult<()> {
     let chosen = select_backend(BackendChoice::from_arg(backend)?)?;
     let files = match dir {
@@ -21,6 +23,17 @@ pub fn run(
     };
     let model = build(&files, chosen.backend.clone())?;
     let (ok, n, wrong) = evaluate(&model, n, seed, 256)?;
+    if json {
+        return emit_json(&serde_json::json!({
+            "model": files.origin,
+            "backend": kernels_core::Backend::name(&*chosen.backend),
+            "seed": seed,
+            "problems": n,
+            "correct": ok,
+            "accuracy": ok as f64 / n.max(1) as f64,
+            "wrong": wrong,
+        }));
+    }
     emit(&format!(
         "{}: held-out three-digit addition, exact match {ok}/{n} = {:.2}% on {}\n",
         files.origin,

@@ -56,7 +56,16 @@ fn predict(backend: Rc<dyn Backend>, s0: &Tensor, truth: &Tensor) -> CliResult<(
 }
 
 /// Runs the section on `backends` and writes the plot to `plot`.
-pub fn run(backends: &[(Rc<dyn Backend>, String)], plot: &Path) -> CliResult<()> {
+/// The held-out error of the ensemble mean on one backend, against persistence.
+#[derive(Debug, Clone)]
+pub struct WorldFigure {
+    pub backend: String,
+    /// Mean over the steps of the per-step MSE.
+    pub mse: f64,
+    pub persistence_mse: f64,
+}
+
+pub fn run(backends: &[(Rc<dyn Backend>, String)], plot: &Path) -> CliResult<Vec<WorldFigure>> {
     let (count, len) = HELD_OUT;
     let data = sim::trajectories(HELD_OUT_SEED, count, len)?;
     let windows = Windows::new(&data, count, len, sim::FEATURES)?;
@@ -67,6 +76,7 @@ pub fn run(backends: &[(Rc<dyn Backend>, String)], plot: &Path) -> CliResult<()>
     ))?;
     let persistence = persistence_mse(&s0, &truth)?;
     let mut runs = Vec::new();
+    let mut figures_out = Vec::new();
     for (backend, _) in backends {
         let (r, figures) = predict(backend.clone(), &s0, &truth)?;
         let model = per_step_mse(&r.mean, &truth)?;
@@ -83,6 +93,11 @@ pub fn run(backends: &[(Rc<dyn Backend>, String)], plot: &Path) -> CliResult<()>
             avg(&persistence) / avg(&model),
             spread.iter().map(|&x| f64::from(x)).sum::<f64>() / spread.len().max(1) as f64,
         ))?;
+        figures_out.push(WorldFigure {
+            backend: r.name.clone(),
+            mse: avg(&model),
+            persistence_mse: avg(&persistence),
+        });
         runs.push(r);
     }
     if let [a, b, ..] = runs.as_slice() {
@@ -110,7 +125,8 @@ pub fn run(backends: &[(Rc<dyn Backend>, String)], plot: &Path) -> CliResult<()>
     )?;
     write_atomically(plot, svg.as_bytes())
         .map_err(|e| fail(format!("cannot write {}: {e}", plot.display())))?;
-    emit(&format!("  plot written to {}\n\n", plot.display()))
+    emit(&format!("  plot written to {}\n\n", plot.display()))?;
+    Ok(figures_out)
 }
 
 const COLORS: [&str; 3] = ["#1f77b4", "#d62728", "#2ca02c"];

@@ -20,7 +20,7 @@ use kernels_gpu::{Counters, WgpuBackend, require_wgpu};
 
 use crate::format::fmt_duration;
 use crate::world_model::load_world_or_embedded;
-use crate::{CliResult, emit, fail};
+use crate::{CliResult, emit, emit_json, fail};
 
 /// Options of `kernels gru bench`.
 #[derive(Debug, Clone)]
@@ -30,8 +30,10 @@ pub struct GruBenchOptions {
     pub steps: usize,
     pub rank: usize,
     pub runs: usize,
-    /// Weights to time (the shipped ones); a fresh initialization when absent.
+    /// Weights to time; the embedded ones when absent.
     pub weights: Option<std::path::PathBuf>,
+    /// One JSON object instead of the table ([`json`]).
+    pub json: bool,
 }
 
 /// One stage on one backend.
@@ -120,21 +122,52 @@ fn targets(spec: Option<&str>, notes: &mut Vec<String>) -> CliResult<Vec<Target>
     Ok(out)
 }
 
-/// Runs `kernels gru bench`: [`measure`], then prints the [`table`].
+/// Runs `kernels gru bench`: [`measure`], then prints the [`table`], or with `o.json` the
+/// [`json`] object (notes to stderr).
 pub fn run(o: &GruBenchOptions) -> CliResult<()> {
     let b = measure(o)?;
-    emit(&table(&b, o))
+    if o.json {
+        for n in &b.notes {
+            eprintln!("note: {n}");
+        }
+        emit_json(&json(&b, o))
+    } else {
+        emit(&table(&b, o))
+    }
+}
+
+/// `kernels gru bench --json`: `{"batch", "steps", "rank", "runs", "rows": [{"stage",
+/// "backend", "median_ms", "dispatches", "submits"}], "rollout_dispatches",
+/// "dispatches_per_step"}`, null where a figure does not apply.
+pub fn json(b: &GruBench, o: &GruBenchOptions) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = b
+        .rows
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "stage": r.stage,
+                "backend": r.backend,
+                "median_ms": r.median.as_secs_f64() * 1e3,
+                "dispatches": r.counters.map(|c| c.dispatches),
+                "submits": r.counters.map(|c| c.submits),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "batch": o.batch,
+        "steps": o.steps,
+        "rank": o.rank,
+        "runs": o.runs,
+        "rows": rows,
+        "rollout_dispatches": b.rollout_dispatches,
+        "dispatches_per_step": b.dispatches_per_step,
+    })
 }
 
 /// Runs the benchmark.
 pub fn measure(o: &GruBenchOptions) -> CliResult<GruBench> {
     let mut notes = Vec::new();
-    let weights = o.weights.as_deref().filter(|p| p.exists());
-    match (&o.weights, weights) {
-        (Some(p), None) => notes.push(format!("{} not found: timing a fresh model", p.display())),
-        (None, _) => notes.push("timing a freshly initialized model".into()),
-        _ => {}
-    }
+    let weights = o.weights.as_deref();
     let data = sim::trajectories(7, o.batch, o.steps + 1)?;
     let windows =
         kernels_core::models::world::Windows::new(&data, o.batch, o.steps + 1, sim::FEATURES)?;

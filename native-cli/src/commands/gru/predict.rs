@@ -13,7 +13,7 @@ use kernels_core::{Backend, Tensor};
 use kernels_gpu::{BackendChoice, select_backend};
 
 use crate::world_model::{HELD_OUT, HELD_OUT_SEED, eval_table, held_out, load_world_or_embedded};
-use crate::{CliResult, emit};
+use crate::{CliResult, emit, emit_json};
 
 /// `kernels gru predict`: the held-out evaluation and one batch's residual compression, as text.
 pub fn predict(
@@ -82,13 +82,77 @@ pub fn compression_on_held_out(
     Ok(rep)
 }
 
-/// Runs `kernels gru predict` on the backend `--backend` (else `KERNELS_BACKEND`) selects.
+/// `kernels gru predict --json`: the same figures as [`predict`], as one object (the format is
+/// in `kernels gru predict --help`).
+pub fn predict_json(
+    backend: Rc<dyn Backend>,
+    weights: Option<&Path>,
+    horizon: usize,
+    rank: usize,
+) -> CliResult<serde_json::Value> {
+    let (model, store, origin) = load_world_or_embedded(backend.clone(), weights)?;
+    let eval = held_out(&model, &store, horizon)?;
+    let steps: Vec<serde_json::Value> = eval
+        .model_mse
+        .iter()
+        .zip(&eval.persistence_mse)
+        .zip(&eval.spread)
+        .enumerate()
+        .map(|(t, ((m, p), sp))| {
+            serde_json::json!({
+                "step": t + 1,
+                "model_mse": m,
+                "persistence_mse": p,
+                "ratio": m / p,
+                "spread": sp,
+            })
+        })
+        .collect();
+    let windows = 32;
+    let c = compression_on_held_out(&model, &store, horizon, windows, rank)?;
+    let config = model.config;
+    Ok(serde_json::json!({
+        "weights": origin,
+        "backend": backend.name(),
+        "config": {
+            "features": config.features,
+            "embed": config.embed,
+            "hidden": config.hidden,
+            "members": config.members,
+        },
+        "held_out": {
+            "windows": eval.windows,
+            "model_mse": eval.model(),
+            "persistence_mse": eval.persistence(),
+            "steps": steps,
+        },
+        "compression": {
+            "windows": windows,
+            "rows": c.rows,
+            "cols": c.cols,
+            "rank": c.rank,
+            "ratio": c.ratio,
+            "rel_error": c.rel_error,
+            "mse_pred": c.mse_pred,
+            "mse_corrected": c.mse_corrected,
+            "singular_values": c.singular_values,
+        },
+    }))
+}
+
+/// Runs `kernels gru predict` on the backend `--backend` (else `KERNELS_BACKEND`) selects; as
+/// text, or one JSON object with `json`.
 pub fn run(
     backend: Option<&str>,
     weights: Option<&Path>,
     horizon: usize,
     rank: usize,
+    json: bool,
 ) -> CliResult<()> {
     let chosen = select_backend(BackendChoice::from_arg(backend)?)?;
-    emit(&predict(chosen.backend, weights, horizon, rank)?)
+    if json {
+        emit_json(&predict_json(chosen.backend, weights, horizon, rank)?)
+    } else {
+        emit(&predict(chosen.backend, weights, horizon, rank)?)
+    }
 }
