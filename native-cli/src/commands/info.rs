@@ -72,7 +72,7 @@ fn gather() -> CliResult<Info> {
             let limits = vec![
                 (
                     "max_storage_buffer_binding_size",
-                    u64::from(l.max_storage_buffer_binding_size),
+                    l.max_storage_buffer_binding_size,
                 ),
                 ("max_buffer_size", l.max_buffer_size),
                 (
