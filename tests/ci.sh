@@ -130,6 +130,17 @@ run cargo test -p kernels-tests --features cuda-emulator --test llama_golden --t
 step "tests (WGPU_BACKEND=$WGPU_BACKEND)"
 run cargo test --workspace --no-fail-fast
 
+# The programs a library user starts from (README "Use it as a library"), each run to the end.
+step "examples"
+run cargo run -p kernels-gpu --example check_op
+run cargo run -p kernels-gpu --example train_mlp
+run cargo run -p kernels-gpu --example world_rollout
+run cargo run -p native-cli --example generate
+run cargo run -p kernels-core --example decode_by_position
+
+step "docs"
+run env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib -p kernels-core -p kernels-gpu -p native-cli -p kernels-embedded
+
 step "no_std builds of kernels-core"
 for t in "${NO_STD_TARGETS[@]}"; do
     run cargo build -p kernels-core --no-default-features --target "$t"

@@ -9,6 +9,12 @@
 //! SGEMM for matmul, CUDA C (`src/cuda/kernels/<family>.cu`, compiled at run time by NVRTC)
 //! for the rest; the driver is loaded at run time, so the crate builds without CUDA.
 //!
+//! Pick a backend the way the CLI does with [`select_backend`] (`KERNELS_BACKEND=cpu|wgpu|cuda|
+//! auto`), or build one directly with [`WgpuBackend::new`]; either is an
+//! `Rc<dyn kernels_core::Backend>` that every model and `Graph` of kernels-core runs on
+//! unchanged. The examples (`cargo run -p kernels-gpu --example check_op`, `train_mlp`,
+//! `world_rollout`) start from there.
+//!
 //! [`parity`] is the shared harness that checks any backend against the CPU reference;
 //! [`testing`] gives tests the GPU backends available here (the backend matrix) and the CI rule
 //! for a missing one.

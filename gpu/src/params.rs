@@ -1,5 +1,5 @@
 //! The kernels' named parameter blocks, declared once. Each declaration gives a Rust struct with
-//! named fields that converts into the 64-byte per-launch block ([`Params`]: eight u32, then
+//! named fields that converts into the 64-byte per-launch block (`Params`: eight u32, then
 //! eight f32), and the generator (`crate::contract`) emits the same struct, with an accessor that
 //! reads it out of the raw block, into the WGSL prelude and the CUDA header. Kernels read
 //! `p.rows`, never a slot: WGSL entry points start with `let p = <block>_params();`, CUDA kernels

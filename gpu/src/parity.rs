@@ -136,7 +136,7 @@ fn block<T>(
     }
 }
 
-/// Blocks on a backend download (see [`block`]).
+/// Blocks on a backend download (see `block`).
 pub fn download(backend: &dyn Backend, t: &Tensor) -> Result<Tensor> {
     block(backend, backend.download(t))
 }

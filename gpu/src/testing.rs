@@ -5,7 +5,7 @@
 //!   when an adapter answers; with the `cuda` feature a CUDA device when `CudaBackend::new`
 //!   succeeds; with the `cuda-emulator` feature the emulated CUDA device
 //!   (`CudaBackend::emulated`: the CUDA C built by the host C++ compiler, run on the CPU).
-//! - [`wgpu`] is for tests that need wgpu itself (its counters, limits, adapter), and
+//! - [`wgpu()`] is for tests that need wgpu itself (its counters, limits, adapter), and
 //!   [`require_wgpu_adapter`] for tests that only need to know an adapter exists (the CLI tests
 //!   spawn the binary).
 //! - The rule ([`missing`]): outside CI a missing backend is a skip line on stderr saying why;

@@ -5,7 +5,7 @@
 //! [`commands`] holds one module per subcommand. What several of them share sits beside it:
 //! [`llama`] (checkpoints, tokenizer, timed generation, logits), [`addition`] (the demo model's
 //! task and the embedded demo model), [`world_model`] (the GRU world model's files and held-out
-//! evaluation), [`format`] (durations, the parity table) and [`atomic_write`].
+//! evaluation), [`mod@format`] (durations, the parity table) and [`atomic_write`].
 
 pub mod addition;
 pub mod atomic_write;

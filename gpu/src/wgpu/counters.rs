@@ -14,7 +14,7 @@ pub struct Counters {
     pub buffers_reused: u64,
     /// Bytes currently held by free storage buffers in the pool.
     pub pool_bytes: u64,
-    /// Free buffers released because the pool was above [`WgpuOptions::max_pool_bytes`].
+    /// Free buffers released because the pool was above [`crate::WgpuOptions::max_pool_bytes`].
     pub buffers_evicted: u64,
     /// Bytes of the distinct tensors bound to each dispatch, summed over dispatches: the
     /// device memory traffic if every kernel read each input and wrote each output once (a

@@ -1,6 +1,6 @@
 //! What a caller may choose when opening the wgpu backend.
 
-/// Options for [`WgpuBackend::new_async`].
+/// Options for [`crate::WgpuBackend::new_async`].
 #[derive(Debug, Clone)]
 pub struct WgpuOptions {
     /// Adapter preference.

@@ -13,7 +13,7 @@
 //! (`kv_write` on a donated cache) and attention reads the first `len` positions (`kv_len`), so
 //! no step copies the cache.
 //!
-//! The config (`config.json`'s fields, checks, tensor names) is in [`config`].
+//! The config (`config.json`'s fields, checks, tensor names) is in `llama/config.rs`.
 
 mod config;
 

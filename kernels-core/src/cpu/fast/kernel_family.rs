@@ -1,6 +1,6 @@
 //! Which micro-kernel family the fast products run ([`Kernel`], chosen at run time) and what
 //! happens to each output after a product ([`Epilogue`]): shared by the blocked GEMM
-//! ([`super::gemm`]) and the small-`m` products ([`super::skinny`]).
+//! ([`super::gemm`]) and the small-`m` products (`skinny`).
 
 use alloc::vec::Vec;
 

@@ -2,7 +2,7 @@
 //! `silu`, `swiglu`, `softmax` / `log_softmax`, `rms_norm`, `layer_norm`, `rope` and `attention`
 //! (decode and prefill, grouped-query heads).
 //!
-//! Each kernel is written once over the [`simd::Simd`] vocabulary and compiled for AVX-512F,
+//! Each kernel is written once over the `simd::Simd` vocabulary and compiled for AVX-512F,
 //! AVX2 + FMA, wasm `simd128` and plain Rust; [`Isa::selected`] picks one at run time (`std`)
 //! and `KERNELS_CPU_KERNEL=portable|avx2|avx512` caps it. Arguments are validated with the
 //! reference's own checks, in the reference's order, so errors are identical; results stay
