@@ -378,10 +378,7 @@ impl Graph {
     }
     /// Rotary position embedding of x `[batch, heads, seq, head_dim]`.
     pub fn rope(&self, x: &Var, theta: f32, offset: usize, interleaved: bool) -> Result<Var> {
-        self.apply1(
-            Op::rope(theta, offset, interleaved),
-            &[x],
-        )
+        self.apply1(Op::rope(theta, offset, interleaved), &[x])
     }
     /// Rows of `weight` picked by integer `ids`.
     pub fn embedding(&self, ids: &Var, weight: &Var) -> Result<Var> {

@@ -22,8 +22,8 @@ mod rows;
 mod svd;
 
 use crate::device::{SCALE_CODE, gelu_code, unary_code};
-pub(crate) use attention::params as attention_params;
 pub(crate) use attention::consts as attention_consts;
+pub(crate) use attention::params as attention_params;
 use common::arg;
 use elementwise::{binary_backward, binary_forward, swiglu, unary};
 use layout::{concat, concat_backward, embedding, embedding_backward, transpose, transposed_shape};

@@ -422,7 +422,10 @@ fn sliding_window_is_a_band_of_the_causal_mask() {
     ];
     let err = crate::cpu::run(&non_causal, Direction::Forward, &views);
     assert!(
-        matches!(err, Err(crate::error::Error::BadAttr { attr: "window", .. })),
+        matches!(
+            err,
+            Err(crate::error::Error::BadAttr { attr: "window", .. })
+        ),
         "{err:?}"
     );
 }

@@ -267,9 +267,19 @@ fn scaled_frequencies_match_transformers() {
         original_context: 0,
     };
     let x = [0.0f64; 4];
-    let err = run(&op, Direction::Forward, &[crate::cpu::View::float(&[1, 1, 1, 4], &x)]);
+    let err = run(
+        &op,
+        Direction::Forward,
+        &[crate::cpu::View::float(&[1, 1, 1, 4], &x)],
+    );
     assert!(
-        matches!(err, Err(Error::BadAttr { attr: "original_context", .. })),
+        matches!(
+            err,
+            Err(Error::BadAttr {
+                attr: "original_context",
+                ..
+            })
+        ),
         "{err:?}"
     );
 }

@@ -430,22 +430,10 @@ fn errors_are_the_references_errors() {
             vec![f(&[2, 3], 6), f(&[3], 3), f(&[2], 2)],
         ),
         (Op::LayerNorm { eps: 1e-5 }, vec![f(&[2, 3], 6), f(&[3], 3)]),
-        (
-            Op::rope(0.0, 0, false),
-            vec![f(&[1, 1, 2, 4], 8)],
-        ),
-        (
-            Op::rope(1e4, 0, false),
-            vec![f(&[1, 2, 3], 6)],
-        ),
-        (
-            Op::rope(1e4, usize::MAX, true),
-            vec![f(&[1, 1, 2, 4], 8)],
-        ),
-        (
-            Op::rope(1e4, 0, false),
-            vec![f(&[1, 1, 2, 3], 6)],
-        ),
+        (Op::rope(0.0, 0, false), vec![f(&[1, 1, 2, 4], 8)]),
+        (Op::rope(1e4, 0, false), vec![f(&[1, 2, 3], 6)]),
+        (Op::rope(1e4, usize::MAX, true), vec![f(&[1, 1, 2, 4], 8)]),
+        (Op::rope(1e4, 0, false), vec![f(&[1, 1, 2, 3], 6)]),
         (attn, vec![f(&[1, 2, 1, 4], 8), f(&[1, 1, 3, 4], 12)]),
         (
             attn,
