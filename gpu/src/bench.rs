@@ -148,6 +148,7 @@ pub fn attention_case([b, h, s, d]: [usize; 4], rng: &mut Rng) -> Result<BenchCa
             causal: true,
             scale: None,
             kv_len: 0,
+            window: 0,
         },
         inputs: qkv,
         // Causal: only the lower half of QK^T and PV is work.

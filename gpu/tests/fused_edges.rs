@@ -48,6 +48,7 @@ fn attention_blocks_masked_rows_and_value_width() {
         causal: true,
         scale: None,
         kv_len: 0,
+        window: 0,
     };
     // 37 query rows (three blocks of 16) over 29 keys: the first 8 rows see no key.
     let (q, k, v) = (
@@ -97,11 +98,7 @@ fn rope_stays_accurate_at_large_positions() {
         return;
     };
     for interleaved in [false, true] {
-        let op = Op::Rope {
-            theta: ROPE_THETA,
-            offset: 1_000_003,
-            interleaved,
-        };
+        let op = Op::rope(ROPE_THETA, 1_000_003, interleaved);
         // The rope budget: atol 1e-6, rtol 1e-5.
         check(
             &gpu,
@@ -125,6 +122,7 @@ fn decode_step_uses_the_decode_kernel() {
         causal: true,
         scale: None,
         kv_len: 0,
+        window: 0,
     };
     let (q, k, v) = (
         rand(1, &[1, 4, 1, 32]),

@@ -106,6 +106,7 @@ fn attention(c: &mut Criterion) {
             causal: true,
             scale: None,
             kv_len: 0,
+            window: 0,
         };
         compare(c, "attention_decode", &label, op, &inputs);
     }
@@ -119,20 +120,13 @@ fn attention(c: &mut Criterion) {
         causal: true,
         scale: None,
         kv_len: 0,
+        window: 0,
     };
     compare(c, "attention_prefill", "h6_d48_s128", op, &inputs);
-    let rope = Op::Rope {
-        theta: 10000.0,
-        offset: 400,
-        interleaved: false,
-    };
+    let rope = Op::rope(10000.0, 400, false);
     let q = normal(&mut rng, &[1, 6, 1, 48], 1.0);
     compare(c, "rope_decode", "h6_d48", rope, &[q]);
-    let rope = Op::Rope {
-        theta: 10000.0,
-        offset: 0,
-        interleaved: false,
-    };
+    let rope = Op::rope(10000.0, 0, false);
     let q = normal(&mut rng, &[1, 6, 256, 48], 1.0);
     compare(c, "rope_prefill", "h6_d48_s256", rope, &[q]);
 }

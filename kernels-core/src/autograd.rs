@@ -26,6 +26,18 @@ use crate::error::{Error, Result};
 use crate::op::{Activation, BinaryOp, Direction, GeluApprox, Op, ReduceOp, UnaryOp};
 use crate::tensor::{DType, Tensor};
 
+/// The attributes of [`Graph::attention_with`] (the `attention` op's, by name).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionAttrs {
+    pub causal: bool,
+    /// `None`: `1/sqrt(head_dim)`.
+    pub scale: Option<f32>,
+    /// Valid keys of a preallocated cache (0: all).
+    pub kv_len: usize,
+    /// Sliding window (0: none).
+    pub window: usize,
+}
+
 /// Graph identities, so a [`Var`] of one graph is refused by another.
 static NEXT_GRAPH: AtomicUsize = AtomicUsize::new(1);
 
@@ -355,16 +367,18 @@ impl Graph {
     pub fn rms_norm(&self, x: &Var, weight: &Var, eps: f32) -> Result<Var> {
         self.apply1(Op::RmsNorm { eps }, &[x, weight])
     }
+    /// Rotary position embedding with the attributes of `op` (a `rope` op: scaled frequencies).
+    pub fn rope_with(&self, x: &Var, op: Op) -> Result<Var> {
+        if !matches!(op, Op::Rope { .. }) {
+            return Err(Error::Autograd {
+                why: format!("rope_with: `{}` is not a rope op", op.name()),
+            });
+        }
+        self.apply1(op, &[x])
+    }
     /// Rotary position embedding of x `[batch, heads, seq, head_dim]`.
     pub fn rope(&self, x: &Var, theta: f32, offset: usize, interleaved: bool) -> Result<Var> {
-        self.apply1(
-            Op::Rope {
-                theta,
-                offset,
-                interleaved,
-            },
-            &[x],
-        )
+        self.apply1(Op::rope(theta, offset, interleaved), &[x])
     }
     /// Rows of `weight` picked by integer `ids`.
     pub fn embedding(&self, ids: &Var, weight: &Var) -> Result<Var> {
@@ -405,6 +419,20 @@ impl Graph {
                 causal,
                 scale,
                 kv_len: 0,
+                window: 0,
+            },
+            &[q, k, v],
+        )
+    }
+    /// The `attention` op with every attribute given: the first `kv_len` keys of `k` and `v`
+    /// (0: all; a preallocated KV cache), each query seeing its last `window` keys (0: all).
+    pub fn attention_with(&self, q: &Var, k: &Var, v: &Var, attrs: AttentionAttrs) -> Result<Var> {
+        self.apply1(
+            Op::Attention {
+                causal: attrs.causal,
+                scale: attrs.scale,
+                kv_len: attrs.kv_len,
+                window: attrs.window,
             },
             &[q, k, v],
         )
@@ -424,6 +452,7 @@ impl Graph {
                 causal,
                 scale: None,
                 kv_len,
+                window: 0,
             },
             &[q, k, v],
         )

@@ -14,7 +14,7 @@ use alloc::vec::Vec;
 use crate::error::Result;
 use crate::op::{
     ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, ADAMW_WEIGHT_DECAY, Activation, BinaryOp, GeluApprox,
-    LAYER_NORM_EPS, Op, OpKind, RMS_NORM_EPS, ROPE_THETA, ReduceOp, SGD_WEIGHT_DECAY,
+    LAYER_NORM_EPS, Op, OpKind, RMS_NORM_EPS, ROPE_THETA, ReduceOp, RopeScaling, SGD_WEIGHT_DECAY,
     SVD_POWER_ITERS, UnaryOp,
 };
 use crate::rng::Rng;
@@ -391,36 +391,60 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
         }
         K::Rope => vec![
             case(
-                Op::Rope {
-                    theta: ROPE_THETA,
-                    offset: 0,
-                    interleaved: false,
-                },
+                Op::rope(ROPE_THETA, 0, false),
                 vec![g.f(&[1, 1, 1, 2], Normal)?],
             ),
             case(
-                Op::Rope {
-                    theta: ROPE_THETA,
-                    offset: 0,
-                    interleaved: false,
-                },
+                Op::rope(ROPE_THETA, 0, false),
                 vec![g.f(&[2, 3, 7, 8], Normal)?],
             ),
             case(
-                Op::Rope {
-                    theta: 500000.0,
-                    offset: 5,
-                    interleaved: false,
-                },
+                Op::rope(500000.0, 5, false),
                 vec![g.f(&[1, 2, 5, 16], Normal)?],
+            ),
+            case(
+                Op::rope(ROPE_THETA, 3, true),
+                vec![g.f(&[2, 1, 7, 6], Normal)?],
+            ),
+            // Scaled frequencies (the table changes, the kernel does not).
+            case(
+                Op::Rope {
+                    theta: ROPE_THETA,
+                    offset: 9,
+                    interleaved: false,
+                    scaling: RopeScaling::Linear,
+                    factor: 4.0,
+                    low: 1.0,
+                    high: 4.0,
+                    original_context: 0,
+                },
+                vec![g.f(&[1, 2, 5, 8], Normal)?],
             ),
             case(
                 Op::Rope {
                     theta: ROPE_THETA,
-                    offset: 3,
-                    interleaved: true,
+                    offset: 30,
+                    interleaved: false,
+                    scaling: RopeScaling::Llama3,
+                    factor: 8.0,
+                    low: 1.0,
+                    high: 4.0,
+                    original_context: 16,
                 },
-                vec![g.f(&[2, 1, 7, 6], Normal)?],
+                vec![g.f(&[1, 2, 5, 32], Normal)?],
+            ),
+            case(
+                Op::Rope {
+                    theta: ROPE_THETA,
+                    offset: 30,
+                    interleaved: true,
+                    scaling: RopeScaling::Yarn,
+                    factor: 4.0,
+                    low: 1.0,
+                    high: 32.0,
+                    original_context: 16,
+                },
+                vec![g.f(&[1, 1, 5, 32], Normal)?],
             ),
         ],
         K::Embedding => vec![
@@ -518,11 +542,68 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             // A preallocated KV cache read to kv_len: a GQA decode step across key chunks
             // with batch > 1, a causal prefill of a prefix, a non-causal prefix, and a group
             // above the decode kernel's (the general path).
+            //
+            // Sliding windows: a GQA prefill over three blocks of query rows, a decode step
+            // whose window starts inside the second key chunk, a prefill continuing a cache, a
+            // window wider than the sequence.
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                    kv_len: 0,
+                    window: 4,
+                },
+                vec![
+                    g.f(&[1, 4, 37, 8], Normal)?,
+                    g.f(&[1, 2, 37, 8], Normal)?,
+                    g.f(&[1, 2, 37, 8], Normal)?,
+                ],
+            ),
             case(
                 Op::Attention {
                     causal: true,
                     scale: None,
                     kv_len: 173,
+                    window: 50,
+                },
+                vec![
+                    g.f(&[2, 6, 1, 16], Normal)?,
+                    g.f(&[2, 2, 300, 16], Normal)?,
+                    g.f(&[2, 2, 300, 16], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: Some(0.3),
+                    kv_len: 12,
+                    window: 3,
+                },
+                vec![
+                    g.f(&[1, 2, 5, 8], Normal)?,
+                    g.f(&[1, 1, 20, 8], Normal)?,
+                    g.f(&[1, 1, 20, 6], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                    kv_len: 0,
+                    window: 100,
+                },
+                vec![
+                    g.f(&[1, 2, 6, 8], Normal)?,
+                    g.f(&[1, 2, 6, 8], Normal)?,
+                    g.f(&[1, 2, 6, 8], Normal)?,
+                ],
+            ),
+            case(
+                Op::Attention {
+                    causal: true,
+                    scale: None,
+                    kv_len: 173,
+                    window: 0,
                 },
                 vec![
                     g.f(&[2, 6, 1, 16], Normal)?,
@@ -535,6 +616,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                     causal: true,
                     scale: None,
                     kv_len: 9,
+                    window: 0,
                 },
                 vec![
                     g.f(&[2, 4, 5, 8], Normal)?,
@@ -547,6 +629,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                     causal: false,
                     scale: None,
                     kv_len: 4,
+                    window: 0,
                 },
                 vec![
                     g.f(&[1, 2, 3, 8], Normal)?,
@@ -559,6 +642,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                     causal: true,
                     scale: None,
                     kv_len: 33,
+                    window: 0,
                 },
                 vec![
                     g.f(&[1, 12, 1, 8], Normal)?,
@@ -574,6 +658,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                     causal: true,
                     scale: None,
                     kv_len: 0,
+                    window: 0,
                 },
                 vec![
                     g.f(&[2, 8, 1, 16], Normal)?,
@@ -586,6 +671,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                     causal: false,
                     scale: Some(0.2),
                     kv_len: 0,
+                    window: 0,
                 },
                 vec![
                     g.f(&[1, 3, 1, 7], Normal)?,
@@ -598,6 +684,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                     causal: true,
                     scale: None,
                     kv_len: 0,
+                    window: 0,
                 },
                 vec![
                     g.f(&[1, 12, 1, 8], Normal)?,
@@ -610,6 +697,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                     causal: true,
                     scale: None,
                     kv_len: 0,
+                    window: 0,
                 },
                 vec![
                     g.f(&[1, 1, 1, 4], Normal)?,
@@ -622,6 +710,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                     causal: true,
                     scale: None,
                     kv_len: 0,
+                    window: 0,
                 },
                 vec![
                     g.f(&[2, 4, 7, 8], Normal)?,
@@ -634,6 +723,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                     causal: true,
                     scale: None,
                     kv_len: 0,
+                    window: 0,
                 },
                 vec![
                     g.f(&[1, 2, 1, 8], Normal)?,
@@ -646,6 +736,7 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                     causal: false,
                     scale: Some(0.3),
                     kv_len: 0,
+                    window: 0,
                 },
                 vec![
                     g.f(&[1, 2, 5, 16], Normal)?,

@@ -24,6 +24,7 @@ fn tiny() -> LlamaConfig {
         head_dim: 4,
         bos_token_id: None,
         eos_token_ids: vec![],
+        variant: Default::default(),
     }
 }
 
@@ -74,4 +75,41 @@ fn overflowing_sizes_are_errors_naming_the_fields() {
         untied.checked_num_parameters().unwrap(),
         untied.num_parameters()
     );
+}
+
+#[test]
+fn every_variant_counts_what_it_lists() {
+    use kernels_core::models::llama::Variant;
+    let variants = [
+        Variant {
+            qkv_bias: true,
+            ..Variant::default()
+        },
+        Variant {
+            qk_norm: true,
+            norm_plus_one: true,
+            sandwich_norms: true,
+            ..Variant::default()
+        },
+        Variant {
+            fused_projections: true,
+            ..Variant::default()
+        },
+    ];
+    for variant in variants {
+        let c = LlamaConfig {
+            variant: variant.clone(),
+            ..tiny()
+        };
+        assert_eq!(
+            c.tensor_count().unwrap(),
+            c.checkpoint_shapes_iter().count(),
+            "{variant:?}"
+        );
+        assert_eq!(
+            c.checked_num_parameters().unwrap(),
+            c.num_parameters(),
+            "{variant:?}"
+        );
+    }
 }

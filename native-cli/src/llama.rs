@@ -166,10 +166,11 @@ pub fn logits(model: &Llama, tokens: &[u32], all_positions: bool) -> CliResult<V
     if tokens.is_empty() {
         return Err(fail("logits: --tokens is empty"));
     }
-    if tokens.len() > c.max_position_embeddings {
+    if tokens.len() > c.max_positions() {
         return Err(fail(format!(
-            "logits: {} tokens, but the model allows at most max_position_embeddings = {}",
+            "logits: {} tokens, but the model allows at most {} (max_position_embeddings = {})",
             tokens.len(),
+            c.max_positions(),
             c.max_position_embeddings
         )));
     }

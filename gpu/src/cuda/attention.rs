@@ -6,7 +6,7 @@ use kernels_core::{DType, Result, Tensor};
 
 use super::CudaBackend;
 use crate::device::{AttentionArgs, AttentionHook, Device, Family, Grid};
-use crate::ops::attention_params;
+use crate::ops::{attention_consts, attention_params};
 
 impl AttentionHook for CudaBackend {
     fn attention_head_dim_max(&self) -> usize {
@@ -22,7 +22,7 @@ impl AttentionHook for CudaBackend {
             name,
             Family::Attention,
             "attn_forward",
-            &[("CAUSAL", u32::from(at.causal))],
+            &attention_consts(name, dm, at.causal)?,
             attention_params(name, dm, rows, at.scale)?,
             &at.qkv,
             &[&out],

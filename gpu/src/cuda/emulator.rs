@@ -424,6 +424,7 @@ mod tests {
                     causal: true,
                     scale: None,
                     kv_len: 0,
+                    window: 0,
                 },
                 vec![f(&[1, 2, 6, 4]), f(&[1, 1, 3, 4]), f(&[1, 1, 3, 5])],
             ),

@@ -32,14 +32,29 @@ pub(crate) fn params(
     })
 }
 
+/// The kernels' constants: the causal mask and the sliding window (0: none), `p.c[0]` and
+/// `p.c[1]` on CUDA.
+pub(crate) fn consts(
+    name: &'static str,
+    dm: &Dims,
+    causal: bool,
+) -> Result<[(&'static str, u32); 2]> {
+    Ok([
+        ("CAUSAL", u32::from(causal)),
+        ("WINDOW", u32_of(name, "window", dm.window)?),
+    ])
+}
+
 /// The reference's geometry checks, then the kernels' own register limit on the head dims.
 fn dims(
     be: &dyn Device,
     name: &'static str,
-    kv_len: usize,
+    (causal, kv_len, window): (bool, usize, usize),
     [q, k, v]: [&Tensor; 3],
 ) -> Result<Dims> {
-    let dm = Dims::new(q.shape(), k.shape(), v.shape())?.with_kv_len(kv_len)?;
+    let dm = Dims::new(q.shape(), k.shape(), v.shape())?
+        .with_kv_len(kv_len)?
+        .with_window(window, causal)?;
     let max = be.attention_head_dim_max();
     for (what, x) in [("head_dim", dm.d), ("head_dim_v", dm.dv)] {
         if x > max {
@@ -56,11 +71,11 @@ fn dims(
 pub(super) fn forward(
     be: &dyn Device,
     name: &'static str,
-    (causal, scale, kv_len): (bool, Option<f32>, usize),
+    (causal, scale, kv_len, window): (bool, Option<f32>, usize, usize),
     args: &[&Tensor],
 ) -> Result<Tensor> {
     let (q, k, v) = (arg(args, 0), arg(args, 1), arg(args, 2));
-    let dm = dims(be, name, kv_len, [q, k, v])?;
+    let dm = dims(be, name, (causal, kv_len, window), [q, k, v])?;
     let scale = scale_value::<f32>(scale, dm.d)?;
     be.attention_forward(
         name,
@@ -76,7 +91,7 @@ pub(super) fn forward(
 pub(super) fn backward(
     be: &dyn Device,
     name: &'static str,
-    (causal, scale, kv_len): (bool, Option<f32>, usize),
+    (causal, scale, kv_len, window): (bool, Option<f32>, usize, usize),
     args: &[&Tensor],
 ) -> Result<Vec<Tensor>> {
     let (q, k, v, out, g) = (
@@ -86,12 +101,12 @@ pub(super) fn backward(
         arg(args, 3),
         arg(args, 4),
     );
-    let dm = dims(be, name, kv_len, [q, k, v])?;
+    let dm = dims(be, name, (causal, kv_len, window), [q, k, v])?;
     let out_shape = [dm.batch, dm.hq, dm.s, dm.dv];
     shapes::same(name, &out_shape, out.shape())?;
     shapes::same(name, &out_shape, g.shape())?;
     let scale = scale_value::<f32>(scale, dm.d)?;
-    let consts = [("CAUSAL", u32::from(causal))];
+    let consts = consts(name, &dm, causal)?;
     let rows = dm.batch * dm.hq * dm.s;
     let gq = be.alloc(name, q.shape(), DType::F32)?;
     let stats = be.alloc(name, &[rows, 4], DType::F32)?;

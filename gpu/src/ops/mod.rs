@@ -22,6 +22,7 @@ mod rows;
 mod svd;
 
 use crate::device::{SCALE_CODE, gelu_code, unary_code};
+pub(crate) use attention::consts as attention_consts;
 pub(crate) use attention::params as attention_params;
 use common::arg;
 use elementwise::{binary_backward, binary_forward, swiglu, unary};
@@ -166,32 +167,27 @@ pub(crate) fn run(
                 theta,
                 offset,
                 interleaved,
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
             },
-            F,
-        ) => Ok(vec![rope::forward(
-            be,
-            name,
-            theta,
-            offset,
-            interleaved,
-            false,
-            arg(args, 0),
-        )?]),
-        (
-            Op::Rope {
+            dir,
+        ) => {
+            let freqs = kernels_core::cpu::rope::Freqs {
                 theta,
-                offset,
-                interleaved,
-            },
-            B,
-        ) => Ok(vec![rope::backward(
-            be,
-            name,
-            theta,
-            offset,
-            interleaved,
-            args,
-        )?]),
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
+            };
+            Ok(vec![match dir {
+                F => rope::forward(be, name, &freqs, offset, interleaved, false, arg(args, 0))?,
+                B => rope::backward(be, name, &freqs, offset, interleaved, args)?,
+            }])
+        }
         (Op::CrossEntropy, F) => Ok(vec![loss::cross_entropy_forward(be, name, args)?]),
         (Op::CrossEntropy, B) => Ok(vec![loss::cross_entropy_backward(be, name, args)?]),
         (Op::Mse, F) => Ok(vec![loss::mse_forward(be, name, args)?]),
@@ -201,12 +197,13 @@ pub(crate) fn run(
                 causal,
                 scale,
                 kv_len,
+                window,
             },
             F,
         ) => Ok(vec![attention::forward(
             be,
             name,
-            (causal, scale, kv_len),
+            (causal, scale, kv_len, window),
             args,
         )?]),
         (
@@ -214,9 +211,10 @@ pub(crate) fn run(
                 causal,
                 scale,
                 kv_len,
+                window,
             },
             B,
-        ) => attention::backward(be, name, (causal, scale, kv_len), args),
+        ) => attention::backward(be, name, (causal, scale, kv_len, window), args),
         (Op::KvWrite { pos }, F) => Ok(vec![layout::kv_write(be, name, pos, args)?]),
         (Op::KvWrite { pos }, B) => layout::kv_write_backward(be, name, pos, args),
         (Op::GruCell, F) => Ok(vec![gru::cell_forward(be, name, args)?]),

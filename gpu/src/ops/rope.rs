@@ -1,8 +1,10 @@
 //! rope on wgpu (`shaders/rope.wgsl`). The host gives each frequency as a 64-bit fixed-point
-//! fraction of a turn (computed in f64, uploaded once per `(theta, head_dim)` and cached); the
+//! fraction of a turn (computed in f64 by the reference's [`Freqs::inv_freqs`], scaling
+//! included, uploaded once per set of frequency attributes and head_dim, and cached); the
 //! shader reduces `position * frequency` modulo a turn exactly in integer arithmetic, so
 //! accuracy does not decay with the position. See the shader for the details.
 
+use kernels_core::cpu::rope::Freqs;
 use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
@@ -11,12 +13,10 @@ use crate::params::RopeParams;
 use crate::shapes;
 
 /// `[half, 2]` words `(high, low)` of `frac(inv_freq_i / 2pi) * 2^64`, bit-cast to i32.
-fn turn_table(theta: f32, head_dim: usize) -> Result<Tensor> {
+fn turn_table(freqs: &Freqs, head_dim: usize) -> Result<Tensor> {
     let half = head_dim / 2;
-    let theta = f64::from(theta);
     let mut words = Vec::with_capacity(2 * half);
-    for i in 0..half {
-        let inv_freq = theta.powf(-((2 * i) as f64) / head_dim as f64);
+    for inv_freq in freqs.inv_freqs(head_dim) {
         let turns = inv_freq / std::f64::consts::TAU;
         let frac = turns - turns.floor();
         // frac < 1, so the product is below 2^64 (the cast saturates on rounding up).
@@ -30,12 +30,12 @@ fn turn_table(theta: f32, head_dim: usize) -> Result<Tensor> {
 /// Checks attributes and shape; returns `(rows, seq, half)`.
 fn check(
     name: &'static str,
-    theta: f32,
+    freqs: &Freqs,
     offset: usize,
     shape: &[usize],
 ) -> Result<(usize, usize, usize)> {
     // The reference's checks, then the device's own position limit.
-    let (seq, head_dim) = kernels_core::cpu::rope::check(theta, offset, shape)?;
+    let (seq, head_dim) = kernels_core::cpu::rope::check(freqs, offset, shape)?;
     let rows: usize = shape.iter().product::<usize>() / head_dim;
     // Positions are u32 on the device.
     let last = offset.checked_add(seq - 1);
@@ -53,17 +53,16 @@ fn check(
 pub(super) fn forward(
     be: &dyn Device,
     name: &'static str,
-    theta: f32,
+    freqs: &Freqs,
     offset: usize,
     interleaved: bool,
     inverse: bool,
     x: &Tensor,
 ) -> Result<Tensor> {
-    let (rows, seq, half) = check(name, theta, offset, x.shape())?;
-    let table = be.table(
-        format!("rope {:08x} {}", theta.to_bits(), 2 * half),
-        &|| turn_table(theta, 2 * half),
-    )?;
+    let (rows, seq, half) = check(name, freqs, offset, x.shape())?;
+    let table = be.table(format!("rope {}", freqs.key(2 * half)), &|| {
+        turn_table(freqs, 2 * half)
+    })?;
     let pairs = rows * half;
     let p = RopeParams {
         pairs: u32_of(name, "pairs", pairs)?,
@@ -92,14 +91,14 @@ pub(super) fn forward(
 pub(super) fn backward(
     be: &dyn Device,
     name: &'static str,
-    theta: f32,
+    freqs: &Freqs,
     offset: usize,
     interleaved: bool,
     args: &[&Tensor],
 ) -> Result<Tensor> {
     let (x, out, g) = (arg(args, 0), arg(args, 1), arg(args, 2));
-    check(name, theta, offset, x.shape())?;
+    check(name, freqs, offset, x.shape())?;
     shapes::same(name, x.shape(), out.shape())?;
     shapes::same(name, x.shape(), g.shape())?;
-    forward(be, name, theta, offset, interleaved, true, g)
+    forward(be, name, freqs, offset, interleaved, true, g)
 }

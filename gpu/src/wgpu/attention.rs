@@ -10,7 +10,7 @@ use kernels_core::{DType, Result, Tensor};
 
 use super::WgpuBackend;
 use crate::device::{AttentionArgs, AttentionHook, Device, Family, Grid};
-use crate::ops::attention_params as params;
+use crate::ops::{attention_consts, attention_params as params};
 
 /// Query rows per forward workgroup (`BQ` in the shader).
 const BQ: usize = 16;
@@ -33,7 +33,8 @@ fn forward(be: &dyn Device, name: &'static str, at: &AttentionArgs<'_>) -> Resul
     let (dm, scale, [q, k, v]) = (at.dims, at.scale, at.qkv);
     let group = dm.hq / dm.hkv;
     if dm.s == 1 && group <= DECODE_GROUP_MAX {
-        // One query row over a cache (causal or not, it sees every key).
+        // One query row over a cache (causal or not, it sees every key but those before a
+        // sliding window).
         let items = dm.batch * dm.hkv;
         let p = params(name, dm, items, scale)?;
         let out = be.alloc(name, &[dm.batch, dm.hq, 1, dm.dv], DType::F32)?;
@@ -41,7 +42,7 @@ fn forward(be: &dyn Device, name: &'static str, at: &AttentionArgs<'_>) -> Resul
             name,
             Family::Attention,
             "attn_decode",
-            &[],
+            &attention_consts(name, dm, at.causal)?,
             p,
             &[q, k, v],
             &[&out],
@@ -53,7 +54,7 @@ fn forward(be: &dyn Device, name: &'static str, at: &AttentionArgs<'_>) -> Resul
     let items = dm.batch * dm.hq * blocks;
     let p = params(name, dm, items, scale)?;
     let out = be.alloc(name, &[dm.batch, dm.hq, dm.s, dm.dv], DType::F32)?;
-    let consts = [("CAUSAL", u32::from(at.causal))];
+    let consts = attention_consts(name, dm, at.causal)?;
     be.run_kernel(
         name,
         Family::Attention,

@@ -12,6 +12,10 @@
 //! `kv_len` (0: all `t`) reads only the first `kv_len` keys and values of each head, as if k and
 //! v were `k[:, :, :kv_len]`: a preallocated KV cache of capacity `t` holding `kv_len` positions.
 //! Causal alignment uses `kv_len`, and the ignored keys get zero gradient.
+//!
+//! `window` > 0 (causal only) is sliding-window attention as Mistral and Gemma use it: query `i`
+//! sees keys `j` with `i + (t - s) - window < j <= i + (t - s)`, its last `window` keys
+//! including its own position (transformers' `sliding_window_overlay`).
 
 use alloc::format;
 use alloc::vec;
@@ -37,6 +41,9 @@ pub struct Dims {
     /// Valid keys of the `t` (the first `kv_len` positions); `t` unless narrowed by
     /// [`Dims::with_kv_len`].
     pub kv_len: usize,
+    /// Keys a query sees at most, counting back from its own position (0: no window); set by
+    /// [`Dims::with_window`].
+    pub window: usize,
 }
 
 impl Dims {
@@ -82,6 +89,7 @@ impl Dims {
             d,
             dv,
             kv_len: t,
+            window: 0,
         })
     }
 
@@ -102,15 +110,35 @@ impl Dims {
         Ok(self)
     }
 
-    /// Number of keys query row `i` may see.
-    pub(crate) fn visible(&self, causal: bool, i: usize) -> usize {
-        let t = self.kv_len;
-        if causal {
-            // Keys j <= i + t - s, i.e. j < i + 1 + t - s, clamped to [0, t].
-            (i + 1 + t).saturating_sub(self.s).min(t)
-        } else {
-            t
+    /// The geometry with the `window` attribute applied: 0 keeps every key; otherwise the
+    /// attention must be causal (a window counts back from the query's own position).
+    pub fn with_window(mut self, window: usize, causal: bool) -> Result<Dims> {
+        if window > 0 && !causal {
+            return Err(Error::BadAttr {
+                op: OP,
+                attr: "window",
+                value: format!("{window}"),
+                why: "a sliding window needs causal = true".into(),
+            });
         }
+        self.window = window;
+        Ok(self)
+    }
+
+    /// The keys query row `i` may see: `lo..hi`.
+    pub(crate) fn keys(&self, causal: bool, i: usize) -> (usize, usize) {
+        let t = self.kv_len;
+        if !causal {
+            return (0, t);
+        }
+        // Keys j <= i + t - s, i.e. j < i + 1 + t - s, clamped to [0, t].
+        let hi = (i + 1 + t).saturating_sub(self.s).min(t);
+        let lo = if self.window == 0 {
+            0
+        } else {
+            hi.saturating_sub(self.window)
+        };
+        (lo, hi)
     }
 
     pub(crate) fn out_shape(&self) -> Vec<usize> {
@@ -160,12 +188,15 @@ pub fn forward<T: Real>(
     causal: bool,
     scale: Option<f32>,
     kv_len: usize,
+    window: usize,
     args: &[View<T>],
 ) -> Result<Vec<Owned<T>>> {
     let (q_shape, q) = float_arg(OP, args, 0, "q")?;
     let (k_shape, k) = float_arg(OP, args, 1, "k")?;
     let (v_shape, v) = float_arg(OP, args, 2, "v")?;
-    let dm = Dims::new(q_shape, k_shape, v_shape)?.with_kv_len(kv_len)?;
+    let dm = Dims::new(q_shape, k_shape, v_shape)?
+        .with_kv_len(kv_len)?
+        .with_window(window, causal)?;
     let scale = scale_value::<T>(scale, dm.d)?;
     let Dims {
         batch,
@@ -187,14 +218,15 @@ pub fn forward<T: Real>(
             let v_head = &v[kvh * t * dv..(kvh + 1) * t * dv];
             for i in 0..s {
                 let row = (b * hq + h) * s + i;
-                let n = dm.visible(causal, i);
+                let (lo, hi) = dm.keys(causal, i);
+                let n = hi - lo;
                 let qi = &q[row * d..(row + 1) * d];
                 let oi = &mut out[row * dv..(row + 1) * dv];
-                row_probs(qi, k_head, d, scale, &mut p[..n]);
+                row_probs(qi, &k_head[lo * d..], d, scale, &mut p[..n]);
                 for (e, o) in oi.iter_mut().enumerate() {
                     let mut acc = T::ZERO;
                     for (j, &pj) in p[..n].iter().enumerate() {
-                        acc += pj * v_head[j * dv + e];
+                        acc += pj * v_head[(lo + j) * dv + e];
                     }
                     *o = acc;
                 }
@@ -214,6 +246,7 @@ pub fn backward<T: Real>(
     causal: bool,
     scale: Option<f32>,
     kv_len: usize,
+    window: usize,
     args: &[View<T>],
 ) -> Result<Vec<Owned<T>>> {
     let (q_shape, q) = float_arg(OP, args, 0, "q")?;
@@ -221,7 +254,9 @@ pub fn backward<T: Real>(
     let (v_shape, v) = float_arg(OP, args, 2, "v")?;
     let (o_shape, _) = float_arg(OP, args, 3, "out")?;
     let (g_shape, g) = float_arg(OP, args, 4, "grad_out")?;
-    let dm = Dims::new(q_shape, k_shape, v_shape)?.with_kv_len(kv_len)?;
+    let dm = Dims::new(q_shape, k_shape, v_shape)?
+        .with_kv_len(kv_len)?
+        .with_window(window, causal)?;
     same_shape(OP, &dm.out_shape(), o_shape)?;
     same_shape(OP, &dm.out_shape(), g_shape)?;
     let scale = scale_value::<T>(scale, dm.d)?;
@@ -247,10 +282,13 @@ pub fn backward<T: Real>(
             let (k0, v0) = (kvh * t * d, kvh * t * dv);
             for i in 0..s {
                 let row = (b * hq + h) * s + i;
-                let n = dm.visible(causal, i);
+                let (lo, hi) = dm.keys(causal, i);
+                let n = hi - lo;
+                // The first visible key's K and V offsets.
+                let (k0, v0) = (k0 + lo * d, v0 + lo * dv);
                 let qi = &q[row * d..(row + 1) * d];
                 let gi = &g[row * dv..(row + 1) * dv];
-                row_probs(qi, &k[k0..k0 + t * d], d, scale, &mut p[..n]);
+                row_probs(qi, &k[k0..k0 + n * d], d, scale, &mut p[..n]);
                 // dP_j = G . v_j, and dv_j += P_j G.
                 let mut p_dot_dp = T::ZERO;
                 for j in 0..n {

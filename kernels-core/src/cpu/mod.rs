@@ -91,17 +91,27 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
                 theta,
                 offset,
                 interleaved,
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
             },
-            F,
-        ) => rope::forward(theta, offset, interleaved, args),
-        (
-            Op::Rope {
+            dir,
+        ) => {
+            let freqs = rope::Freqs {
                 theta,
-                offset,
-                interleaved,
-            },
-            B,
-        ) => rope::backward(theta, offset, interleaved, args),
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
+            };
+            match dir {
+                F => rope::forward(&freqs, offset, interleaved, args),
+                B => rope::backward(&freqs, offset, interleaved, args),
+            }
+        }
         (Op::Embedding, F) => embedding::forward(args),
         (Op::Embedding, B) => embedding::backward(args),
         (Op::Reduce(r), F) => reduce::forward(r, args),
@@ -126,17 +136,19 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
                 causal,
                 scale,
                 kv_len,
+                window,
             },
             F,
-        ) => attention::forward(causal, scale, kv_len, args),
+        ) => attention::forward(causal, scale, kv_len, window, args),
         (
             Op::Attention {
                 causal,
                 scale,
                 kv_len,
+                window,
             },
             B,
-        ) => attention::backward(causal, scale, kv_len, args),
+        ) => attention::backward(causal, scale, kv_len, window, args),
         (Op::GruCell, F) => gru::cell_forward(args),
         (Op::GruCell, B) => gru::cell_backward(args),
         (Op::GruSequence, F) => gru::sequence_forward(args),

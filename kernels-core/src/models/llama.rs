@@ -16,6 +16,8 @@
 //! The config (`config.json`'s fields, checks, tensor names) is in `llama/config.rs`.
 
 mod config;
+mod generate;
+mod parse;
 
 use alloc::format;
 use alloc::rc::Rc;
@@ -23,15 +25,16 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::autograd::{Graph, Var};
+use crate::autograd::{AttentionAttrs, Graph, Var};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::nn::{ParamStore, Params};
-use crate::op::{Op, SAMPLE_TOP_K, SAMPLE_TOP_P};
+use crate::op::{Activation, GeluApprox};
 use crate::rng::Rng;
 use crate::tensor::Tensor;
 
-pub use config::LlamaConfig;
+pub use config::{LlamaConfig, MlpAct, RopeKind, RopeParams, Variant};
+pub use generate::{GenerateOptions, Generation, Sampling, StopReason, generate, greedy_batch};
 
 /// Keys and values seen so far, per layer, each `[batch, kv_heads, capacity, head_dim]` of
 /// which the first [`KvCache::len`] positions are filled.
@@ -86,9 +89,9 @@ impl KvCache {
     fn prepare(&mut self, c: &LlamaConfig, g: &Graph, batch: usize, total: usize) -> Result<()> {
         if self.layers.is_empty() {
             let want = if self.capacity == 0 {
-                c.max_position_embeddings
+                c.max_positions()
             } else {
-                self.capacity.min(c.max_position_embeddings)
+                self.capacity.min(c.max_positions())
             };
             self.capacity = want.max(total);
             self.batch = batch;
@@ -133,6 +136,47 @@ pub struct Llama {
     pub store: ParamStore,
 }
 
+/// The parameters one checkpoint tensor becomes: itself, or (Phi-3) the rows of a fused
+/// projection split into the separate ones, or (Gemma) a norm weight `w` stored as `1 + w`.
+fn load_transform(c: &LlamaConfig, name: &str, t: &Tensor) -> Result<Vec<(String, Tensor)>> {
+    let split = |parts: &[(&str, usize)]| -> Result<Vec<(String, Tensor)>> {
+        let cols = t.shape().get(1).copied().unwrap_or(0);
+        let data = t.to_f32_vec()?;
+        let prefix = name.rsplit_once('.').map_or("", |(p, _)| p);
+        let prefix = prefix.rsplit_once('.').map_or("", |(p, _)| p);
+        let mut start = 0;
+        parts
+            .iter()
+            .map(|&(part, rows)| {
+                let end = start + rows * cols;
+                let rows_data = data.get(start..end).ok_or_else(|| Error::BadModelFile {
+                    path: name.into(),
+                    why: format!("tensor `{name}` is too small to split"),
+                })?;
+                start = end;
+                Ok((
+                    format!("{prefix}.{part}.weight"),
+                    Tensor::from_f32(&[rows, cols], rows_data.to_vec())?,
+                ))
+            })
+            .collect()
+    };
+    let d = c.head_dim;
+    let (q, kv) = (c.num_attention_heads * d, c.num_key_value_heads * d);
+    if name.ends_with(".self_attn.qkv_proj.weight") {
+        return split(&[("q_proj", q), ("k_proj", kv), ("v_proj", kv)]);
+    }
+    if name.ends_with(".mlp.gate_up_proj.weight") {
+        let i = c.intermediate_size;
+        return split(&[("gate_proj", i), ("up_proj", i)]);
+    }
+    if c.variant.norm_plus_one && name.ends_with("norm.weight") {
+        let w: Vec<f32> = t.to_f32_vec()?.iter().map(|w| 1.0 + w).collect();
+        return Ok(vec![(name.into(), Tensor::from_f32(t.shape(), w)?)]);
+    }
+    Ok(vec![(name.into(), t.clone())])
+}
+
 fn checked_shape(name: &str, t: &Tensor, want: &[usize]) -> Result<()> {
     if t.shape() != want {
         return Err(Error::BadModelFile {
@@ -148,8 +192,10 @@ fn checked_shape(name: &str, t: &Tensor, want: &[usize]) -> Result<()> {
 
 impl Llama {
     /// A model from host tensors by Hugging Face name (a parsed checkpoint). A missing or
-    /// misshapen tensor is an error naming it; extra tensors (e.g. `rotary_emb.inv_freq`) are
-    /// ignored.
+    /// misshapen tensor is an error naming it, and so is a tensor the config does not use (a
+    /// checkpoint of another shape of model, or a feature this implementation lacks). Phi-3's
+    /// fused `qkv_proj` and `gate_up_proj` are split into the separate projections here, and
+    /// Gemma's `(1 + weight)` norm weights are stored as `1 + weight`.
     pub fn from_tensors(
         config: LlamaConfig,
         tensors: &alloc::collections::BTreeMap<String, Tensor>,
@@ -160,7 +206,7 @@ impl Llama {
         if needed > tensors.len() {
             // Some name is missing: the first one, found within len + 1 names.
             let name = config
-                .tensor_shapes_iter()
+                .checkpoint_shapes_iter()
                 .map(|(n, _)| n)
                 .find(|n| !tensors.contains_key(n))
                 .unwrap_or_default();
@@ -175,9 +221,10 @@ impl Llama {
             });
         }
         let mut store = ParamStore::new(backend);
-        for (name, shape) in config.tensor_shapes() {
+        let mut used = alloc::collections::BTreeSet::new();
+        for (name, shape) in config.checkpoint_shapes_iter() {
             let t = tensors.get(&name).ok_or_else(|| Error::Missing {
-                what: "tensor in llama checkpoint".into(),
+                what: format!("tensor in {} checkpoint", config.variant.model_type),
                 name: name.clone(),
             })?;
             checked_shape(&name, t, &shape)?;
@@ -187,7 +234,23 @@ impl Llama {
                     why: format!("tensor `{name}` has integer dtype {}", t.dtype().name()),
                 });
             }
-            store.register(&name, t.clone())?;
+            for (param, value) in load_transform(&config, &name, t)? {
+                store.register(&param, value)?;
+            }
+            used.insert(name);
+        }
+        if let Some(extra) = tensors.keys().find(|n| !used.contains(*n)) {
+            let unused = tensors.len() - used.len();
+            return Err(Error::BadModelFile {
+                path: extra.clone(),
+                why: format!(
+                    "the checkpoint holds {unused} tensor(s) the config does not use, the first \
+                     `{extra}` (model_type `{}`, tie_word_embeddings = {}, \
+                     num_hidden_layers = {}): a checkpoint of another model, or a feature this \
+                     implementation lacks",
+                    config.variant.model_type, config.tie_word_embeddings, config.num_hidden_layers
+                ),
+            });
         }
         Ok(Llama { config, store })
     }
@@ -198,7 +261,9 @@ impl Llama {
         config.validate()?;
         let mut store = ParamStore::new(backend);
         for (name, shape) in config.tensor_shapes() {
-            let t = if shape.len() == 1 {
+            let t = if name.ends_with(".bias") {
+                Tensor::zeros(&shape)?
+            } else if shape.len() == 1 {
                 Tensor::full(&shape, 1.0)?
             } else {
                 rng.normal_tensor(&shape, 0.0, 0.02)?
@@ -240,26 +305,44 @@ impl Llama {
         }
         let offset = cache.as_ref().map_or(0, |k| k.len);
         let total = offset + seq;
-        if total > c.max_position_embeddings {
+        if total > c.max_positions() {
             return Err(Error::LimitExceeded {
                 what: format!(
                     "llama: sequence length (cached {offset} + new {seq}) over max_position_embeddings"
                 ),
                 value: total as u64,
-                limit: c.max_position_embeddings as u64,
+                limit: c.max_positions() as u64,
             });
         }
         if let Some(k) = cache.as_deref_mut() {
             k.prepare(c, g, batch, total)?;
         }
+        let var = &c.variant;
         let (hq, hkv, d) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let mut x = g.embedding(ids, p.get("model.embed_tokens.weight")?)?;
+        if var.scale_embeddings {
+            // Gemma: sqrt(hidden_size) rounded to f32, as transformers' embed_scale buffer.
+            x = g.scale(&x, libm::sqrt(c.hidden_size as f64) as f32)?;
+        }
         for l in 0..c.num_hidden_layers {
             let w = |n: &str| p.get(&format!("model.layers.{l}.{n}"));
-            let h = g.rms_norm(&x, w("input_layernorm.weight")?, c.rms_norm_eps)?;
-            // W @ h^T: [batch, heads * d, seq] -> [batch, heads, d, seq].
-            let proj = |name: &str, heads: usize| -> Result<Var> {
-                let t = g.matmul_t(w(name)?, &h, false, true)?;
+            let norm = |t: &Var, n: &str| g.rms_norm(t, w(n)?, c.rms_norm_eps);
+            let h = norm(&x, "input_layernorm.weight")?;
+            // W @ h^T: [batch, heads * d, seq] -> [batch, heads, d, seq]; with a bias, the
+            // rows h @ W^T + b are transposed into that layout.
+            let proj = |n: &str, heads: usize| -> Result<Var> {
+                let t = if var.qkv_bias {
+                    let weight = w(&format!("self_attn.{n}_proj.weight"))?;
+                    let bias = w(&format!("self_attn.{n}_proj.bias"))?;
+                    let rows = g.linear(&h, weight, bias, Activation::None)?;
+                    if seq == 1 {
+                        g.reshape(&rows, &[batch, heads * d, 1])?
+                    } else {
+                        g.transpose(&rows)?
+                    }
+                } else {
+                    g.matmul_t(w(&format!("self_attn.{n}_proj.weight"))?, &h, false, true)?
+                };
                 g.reshape(&t, &[batch, heads, d, seq])
             };
             let to_rows = |t: &Var, heads: usize| -> Result<Var> {
@@ -270,11 +353,26 @@ impl Llama {
                     g.transpose(t)
                 }
             };
-            let q = to_rows(&proj("self_attn.q_proj.weight", hq)?, hq)?;
-            let q = g.rope(&q, c.rope_theta, offset, false)?;
-            let k_new = to_rows(&proj("self_attn.k_proj.weight", hkv)?, hkv)?;
-            let k_new = g.rope(&k_new, c.rope_theta, offset, false)?;
-            let v_new = to_rows(&proj("self_attn.v_proj.weight", hkv)?, hkv)?;
+            let rope = c.rope(l).op(offset, total, d, c.max_position_embeddings);
+            // Qwen3 and Gemma 3 norm each head of q and k before the rotation.
+            let head_norm = |t: Var, n: &str| -> Result<Var> {
+                if var.qk_norm {
+                    norm(&t, &format!("self_attn.{n}_norm.weight"))
+                } else {
+                    Ok(t)
+                }
+            };
+            let q = head_norm(to_rows(&proj("q", hq)?, hq)?, "q")?;
+            let q = g.rope_with(&q, rope)?;
+            let k_new = head_norm(to_rows(&proj("k", hkv)?, hkv)?, "k")?;
+            let k_new = g.rope_with(&k_new, rope)?;
+            let v_new = to_rows(&proj("v", hkv)?, hkv)?;
+            let attrs = AttentionAttrs {
+                causal: true,
+                scale: c.attention_scale(l),
+                kv_len: 0,
+                window: c.window(l).unwrap_or(0),
+            };
             let a = match cache.as_deref_mut() {
                 Some(kc) => {
                     let slot = kc.layers.get_mut(l).ok_or_else(|| Error::Autograd {
@@ -289,9 +387,13 @@ impl Llama {
                     let k = g.kv_write(k_cache, &k_new, offset)?;
                     let v = g.kv_write(v_cache, &v_new, offset)?;
                     *slot = Some((k.clone(), v.clone()));
-                    g.attention_prefix(&q, &k, &v, true, total)?
+                    let attrs = AttentionAttrs {
+                        kv_len: total,
+                        ..attrs
+                    };
+                    g.attention_with(&q, &k, &v, attrs)?
                 }
-                None => g.attention(&q, &k_new, &v_new, true, None)?,
+                None => g.attention_with(&q, &k_new, &v_new, attrs)?,
             };
             // [b, hq, s, d] -> [b, hq * d, s]; o_proj as (a^T)^T @ Wo^T = [b, s, hidden].
             let a_cols = if seq == 1 {
@@ -300,13 +402,27 @@ impl Llama {
                 let t = g.transpose(&a)?;
                 g.reshape(&t, &[batch, hq * d, seq])?
             };
-            let o = g.matmul_t(&a_cols, w("self_attn.o_proj.weight")?, true, true)?;
+            let mut o = g.matmul_t(&a_cols, w("self_attn.o_proj.weight")?, true, true)?;
+            if var.sandwich_norms {
+                o = norm(&o, "post_attention_layernorm.weight")?;
+            }
             x = g.add(&x, &o)?;
-            let h2 = g.rms_norm(&x, w("post_attention_layernorm.weight")?, c.rms_norm_eps)?;
+            let h2 = if var.sandwich_norms {
+                norm(&x, "pre_feedforward_layernorm.weight")?
+            } else {
+                norm(&x, "post_attention_layernorm.weight")?
+            };
             let gate = g.matmul_t(&h2, w("mlp.gate_proj.weight")?, false, true)?;
             let up = g.matmul_t(&h2, w("mlp.up_proj.weight")?, false, true)?;
-            let act = g.mul(&g.silu(&gate)?, &up)?;
-            let down = g.matmul_t(&act, w("mlp.down_proj.weight")?, false, true)?;
+            let gate = match var.mlp_act {
+                MlpAct::Silu => g.silu(&gate)?,
+                MlpAct::GeluTanh => g.gelu_with(&gate, GeluApprox::Tanh)?,
+            };
+            let act = g.mul(&gate, &up)?;
+            let mut down = g.matmul_t(&act, w("mlp.down_proj.weight")?, false, true)?;
+            if var.sandwich_norms {
+                down = norm(&down, "post_feedforward_layernorm.weight")?;
+            }
             x = g.add(&x, &down)?;
         }
         if let Some(k) = cache {
@@ -397,227 +513,4 @@ impl Llama {
         let logits = self.logits(g, p, &sel)?;
         g.cross_entropy(&logits, &picked)
     }
-}
-
-/// How the next token is chosen. `temperature = 0` is greedy (argmax).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Sampling {
-    pub temperature: f32,
-    /// Keep the `top_k` most likely tokens (ties at the boundary kept); 0 keeps all.
-    pub top_k: usize,
-    /// Keep the most likely tokens whose mass reaches `top_p`; 1 keeps all.
-    pub top_p: f32,
-    pub seed: u64,
-}
-
-impl Default for Sampling {
-    fn default() -> Self {
-        Sampling {
-            temperature: 0.0,
-            top_k: SAMPLE_TOP_K,
-            top_p: SAMPLE_TOP_P,
-            seed: 0,
-        }
-    }
-}
-
-/// What to generate and when to stop.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GenerateOptions {
-    pub max_new_tokens: usize,
-    pub sampling: Sampling,
-    /// Generation ends after emitting any of these (default: the config's `eos_token_id`).
-    pub stop_tokens: Vec<u32>,
-}
-
-/// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    StopToken,
-    MaxTokens,
-    MaxPositions,
-    Callback,
-}
-
-/// Streams generated token ids to `on_token(index, id)` as they come (return `false` to stop):
-/// one prefill over the prompt, then one decode step per token over the KV cache. The logits
-/// never leave the device: each step samples there and downloads only the token id.
-pub async fn generate(
-    model: &Llama,
-    prompt: &[u32],
-    opts: &GenerateOptions,
-    on_token: &mut dyn FnMut(usize, u32) -> bool,
-) -> Result<(Vec<u32>, StopReason)> {
-    let mut run = Generation::start(model, prompt, opts)?;
-    while let Some(id) = run.next_token().await? {
-        if !on_token(run.tokens().len() - 1, id) && run.stopped().is_none() {
-            return Ok((run.into_tokens(), StopReason::Callback));
-        }
-    }
-    let reason = run.stopped().unwrap_or(StopReason::MaxTokens);
-    Ok((run.into_tokens(), reason))
-}
-
-/// A generation driven one token at a time, for callers that must do something between tokens
-/// (a page yields to its event loop). [`generate`] is this in a loop.
-pub struct Generation<'m> {
-    model: &'m Llama,
-    graph: Graph,
-    params: Params,
-    cache: KvCache,
-    rng: Rng,
-    sample_op: Op,
-    opts: GenerateOptions,
-    /// The next forward's input: the prompt, then the last sampled token.
-    input: Var,
-    out: Vec<u32>,
-    stopped: Option<StopReason>,
-}
-
-impl<'m> Generation<'m> {
-    /// Validates the prompt and the sampling attributes; no work on the device yet.
-    pub fn start(
-        model: &'m Llama,
-        prompt: &[u32],
-        opts: &GenerateOptions,
-    ) -> Result<Generation<'m>> {
-        let c = &model.config;
-        if prompt.is_empty() {
-            return Err(Error::Empty {
-                op: "generate",
-                tensor: "prompt".into(),
-            });
-        }
-        if prompt.len() > c.max_position_embeddings {
-            return Err(Error::LimitExceeded {
-                what: "generate: prompt tokens over the model's max_position_embeddings".into(),
-                value: prompt.len() as u64,
-                limit: c.max_position_embeddings as u64,
-            });
-        }
-        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= c.vocab_size) {
-            return Err(Error::IndexOutOfRange {
-                op: "generate",
-                tensor: "prompt".into(),
-                index: bad as i64,
-                bound: c.vocab_size,
-            });
-        }
-        let s = opts.sampling;
-        crate::cpu::sample::check_attrs(s.temperature, s.top_k, s.top_p)?;
-        let backend = model.store.backend().clone();
-        let graph = Graph::inference(backend.clone());
-        let params = model.bind(&graph)?;
-        let ids: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
-        let input = graph.constant(backend.upload(&Tensor::from_i32(&[1, ids.len()], ids)?)?)?;
-        Ok(Generation {
-            model,
-            graph,
-            params,
-            // Room for the prompt and every new token (the last is never fed back), capped at
-            // max_position_embeddings when allocated.
-            cache: KvCache::with_capacity(prompt.len().saturating_add(opts.max_new_tokens)),
-            rng: Rng::new(s.seed),
-            sample_op: Op::Sample {
-                temperature: s.temperature,
-                top_k: s.top_k,
-                top_p: s.top_p,
-            },
-            opts: opts.clone(),
-            input,
-            out: Vec::new(),
-            stopped: None,
-        })
-    }
-
-    /// The next token (the first call is the prefill), or `None` once generation has ended
-    /// ([`Generation::stopped`] says why).
-    pub async fn next_token(&mut self) -> Result<Option<u32>> {
-        if self.stopped.is_some() {
-            return Ok(None);
-        }
-        if self.out.len() >= self.opts.max_new_tokens {
-            self.stopped = Some(StopReason::MaxTokens);
-            return Ok(None);
-        }
-        if self.cache.len() + self.input.shape()[1] > self.model.config.max_position_embeddings {
-            self.stopped = Some(StopReason::MaxPositions);
-            return Ok(None);
-        }
-        let (g, p, model) = (&self.graph, &self.params, self.model);
-        let backend = model.store.backend().clone();
-        let hidden = model.forward(g, p, &self.input, Some(&mut self.cache))?;
-        let last = model.last_positions(g, &hidden)?;
-        let logits = model.logits(g, p, &last)?;
-        let u = g.constant(backend.upload(&Tensor::from_f32(&[1], vec![self.rng.uniform()])?)?)?;
-        let next = g
-            .apply(&self.sample_op, &[&logits, &u])?
-            .pop()
-            .ok_or_else(|| Error::Autograd {
-                why: "sample: expected one output".into(),
-            })?;
-        let host = backend.download(next.tensor()).await?;
-        let id = host.to_i64_vec()?.first().copied().unwrap_or(0) as u32;
-        self.out.push(id);
-        if self.opts.stop_tokens.contains(&id) {
-            self.stopped = Some(StopReason::StopToken);
-        }
-        self.input = g.reshape(&next, &[1, 1])?;
-        Ok(Some(id))
-    }
-
-    /// The tokens generated so far.
-    pub fn tokens(&self) -> &[u32] {
-        &self.out
-    }
-
-    /// Why generation ended, once it has (`Callback` is never set here: the caller stopped).
-    pub fn stopped(&self) -> Option<StopReason> {
-        self.stopped
-    }
-
-    pub fn into_tokens(self) -> Vec<u32> {
-        self.out
-    }
-}
-
-/// Greedy completions of many prompts of equal length at once (a batch), `new_tokens` each.
-/// Used by evaluation, where every problem has the same shape.
-pub async fn greedy_batch(
-    model: &Llama,
-    prompts: &[Vec<u32>],
-    new_tokens: usize,
-) -> Result<Vec<Vec<u32>>> {
-    let Some(first) = prompts.first() else {
-        return Ok(Vec::new());
-    };
-    let seq = first.len();
-    if let Some(bad) = prompts.iter().find(|p| p.len() != seq) {
-        return Err(Error::mismatch("greedy_batch", &[seq], &[bad.len()]));
-    }
-    let batch = prompts.len();
-    let backend = model.store.backend().clone();
-    let g = Graph::inference(backend.clone());
-    let p = model.bind(&g)?;
-    let mut cache = KvCache::with_capacity(seq.saturating_add(new_tokens));
-    let ids: Vec<i32> = prompts.iter().flatten().map(|&t| t as i32).collect();
-    let mut input = g.constant(backend.upload(&Tensor::from_i32(&[batch, seq], ids)?)?)?;
-    let mut steps = Vec::new();
-    for _ in 0..new_tokens {
-        let hidden = model.forward(&g, &p, &input, Some(&mut cache))?;
-        let last = model.last_positions(&g, &hidden)?;
-        let logits = model.logits(&g, &p, &last)?;
-        let next = g.argmax(&logits)?;
-        input = g.reshape(&next, &[batch, 1])?;
-        steps.push(next);
-    }
-    backend.flush()?;
-    let mut out = vec![Vec::with_capacity(new_tokens); batch];
-    for step in &steps {
-        let ids = backend.download(step.tensor()).await?.to_i64_vec()?;
-        for (row, id) in out.iter_mut().zip(ids) {
-            row.push(id as u32);
-        }
-    }
-    Ok(out)
 }

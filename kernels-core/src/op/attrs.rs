@@ -220,6 +220,17 @@ choice! {
     }
 }
 
+choice! {
+    /// How `rope` scales its frequencies (Hugging Face's `rope_type`; `dynamic` is `none` with
+    /// the base the model computes from the sequence length).
+    RopeScaling {
+        None = "none",
+        Linear = "linear",
+        Llama3 = "llama3",
+        Yarn = "yarn",
+    }
+}
+
 /// An attribute's value when it is not given.
 pub(super) enum Fallback<T> {
     Required,

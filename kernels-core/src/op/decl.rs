@@ -25,7 +25,7 @@ use alloc::format;
 use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 
-use super::attrs::{self, Activation, AttrType, Attrs, Fallback, GeluApprox};
+use super::attrs::{self, Activation, AttrType, Attrs, Fallback, GeluApprox, RopeScaling};
 use super::spec::{AttrDefault, AttrSpec, AttrValue, Direction, InputKind, InputSpec};
 use crate::error::{Error, Result};
 use crate::numerics::Budget;
@@ -493,11 +493,22 @@ declare_ops! {
             doc: "x * rsqrt(mean(x^2, -1) + eps) * weight",
         },
     ],
-    /// x `[batch, heads, seq, head_dim]`, position = offset + index.
+    /// x `[batch, heads, seq, head_dim]`, position = offset + index. `scaling` stretches the
+    /// frequencies for a longer context (Hugging Face's `rope_type`): `linear` divides them by
+    /// `factor`; `llama3` divides the low ones by `factor` and blends the middle band
+    /// (`low` = `low_freq_factor`, `high` = `high_freq_factor`, `original_context` =
+    /// `original_max_position_embeddings`); `yarn` blends interpolated and extrapolated
+    /// frequencies over the dims between `high` = `beta_fast` and `low` = `beta_slow` rotations
+    /// of the original context (its attention factor belongs to the attention scale).
     Rope {
         theta: f32 = 10000.0 => ROPE_THETA if positive,
         offset: usize = 0,
         interleaved: bool = false,
+        scaling: RopeScaling = (RopeScaling::None),
+        factor: f32 = 1.0 if positive,
+        low: f32 = 1.0 if positive,
+        high: f32 = 4.0 if positive,
+        original_context: usize = 0,
     } => [
         Rope "rope" {
             inputs: [x],
@@ -505,7 +516,7 @@ declare_ops! {
             grad: [x],
             budget: B_TRANS,
             budget_backward: B_TRANS,
-            doc: "rotary embedding of x [batch, heads, seq, head_dim]; HF rotate_half layout or interleaved pairs",
+            doc: "rotary embedding of x [batch, heads, seq, head_dim]; HF rotate_half layout or interleaved pairs; linear, llama3 or yarn frequency scaling",
         },
     ],
     Embedding => [
@@ -585,11 +596,14 @@ declare_ops! {
         },
     ],
     /// q `[b, hq, s, d]`, k and v `[b, hkv, t, d]`; `scale` `None` means `1/sqrt(d)`; `kv_len`
-    /// keys of the `t` are valid (0: all), the rest of a preallocated KV cache are ignored.
+    /// keys of the `t` are valid (0: all), the rest of a preallocated KV cache are ignored;
+    /// `window` > 0 (causal only) is sliding-window attention: each query sees its last
+    /// `window` keys, itself included.
     Attention {
         causal: bool = true => ATTENTION_CAUSAL,
         scale: Option<f32> = (derived "1/sqrt(head_dim)"),
         kv_len: usize = 0,
+        window: usize = 0,
     } => [
         Attention "attention" {
             inputs: [q, k, v],
@@ -597,7 +611,7 @@ declare_ops! {
             grad: [q, k, v],
             budget: B_REDUCE,
             budget_backward: B_REDUCE_BWD,
-            doc: "F.scaled_dot_product_attention with GQA; q [b, hq, s, d], k and v [b, hkv, t, d], of which the first kv_len keys (0: all t) are read",
+            doc: "F.scaled_dot_product_attention with GQA; q [b, hq, s, d], k and v [b, hkv, t, d], of which the first kv_len keys (0: all t) are read; window > 0: each query sees its last window keys (sliding window, causal)",
         },
     ],
     GruCell => [

@@ -26,7 +26,7 @@ use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::fmt;
 
-pub use attrs::{Activation, GeluApprox};
+pub use attrs::{Activation, GeluApprox, RopeScaling};
 // `Op`, `OpKind`, `BinaryOp`, `UnaryOp`, `ReduceOp` and the default constants.
 pub use decl::*;
 pub use spec::{AttrDefault, AttrKind, AttrSpec, AttrValue, Direction, InputKind, InputSpec};
@@ -108,6 +108,21 @@ impl OpKind {
 }
 
 impl Op {
+    /// `rope` with base `theta` and no frequency scaling (the other attributes at their
+    /// defaults).
+    pub fn rope(theta: f32, offset: usize, interleaved: bool) -> Op {
+        Op::Rope {
+            theta,
+            offset,
+            interleaved,
+            scaling: RopeScaling::None,
+            factor: 1.0,
+            low: 1.0,
+            high: 4.0,
+            original_context: 0,
+        }
+    }
+
     /// Checks a call's signature before any kernel runs, on any backend: the direction exists
     /// (backward only for differentiable ops), the argument count follows the backward convention,
     /// and each argument has the dtype its slot takes (integers for `ids` and `targets`, f32

@@ -53,6 +53,7 @@ pub fn config(args: &TrainArgs) -> LlamaConfig {
         head_dim: args.hidden.checked_div(args.heads).unwrap_or(0),
         bos_token_id: None,
         eos_token_ids: vec![addition::END],
+        variant: Default::default(),
     }
 }
 

@@ -1,7 +1,8 @@
 // Scaled dot-product attention with GQA and an optional causal mask, forward and backward.
 // q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv]; query head h reads kv head
 // h / (hq / hkv) by index (no repeated K/V). Causal (p.c[0] = 1): key j is masked for query row
-// i when j > i + (t - s). A row that sees no key outputs 0. CPU reference: kernels-core
+// i when j > i + (t - s); a sliding window (p.c[1] > 0, causal only) also masks keys
+// j <= i + (t - s) - p.c[1]. A row that sees no key outputs 0. CPU reference: kernels-core
 // src/cpu/attention.rs.
 //
 // Forward: one block per query row; the row's max and sum over the scores, then the output
@@ -11,7 +12,7 @@
 // max, sum and delta = sum_j p_j dp_j to `stats` and accumulates dq; `attn_dkv` (one block per
 // key of each kv head) loops over the query rows of the heads sharing the kv head.
 //
-// Every kernel reads `AttentionParams` (gpu/src/params.rs); p.c[0] = causal. Keys are laid out
+// Every kernel reads `AttentionParams` (gpu/src/params.rs); p.c[0] = causal, p.c[1] = window. Keys are laid out
 // p.seq_kv per head; only the first p.kv_len are read (a preallocated KV cache).
 
 // Keys 0..visible(i) are seen by query row i.
@@ -21,6 +22,12 @@ __device__ inline unsigned int visible(const AttentionParams& p, unsigned int i)
     if ((unsigned long long)i + 1 + t <= s) return 0;
     unsigned long long v = (unsigned long long)i + 1 + t - s;
     return v < t ? (unsigned int)v : t;
+}
+
+// The first key query row i sees: keys first_key(i)..visible(i).
+__device__ inline unsigned int first_key(const AttentionParams& p, unsigned int i) {
+    unsigned int hi = visible(p, i), w = p.c[1];
+    return (w == 0 || hi <= w) ? 0 : hi - w;
 }
 
 __device__ inline float dot(const float* a, const float* b, unsigned int n) {
@@ -50,20 +57,20 @@ KERNEL(attn_forward, AttentionParams) {
     unsigned long long k_base, v_base;
     kv_bases(p, row, &k_base, &v_base);
     const float* qr = in0 + row * d;
-    unsigned int vis = visible(p, i);
+    unsigned int vis = visible(p, i), lo = first_key(p, i);
     float m = -k_inf();
-    for (unsigned int j = threadIdx.x; j < vis; j += blockDim.x) {
+    for (unsigned int j = lo + threadIdx.x; j < vis; j += blockDim.x) {
         m = fmaxf(m, dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale);
     }
     m = block_max(m);
     float l = 0.0f;
-    for (unsigned int j = threadIdx.x; j < vis; j += blockDim.x) {
+    for (unsigned int j = lo + threadIdx.x; j < vis; j += blockDim.x) {
         l = l + expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale - m);
     }
     l = block_sum(l);
     float* o = out0 + row * dv;
     for (unsigned int e = threadIdx.x; e < dv; e += blockDim.x) o[e] = 0.0f;
-    for (unsigned int j0 = 0; j0 < vis; j0 += blockDim.x) {
+    for (unsigned int j0 = lo; j0 < vis; j0 += blockDim.x) {
         unsigned int j = j0 + threadIdx.x;
         sh_p[threadIdx.x] =
             j < vis ? expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale - m) / l : 0.0f;
@@ -91,19 +98,19 @@ KERNEL(attn_dq, AttentionParams) {
     kv_bases(p, row, &k_base, &v_base);
     const float* qr = in0 + row * d;
     const float* gr = in3 + row * dv;
-    unsigned int vis = visible(p, i);
+    unsigned int vis = visible(p, i), lo = first_key(p, i);
     float m = -k_inf();
-    for (unsigned int j = threadIdx.x; j < vis; j += blockDim.x) {
+    for (unsigned int j = lo + threadIdx.x; j < vis; j += blockDim.x) {
         m = fmaxf(m, dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale);
     }
     m = block_max(m);
     float l = 0.0f;
-    for (unsigned int j = threadIdx.x; j < vis; j += blockDim.x) {
+    for (unsigned int j = lo + threadIdx.x; j < vis; j += blockDim.x) {
         l = l + expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale - m);
     }
     l = block_sum(l);
     float delta = 0.0f;
-    for (unsigned int j = threadIdx.x; j < vis; j += blockDim.x) {
+    for (unsigned int j = lo + threadIdx.x; j < vis; j += blockDim.x) {
         float pj = expf(dot(qr, in1 + k_base + (unsigned long long)j * d, d) * p.scale - m) / l;
         delta = delta + pj * dot(gr, in2 + v_base + (unsigned long long)j * dv, dv);
     }
@@ -116,7 +123,7 @@ KERNEL(attn_dq, AttentionParams) {
     }
     float* dq = out0 + row * d;
     for (unsigned int e = threadIdx.x; e < d; e += blockDim.x) dq[e] = 0.0f;
-    for (unsigned int j0 = 0; j0 < vis; j0 += blockDim.x) {
+    for (unsigned int j0 = lo; j0 < vis; j0 += blockDim.x) {
         unsigned int j = j0 + threadIdx.x;
         float ds = 0.0f;
         if (j < vis) {
@@ -165,7 +172,7 @@ KERNEL(attn_dkv, AttentionParams) {
         if (r < rows) {
             unsigned int i = (unsigned int)(r % s);
             unsigned long long row = (b * p.heads_q + first_head + r / s) * s + i;
-            if (j < visible(p, i)) {
+            if (j >= first_key(p, i) && j < visible(p, i)) {
                 float m = stats[row * 4], l = stats[row * 4 + 1], delta = stats[row * 4 + 2];
                 pj = expf(dot(in0 + row * d, kr, d) * p.scale - m) / l;
                 ds = pj * (dot(in3 + row * dv, vr, dv) - delta) * p.scale;

@@ -1,7 +1,8 @@
 // Scaled dot-product attention with GQA and an optional causal mask, forward and backward.
 // q [b, hq, s, d], k [b, hkv, t, d], v [b, hkv, t, dv]; query head h reads kv head
 // h / (hq / hkv) by index (no repeated K/V). Causal: key j is masked for query row i when
-// j > i + (t - s), so s == 1 over a cache of t keys sees every key. A row that sees no key
+// j > i + (t - s), so s == 1 over a cache of t keys sees every key. A sliding window
+// (WINDOW > 0, causal only) also masks keys j <= i + (t - s) - WINDOW. A row that sees no key
 // outputs 0.
 //
 // Forward (`attn_forward`), flash-style: one workgroup per (batch, query head, block of BQ
@@ -20,6 +21,8 @@
 // generated prelude.wgsl.
 
 override CAUSAL: bool = true;
+// Sliding window: each query row sees its last WINDOW keys (0: no window).
+override WINDOW: u32 = 0u;
 
 const WG: u32 = 64u;
 const BQ: u32 = 16u;
@@ -69,6 +72,13 @@ fn visible(i: u32) -> u32 {
     return min(i + 1u + t - s, t);
 }
 
+// The first key query row i sees: keys first_key(i)..visible(i).
+fn first_key(i: u32) -> u32 {
+    let hi = visible(i);
+    if (WINDOW == 0u || hi <= WINDOW) { return 0u; }
+    return hi - WINDOW;
+}
+
 @compute @workgroup_size(64)
 fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
@@ -95,8 +105,11 @@ fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     let in_range = i < s;
     let row = bh * s + i;
     let vis = select(0u, visible(i), in_range);
+    let lo = select(0u, first_key(i), in_range);
     let last = min(blk * BQ + BQ, s) - 1u;
     let key_end = visible(last);
+    // first_key grows with the row: the block's first row starts the tiles.
+    let key_start = first_key(blk * BQ);
 
     var qr: array<f32, 32>;
     var acc: array<f32, 32>;
@@ -108,7 +121,7 @@ fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     var m = neg_inf();
     var l: f32 = 0.0;
 
-    for (var j0: u32 = 0u; j0 < key_end; j0 = j0 + BKEYS) {
+    for (var j0: u32 = key_start; j0 < key_end; j0 = j0 + BKEYS) {
         for (var idx: u32 = lid; idx < BKEYS * DMAX; idx = idx + WG) {
             let jj = idx / DMAX;
             let e = idx % DMAX;
@@ -132,7 +145,7 @@ fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         for (var jj: u32 = 0u; jj < BKEYS; jj = jj + 1u) {
             let o = (r * BKEYS + jj) * LANES;
             let x = (((part[o] + part[o + 1u]) + part[o + 2u]) + part[o + 3u]) * p.scale;
-            sc[jj] = select(neg_inf(), x, j0 + jj < vis);
+            sc[jj] = select(neg_inf(), x, j0 + jj >= lo && j0 + jj < vis);
             tile_max = max(tile_max, sc[jj]);
         }
         let m_new = max(m, tile_max);
@@ -142,7 +155,7 @@ fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             l = l * alpha;
             for (var c: u32 = 0u; c < PER_LANE; c = c + 1u) { acc[c] = acc[c] * alpha; }
             for (var jj: u32 = 0u; jj < BKEYS; jj = jj + 1u) {
-                let pj = select(0.0, exp(sc[jj] - m_new), j0 + jj < vis);
+                let pj = select(0.0, exp(sc[jj] - m_new), j0 + jj >= lo && j0 + jj < vis);
                 l = l + pj;
                 for (var c: u32 = 0u; c < PER_LANE; c = c + 1u) {
                     acc[c] = acc[c] + pj * v_tile[jj * DMAX + lane + LANES * c];
@@ -208,7 +221,8 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     }
     workgroupBarrier();
 
-    for (var j0: u32 = 0u; j0 < kv; j0 = j0 + CH) {
+    // One query row (s == 1): keys first_key(0)..kv.
+    for (var j0: u32 = first_key(0u); j0 < kv; j0 = j0 + CH) {
         for (var jj: u32 = lid; jj < CH; jj = jj + WG) {
             let j = j0 + jj;
             for (var g: u32 = 0u; g < group; g = g + 1u) {
@@ -322,19 +336,20 @@ fn attn_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
     let k_base = kvh * t * d;
     let v_base = kvh * t * dv;
     let vis = visible(i);
+    let lo = first_key(i);
 
     var m = neg_inf();
-    for (var j: u32 = lid; j < vis; j = j + WG) {
+    for (var j: u32 = lo + lid; j < vis; j = j + WG) {
         m = max(m, dot_qk(row * d, k_base + j * d, d) * p.scale);
     }
     m = wg_max(lid, m);
     var l: f32 = 0.0;
-    for (var j: u32 = lid; j < vis; j = j + WG) {
+    for (var j: u32 = lo + lid; j < vis; j = j + WG) {
         l = l + exp(dot_qk(row * d, k_base + j * d, d) * p.scale - m);
     }
     l = wg_sum(lid, l);
     var delta: f32 = 0.0;
-    for (var j: u32 = lid; j < vis; j = j + WG) {
+    for (var j: u32 = lo + lid; j < vis; j = j + WG) {
         let pj = exp(dot_qk(row * d, k_base + j * d, d) * p.scale - m) / l;
         delta = delta + pj * dot_gv(row * dv, v_base + j * dv, dv);
     }
@@ -348,7 +363,7 @@ fn attn_dq(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
 
     var acc: array<f32, 2>;
     for (var c: u32 = 0u; c < PER_THREAD; c = c + 1u) { acc[c] = 0.0; }
-    for (var j0: u32 = 0u; j0 < vis; j0 = j0 + WG) {
+    for (var j0: u32 = lo; j0 < vis; j0 = j0 + WG) {
         let j = j0 + lid;
         var ds: f32 = 0.0;
         if (j < vis) {
@@ -409,7 +424,7 @@ fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
         if (r < rows) {
             let i = r % s;
             let row = (b * p.heads_q + first_head + r / s) * s + i;
-            if (j < visible(i)) {
+            if (j >= first_key(i) && j < visible(i)) {
                 let m = stats[row * 4u];
                 let l = stats[row * 4u + 1u];
                 let delta = stats[row * 4u + 2u];

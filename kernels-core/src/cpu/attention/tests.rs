@@ -13,6 +13,7 @@ fn attn(causal: bool, scale: Option<f32>) -> Op {
         causal,
         scale,
         kv_len: 0,
+        window: 0,
     }
 }
 
@@ -353,6 +354,7 @@ fn kv_len_reads_a_prefix() {
             causal,
             scale: None,
             kv_len: len,
+            window: 0,
         };
         let got = run_as::<f64>(&op, &full);
         let want = run_as::<f64>(&attn(causal, None), &cut);
@@ -361,6 +363,69 @@ fn kv_len_reads_a_prefix() {
     }
     let args = qkv(&mut rng, (1, 1, 1, 1, 3, 2, 2));
     let views: Vec<View<f64>> = args.iter().map(|(s, v)| View::float(s, v)).collect();
-    let e = forward(true, None, 4, &views).unwrap_err();
+    let e = forward(true, None, 4, 0, &views).unwrap_err();
     assert!(matches!(e, Error::BadAttr { attr: "kv_len", .. }), "{e:?}");
+}
+
+#[test]
+fn sliding_window_is_a_band_of_the_causal_mask() {
+    // Window w: query i (of s = t) sees keys i - w + 1..=i. Checked against attention over
+    // exactly those keys, row by row, in f64; and the window needs causal.
+    let mut rng = Rng::new(21);
+    let (s, d, w) = (9usize, 4usize, 3usize);
+    let q = rand_vec(&mut rng, s * d);
+    let k = rand_vec(&mut rng, s * d);
+    let v = rand_vec(&mut rng, s * d);
+    let op = Op::Attention {
+        causal: true,
+        scale: None,
+        kv_len: 0,
+        window: w,
+    };
+    let shape = vec![1, 1, s, d];
+    let got = run_as::<f64>(
+        &op,
+        &[
+            (shape.clone(), q.clone()),
+            (shape.clone(), k.clone()),
+            (shape.clone(), v.clone()),
+        ],
+    );
+    for i in 0..s {
+        let lo = (i + 1).saturating_sub(w);
+        let n = i + 1 - lo;
+        let one = run_as::<f64>(
+            &attn(false, None),
+            &[
+                (vec![1, 1, 1, d], q[i * d..(i + 1) * d].to_vec()),
+                (vec![1, 1, n, d], k[lo * d..(i + 1) * d].to_vec()),
+                (vec![1, 1, n, d], v[lo * d..(i + 1) * d].to_vec()),
+            ],
+        );
+        assert_close(
+            &got[0].floats()[i * d..(i + 1) * d],
+            one[0].floats(),
+            1e-12,
+            1e-12,
+        );
+    }
+    let non_causal = Op::Attention {
+        causal: false,
+        scale: None,
+        kv_len: 0,
+        window: w,
+    };
+    let views = [
+        crate::cpu::View::float(&shape, &q),
+        crate::cpu::View::float(&shape, &k),
+        crate::cpu::View::float(&shape, &v),
+    ];
+    let err = crate::cpu::run(&non_causal, Direction::Forward, &views);
+    assert!(
+        matches!(
+            err,
+            Err(crate::error::Error::BadAttr { attr: "window", .. })
+        ),
+        "{err:?}"
+    );
 }

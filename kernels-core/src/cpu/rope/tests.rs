@@ -2,17 +2,13 @@
 use super::*;
 use crate::cpu::run;
 use crate::cpu::testutil::{assert_close, grad_check, rand_vec, run_as};
-use crate::op::{Direction, Op, ROPE_THETA};
+use crate::op::{Direction, Op, ROPE_THETA, RopeScaling};
 use crate::rng::Rng;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
 fn rope(theta: f32, offset: usize, interleaved: bool) -> Op {
-    Op::Rope {
-        theta,
-        offset,
-        interleaved,
-    }
+    Op::rope(theta, offset, interleaved)
 }
 
 #[test]
@@ -200,4 +196,90 @@ fn errors() {
     )
     .unwrap_err();
     assert_eq!(e, Error::mismatch("rope", &[1, 1, 4, 6], &[1, 1, 6, 4]));
+}
+
+#[test]
+fn scaled_frequencies_match_transformers() {
+    // transformers 5.23 ROPE_INIT_FUNCTIONS[rope_type] for head_dim 32, rope_theta 1e4 (f32
+    // tensors): llama3 (factor 8, low 1, high 4, original context 16), yarn (factor 4,
+    // beta_fast 32, beta_slow 1, original context 16), linear (factor 4).
+    let llama3 = [
+        0.5760563611984253,
+        0.14114609360694885,
+        0.03952847048640251,
+        0.02222849242389202,
+        0.012500000186264515,
+        0.007029266096651554,
+        0.0039528473280370235,
+        0.002222849288955331,
+        0.0012499999720603228,
+        0.0007029266562312841,
+        0.00039528473280370235,
+        0.00022228492889553308,
+        0.0001250000059371814,
+        7.029266271274537e-05,
+        3.9528473280370235e-05,
+        2.2228492525755428e-05,
+    ];
+    let yarn = [
+        1.0,
+        0.35146331787109375,
+        0.07905694097280502,
+        0.04445698484778404,
+        0.02500000037252903,
+        0.014058532193303108,
+        0.007905694656074047,
+        0.004445698577910662,
+        0.0024999999441206455,
+        0.0014058533124625683,
+        0.0007905694656074047,
+        0.00044456985779106617,
+        0.0002500000118743628,
+        0.00014058532542549074,
+        7.905694656074047e-05,
+        4.4456985051510856e-05,
+    ];
+    let scaled = |scaling, factor, high| Freqs {
+        scaling,
+        factor,
+        high,
+        original_context: 16,
+        ..Freqs::plain(ROPE_THETA)
+    };
+    let got = scaled(RopeScaling::Llama3, 8.0, 4.0).inv_freqs(32);
+    assert_close(&got, &llama3, 0.0, 1e-6);
+    let got = scaled(RopeScaling::Yarn, 4.0, 32.0).inv_freqs(32);
+    assert_close(&got, &yarn, 0.0, 1e-6);
+    let got = scaled(RopeScaling::Linear, 4.0, 4.0).inv_freqs(32);
+    let mut linear: Vec<f64> = yarn[2..].to_vec();
+    linear.insert(0, 0.14058533310890198);
+    linear.insert(0, 0.25);
+    assert_close(&got, &linear, 0.0, 1e-6);
+    // A llama3 scaling without its original context is refused by name.
+    let op = Op::Rope {
+        theta: ROPE_THETA,
+        offset: 0,
+        interleaved: false,
+        scaling: RopeScaling::Llama3,
+        factor: 8.0,
+        low: 1.0,
+        high: 4.0,
+        original_context: 0,
+    };
+    let x = [0.0f64; 4];
+    let err = run(
+        &op,
+        Direction::Forward,
+        &[crate::cpu::View::float(&[1, 1, 1, 4], &x)],
+    );
+    assert!(
+        matches!(
+            err,
+            Err(Error::BadAttr {
+                attr: "original_context",
+                ..
+            })
+        ),
+        "{err:?}"
+    );
 }

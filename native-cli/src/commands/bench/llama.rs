@@ -30,6 +30,7 @@ pub fn random_15m() -> LlamaConfig {
         head_dim: 64,
         bos_token_id: None,
         eos_token_ids: vec![],
+        variant: Default::default(),
     }
 }
 

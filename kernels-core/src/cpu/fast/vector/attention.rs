@@ -27,13 +27,17 @@ pub(super) fn forward(
     causal: bool,
     scale: Option<f32>,
     kv_len: usize,
+    window: usize,
     args: &[View<f32>],
 ) -> Result<Vec<Owned<f32>>> {
     let (q_shape, q) = float_arg(OP, args, 0, "q")?;
     let (k_shape, k) = float_arg(OP, args, 1, "k")?;
     let (v_shape, v) = float_arg(OP, args, 2, "v")?;
     // `kv_len` narrows the visible keys (a preallocated cache); heads stay `t` apart.
-    let dm = Dims::new(q_shape, k_shape, v_shape)?.with_kv_len(kv_len)?;
+    // `window` narrows them further to each query's last `window` keys.
+    let dm = Dims::new(q_shape, k_shape, v_shape)?
+        .with_kv_len(kv_len)?
+        .with_window(window, causal)?;
     let scale = scale_value::<f32>(scale, dm.d)?;
     let Dims {
         batch,
@@ -43,7 +47,7 @@ pub(super) fn forward(
         t,
         d,
         dv,
-        kv_len: _,
+        ..
     } = dm;
     let group = hq / hkv;
     let mut out = filled(batch * hq * sq * dv, 0.0, OP)?;
@@ -56,10 +60,11 @@ pub(super) fn forward(
                 let v_head = &v[kvh * t * dv..(kvh + 1) * t * dv];
                 for i in 0..sq {
                     let row = (b * hq + h) * sq + i;
-                    let n = dm.visible(causal, i);
+                    let (lo, hi) = dm.keys(causal, i);
                     let qi = &q[row * d..(row + 1) * d];
                     let oi = &mut out[row * dv..(row + 1) * dv];
-                    attend_row(s, qi, k_head, v_head, scale, &mut p[..n], oi);
+                    let (kw, vw) = (&k_head[lo * d..], &v_head[lo * dv..]);
+                    attend_row(s, qi, kw, vw, scale, &mut p[..hi - lo], oi);
                 }
             }
         }

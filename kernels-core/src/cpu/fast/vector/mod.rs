@@ -22,7 +22,7 @@ use alloc::vec::Vec;
 use self::common::{Act, with_simd};
 
 use super::isa::Isa;
-use crate::cpu::{Owned, View};
+use crate::cpu::{Owned, View, rope as rope_ref};
 use crate::error::Result;
 use crate::op::{Direction, Op, UnaryOp};
 
@@ -56,12 +56,28 @@ pub fn forward_with(isa: Isa, op: &Op, args: &[View<f32>]) -> Option<Result<Vec<
             theta,
             offset,
             interleaved,
-        } => checked().and_then(|()| ops::rope(isa, theta, offset, interleaved, args)),
+            scaling,
+            factor,
+            low,
+            high,
+            original_context,
+        } => {
+            let freqs = rope_ref::Freqs {
+                theta,
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
+            };
+            checked().and_then(|()| ops::rope(isa, &freqs, offset, interleaved, args))
+        }
         Op::Attention {
             causal,
             scale,
             kv_len,
-        } => checked().and_then(|()| attention::forward(isa, causal, scale, kv_len, args)),
+            window,
+        } => checked().and_then(|()| attention::forward(isa, causal, scale, kv_len, window, args)),
         _ => return None,
     };
     Some(r)

@@ -171,16 +171,16 @@ fn exact_layer_norm_row(row: &[f32], w: &[f32], b: &[f32], eps: f64, out: &mut [
 /// with the same roundings (no fused multiply-add), so only the tables can differ.
 pub(super) fn rope(
     isa: Isa,
-    theta: f32,
+    freqs: &rope_ref::Freqs,
     offset: usize,
     interleaved: bool,
     args: &[View<f32>],
 ) -> Result<Vec<Owned<f32>>> {
     const OP: &str = "rope";
     let (shape, x) = float_arg(OP, args, 0, "x")?;
-    let (seq, head_dim) = rope_ref::check(theta, offset, shape)?;
+    let (seq, head_dim) = rope_ref::check(freqs, offset, shape)?;
     let half = head_dim / 2;
-    let (cos, sin) = rope_tables(theta, offset, seq, head_dim)?;
+    let (cos, sin) = rope_tables(freqs, offset, seq, head_dim)?;
     let mut out = filled(x.len(), 0.0, OP)?;
     with_simd!(isa, s => {
         let rows = x.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim));
@@ -222,7 +222,7 @@ const ROPE_ANCHOR: usize = 16;
 /// f64 pair by `inv_freq`. The drift over 15 steps is a few f64 ulps, far below f32 rounding,
 /// so the tables agree with the reference's to the last bit except in rare rounding ties.
 fn rope_tables(
-    theta: f32,
+    freqs: &rope_ref::Freqs,
     offset: usize,
     seq: usize,
     head_dim: usize,
@@ -230,9 +230,7 @@ fn rope_tables(
     let half = head_dim / 2;
     let mut cos = filled(seq * half, 0.0, "rope")?;
     let mut sin = filled(seq * half, 0.0, "rope")?;
-    let theta = f64::from(theta);
-    for i in 0..half {
-        let f = libm::pow(theta, -((2 * i) as f64) / head_dim as f64);
+    for (i, f) in freqs.inv_freqs(head_dim).into_iter().enumerate() {
         // The step rotation is only needed past the first anchor (not for a decode step).
         let (sf, cf) = if seq > 1 {
             (libm::sin(f), libm::cos(f))

@@ -331,11 +331,7 @@ fn rope_matches_the_reference() {
             for &(seq, offset) in &[(1usize, 0usize), (1, 399), (5, 7), (40, 0), (33, 1_000_000)] {
                 let shape = vec![2, 3, seq, head_dim];
                 let x = data(&mut rng, 6 * seq * head_dim, (seq + head_dim) % KINDS);
-                let op = Op::Rope {
-                    theta: 10000.0,
-                    offset,
-                    interleaved,
-                };
+                let op = Op::rope(10000.0, offset, interleaved);
                 fold(&mut worst, agree(op, &[(shape, x)]));
             }
         }
@@ -381,6 +377,7 @@ fn attention_matches_the_reference() {
                             causal,
                             scale,
                             kv_len: 0,
+                            window: 0,
                         },
                         &inputs,
                     ),
@@ -405,6 +402,7 @@ fn errors_are_the_references_errors() {
         causal: true,
         scale: None,
         kv_len: 0,
+        window: 0,
     };
     let cases: Vec<(Op, Vec<View<f32>>)> = vec![
         (Op::Unary(UnaryOp::Exp), vec![]),
@@ -432,38 +430,10 @@ fn errors_are_the_references_errors() {
             vec![f(&[2, 3], 6), f(&[3], 3), f(&[2], 2)],
         ),
         (Op::LayerNorm { eps: 1e-5 }, vec![f(&[2, 3], 6), f(&[3], 3)]),
-        (
-            Op::Rope {
-                theta: 0.0,
-                offset: 0,
-                interleaved: false,
-            },
-            vec![f(&[1, 1, 2, 4], 8)],
-        ),
-        (
-            Op::Rope {
-                theta: 1e4,
-                offset: 0,
-                interleaved: false,
-            },
-            vec![f(&[1, 2, 3], 6)],
-        ),
-        (
-            Op::Rope {
-                theta: 1e4,
-                offset: usize::MAX,
-                interleaved: true,
-            },
-            vec![f(&[1, 1, 2, 4], 8)],
-        ),
-        (
-            Op::Rope {
-                theta: 1e4,
-                offset: 0,
-                interleaved: false,
-            },
-            vec![f(&[1, 1, 2, 3], 6)],
-        ),
+        (Op::rope(0.0, 0, false), vec![f(&[1, 1, 2, 4], 8)]),
+        (Op::rope(1e4, 0, false), vec![f(&[1, 2, 3], 6)]),
+        (Op::rope(1e4, usize::MAX, true), vec![f(&[1, 1, 2, 4], 8)]),
+        (Op::rope(1e4, 0, false), vec![f(&[1, 1, 2, 3], 6)]),
         (attn, vec![f(&[1, 2, 1, 4], 8), f(&[1, 1, 3, 4], 12)]),
         (
             attn,
@@ -494,6 +464,7 @@ fn errors_are_the_references_errors() {
                 causal: false,
                 scale: Some(f32::INFINITY),
                 kv_len: 0,
+                window: 0,
             },
             vec![
                 f(&[1, 1, 1, 4], 4),
