@@ -33,3 +33,7 @@ for _ in $(seq 50); do
 done
 
 NODE_PATH="$PWD/$OUT/node_modules" node tests/web/e2e.cjs "http://127.0.0.1:$PORT" "$OUT"
+# First load, as figures (not asserted: timings): wasm and weights bytes, first paint, time to
+# interactive and to ready, on localhost and at 20 Mbit/s.
+NODE_PATH="$PWD/$OUT/node_modules" node tests/web/first_load.cjs "http://127.0.0.1:$PORT" 3
+NODE_PATH="$PWD/$OUT/node_modules" node tests/web/first_load.cjs "http://127.0.0.1:$PORT" 3 20

@@ -38,6 +38,58 @@ pub fn feature_names(f: wgpu::Features) -> Vec<String> {
         .collect()
 }
 
+/// `Vulkan`, `Metal`, ..., and `WebGPU` for the browser's (wgpu's `BrowserWebGpu`).
+pub fn backend_label(b: wgpu::Backend) -> String {
+    match b {
+        wgpu::Backend::BrowserWebGpu => "WebGPU".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The limits the kernels depend on, by wgpu's field names, for reports.
+pub fn limit_list(l: &wgpu::Limits) -> Vec<(&'static str, u64)> {
+    vec![
+        (
+            "max_storage_buffer_binding_size",
+            l.max_storage_buffer_binding_size,
+        ),
+        ("max_buffer_size", l.max_buffer_size),
+        (
+            "max_compute_workgroups_per_dimension",
+            u64::from(l.max_compute_workgroups_per_dimension),
+        ),
+        (
+            "max_compute_invocations_per_workgroup",
+            u64::from(l.max_compute_invocations_per_workgroup),
+        ),
+        (
+            "max_compute_workgroup_size_x",
+            u64::from(l.max_compute_workgroup_size_x),
+        ),
+        (
+            "max_compute_workgroup_size_y",
+            u64::from(l.max_compute_workgroup_size_y),
+        ),
+        (
+            "max_compute_workgroup_size_z",
+            u64::from(l.max_compute_workgroup_size_z),
+        ),
+        (
+            "max_compute_workgroup_storage_size",
+            u64::from(l.max_compute_workgroup_storage_size),
+        ),
+        (
+            "max_storage_buffers_per_shader_stage",
+            u64::from(l.max_storage_buffers_per_shader_stage),
+        ),
+        ("max_bind_groups", u64::from(l.max_bind_groups)),
+        (
+            "max_uniform_buffer_binding_size",
+            l.max_uniform_buffer_binding_size,
+        ),
+    ]
+}
+
 /// Every adapter of the backends `WGPU_BACKEND` allows (all when unset). Native only: the
 /// browser offers one adapter through `requestAdapter`.
 #[cfg(not(target_arch = "wasm32"))]

@@ -5,7 +5,7 @@
 // `123+456=`) on WebGPU and on the CPU; waits for body[data-state=done], asserts the backend,
 // that every parity row passed, that the transformer wrote the right sum with finite tokens/s, that the GRU plot drew finite points and follows a change of
 // the initial state, and that the page reported no error; saves a screenshot of each, and
-// prints the timings it saw.
+// prints the timings it saw; then the layout at desktop and phone widths (layout-*.png).
 'use strict';
 const { chromium } = require('playwright-core');
 const path = require('path');
@@ -219,6 +219,45 @@ async function llm(browser, prompt, backend, name) {
   return problems.map((p) => `${name}: ${p}`);
 }
 
+// The page as a visitor sees it, at desktop and phone widths: after the transformer has run,
+// nothing overflows sideways (a long unbroken generated text included), the device is a card
+// (no Rust Debug dump anywhere), the backend names itself without empty fields, the weights'
+// progress bar went away, and the screenshots are saved for a look.
+async function layout(browser, width, height, name) {
+  const page = await browser.newPage({ viewport: { width, height } });
+  await page.goto(`${base}/?autorun=llm`);
+  await page.waitForFunction(() => ['done', 'error'].includes(document.body.dataset.state), null, {
+    timeout: TIMEOUT_MS,
+    polling: 500,
+  });
+  const got = await page.evaluate(() => {
+    const out = document.getElementById('llm-output');
+    out.textContent += ' ' + '9750$'.repeat(400) + ' ' + 'a long run of words '.repeat(60);
+    const text = document.body.innerText;
+    return {
+      state: document.body.dataset.state,
+      overflow: document.documentElement.scrollWidth - window.innerWidth,
+      outputWidth: out.scrollWidth - out.clientWidth,
+      card: [...document.querySelectorAll('#adapter-card dt')].map((e) => e.textContent),
+      debugDump: /Features \{|Limits \{|FeaturesWGPU|\(, /.test(text),
+      loadHidden: document.getElementById('load').hidden,
+      errors: [...document.querySelectorAll('#errors li')].map((e) => e.textContent),
+    };
+  });
+  await page.screenshot({ path: path.join(outDir, `${name}.png`), fullPage: true });
+  console.log(`${name} (${width}x${height}): overflow ${got.overflow} px, card ${got.card.join('/')}`);
+  const problems = [];
+  if (got.state !== 'done') problems.push(`body data-state is ${got.state}`);
+  if (got.overflow > 1) problems.push(`the page scrolls sideways by ${got.overflow} px`);
+  if (got.outputWidth > 1) problems.push(`#llm-output overflows by ${got.outputWidth} px`);
+  if (!got.card.includes('adapter')) problems.push(`#adapter-card has no adapter row: ${got.card}`);
+  if (got.debugDump) problems.push('the page shows a Rust Debug dump or an empty name field');
+  if (!got.loadHidden) problems.push('the weights progress bar is still shown');
+  if (got.errors.length) problems.push(`page errors: ${got.errors.join('; ')}`);
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
 (async () => {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -233,6 +272,8 @@ async function llm(browser, prompt, backend, name) {
     ['gru-cpu', () => gru(browser, 'autorun=gru&backend=cpu', 'gru-cpu', 'cpu')],
     ['llm-webgpu', () => llm(browser, '123+456=', 'webgpu', 'llm-webgpu')],
     ['llm-cpu', () => llm(browser, '123+456=', 'cpu', 'llm-cpu')],
+    ['layout-desktop', () => layout(browser, 1280, 900, 'layout-desktop')],
+    ['layout-phone', () => layout(browser, 390, 844, 'layout-phone')],
   ];
   // WEB_E2E_ONLY=gru-cpu,gru-webgpu runs a subset (while working on one section).
   const only = (process.env.WEB_E2E_ONLY || '').split(',').filter(Boolean);

@@ -22,6 +22,8 @@ pub mod world;
 #[cfg(target_arch = "wasm32")]
 mod app;
 #[cfg(target_arch = "wasm32")]
+mod assets;
+#[cfg(target_arch = "wasm32")]
 mod page;
 
 use kernels_core::op::OpKind;

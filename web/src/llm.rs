@@ -19,9 +19,8 @@ use kernels_core::{Error, Result};
 /// The demo model's prompt when the page opens: `aaa+bbb=`, answered least-significant digit
 /// first (`9750$`).
 pub const DEMO_PROMPT: &str = "123+456=";
-pub const DEMO_ORIGIN: &str = "demo model (native-cli/models/adder, embedded)";
+pub const DEMO_ORIGIN: &str = "demo model (native-cli/models/adder)";
 const DEMO_CONFIG: &str = include_str!("../../native-cli/models/adder/config.json");
-const DEMO_WEIGHTS: &[u8] = include_bytes!("../../native-cli/models/adder/model.safetensors");
 const DEMO_TOKENIZER: &[u8] = include_bytes!("../../native-cli/models/adder/tokenizer.json");
 
 /// A checkpoint the page can run: the config parsed (so an unsupported architecture is
@@ -76,8 +75,10 @@ impl PageTokenizer {
 }
 
 impl Source {
-    pub fn demo() -> Result<Source> {
-        Source::from_files(DEMO_ORIGIN, &demo_files())
+    /// The demo model from its weights (`model.safetensors`, which the page fetches as a static
+    /// file); its config and tokenizer are small and embedded.
+    pub fn demo(weights: &[u8]) -> Result<Source> {
+        Source::from_files(DEMO_ORIGIN, &demo_files(weights))
     }
 
     /// From a directory's files by name (the ones [`wanted`] picked).
@@ -101,10 +102,10 @@ impl Source {
     }
 }
 
-fn demo_files() -> BTreeMap<String, Vec<u8>> {
+fn demo_files(weights: &[u8]) -> BTreeMap<String, Vec<u8>> {
     [
         ("config.json", DEMO_CONFIG.as_bytes()),
-        ("model.safetensors", DEMO_WEIGHTS),
+        ("model.safetensors", weights),
         ("tokenizer.json", DEMO_TOKENIZER),
     ]
     .into_iter()
@@ -155,6 +156,9 @@ pub fn fmt_rate(r: Option<f64>) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// The demo model's weights, which the page fetches.
+    const DEMO_WEIGHTS: &[u8] = include_bytes!("../../native-cli/models/adder/model.safetensors");
+
     use std::rc::Rc;
 
     use kernels_core::backend::now_or_never;
@@ -170,7 +174,7 @@ mod tests {
 
     #[test]
     fn demo_model_answers_sums_through_the_page_tokenizer() {
-        let s = Source::demo().unwrap();
+        let s = Source::demo(DEMO_WEIGHTS).unwrap();
         let model = Llama::from_tensors(
             s.config.clone(),
             &s.checkpoint.tensors,
@@ -207,20 +211,22 @@ mod tests {
 
     #[test]
     fn picked_directories_report_what_is_wrong() {
-        let mut no_tok = demo_files();
+        let mut no_tok = demo_files(DEMO_WEIGHTS);
         no_tok.remove("tokenizer.json");
         let e = Source::from_files("mine", &no_tok).unwrap_err();
         assert!(e.to_string().contains("mine/tokenizer.json"), "{e}");
-        let mut gpt2 = demo_files();
+        let mut gpt2 = demo_files(DEMO_WEIGHTS);
         let config = DEMO_CONFIG.replace("\"llama\"", "\"gpt2\"");
         gpt2.insert("config.json".into(), config.into_bytes());
         let e = Source::from_files("mine", &gpt2).unwrap_err();
         assert!(e.to_string().contains("gpt2"), "{e}");
-        let mut no_weights = demo_files();
+        let mut no_weights = demo_files(DEMO_WEIGHTS);
         no_weights.remove("model.safetensors");
         assert!(Source::from_files("mine", &no_weights).is_err());
         assert_eq!(
-            Source::from_files("mine", &demo_files()).unwrap().origin,
+            Source::from_files("mine", &demo_files(DEMO_WEIGHTS))
+                .unwrap()
+                .origin,
             "mine"
         );
     }

@@ -89,6 +89,18 @@ async fn run() -> JsResult<()> {
     set_text(&doc, "notice", &notice);
     show_backend(&app);
     wire(&app)?;
+    set_text(&doc, "status", "loading the models' weights...");
+    match crate::assets::fetch_models(&doc).await {
+        Ok((demo, world)) => {
+            crate::llm::dom::use_demo(&app, &demo);
+            crate::world::dom::set_weights(world);
+        }
+        Err(e) => {
+            let msg = format!("the models' weights did not load: {}", describe(&e));
+            set_text(&doc, "load-status", &msg);
+            report_error(&msg);
+        }
+    }
     set_text(&doc, "status", "ready");
     set_body_state("ready");
 
@@ -118,26 +130,71 @@ async fn run() -> JsResult<()> {
     Ok(())
 }
 
+/// The adapter as a short card (`#adapter-card`), the device name in the header, and its
+/// features and limits, one per line, in the `#adapter` disclosure.
 fn render_adapter(doc: &Document, gpu: &WgpuBackend) {
     let info = gpu.adapter_info();
-    let text = format!(
-        "adapter: {} (vendor {:#x}, device {:#x}, {:?}, {:?})\ndriver: {} {}\n\
-         subgroups in use: {}\nadapter features: {:?}\nlimits in use: {:#?}",
-        if info.name.is_empty() {
-            "(the browser does not say)"
+    let name = if info.name.is_empty() {
+        "not disclosed by the browser".to_string()
+    } else {
+        info.name.clone()
+    };
+    let or_unknown = |s: &str| {
+        if s.is_empty() {
+            "not disclosed".to_string()
         } else {
-            &info.name
-        },
-        info.vendor,
-        info.device,
-        info.device_type,
-        info.backend,
-        info.driver,
-        info.driver_info,
-        gpu.uses_subgroups(),
-        gpu.adapter_features(),
-        gpu.limits(),
+            s.to_string()
+        }
+    };
+    let rows = [
+        ("adapter", name.clone()),
+        ("API", kernels_gpu::adapters::backend_label(info.backend)),
+        ("type", format!("{:?}", info.device_type)),
+        (
+            "vendor / device",
+            format!("{:#06x} / {:#06x}", info.vendor, info.device),
+        ),
+        (
+            "driver",
+            or_unknown(format!("{} {}", info.driver, info.driver_info).trim()),
+        ),
+        (
+            "subgroups",
+            if gpu.uses_subgroups() {
+                "in use"
+            } else {
+                "not used"
+            }
+            .to_string(),
+        ),
+    ];
+    if let Ok(card) = by_id(doc, "adapter-card") {
+        card.set_inner_html("");
+        for (k, v) in rows {
+            if let (Ok(dt), Ok(dd)) = (doc.create_element("dt"), doc.create_element("dd")) {
+                dt.set_text_content(Some(k));
+                dd.set_text_content(Some(&v));
+                let _ = card.append_child(&dt);
+                let _ = card.append_child(&dd);
+            }
+        }
+    }
+    if !info.name.is_empty() {
+        set_text(doc, "device-name", &format!("on {}", info.name));
+    }
+    let features = kernels_gpu::adapters::feature_names(gpu.adapter_features());
+    let mut text = format!(
+        "features ({}):\n  {}\n\nlimits in use:\n",
+        features.len(),
+        if features.is_empty() {
+            "none".to_string()
+        } else {
+            features.join("\n  ")
+        }
     );
+    for (k, v) in kernels_gpu::adapters::limit_list(gpu.limits()) {
+        text.push_str(&format!("  {k}: {v}\n"));
+    }
     set_text(doc, "adapter", &text);
 }
 

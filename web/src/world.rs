@@ -25,9 +25,6 @@ use kernels_core::nn::ParamStore;
 use kernels_core::{Error, Result, Tensor};
 use web_time::Instant;
 
-/// The trained weights (F16 safetensors, `kernels gru train`).
-pub const WEIGHTS: &[u8] = include_bytes!("../../native-cli/models/world/world.safetensors");
-
 /// The horizon the shipped model was trained on; longer rollouts are allowed and drift.
 pub const TRAINED_STEPS: usize = 10;
 pub const MAX_STEPS: usize = 40;
@@ -362,6 +359,9 @@ pub fn points_drawn(series: &Series) -> usize {
 
 #[cfg(test)]
 mod tests {
+    /// The trained weights (F16 safetensors, `kernels gru train`), which the page fetches.
+    const WEIGHTS: &[u8] = include_bytes!("../../native-cli/models/world/world.safetensors");
+
     use super::*;
     use kernels_core::CpuBackend;
     use kernels_core::backend::now_or_never;

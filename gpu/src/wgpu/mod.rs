@@ -225,7 +225,13 @@ impl WgpuBackend {
 
 impl Backend for WgpuBackend {
     fn name(&self) -> String {
-        format!("wgpu ({}, {:?})", self.info.name, self.info.backend)
+        let api = crate::adapters::backend_label(self.info.backend);
+        if self.info.name.is_empty() {
+            // The browser need not name its adapter.
+            format!("wgpu ({api})")
+        } else {
+            format!("wgpu ({}, {api})", self.info.name)
+        }
     }
     fn device(&self) -> DeviceId {
         let g = self.gpu();

@@ -68,42 +68,7 @@ fn gather() -> CliResult<Info> {
     let chosen = select_backend(BackendChoice::from_env()?)?;
     let (limits, features) = match &chosen.gpu {
         Some(gpu) => {
-            let l = gpu.limits();
-            let limits = vec![
-                (
-                    "max_storage_buffer_binding_size",
-                    l.max_storage_buffer_binding_size,
-                ),
-                ("max_buffer_size", l.max_buffer_size),
-                (
-                    "max_compute_workgroups_per_dimension",
-                    u64::from(l.max_compute_workgroups_per_dimension),
-                ),
-                (
-                    "max_compute_invocations_per_workgroup",
-                    u64::from(l.max_compute_invocations_per_workgroup),
-                ),
-                (
-                    "max_compute_workgroup_size_x",
-                    u64::from(l.max_compute_workgroup_size_x),
-                ),
-                (
-                    "max_compute_workgroup_size_y",
-                    u64::from(l.max_compute_workgroup_size_y),
-                ),
-                (
-                    "max_compute_workgroup_size_z",
-                    u64::from(l.max_compute_workgroup_size_z),
-                ),
-                (
-                    "max_compute_workgroup_storage_size",
-                    u64::from(l.max_compute_workgroup_storage_size),
-                ),
-                (
-                    "max_storage_buffers_per_shader_stage",
-                    u64::from(l.max_storage_buffers_per_shader_stage),
-                ),
-            ];
+            let limits = kernels_gpu::adapters::limit_list(gpu.limits());
             let features = adapters
                 .iter()
                 .find(|a| a.is(gpu.adapter_info()))

@@ -53,7 +53,7 @@ fn input(doc: &Document, id: &str) -> JsResult<HtmlInputElement> {
     Ok(by_id(doc, id)?.dyn_into()?)
 }
 
-/// Wires the controls and loads the demo model (host side only: it uploads on first run).
+/// Wires the controls; the demo model comes when the page has fetched it ([`use_demo`]).
 pub(crate) fn wire(app: &Rc<App>) -> JsResult<()> {
     input(&app.doc, "llm-prompt")?.set_value(DEMO_PROMPT);
     let run_app = app.clone();
@@ -79,15 +79,19 @@ pub(crate) fn wire(app: &Rc<App>) -> JsResult<()> {
     by_id(&app.doc, "llm-dir")?
         .add_event_listener_with_callback("change", on_pick.as_ref().unchecked_ref())?;
     on_pick.forget();
-    let s = section();
-    match Source::demo() {
-        Ok(src) => use_source(&app.doc, &s, src),
+    Ok(())
+}
+
+/// Makes the demo model the section's model, from the weights file the page fetched
+/// (`models/adder/model.safetensors`); its config and tokenizer are embedded.
+pub(crate) fn use_demo(app: &App, weights: &[u8]) {
+    match Source::demo(weights) {
+        Ok(src) => {
+            use_source(&app.doc, &section(), src);
+            set_state(&app.doc, "idle");
+        }
         Err(e) => fail(&app.doc, &format!("the demo model: {e}")),
     }
-    if by_id(&app.doc, "transformer-demo")?.get_attribute("data-state") != Some("error".into()) {
-        set_state(&app.doc, "idle");
-    }
-    Ok(())
 }
 
 fn fail(doc: &Document, msg: &str) {

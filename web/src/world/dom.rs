@@ -23,8 +23,8 @@ use wasm_bindgen_futures::spawn_local;
 use web_sys::{CanvasRenderingContext2d, Document, HtmlCanvasElement, HtmlInputElement};
 
 use super::{
-    Panel, Prediction, STEP_SECONDS, Series, Settings, WEIGHTS, agreement, compression_text,
-    fmt_ms, points_drawn, predict, tick_decimals, ticks,
+    Panel, Prediction, STEP_SECONDS, Series, Settings, agreement, compression_text, fmt_ms,
+    points_drawn, predict, tick_decimals, ticks,
 };
 use crate::app::{
     Active, App, JsResult, by_id, describe, handle_loss, js_err, next_tick, report_error, set_text,
@@ -43,6 +43,8 @@ type Loaded = (WorldModel, ParamStore);
 
 #[derive(Default)]
 struct Section {
+    /// The weights file, once the page has fetched it ([`set_weights`]).
+    weights: RefCell<Option<Rc<Vec<u8>>>>,
     cpu: RefCell<Option<Rc<Loaded>>>,
     /// The model on the WebGPU device it was uploaded to.
     gpu: RefCell<Option<(Rc<WgpuBackend>, Rc<Loaded>)>>,
@@ -59,6 +61,18 @@ thread_local! {
 
 fn section() -> Rc<Section> {
     SECTION.with(Rc::clone)
+}
+
+/// Hands the section the weights file the page fetched (`models/world/world.safetensors`).
+pub(crate) fn set_weights(bytes: Vec<u8>) {
+    *section().weights.borrow_mut() = Some(Rc::new(bytes));
+}
+
+fn weights(s: &Section) -> JsResult<Rc<Vec<u8>>> {
+    s.weights
+        .borrow()
+        .clone()
+        .ok_or_else(|| js_err("the world model's weights are not loaded (yet)"))
 }
 
 /// Wires the inputs: any change re-runs the section.
@@ -141,7 +155,8 @@ async fn load_cpu(s: &Section) -> JsResult<Rc<Loaded>> {
     if let Some(l) = s.cpu.borrow().clone() {
         return Ok(l);
     }
-    let l = Rc::new(WorldModel::load(Rc::new(CpuBackend::new()), WEIGHTS).map_err(js_err)?);
+    let w = weights(s)?;
+    let l = Rc::new(WorldModel::load(Rc::new(CpuBackend::new()), &w).map_err(js_err)?);
     *s.cpu.borrow_mut() = Some(l.clone());
     Ok(l)
 }
@@ -154,7 +169,8 @@ async fn load_gpu(s: &Section, gpu: &Rc<WgpuBackend>, settings: &Settings) -> Js
         return Ok(l.clone());
     }
     let backend: Rc<dyn Backend> = gpu.clone();
-    let l = Rc::new(WorldModel::load(backend, WEIGHTS).map_err(js_err)?);
+    let w = weights(s)?;
+    let l = Rc::new(WorldModel::load(backend, &w).map_err(js_err)?);
     predict(&l.0, &l.1, settings, &s.lift)
         .await
         .map_err(js_err)?;
