@@ -12,14 +12,20 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=target/web-e2e
 mkdir -p "$OUT"
 
-trunk build --release
-
-# playwright-core only (it downloads no browser), kept under target/.
+# From npm, kept under target/: playwright-core (it downloads no browser), and binaryen, whose
+# wasm-opt (version 132, as Trunk.toml pins; Debian's 108 corrupts current Rust wasm) trunk runs
+# on the wasm.
 PW_VERSION=1.65.1
-if ! [ -f "$OUT/node_modules/playwright-core/package.json" ] ||
-    ! grep -q "\"version\": \"$PW_VERSION\"" "$OUT/node_modules/playwright-core/package.json"; then
-    npm install --prefix "$OUT" --no-save --no-audit --no-fund --loglevel=error "playwright-core@$PW_VERSION"
+BINARYEN_VERSION=132.0.0
+installed() { grep -q "\"version\": \"$2\"" "$OUT/node_modules/$1/package.json" 2>/dev/null; }
+if ! installed playwright-core "$PW_VERSION" || ! installed binaryen "$BINARYEN_VERSION"; then
+    npm install --prefix "$OUT" --no-save --no-audit --no-fund --loglevel=error \
+        "playwright-core@$PW_VERSION" "binaryen@$BINARYEN_VERSION"
 fi
+export PATH="$PWD/$OUT/node_modules/.bin:$PATH"
+wasm-opt --version
+
+trunk build --release --offline
 
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 python3 -m http.server "$PORT" --bind 127.0.0.1 --directory dist >"$OUT/server.log" 2>&1 &
