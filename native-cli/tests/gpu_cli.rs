@@ -170,9 +170,9 @@ fn info_lists_adapters_limits_and_features() {
         "[0] ",
         "device type",
         "driver",
-        "max storage binding",
-        "max workgroups per dim",
-        "max invocations per workgroup",
+        "max_storage_buffer_binding_size",
+        "max_compute_workgroups_per_dimension",
+        "max_compute_invocations_per_workgroup",
         "shader-f16",
         "subgroup",
     ] {
