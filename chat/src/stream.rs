@@ -7,9 +7,6 @@
 //! settled, so that what it has shown, once [`TextStream::finish`] is called, is exactly
 //! `decode(all ids)`.
 
-use std::string::String;
-use std::vec::Vec;
-
 /// U+FFFD, what a lossy UTF-8 decode gives for bytes that do not (yet) form a character.
 const REPLACEMENT: char = '\u{FFFD}';
 

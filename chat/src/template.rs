@@ -10,9 +10,6 @@
 //! tokens of `tokenizer_config.json` (`bos_token`, `eos_token`, `unk_token`, `pad_token`).
 
 use std::collections::BTreeSet;
-use std::string::{String, ToString};
-use std::vec::Vec;
-use std::{format, vec};
 
 use minijinja::value::Value;
 use minijinja::{Environment, ErrorKind};

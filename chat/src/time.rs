@@ -1,9 +1,6 @@
 //! `strftime_now` for templates: the C `strftime` conversions templates use, in UTC, from
 //! seconds since 1970 (the caller's clock: `std::time` has none on wasm32).
 
-use std::format;
-use std::string::String;
-
 use minijinja::{Error, ErrorKind};
 
 const MONTHS: [&str; 12] = [
