@@ -7,6 +7,7 @@
 //! the CLI (the `tokenizers` crate with its C-free regex engine) and the page (its wasm build)
 //! use the same code.
 
+mod json;
 pub mod stream;
 pub mod template;
 mod time;

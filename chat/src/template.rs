@@ -5,7 +5,8 @@
 //! transformers 5 writes, and which wins). It is rendered with `minijinja` set up as
 //! transformers sets up Jinja2: `trim_blocks` and `lstrip_blocks`, loop controls, Python's
 //! string, list and dict methods (`minijinja-contrib`'s `pycompat`: `.strip()`, `.split()`,
-//! `.items()`...), the globals `raise_exception(msg)` and `strftime_now(format)`, and the
+//! `.items()`...), transformers' `tojson` (Python's `json.dumps`, not minijinja's HTML-safe
+//! one), the globals `raise_exception(msg)` and `strftime_now(format)`, and the
 //! variables `messages`, `add_generation_prompt`, `tools` and `documents` (none) and the special
 //! tokens of `tokenizer_config.json` (`bos_token`, `eos_token`, `unk_token`, `pad_token`).
 
@@ -130,6 +131,7 @@ impl ChatTemplate {
             .map_err(|e| template_error(origin, &e))?;
         env.set_syntax(syntax);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_filter("tojson", crate::json::tojson);
         env.add_function("raise_exception", |msg: String| -> Result<Value, _> {
             Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
         });

@@ -1,6 +1,7 @@
 //! The chat templates of Qwen2.5, Llama 3.2 and Gemma 3 render exactly what transformers'
 //! `apply_chat_template` rendered for the same conversations
-//! (`tests/fixtures/chat/make_fixtures.py`, strftime_now fixed), errors included.
+//! (`tests/fixtures/chat/make_fixtures.py`, strftime_now fixed), errors included; so does a
+//! template of `tojson` calls (Python's `json.dumps`) and dict iteration.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -19,6 +20,9 @@ fn config(name: &str) -> &'static str {
         }
         "gemma3" => {
             include_str!("../../tests/fixtures/chat/templates/gemma3/tokenizer_config.json")
+        }
+        "tojson" => {
+            include_str!("../../tests/fixtures/chat/templates/tojson/tokenizer_config.json")
         }
         other => panic!("no fixture {other}"),
     }
@@ -55,8 +59,8 @@ fn templates_render_what_transformers_renders() {
         }
         *checked.entry(name.into()).or_default() += 1;
     }
-    assert_eq!(checked.len(), 3, "{checked:?}");
-    assert!(checked.values().all(|&n| n >= 5), "{checked:?}");
+    assert_eq!(checked.len(), 4, "{checked:?}");
+    assert!(checked.values().all(|&n| n >= 6), "{checked:?}");
 }
 
 #[test]
