@@ -153,7 +153,7 @@ step "no_std on a Cortex-M4F under QEMU (tests/embedded.sh)"
 run tests/embedded.sh
 
 step "wasm32 lints of the browser crates"
-run cargo clippy -p kernels-gpu -p kernels-web --target wasm32-unknown-unknown --lib --tests -- -D warnings
+run cargo clippy -p kernels-gpu -p kernels-web -p kernels-chat --target wasm32-unknown-unknown --lib --tests -- -D warnings
 
 # Headless Chromium with WebGPU on SwiftShader: the flags are in <crate>/webdriver.json.
 export CHROMEDRIVER="${CHROMEDRIVER:-/usr/bin/chromedriver}"

@@ -3,6 +3,7 @@
 //! crate docs).
 
 pub mod bench;
+pub mod chat;
 pub mod demo;
 pub mod eval;
 pub mod generate;

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use kernels_chat::TextStream;
 use kernels_core::models::hf;
 use kernels_core::models::llama::{self, GenerateOptions, Llama, LlamaConfig, Sampling};
 use kernels_core::{Backend, Tensor};
@@ -24,6 +25,38 @@ pub struct ModelFiles {
     pub tensors: BTreeMap<String, Tensor>,
     /// `tokenizer.json`, when present.
     pub tokenizer: Option<Tokenizer>,
+    /// `tokenizer_config.json`, `chat_template.jinja` and `generation_config.json`, when
+    /// present (what `kernels chat` and `generate --chat` read).
+    pub chat_files: ChatFiles,
+}
+
+/// The text files of a model directory that chat needs.
+#[derive(Debug, Clone, Default)]
+pub struct ChatFiles {
+    pub tokenizer_config: Option<String>,
+    pub chat_template: Option<String>,
+    pub generation_config: Option<String>,
+}
+
+impl ChatFiles {
+    /// Reads those of `dir`'s files that exist.
+    fn read(dir: &Path) -> CliResult<ChatFiles> {
+        let text = |name: &str| -> CliResult<Option<String>> {
+            let path = dir.join(name);
+            match std::fs::read(&path) {
+                Ok(b) => String::from_utf8(b)
+                    .map(Some)
+                    .map_err(|_| fail(format!("{}: not UTF-8", path.display()))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(fail(format!("{}: {e}", path.display()))),
+            }
+        };
+        Ok(ChatFiles {
+            tokenizer_config: text("tokenizer_config.json")?,
+            chat_template: text("chat_template.jinja")?,
+            generation_config: text("generation_config.json")?,
+        })
+    }
 }
 
 fn load_tokenizer_bytes(bytes: &[u8], origin: &str) -> CliResult<Tokenizer> {
@@ -55,6 +88,7 @@ pub fn read_dir(dir: &Path) -> CliResult<ModelFiles> {
         config: checkpoint.config,
         tensors: checkpoint.tensors,
         tokenizer,
+        chat_files: ChatFiles::read(dir)?,
     })
 }
 
@@ -72,6 +106,7 @@ pub fn from_bytes(
         tokenizer: tokenizer
             .map(|b| load_tokenizer_bytes(b, origin))
             .transpose()?,
+        chat_files: ChatFiles::default(),
     })
 }
 
@@ -96,6 +131,47 @@ pub fn encode(tok: &Tokenizer, text: &str) -> CliResult<Vec<u32>> {
 pub fn decode(tok: &Tokenizer, ids: &[u32]) -> CliResult<String> {
     tok.decode(ids, false)
         .map_err(|e| fail(format!("tokenizer: {e}")))
+}
+
+/// Generated ids to streamed text through a tokenizer: kernels-chat's [`TextStream`], whose
+/// pieces add up to exactly the tokenizer's decode of all the ids (`generate`, `chat`).
+pub struct TokenStream<'t> {
+    tok: &'t Tokenizer,
+    inner: TextStream,
+}
+
+impl<'t> TokenStream<'t> {
+    pub fn new(tok: &'t Tokenizer) -> TokenStream<'t> {
+        TokenStream {
+            tok,
+            inner: TextStream::new(),
+        }
+    }
+
+    /// Adds a generated id; the text now settled (often empty).
+    pub fn push(&mut self, id: u32) -> CliResult<String> {
+        let tok = self.tok;
+        self.inner.push(id, &mut |ids| decode(tok, ids))
+    }
+
+    /// The rest of the decode. When the tokenizer rewrote text already shown (no tokenizer
+    /// known does), says so on stderr with the full decode.
+    pub fn finish(&mut self) -> CliResult<String> {
+        let tok = self.tok;
+        let rest = self.inner.finish(&mut |ids| decode(tok, ids))?;
+        if self.inner.rewritten() {
+            eprintln!(
+                "\nnote: the tokenizer rewrote text already shown; its decode is {:?}",
+                decode(tok, self.inner.ids())?
+            );
+        }
+        Ok(rest)
+    }
+
+    /// The text shown so far.
+    pub fn shown(&self) -> &str {
+        self.inner.shown()
+    }
 }
 
 /// Timings of one generation: prefill (prompt -> first token) and decode (the rest).
@@ -124,7 +200,8 @@ impl GenStats {
     }
 }
 
-/// Generates from `prompt` ids, calling `on_token` with each id as it comes, and times it.
+/// Generates from `prompt` ids until the config's `eos_token_id`, calling `on_token` with each
+/// id as it comes, and times it.
 pub fn generate_ids(
     model: &Llama,
     prompt: &[u32],
@@ -132,10 +209,24 @@ pub fn generate_ids(
     sampling: Sampling,
     on_token: &mut dyn FnMut(u32),
 ) -> CliResult<(Vec<u32>, GenStats)> {
+    let stop = model.config.eos_token_ids.clone();
+    generate_ids_until(model, prompt, max_tokens, sampling, stop, on_token)
+}
+
+/// [`generate_ids`] ending at any of `stop_tokens` (a chat template's end-of-turn tokens),
+/// which is the last id returned when one came.
+pub fn generate_ids_until(
+    model: &Llama,
+    prompt: &[u32],
+    max_tokens: usize,
+    sampling: Sampling,
+    stop_tokens: Vec<u32>,
+    on_token: &mut dyn FnMut(u32),
+) -> CliResult<(Vec<u32>, GenStats)> {
     let opts = GenerateOptions {
         max_new_tokens: max_tokens,
         sampling,
-        stop_tokens: model.config.eos_token_ids.clone(),
+        stop_tokens,
     };
     let start = Instant::now();
     let mut first: Option<Instant> = None;

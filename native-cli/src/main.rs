@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use kernels_core::models::llama::Sampling;
 use native_cli::CliResult;
 use native_cli::commands::bench::BenchOptions;
+use native_cli::commands::chat::ChatArgs;
 use native_cli::commands::demo::DemoOptions;
 use native_cli::commands::generate::GenerateArgs;
 use native_cli::commands::gru::bench::GruBenchOptions;
@@ -20,7 +21,7 @@ use native_cli::commands::op::OpRequest;
 use native_cli::commands::parity::ParityOptions;
 use native_cli::commands::train::TrainArgs;
 use native_cli::commands::{
-    bench, demo, eval, generate, gru, info, logits, op, ops, parity, train,
+    bench, chat, demo, eval, generate, gru, info, logits, op, ops, parity, train,
 };
 use native_cli::world_model::HORIZON;
 
@@ -182,30 +183,59 @@ enum Cmd {
     /// Generate text with a llama model from a Hugging Face directory (config.json,
     /// model.safetensors or its shards, tokenizer.json); tokens stream to stdout, prefill and
     /// decode tokens/s go to stderr. Without --model: the embedded demo model (addition).
+    /// The streamed text is exactly the tokenizer's decode of the generated ids.
     Generate {
         /// Model directory (default: the embedded demo model).
         #[arg(long)]
         model: Option<PathBuf>,
+        /// The text to continue (with --chat: the user's message).
         #[arg(long)]
         prompt: String,
         /// New tokens at most (default: 64, or what the model's context leaves; a larger
-        /// value than the context leaves gets a note).
+        /// value than the context leaves gets a note; with --chat: 512).
         #[arg(long)]
         max_tokens: Option<usize>,
-        /// 0 is greedy.
-        #[arg(long, default_value_t = 0.0)]
-        temperature: f32,
-        /// Keep the k most likely tokens (0: all).
-        #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_K)]
-        top_k: usize,
-        /// Keep the most likely tokens holding this much probability (1: all).
-        #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_P)]
-        top_p: f32,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
+        /// The prompt is one user message through the model's chat template
+        /// (tokenizer_config.json or chat_template.jinja); only the reply is printed, and it
+        /// ends at the template's end-of-turn tokens.
+        #[arg(long)]
+        chat: bool,
+        /// With --chat: a system message before the user's.
+        #[arg(long, requires = "chat")]
+        system: Option<String>,
+        #[command(flatten)]
+        sampling: SamplingArgs,
         /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
         #[arg(long)]
         backend: Option<String>,
+    },
+    /// Chat with an instruct model from a Hugging Face directory in the terminal: each line
+    /// read from stdin is a user message; the conversation so far goes through the model's own
+    /// chat template (tokenizer_config.json's chat_template, or chat_template.jinja) and the
+    /// reply streams to stdout, one reply per line read, ending at the template's end-of-turn
+    /// tokens (eos_token_id of config.json and generation_config.json, the template's
+    /// eos_token, and <|im_end|>, <|eot_id|>, <end_of_turn>, <|end|>... when in the
+    /// vocabulary). Ends at end of input (Ctrl-D). Per reply, stderr says why it ended and the
+    /// tokens/s. A directory without a chat template is refused.
+    Chat {
+        /// Model directory.
+        #[arg(long)]
+        model: PathBuf,
+        /// A system message opening the conversation.
+        #[arg(long)]
+        system: Option<String>,
+        /// New tokens per reply at most (default: 512, or what the model's context leaves).
+        #[arg(long)]
+        max_tokens: Option<usize>,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+        /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
+        #[arg(long)]
+        backend: Option<String>,
+        /// Also print each rendered prompt to stderr, between `[prompt]` and `[/prompt]` lines
+        /// (to see what the template made of the conversation).
+        #[arg(long)]
+        show_prompt: bool,
     },
     /// The logits of a token sequence as JSON, to compare with another implementation:
     /// {"model", "backend", "tokens", "vocab_size", "positions", "logits": [[...], ...]}.
@@ -251,6 +281,34 @@ enum Cmd {
         #[arg(long)]
         backend: Option<String>,
     },
+}
+
+/// How `generate` and `chat` draw each token.
+#[derive(clap::Args, Debug)]
+struct SamplingArgs {
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Keep the k most likely tokens (0: all).
+    #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_K)]
+    top_k: usize,
+    /// Keep the most likely tokens holding this much probability (1: all).
+    #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_P)]
+    top_p: f32,
+    /// Seed of the sampling's random numbers.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl SamplingArgs {
+    fn get(&self) -> Sampling {
+        Sampling {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -535,22 +593,33 @@ fn run(cli: Cli) -> CliResult<()> {
             model,
             prompt,
             max_tokens,
-            temperature,
-            top_k,
-            top_p,
-            seed,
+            chat,
+            system,
+            sampling,
             backend,
         } => generate::run(&GenerateArgs {
             model,
             prompt,
             max_tokens,
-            sampling: Sampling {
-                temperature,
-                top_k,
-                top_p,
-                seed,
-            },
+            sampling: sampling.get(),
             backend,
+            chat,
+            system,
+        }),
+        Cmd::Chat {
+            model,
+            system,
+            max_tokens,
+            sampling,
+            backend,
+            show_prompt,
+        } => chat::run(&ChatArgs {
+            model,
+            system,
+            max_tokens,
+            sampling: sampling.get(),
+            backend,
+            show_prompt,
         }),
         Cmd::Logits {
             model,

@@ -258,6 +258,58 @@ async function layout(browser, width, height, name) {
   return problems.map((p) => `${name}: ${p}`);
 }
 
+// Chat mode: kernels chat's test model (the qwen2 family checkpoint, its context widened, with
+// the chat fixture's ChatML tokenizer and Qwen2.5 template) picked as a directory, two messages.
+async function chat(browser, name) {
+  const fs = require('fs');
+  const os = require('os');
+  const root = path.join(__dirname, '..', 'fixtures');
+  const model = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'kernels-chat-')), 'qwen2_chat');
+  fs.mkdirSync(model);
+  const config = JSON.parse(fs.readFileSync(path.join(root, 'families/qwen2/config.json'), 'utf8'));
+  config.max_position_embeddings = 256;
+  fs.writeFileSync(path.join(model, 'config.json'), JSON.stringify(config));
+  fs.copyFileSync(path.join(root, 'families/qwen2/model.safetensors'), path.join(model, 'model.safetensors'));
+  for (const f of ['tokenizer.json', 'tokenizer_config.json']) {
+    fs.copyFileSync(path.join(root, 'chat/qwen2_chat', f), path.join(model, f));
+  }
+  const r = await open(browser, 'autorun=llm&backend=cpu', name);
+  const { page } = r;
+  const problems = [];
+  await page.setInputFiles('#llm-dir', model);
+  await page.waitForFunction(() => document.getElementById('transformer-demo').dataset.mode === 'chat', null, {
+    timeout: 60000,
+  });
+  await page.fill('#llm-max', '10');
+  const statuses = [];
+  for (const [i, message] of ['hello there', 'what now?'].entries()) {
+    await page.fill('#llm-prompt', message);
+    await page.click('#llm-run');
+    await page.waitForFunction(
+      (n) =>
+        document.querySelectorAll('#llm-chat p').length === n ||
+        document.getElementById('transformer-demo').dataset.state === 'error',
+      2 * (i + 1),
+      { timeout: TIMEOUT_MS, polling: 200 },
+    );
+    statuses.push(await page.textContent('#llm-status'));
+  }
+  const turns = await page.$$eval('#llm-chat p', (ps) => ps.map((p) => [p.dataset.role, p.textContent]));
+  const state = await page.getAttribute('#transformer-demo', 'data-state');
+  console.log(`${name}: ${JSON.stringify(turns)}; ${statuses.join(' / ')}`);
+  if (state !== 'done') problems.push(`#transformer-demo data-state is ${state}, not done`);
+  const roles = turns.map((t) => t[0]).join(',');
+  if (roles !== 'user,assistant,user,assistant') problems.push(`turns are ${roles}`);
+  // As in kernels chat's test: the first reply ends its turn, the second reaches max tokens.
+  if (!/end token/.test(statuses[0] || '')) problems.push(`first reply: ${statuses[0]}`);
+  if (!/max tokens/.test(statuses[1] || '')) problems.push(`second reply: ${statuses[1]}`);
+  if (turns.length > 1 && turns[1][1] === 'assistant: ') problems.push('the first reply is empty');
+  if (r.errors.length) problems.push(`page errors: ${r.errors.join('; ')}`);
+  await page.screenshot({ path: path.join(outDir, `${name}.png`), fullPage: true });
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
 (async () => {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -274,6 +326,7 @@ async function layout(browser, width, height, name) {
     ['llm-cpu', () => llm(browser, '123+456=', 'cpu', 'llm-cpu')],
     ['layout-desktop', () => layout(browser, 1280, 900, 'layout-desktop')],
     ['layout-phone', () => layout(browser, 390, 844, 'layout-phone')],
+    ['chat-cpu', () => chat(browser, 'chat-cpu')],
   ];
   // WEB_E2E_ONLY=gru-cpu,gru-webgpu runs a subset (while working on one section).
   const only = (process.env.WEB_E2E_ONLY || '').split(',').filter(Boolean);

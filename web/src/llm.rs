@@ -6,12 +6,19 @@
 //! `tokenizer.json` through the `tokenizers` crate, as in the CLI (built for wasm32 with its
 //! `unstable_wasm` feature: the pure-Rust regex engine, no C), so any Hugging Face tokenizer
 //! works in the page too.
+//!
+//! A directory with a chat template (`tokenizer_config.json`'s `chat_template`, or
+//! `chat_template.jinja`) is an instruct model: the section chats with it ([`PageChat`]),
+//! through kernels-chat's template code, the CLI's (`kernels chat`). Streamed text goes through
+//! kernels-chat's `TextStream` in both modes, so it is the tokenizer's decode of the ids.
 
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod dom;
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
+use kernels_chat::{ChatTemplate, Message, generation_config_eos};
 use kernels_core::models::hf::{self, Checkpoint};
 use kernels_core::models::llama::{LlamaConfig, StopReason};
 use kernels_core::{Error, Result};
@@ -31,6 +38,41 @@ pub struct Source {
     pub config: LlamaConfig,
     pub checkpoint: Checkpoint,
     pub tokenizer: PageTokenizer,
+    /// The chat template and end-of-turn ids of an instruct model (None: plain completion).
+    pub chat: Option<Rc<PageChat>>,
+}
+
+/// An instruct model's chat setup, as `kernels chat` reads it.
+#[derive(Debug)]
+pub struct PageChat {
+    pub template: ChatTemplate,
+    /// The config's and generation_config.json's `eos_token_id`, the template's `eos_token`
+    /// and the end-of-turn markers in the vocabulary.
+    pub end_of_turn: Vec<u32>,
+}
+
+fn chat_error(e: kernels_chat::ChatError) -> Error {
+    Error::BadModelFile {
+        path: match &e {
+            kernels_chat::ChatError::BadFile { path, .. } => path.clone(),
+            kernels_chat::ChatError::NoTemplate { origin }
+            | kernels_chat::ChatError::Template { origin, .. } => origin.clone(),
+        },
+        why: e.to_string(),
+    }
+}
+
+impl PageChat {
+    /// The prompt ids for `messages` with the assistant's header: the template rendered at
+    /// `now` (seconds since 1970), encoded as transformers encodes it (no special tokens added:
+    /// the template writes them).
+    pub fn prompt(&self, tok: &PageTokenizer, messages: &[Message], now: i64) -> Result<Vec<u32>> {
+        let text = self
+            .template
+            .render(messages, true, now)
+            .map_err(chat_error)?;
+        tok.encode(&text)
+    }
 }
 
 /// A Hugging Face tokenizer with the page's error type.
@@ -65,6 +107,11 @@ impl PageTokenizer {
             })
     }
 
+    /// The id of a token's text, when the vocabulary has it.
+    pub fn token_to_id(&self, text: &str) -> Option<u32> {
+        self.0.token_to_id(text)
+    }
+
     /// Ids to text, special tokens included (the demo's end mark `$` is part of its answer).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.0.decode(ids, false).map_err(|e| Error::Backend {
@@ -93,13 +140,63 @@ impl Source {
                 name: format!("{origin}/tokenizer.json"),
             })
             .and_then(|b| PageTokenizer::from_json(origin, b))?;
+        let chat = page_chat(origin, files, &config, &tokenizer)?.map(Rc::new);
         Ok(Source {
             origin: origin.into(),
             config,
             checkpoint,
             tokenizer,
+            chat,
         })
     }
+}
+
+/// The chat setup when the directory has a chat template; a template that is there but broken
+/// is an error.
+fn page_chat(
+    origin: &str,
+    files: &BTreeMap<String, Vec<u8>>,
+    config: &LlamaConfig,
+    tok: &PageTokenizer,
+) -> Result<Option<PageChat>> {
+    let text = |name: &str| -> Result<Option<&str>> {
+        files
+            .get(name)
+            .map(|b| {
+                std::str::from_utf8(b).map_err(|_| Error::BadModelFile {
+                    path: format!("{origin}/{name}"),
+                    why: "not UTF-8".into(),
+                })
+            })
+            .transpose()
+    };
+    let template = match ChatTemplate::from_files(
+        origin,
+        text("tokenizer_config.json")?,
+        text("chat_template.jinja")?,
+    ) {
+        Ok(t) => t,
+        Err(kernels_chat::ChatError::NoTemplate { .. }) => return Ok(None),
+        Err(e) => return Err(chat_error(e)),
+    };
+    let mut eos = config.eos_token_ids.clone();
+    if let Some(g) = text("generation_config.json")? {
+        let path = format!("{origin}/generation_config.json");
+        eos.extend(generation_config_eos(&path, g).map_err(chat_error)?);
+    }
+    let end_of_turn = template.end_of_turn_ids(&eos, &|t| tok.token_to_id(t));
+    if end_of_turn.is_empty() {
+        return Err(Error::BadModelFile {
+            path: format!("{origin}/tokenizer_config.json"),
+            why: "a chat template, but nothing ends an assistant's turn (no eos_token_id, no \
+                  eos_token, no end-of-turn token in the vocabulary)"
+                .into(),
+        });
+    }
+    Ok(Some(PageChat {
+        template,
+        end_of_turn,
+    }))
 }
 
 fn demo_files(weights: &[u8]) -> BTreeMap<String, Vec<u8>> {
@@ -124,7 +221,12 @@ pub fn wanted(path: &str) -> Option<&str> {
     };
     let known = matches!(
         name,
-        "config.json" | "tokenizer.json" | "model.safetensors.index.json"
+        "config.json"
+            | "tokenizer.json"
+            | "model.safetensors.index.json"
+            | "tokenizer_config.json"
+            | "chat_template.jinja"
+            | "generation_config.json"
     );
     (known || name.ends_with(".safetensors")).then_some(name)
 }
@@ -231,8 +333,96 @@ mod tests {
         );
     }
 
+    /// The qwen2 family checkpoint (vocabulary 37, context widened) with the chat fixture's
+    /// ChatML tokenizer and Qwen2.5 template: `kernels chat`'s test model.
+    fn chat_files() -> BTreeMap<String, Vec<u8>> {
+        let config = include_str!("../../tests/fixtures/families/qwen2/config.json").replace(
+            "\"max_position_embeddings\": 64",
+            "\"max_position_embeddings\": 256",
+        );
+        assert!(config.contains("256"), "{config}");
+        [
+            ("config.json", config.into_bytes()),
+            (
+                "model.safetensors",
+                include_bytes!("../../tests/fixtures/families/qwen2/model.safetensors").to_vec(),
+            ),
+            (
+                "tokenizer.json",
+                include_bytes!("../../tests/fixtures/chat/qwen2_chat/tokenizer.json").to_vec(),
+            ),
+            (
+                "tokenizer_config.json",
+                include_bytes!("../../tests/fixtures/chat/qwen2_chat/tokenizer_config.json")
+                    .to_vec(),
+            ),
+        ]
+        .into_iter()
+        .map(|(n, b)| (n.to_string(), b))
+        .collect()
+    }
+
+    #[test]
+    fn instruct_directories_chat_through_their_template() {
+        assert!(Source::demo(DEMO_WEIGHTS).unwrap().chat.is_none());
+        let s = Source::from_files("qwen2_chat", &chat_files()).unwrap();
+        let chat = s.chat.clone().unwrap();
+        // <|endoftext|> and <|im_end|>, as `kernels chat` finds them.
+        assert_eq!(chat.end_of_turn, vec![1, 13]);
+        let messages = [Message::new("user", "hello there")];
+        let prompt = chat.prompt(&s.tokenizer, &messages, 0).unwrap();
+        assert_eq!(
+            s.tokenizer.decode(&prompt).unwrap(),
+            "<|im_start|>system\nyou are qwen, created by alibaba cloud. you are a helpful \
+             assistant.<|im_end|>\n<|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let model = Llama::from_tensors(
+            s.config.clone(),
+            &s.checkpoint.tensors,
+            Rc::new(CpuBackend::new()),
+        )
+        .unwrap();
+        let opts = GenerateOptions {
+            max_new_tokens: 10,
+            sampling: Default::default(),
+            stop_tokens: chat.end_of_turn.clone(),
+        };
+        let (ids, reason) = now_or_never(generate(&model, &prompt, &opts, &mut |_, _| true))
+            .unwrap()
+            .unwrap();
+        // The CLI's test sees this reply end its turn too.
+        assert_eq!(reason, StopReason::StopToken, "{ids:?}");
+        assert_eq!(ids.last(), Some(&13));
+        let reply = &ids[..ids.len() - 1];
+        let mut stream = kernels_chat::TextStream::new();
+        let mut decode = |ids: &[u32]| s.tokenizer.decode(ids);
+        let mut text: String = reply
+            .iter()
+            .map(|&id| stream.push(id, &mut decode).unwrap())
+            .collect();
+        text.push_str(&stream.finish(&mut decode).unwrap());
+        assert_eq!(text, s.tokenizer.decode(reply).unwrap());
+        assert!(!text.is_empty());
+
+        let mut broken = chat_files();
+        broken.insert(
+            "tokenizer_config.json".into(),
+            br#"{"chat_template": "{% if %}"}"#.to_vec(),
+        );
+        let e = Source::from_files("mine", &broken).unwrap_err();
+        assert!(e.to_string().contains("chat template"), "{e}");
+        let mut base = chat_files();
+        base.remove("tokenizer_config.json");
+        assert!(Source::from_files("mine", &base).unwrap().chat.is_none());
+    }
+
     #[test]
     fn only_top_level_model_files_are_read() {
+        assert_eq!(
+            wanted("m/tokenizer_config.json"),
+            Some("tokenizer_config.json")
+        );
+        assert_eq!(wanted("m/chat_template.jinja"), Some("chat_template.jinja"));
         assert_eq!(wanted("m/config.json"), Some("config.json"));
         assert_eq!(
             wanted("m/model-00001-of-00002.safetensors"),

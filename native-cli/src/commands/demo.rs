@@ -169,20 +169,27 @@ fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<(u
         let (a, b) = addition::draw(&mut rng, true);
         let prompt = addition::prompt(a, b);
         emit(&format!("  {prompt}"))?;
-        let (ids, stats) = llama::generate_ids(
+        // The demo's tokenizer is one character per id: streamed the way `generate` streams.
+        let mut decode = |ids: &[u32]| -> CliResult<String> {
+            Ok(ids
+                .iter()
+                .map(|&i| addition::VOCAB.get(i as usize).copied().unwrap_or('?'))
+                .collect())
+        };
+        let mut stream = kernels_chat::TextStream::new();
+        let (_, stats) = llama::generate_ids(
             &model,
             &addition::ids(&prompt)?,
             addition::ANSWER_LEN,
             kernels_core::models::llama::Sampling::default(),
             &mut |id| {
-                let c = addition::VOCAB.get(id as usize).copied().unwrap_or('?');
-                let _ = emit(&c.to_string());
+                if let Ok(piece) = stream.push(id, &mut decode) {
+                    let _ = emit(&piece);
+                }
             },
         )?;
-        let text: String = ids
-            .iter()
-            .map(|&i| addition::VOCAB.get(i as usize).copied().unwrap_or('?'))
-            .collect();
+        emit(&stream.finish(&mut decode)?)?;
+        let text = stream.shown().to_string();
         let verdict = match addition::read_answer(&text) {
             Some(v) if v == a + b => format!("reads {v}: correct"),
             _ => format!("wrong (want {})", addition::answer(a, b)),

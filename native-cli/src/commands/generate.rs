@@ -1,5 +1,7 @@
 //! `kernels generate`: text from a llama checkpoint (or the embedded demo model), streamed to
-//! stdout as it is decoded, with the prefill and decode rates on stderr.
+//! stdout as it is decoded (the pieces add up to the tokenizer's decode of the generated ids),
+//! with the prefill and decode rates on stderr. With `--chat`, the prompt is one user message
+//! through the model's chat template (see `commands::chat`).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -7,7 +9,10 @@ use std::path::PathBuf;
 use kernels_core::models::llama::Sampling;
 use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::llama::{build, decode, encode, generate_ids, read_dir};
+use kernels_chat::Message;
+
+use crate::commands::chat::{ChatSetup, ending, reply};
+use crate::llama::{TokenStream, build, encode, generate_ids, read_dir};
 use crate::{CliResult, addition, emit, fail};
 
 /// New tokens when `--max-tokens` is not given (fewer when the context leaves fewer).
@@ -22,6 +27,10 @@ pub struct GenerateArgs {
     pub max_tokens: Option<usize>,
     pub sampling: Sampling,
     pub backend: Option<String>,
+    /// `--prompt` is one user message through the model's chat template.
+    pub chat: bool,
+    /// With `chat`: a system message before it.
+    pub system: Option<String>,
 }
 
 /// `kernels generate`: streams the completion to stdout, the timings to stderr.
@@ -42,6 +51,37 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
             files.origin
         ))
     })?;
+    if args.chat {
+        let setup = ChatSetup::new(&files, &model, tok)?;
+        let mut messages: Vec<Message> = args
+            .system
+            .iter()
+            .map(|s| Message::new("system", s))
+            .collect();
+        messages.push(Message::new("user", &args.prompt));
+        eprintln!(
+            "{} on {} ({}); a reply ends at: {}",
+            files.origin,
+            chosen.backend.name(),
+            chosen.reason,
+            setup.describe_end_of_turn(tok)
+        );
+        let r = reply(
+            &model,
+            tok,
+            &setup,
+            &messages,
+            args.max_tokens,
+            args.sampling,
+            false,
+        )?;
+        emit("\n")?;
+        eprintln!("[{}; {}]", ending(&r), r.stats.line());
+        return Ok(());
+    }
+    if args.system.is_some() {
+        return Err(fail("generate: --system needs --chat"));
+    }
     let prompt = encode(tok, &args.prompt)?;
     eprintln!(
         "{} on {} ({}), {} prompt tokens",
@@ -68,25 +108,23 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
         Some(n) => n,
     };
     emit(&args.prompt)?;
-    let mut shown = String::new();
-    let mut all = Vec::new();
+    // The completion's text as the tokenizer decodes all of it: a character split over tokens
+    // appears once complete, and decoders that join tokens (spaces, byte-level) join them.
+    let mut stream = TokenStream::new(tok);
     let mut stream_err = None;
     let (_, stats) = generate_ids(&model, &prompt, max_tokens, args.sampling, &mut |id| {
-        all.push(id);
-        // Decode the whole completion and print what is new: multi-token characters appear
-        // once they are complete.
-        match decode(tok, &all) {
-            Ok(text) if text.starts_with(&shown) => {
-                let _ = emit(&text[shown.len()..]);
-                shown = text;
-            }
-            Ok(text) => shown = text,
+        if stream_err.is_some() {
+            return;
+        }
+        match stream.push(id).and_then(|piece| emit(&piece)) {
+            Ok(()) => {}
             Err(e) => stream_err = Some(e),
         }
     })?;
     if let Some(e) = stream_err {
         return Err(e);
     }
+    emit(&stream.finish()?)?;
     emit("\n")?;
     let _ = std::io::stdout().flush();
     eprintln!("{}", stats.line());

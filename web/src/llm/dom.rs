@@ -4,14 +4,25 @@
 //! read of its sampled token, appends the token to `#llm-output`, and yields to the event loop,
 //! so the page stays responsive. Decode tokens/s counts the steps' own time, not the yields.
 //!
-//! Hooks: `#transformer-demo[data-state]` (`idle`, `loading`, `running`, `done`, `error`),
-//! `#llm-output` (the generated text, without the prompt), `#llm-backend` (`webgpu` or `cpu`:
-//! the backend the run used), `#llm-tps[data-prefill][data-decode]` (tokens/s), `#llm-model`.
+//! Streamed text goes through kernels-chat's `TextStream`: what `#llm-output` shows is the
+//! tokenizer's decode of the generated ids.
+//!
+//! An instruct model (a directory with a chat template) is a chat: the prompt box is the user's
+//! message, the conversation so far goes through the model's template (the CLI's code), the
+//! reply ends at the template's end-of-turn tokens and joins the transcript `#llm-chat`;
+//! `#llm-reset` starts a new conversation.
+//!
+//! Hooks: `#transformer-demo[data-state]` (`idle`, `loading`, `running`, `done`, `error`) and
+//! `[data-mode]` (`complete` or `chat`), `#llm-output` (the generated text, without the prompt;
+//! in a chat, the last reply), `#llm-chat` (one `p[data-role]` per turn, `user` or
+//! `assistant`), `#llm-backend` (`webgpu` or `cpu`: the backend the run used),
+//! `#llm-tps[data-prefill][data-decode]` (tokens/s), `#llm-model`.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use kernels_chat::{Message, TextStream};
 use kernels_core::models::llama::{GenerateOptions, Generation, Llama, Sampling};
 use kernels_core::{Backend, CpuBackend};
 use wasm_bindgen::JsCast;
@@ -33,6 +44,8 @@ struct Section {
     /// Bumped when a new directory is picked, so the model is rebuilt.
     generation: Cell<usize>,
     running: Cell<bool>,
+    /// The chat so far (instruct models).
+    conversation: RefCell<Vec<Message>>,
 }
 
 thread_local! {
@@ -79,6 +92,16 @@ pub(crate) fn wire(app: &Rc<App>) -> JsResult<()> {
     by_id(&app.doc, "llm-dir")?
         .add_event_listener_with_callback("change", on_pick.as_ref().unchecked_ref())?;
     on_pick.forget();
+    let reset_doc = app.doc.clone();
+    let on_reset = Closure::<dyn Fn()>::new(move || {
+        let s = section();
+        if !s.running.get() {
+            new_conversation(&reset_doc, &s);
+        }
+    });
+    by_id(&app.doc, "llm-reset")?
+        .add_event_listener_with_callback("click", on_reset.as_ref().unchecked_ref())?;
+    on_reset.forget();
     Ok(())
 }
 
@@ -115,9 +138,36 @@ fn use_source(doc: &Document, s: &Section, src: Source) {
             c.max_position_embeddings
         ),
     );
+    let chat = src.chat.is_some();
+    if let Ok(e) = by_id(doc, "transformer-demo") {
+        let _ = e.set_attribute("data-mode", if chat { "chat" } else { "complete" });
+    }
+    set_text(doc, "llm-run", if chat { "Send" } else { "Generate" });
+    set_text(
+        doc,
+        "llm-prompt-label",
+        if chat { "Message" } else { "Prompt" },
+    );
     *s.source.borrow_mut() = Some(Rc::new(src));
     s.generation.set(s.generation.get() + 1);
     s.model.borrow_mut().take();
+    new_conversation(doc, s);
+}
+
+/// Forgets the chat so far.
+fn new_conversation(doc: &Document, s: &Section) {
+    s.conversation.borrow_mut().clear();
+    set_text(doc, "llm-chat", "");
+    set_text(doc, "llm-output", "");
+}
+
+/// Adds a turn to the transcript `#llm-chat`.
+fn show_turn(doc: &Document, role: &str, text: &str) -> JsResult<()> {
+    let p = doc.create_element("p")?;
+    p.set_attribute("data-role", role)?;
+    p.set_text_content(Some(&format!("{role}: {text}")));
+    by_id(doc, "llm-chat")?.append_child(&p)?;
+    Ok(())
 }
 
 /// Reads the picked directory's model files (nothing else) and makes it the section's model.
@@ -229,7 +279,22 @@ async fn run_once(app: &App, s: &Section) -> JsResult<()> {
         .trim()
         .parse()
         .map_err(|_| js_err("max tokens: not a whole number"))?;
-    let prompt = src.tokenizer.encode(&text).map_err(js_err)?;
+    // A chat renders the conversation with the new message through the model's template.
+    let (prompt, stop_tokens) = match &src.chat {
+        Some(chat) => {
+            let mut messages = s.conversation.borrow().clone();
+            messages.push(Message::new("user", &text));
+            let now = (js_sys::Date::now() / 1000.0) as i64;
+            let ids = chat
+                .prompt(&src.tokenizer, &messages, now)
+                .map_err(js_err)?;
+            (ids, chat.end_of_turn.clone())
+        }
+        None => (
+            src.tokenizer.encode(&text).map_err(js_err)?,
+            src.config.eos_token_ids.clone(),
+        ),
+    };
     set_state(doc, "loading");
     set_text(doc, "llm-output", "");
     set_text(doc, "llm-status", "uploading the model...");
@@ -243,9 +308,12 @@ async fn run_once(app: &App, s: &Section) -> JsResult<()> {
     let opts = GenerateOptions {
         max_new_tokens: max_tokens,
         sampling: Sampling::default(),
-        stop_tokens: src.config.eos_token_ids.clone(),
+        stop_tokens: stop_tokens.clone(),
     };
     let mut run = Generation::start(&model, &prompt, &opts).map_err(js_err)?;
+    let mut stream = TextStream::new();
+    let mut detokenize = |ids: &[u32]| src.tokenizer.decode(ids);
+    let chat = src.chat.is_some();
     let output = by_id(doc, "llm-output")?;
     let mut prefill = 0.0;
     let mut decode = 0.0;
@@ -260,10 +328,24 @@ async fn run_once(app: &App, s: &Section) -> JsResult<()> {
         } else {
             decode += secs;
         }
-        let piece = src.tokenizer.decode(&[id]).map_err(js_err)?;
-        let shown = output.text_content().unwrap_or_default();
-        output.set_text_content(Some(&(shown + &piece)));
+        // A chat's end-of-turn token ends the reply and is not part of it.
+        if !(chat && stop_tokens.contains(&id)) {
+            let piece = stream.push(id, &mut detokenize).map_err(js_err)?;
+            if !piece.is_empty() {
+                output.set_text_content(Some(stream.shown()));
+            }
+        }
         next_tick().await;
+    }
+    stream.finish(&mut detokenize).map_err(js_err)?;
+    output.set_text_content(Some(stream.shown()));
+    if chat {
+        show_turn(doc, "user", &text)?;
+        show_turn(doc, "assistant", stream.shown())?;
+        let mut conversation = s.conversation.borrow_mut();
+        conversation.push(Message::new("user", &text));
+        conversation.push(Message::new("assistant", stream.shown()));
+        input(doc, "llm-prompt")?.set_value("");
     }
     let n = run.tokens().len();
     let p = rate(prompt.len(), prefill);
