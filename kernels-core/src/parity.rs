@@ -20,6 +20,8 @@ use crate::op::{
 use crate::rng::Rng;
 use crate::tensor::{Tensor, numel};
 
+pub mod hostile;
+
 /// One op applied to one set of inputs.
 #[derive(Debug, Clone)]
 pub struct Case {
