@@ -768,6 +768,20 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 },
                 vec![g.f(&[1], Normal)?, g.f(&[1], Normal)?, g.f(&[1], Normal)?],
             ),
+            // Momentum 0: the buffer passes through unchanged (torch keeps none).
+            case(
+                Op::SgdStep {
+                    lr: 0.1,
+                    momentum: 0.0,
+                    weight_decay: 1e-2,
+                    nesterov: false,
+                },
+                vec![
+                    g.f(&[3, 5], Normal)?,
+                    g.f(&[3, 5], Normal)?,
+                    g.f(&[3, 5], Normal)?,
+                ],
+            ),
         ],
     })
 }

@@ -1,8 +1,8 @@
 // wasm-pack test runs these in the browser too.
 use super::*;
-use alloc::string::ToString;
 use crate::cpu::run;
 use crate::op::{Direction, Op};
+use alloc::string::ToString;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
