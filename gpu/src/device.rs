@@ -1,9 +1,9 @@
 //! The one device interface the GPU op layer is written against (`crate::ops`): allocate, launch
 //! a kernel of a family with its parameters, upload constant tables, read the host copies of
-//! integer tensors and small float tensors kept at upload, and the named hooks where the backends' paths really differ (matmul: the tiled
-//! WGSL kernels against cuBLAS; attention: different kernel geometries; svd_lowrank: on the
-//! device against host steps). The wgpu and CUDA backends
-//! implement it; nothing in `ops` knows which one runs.
+//! integer tensors and small float tensors kept at upload, and the named hooks where the
+//! backends' paths really differ (matmul: the tiled WGSL kernels against cuBLAS; attention:
+//! different kernel geometries; svd_lowrank: on the device against host steps). The wgpu and
+//! CUDA backends implement it; nothing in `ops` knows which one runs.
 
 use std::sync::Arc;
 
