@@ -170,7 +170,7 @@ proptest! {
         }
         // A factorization of the same count always reshapes.
         let mut flat = vec![n];
-        if n % 2 == 0 && n > 0 {
+        if n.is_multiple_of(2) && n > 0 {
             flat = vec![2, n / 2];
         }
         prop_assert!(x.reshape(&flat).is_ok());
