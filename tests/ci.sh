@@ -98,6 +98,15 @@ if ! trunk --version 2>/dev/null | grep -q '^trunk 0\.21\.'; then
     run cargo install --locked trunk --version '~0.21'
 fi
 command -v wasm-pack >/dev/null || run cargo install wasm-pack
+
+step "fuzz tools"
+# The fuzz targets (tests/fuzz) build with nightly (libFuzzer, sanitizers) through cargo-fuzz.
+if command -v rustup >/dev/null && ! rustup toolchain list | grep -q '^nightly'; then
+    run rustup toolchain install nightly --profile minimal
+fi
+command -v cargo-fuzz >/dev/null || run cargo install cargo-fuzz --locked
+cargo +nightly --version
+cargo fuzz --version
 wasm-bindgen --version
 trunk --version
 wasm-pack --version
@@ -166,6 +175,12 @@ run wasm-pack test --headless --chrome gpu
 
 step "browser tests: the page end to end (trunk build, headless Chromium)"
 run tests/web_e2e.sh
+
+# Each cargo-fuzz target (readers of safetensors, config.json, tokenizer.json, `kernels op`'s
+# attributes, random op calls on the CPU backend) for 30 s from the committed corpus; a crash
+# fails the run and leaves its input in tests/fuzz/artifacts/. About 4 minutes once built.
+step "fuzz targets (30 s each)"
+run tests/fuzz.sh 30
 
 step "benchmarks compile"
 run cargo bench --no-run -p kernels-core -p kernels-gpu

@@ -1,14 +1,25 @@
 //! The one device interface the GPU op layer is written against (`crate::ops`): allocate, launch
-//! a kernel of a family with its parameters, upload constant tables, read integer tensors'
-//! host copies, and the named hooks where the backends' paths really differ (matmul: the tiled
-//! WGSL kernels against cuBLAS; attention: different kernel geometries; svd_lowrank: on the
-//! device against host steps). The wgpu and CUDA backends
-//! implement it; nothing in `ops` knows which one runs.
+//! a kernel of a family with its parameters, upload constant tables, read the host copies of
+//! integer tensors and small float tensors kept at upload, and the named hooks where the
+//! backends' paths really differ (matmul: the tiled WGSL kernels against cuBLAS; attention:
+//! different kernel geometries; svd_lowrank: on the device against host steps). The wgpu and
+//! CUDA backends implement it; nothing in `ops` knows which one runs.
 
 use std::sync::Arc;
 
 use kernels_core::op::{Activation, BinaryOp, GeluApprox, ReduceOp, UnaryOp};
 use kernels_core::{DType, Error, Result, Tensor};
+
+/// Most elements of an f32 tensor whose host copy a device keeps at upload.
+pub const HOST_FLOAT_COPY_MAX: usize = 4096;
+
+/// The host copy a device keeps of an f32 tensor uploaded from the host, so per-row scalars
+/// (`sample`'s uniforms) can be range-checked without a readback, as ids are: rank 1 and at most
+/// [`HOST_FLOAT_COPY_MAX`] elements. The only tensor a device writes in place, a donated KV
+/// cache, has rank 3 or more, so a copy never goes stale.
+pub(crate) fn host_float_copy(shape: &[usize], v: &[f32]) -> Option<Arc<Vec<f32>>> {
+    (shape.len() == 1 && v.len() <= HOST_FLOAT_COPY_MAX).then(|| Arc::new(v.to_vec()))
+}
 
 /// The op families, one WGSL file (`wgpu/shaders/<name>.wgsl`) and, except matmul and svd, one CUDA C file (`cuda/kernels/<name>.cu`) each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -126,6 +137,9 @@ pub trait Device: MatmulHook + AttentionHook + SvdHook {
     fn table(&self, key: String, make: &dyn Fn() -> Result<Tensor>) -> Result<Tensor>;
     /// The host copy of an integer tensor uploaded from the host (ids, targets), if kept.
     fn host_ints(&self, op: &'static str, t: &Tensor) -> Result<Option<Arc<Vec<i64>>>>;
+    /// The host copy of a small rank-1 f32 tensor uploaded from the host (`sample`'s
+    /// uniforms), if kept: see [`host_float_copy`].
+    fn host_floats(&self, op: &'static str, t: &Tensor) -> Result<Option<Arc<Vec<f32>>>>;
     /// Most elements one binding may hold (elementwise ops split larger tensors).
     fn chunk_elems(&self) -> usize;
     /// Records (or queues) one kernel launch.

@@ -54,6 +54,9 @@ pub struct Row {
     pub outputs: Vec<OutputCheck>,
     /// Why the backend or the reference could not run the case.
     pub error: Option<String>,
+    /// Hostile cases ([`check_hostile`]): the reference refused the case and so did the backend
+    /// (or, for an op that rejects non-finite input, the device gave all-NaN outputs): why.
+    pub refused: Option<String>,
     /// Wall time of the backend's run, uploads and downloads included.
     pub time: Duration,
 }
@@ -62,8 +65,8 @@ impl Row {
     /// Ran, and every output is within budget.
     pub fn pass(&self) -> bool {
         self.error.is_none()
-            && !self.outputs.is_empty()
-            && self.outputs.iter().all(|o| o.comparison.pass)
+            && (self.refused.is_some()
+                || (!self.outputs.is_empty() && self.outputs.iter().all(|o| o.comparison.pass)))
     }
     /// Largest absolute error over the outputs (infinite when NaN/Inf positions differ).
     pub fn max_abs_err(&self) -> f64 {
@@ -83,6 +86,9 @@ impl Row {
     pub fn failure(&self) -> Option<String> {
         if let Some(e) = &self.error {
             return Some(e.clone());
+        }
+        if self.refused.is_some() {
+            return None;
         }
         if self.outputs.is_empty() {
             return Some("no outputs".into());
@@ -249,6 +255,7 @@ fn empty_row(case: &Case, dir: Direction, backend: &dyn Backend) -> Row {
         rtol,
         outputs: Vec::new(),
         error: None,
+        refused: None,
         time: Duration::ZERO,
     }
 }
@@ -275,28 +282,7 @@ pub async fn check_async(
         let t0 = Instant::now();
         let got = run_on_async(backend, &case.op, dir, &refs).await?;
         let time = t0.elapsed();
-        if got.len() != want.len() {
-            return Err(Error::Backend {
-                backend: backend.name(),
-                why: format!(
-                    "{} {}: returned {} results, the reference {}",
-                    case.op.name(),
-                    dir.name(),
-                    got.len(),
-                    want.len()
-                ),
-            });
-        }
-        got.iter()
-            .zip(&want)
-            .enumerate()
-            .map(|(i, (g, w))| {
-                Ok(OutputCheck {
-                    name: names.get(i).cloned().unwrap_or_else(|| format!("#{i}")),
-                    comparison: compare_tensors(g, w, atol, rtol)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()
+        compare_results(case, dir, backend, &names, &got, &want, (atol, rtol))
             .map(|outputs| (outputs, time))
     }
     .await;
@@ -308,6 +294,40 @@ pub async fn check_async(
         Err(e) => row.error = Some(e.to_string()),
     }
     row
+}
+
+/// Each result of `got` against the same result of `want`, named by `names`.
+fn compare_results(
+    case: &Case,
+    dir: Direction,
+    backend: &dyn Backend,
+    names: &[String],
+    got: &[Tensor],
+    want: &[Tensor],
+    (atol, rtol): (f64, f64),
+) -> Result<Vec<OutputCheck>> {
+    if got.len() != want.len() {
+        return Err(Error::Backend {
+            backend: backend.name(),
+            why: format!(
+                "{} {}: returned {} results, the reference {}",
+                case.op.name(),
+                dir.name(),
+                got.len(),
+                want.len()
+            ),
+        });
+    }
+    got.iter()
+        .zip(want)
+        .enumerate()
+        .map(|(i, (g, w))| {
+            Ok(OutputCheck {
+                name: names.get(i).cloned().unwrap_or_else(|| format!("#{i}")),
+                comparison: compare_tensors(g, w, atol, rtol)?,
+            })
+        })
+        .collect()
 }
 
 /// Both directions of `case` (backward only for differentiable ops).
@@ -419,6 +439,9 @@ pub fn assert_parity(backend: &dyn Backend, cases: &[Case]) -> std::result::Resu
         ))
     }
 }
+
+mod hostile;
+pub use hostile::{check_all_hostile, check_hostile_async, hostile_rows};
 
 #[cfg(test)]
 mod tests {

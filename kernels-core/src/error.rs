@@ -62,6 +62,8 @@ pub enum Error {
     UnknownOp { name: String },
     /// The op has no attribute of this name.
     UnknownAttr { op: &'static str, attr: String },
+    /// An attribute argument that is not of the form `name=value`.
+    AttrSyntax { op: &'static str, given: String },
     /// An attribute value that does not parse or is out of range.
     BadAttr {
         op: &'static str,
@@ -158,6 +160,9 @@ impl fmt::Display for Error {
             ),
             UnknownOp { name } => write!(f, "unknown op `{name}` (see `kernels ops`)"),
             UnknownAttr { op, attr } => write!(f, "{op}: unknown attribute `{attr}`"),
+            AttrSyntax { op, given } => {
+                write!(f, "{op}: attribute `{given}` is not of the form name=value")
+            }
             BadAttr {
                 op,
                 attr,

@@ -20,6 +20,8 @@ use crate::op::{
 use crate::rng::Rng;
 use crate::tensor::{Tensor, numel};
 
+pub mod hostile;
+
 /// One op applied to one set of inputs.
 #[derive(Debug, Clone)]
 pub struct Case {
@@ -856,6 +858,20 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                     nesterov: true,
                 },
                 vec![g.f(&[1], Normal)?, g.f(&[1], Normal)?, g.f(&[1], Normal)?],
+            ),
+            // Momentum 0: the buffer passes through unchanged (torch keeps none).
+            case(
+                Op::SgdStep {
+                    lr: 0.1,
+                    momentum: 0.0,
+                    weight_decay: 1e-2,
+                    nesterov: false,
+                },
+                vec![
+                    g.f(&[3, 5], Normal)?,
+                    g.f(&[3, 5], Normal)?,
+                    g.f(&[3, 5], Normal)?,
+                ],
             ),
         ],
     })

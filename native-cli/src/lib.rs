@@ -12,6 +12,7 @@ pub mod atomic_write;
 pub mod commands;
 pub mod format;
 pub mod llama;
+pub mod tokenizer_json;
 /// The parity runner lives with the backends; re-exported for the CLI's commands.
 pub use kernels_gpu::parity;
 pub mod world_model;

@@ -60,7 +60,8 @@ impl ChatFiles {
 }
 
 fn load_tokenizer_bytes(bytes: &[u8], origin: &str) -> CliResult<Tokenizer> {
-    Tokenizer::from_bytes(bytes).map_err(|e| fail(format!("{origin}/tokenizer.json: {e}")))
+    crate::tokenizer_json::tokenizer_from_bytes(bytes)
+        .map_err(|e| fail(format!("{origin}/tokenizer.json: {e}")))
 }
 
 /// Reads `config.json`, `model.safetensors` or the shards `model.safetensors.index.json` lists,

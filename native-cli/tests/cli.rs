@@ -236,6 +236,24 @@ fn bad_cases() -> Vec<Bad> {
             needles: vec!["svd_lowrank", "`a`", "inf"],
         },
         Bad {
+            what: "svd_lowrank rank above min(m, n) (was clamped in silence)",
+            tensors: vec![("a", m23.clone())],
+            args: vec!["svd_lowrank", "--attr", "rank=4611686018427387904"],
+            needles: vec!["svd_lowrank", "rank", "4611686018427387904", "[1, 2]"],
+        },
+        Bad {
+            what: "svd_lowrank power_iters above 64 (was clamped in silence)",
+            tensors: vec![("a", m23.clone())],
+            args: vec![
+                "svd_lowrank",
+                "--attr",
+                "rank=1",
+                "--attr",
+                "power_iters=1000000000",
+            ],
+            needles: vec!["svd_lowrank", "power_iters", "1000000000", "64"],
+        },
+        Bad {
             what: "empty tensor",
             tensors: vec![("x", f32s(&[0, 3], vec![]))],
             args: vec!["exp"],

@@ -23,6 +23,10 @@ use kernels_core::models::hf::{self, Checkpoint};
 use kernels_core::models::llama::{LlamaConfig, StopReason};
 use kernels_core::{Error, Result};
 
+// The loader the `kernels` tool uses (one implementation; see the file).
+#[path = "../../native-cli/src/tokenizer_json.rs"]
+mod tokenizer_json;
+
 /// The demo model's prompt when the page opens: `aaa+bbb=`, answered least-significant digit
 /// first (`9750$`).
 pub const DEMO_PROMPT: &str = "123+456=";
@@ -88,11 +92,11 @@ impl std::fmt::Debug for PageTokenizer {
 impl PageTokenizer {
     /// From the bytes of `tokenizer.json`; `origin` names the directory in errors.
     pub fn from_json(origin: &str, bytes: &[u8]) -> Result<PageTokenizer> {
-        tokenizers::Tokenizer::from_bytes(bytes)
+        tokenizer_json::tokenizer_from_bytes(bytes)
             .map(PageTokenizer)
-            .map_err(|e| Error::BadModelFile {
+            .map_err(|why| Error::BadModelFile {
                 path: format!("{origin}/tokenizer.json"),
-                why: e.to_string(),
+                why,
             })
     }
 

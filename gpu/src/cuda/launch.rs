@@ -57,6 +57,7 @@ impl Device for CudaBackend {
                 mem,
                 device: self.id,
                 host_ints: None,
+                host_floats: None,
             }),
         ))
     }
@@ -74,6 +75,9 @@ impl Device for CudaBackend {
     }
     fn host_ints(&self, op: &'static str, t: &Tensor) -> Result<Option<Arc<Vec<i64>>>> {
         Ok(self.buffer_of(op, t)?.host_ints().cloned())
+    }
+    fn host_floats(&self, op: &'static str, t: &Tensor) -> Result<Option<Arc<Vec<f32>>>> {
+        Ok(self.buffer_of(op, t)?.host_floats().cloned())
     }
     fn chunk_elems(&self) -> usize {
         // One binding holds any tensor: nothing is split.

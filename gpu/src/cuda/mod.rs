@@ -80,6 +80,8 @@ pub struct CudaBuffer {
     /// Host copy of integer tensors uploaded from the host (ids, targets), so index ranges can
     /// be checked without a readback.
     host_ints: Option<Arc<Vec<i64>>>,
+    /// Host copy of small rank-1 f32 tensors (`crate::device::host_float_copy`).
+    host_floats: Option<Arc<Vec<f32>>>,
 }
 
 impl std::fmt::Debug for CudaBuffer {
@@ -100,6 +102,9 @@ impl DeviceBuffer for CudaBuffer {
 impl CudaBuffer {
     pub(crate) fn host_ints(&self) -> Option<&Arc<Vec<i64>>> {
         self.host_ints.as_ref()
+    }
+    pub(crate) fn host_floats(&self) -> Option<&Arc<Vec<f32>>> {
+        self.host_floats.as_ref()
     }
 }
 
@@ -274,6 +279,10 @@ impl Backend for CudaBackend {
         self.id
     }
     fn upload(&self, t: &Tensor) -> Result<Tensor> {
+        let host_floats = match t.storage() {
+            Storage::F32(v) => crate::device::host_float_copy(t.shape(), v),
+            _ => None,
+        };
         let (words, host_ints): (Vec<u32>, Option<Arc<Vec<i64>>>) = match t.storage() {
             Storage::F32(v) => (v.iter().map(|x| x.to_bits()).collect(), None),
             Storage::I32(v) => (
@@ -309,6 +318,7 @@ impl Backend for CudaBackend {
                 mem,
                 device: self.id,
                 host_ints,
+                host_floats,
             }),
         ))
     }

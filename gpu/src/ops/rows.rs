@@ -80,8 +80,9 @@ pub(crate) fn argmax(be: &dyn Device, name: &'static str, x: &Tensor) -> Result<
     Ok(out)
 }
 
-/// Next-token sampling, one workgroup per row (see kernels-core's `cpu::sample`). The uniforms
-/// are not range-checked on the device: callers draw them from `Rng::uniform`.
+/// Next-token sampling, one workgroup per row (see kernels-core's `cpu::sample`). Uniforms
+/// uploaded from the host are range-checked as the reference checks them, from the host copy
+/// kept at upload; uniforms made on the device are not (that would need a readback).
 pub(crate) fn sample(
     be: &dyn Device,
     name: &'static str,
@@ -93,6 +94,11 @@ pub(crate) fn sample(
     kernels_core::cpu::sample::check_attrs(temperature, top_k, top_p)?;
     let (logits, uniform) = (arg(args, 0), arg(args, 1));
     let (rows, n) = kernels_core::cpu::sample::check_shapes(logits.shape(), uniform.shape())?;
+    if let Some(host) = be.host_floats(name, uniform)? {
+        for (r, &u) in host.iter().enumerate() {
+            kernels_core::cpu::sample::check_uniform(r, u, uniform.shape())?;
+        }
+    }
     let out = be.alloc(name, &[rows], DType::I32)?;
     let p = SampleParams {
         rows: u32_of(name, "rows", rows)?,

@@ -9,7 +9,6 @@ use kernels_core::{Error, Result, Tensor};
 
 use super::matmul::matmul;
 use crate::device::Device;
-use crate::shapes;
 
 pub(super) fn forward(
     be: &dyn Device,
@@ -20,22 +19,10 @@ pub(super) fn forward(
     a: &Tensor,
 ) -> Result<Vec<Tensor>> {
     let shape = a.shape();
-    shapes::min_rank(name, "a", shape, 2)?;
-    shapes::non_empty(name, "a", shape)?;
-    if rank == 0 {
-        return Err(Error::BadAttr {
-            op: name,
-            attr: "rank",
-            value: "0".into(),
-            why: "must be >= 1".into(),
-        });
-    }
-    let (_, mn) = shape.split_at(shape.len() - 2);
-    let (m, n) = (mn[0], mn[1]);
-    let q = rank.min(m).min(n);
+    let (m, n, q) = kernels_core::cpu::svd::check_attrs(rank, power_iters, shape)?;
     if q > be.svd_max_q() {
         return Err(Error::LimitExceeded {
-            what: format!("{name}: rank min(rank, m, n) on the GPU for a {shape:?} input"),
+            what: format!("{name}: rank on the GPU for a {shape:?} input"),
             value: q as u64,
             limit: be.svd_max_q() as u64,
         });

@@ -120,6 +120,7 @@ impl WgpuBackend {
                 device: g.id,
                 shared: Arc::downgrade(&g.shared),
                 host_ints: None,
+                host_floats: None,
             }),
         ))
     }

@@ -261,6 +261,9 @@ impl Device for WgpuBackend {
     fn host_ints(&self, op: &'static str, t: &Tensor) -> Result<Option<Arc<Vec<i64>>>> {
         Ok(self.buffer_of(op, t)?.host_ints().cloned())
     }
+    fn host_floats(&self, op: &'static str, t: &Tensor) -> Result<Option<Arc<Vec<f32>>>> {
+        Ok(self.buffer_of(op, t)?.host_floats().cloned())
+    }
     fn chunk_elems(&self) -> usize {
         WgpuBackend::chunk_elems(self)
     }

@@ -147,6 +147,8 @@ pub struct GpuBuffer {
     /// Host copy of small integer tensors (ids, targets), so index ranges can be checked
     /// without a readback.
     pub(crate) host_ints: Option<Arc<Vec<i64>>>,
+    /// Host copy of small rank-1 f32 tensors (`crate::device::host_float_copy`).
+    pub(crate) host_floats: Option<Arc<Vec<f32>>>,
 }
 
 impl std::fmt::Debug for GpuBuffer {
@@ -165,6 +167,9 @@ impl GpuBuffer {
     }
     pub(crate) fn host_ints(&self) -> Option<&Arc<Vec<i64>>> {
         self.host_ints.as_ref()
+    }
+    pub(crate) fn host_floats(&self) -> Option<&Arc<Vec<f32>>> {
+        self.host_floats.as_ref()
     }
     /// The whole tensor, or elements `start..start + len` of it, as a binding.
     pub(crate) fn binding(&self, range: Option<(usize, usize)>) -> Option<wgpu::BufferBinding<'_>> {

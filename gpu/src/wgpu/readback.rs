@@ -11,6 +11,10 @@ use kernels_core::{Error, Result, Tensor};
 impl WgpuBackend {
     pub(crate) fn upload_inner(&self, t: &Tensor) -> Result<Tensor> {
         let g = self.gpu();
+        let host_floats = match t.storage() {
+            Storage::F32(v) => crate::device::host_float_copy(t.shape(), v),
+            _ => None,
+        };
         let (bytes, host_ints): (Vec<u8>, Option<Arc<Vec<i64>>>) = match t.storage() {
             Storage::F32(v) => (bytemuck::cast_slice(v.as_slice()).to_vec(), None),
             Storage::I32(v) => (
@@ -52,6 +56,7 @@ impl WgpuBackend {
                 device: g.id,
                 shared: Arc::downgrade(&g.shared),
                 host_ints,
+                host_floats,
             }),
         ))
     }

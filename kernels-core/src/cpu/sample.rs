@@ -79,6 +79,20 @@ pub fn check_shapes(logits: &[usize], uniform: &[usize]) -> Result<(usize, usize
     Ok((rows, vocab))
 }
 
+/// Checks one row's uniform: in `[0, 1)` (NaN is not). Every backend's check: devices apply it
+/// to the host copy kept at upload.
+pub fn check_uniform(row: usize, u: f32, uniform_shape: &[usize]) -> Result<()> {
+    if (0.0..1.0).contains(&u) {
+        return Ok(());
+    }
+    Err(Error::BadShape {
+        op: OP,
+        tensor: "uniform".into(),
+        shape: uniform_shape.to_vec(),
+        why: format!("uniform[{row}] = {u} is not in [0, 1)"),
+    })
+}
+
 /// Picks one id from one row (see the module docs).
 pub fn sample_row(row: &[f32], u: f32, temperature: f32, top_k: usize, top_p: f32) -> usize {
     if row.is_empty() {
@@ -176,14 +190,7 @@ pub fn forward<T: Real>(
     let mut out = Vec::with_capacity(rows);
     for (r, row) in logits.chunks_exact(vocab).enumerate() {
         let u = uniform.get(r).map_or(0.0, |u| u.to_f32());
-        if !(0.0..1.0).contains(&u) {
-            return Err(Error::BadShape {
-                op: OP,
-                tensor: "uniform".into(),
-                shape: su.to_vec(),
-                why: format!("uniform[{r}] = {u} is not in [0, 1)"),
-            });
-        }
+        check_uniform(r, u, su)?;
         let row: Vec<f32> = row.iter().map(|v| v.to_f32()).collect();
         out.push(sample_row(&row, u, temperature, top_k, top_p) as i32);
     }

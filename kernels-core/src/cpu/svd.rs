@@ -2,7 +2,7 @@
 //! "Finding structure with randomness", Algorithms 4.4 and 5.1): `torch.svd_lowrank` without
 //! centering and without oversampling.
 //!
-//! For one matrix `a [m, n]` and `q = min(rank, m, n)`:
+//! For one matrix `a [m, n]` and `q = rank` (at most `min(m, n)`: a larger rank is an error):
 //!
 //! 1. `omega [n, q]`: standard normals from `Rng::new(seed)`, row-major ([`gaussian_omega`]).
 //! 2. `Q = orth(a omega) [m, q]`; then `power_iters` times `Q = orth(a^T Q) [n, q]`,
@@ -22,6 +22,7 @@
 //! unit vector orthogonal to the previous ones, so `u` and `v` always have orthonormal columns
 //! and the missing singular values come out as (numerically) zero.
 
+use alloc::format;
 use alloc::vec;
 use alloc::vec::Vec;
 
@@ -382,7 +383,7 @@ fn check_finite<T: Real>(op: &'static str, name: &str, x: &[T]) -> Result<()> {
     Ok(())
 }
 
-/// `svd_lowrank` of one matrix `a [m, n]` with `q = min(rank, m, n)` and the shared `omega
+/// `svd_lowrank` of one matrix `a [m, n]` with `q = rank <= min(m, n)` and the shared `omega
 /// [n, q]`: `(u [m, q], s [q], v [n, q])`.
 #[allow(clippy::type_complexity)]
 fn lowrank_one<T: Real>(
@@ -414,8 +415,44 @@ fn lowrank_one<T: Real>(
     Ok((u, s, v))
 }
 
+/// Most power iterations `svd_lowrank` takes: more buy nothing in f32.
+pub const MAX_POWER_ITERS: usize = 64;
+
+/// Checks `svd_lowrank`'s attributes against the input's shape `[..., m, n]` (every backend's
+/// check) and returns `(m, n, q)` with `q = rank`. A rank above `min(m, n)` or more than
+/// [`MAX_POWER_ITERS`] power iterations is an error naming the value, never a silent clamp.
+pub fn check_attrs(
+    rank: usize,
+    power_iters: usize,
+    shape: &[usize],
+) -> Result<(usize, usize, usize)> {
+    min_rank(OP, "a", shape, 2)?;
+    non_empty(OP, "a", shape)?;
+    let (m, n) = (shape[shape.len() - 2], shape[shape.len() - 1]);
+    if rank == 0 || rank > m.min(n) {
+        return Err(Error::BadAttr {
+            op: OP,
+            attr: "rank",
+            value: format!("{rank}"),
+            why: format!(
+                "must be in [1, min(m, n)] = [1, {}] for an input of shape {shape:?}",
+                m.min(n)
+            ),
+        });
+    }
+    if power_iters > MAX_POWER_ITERS {
+        return Err(Error::BadAttr {
+            op: OP,
+            attr: "power_iters",
+            value: format!("{power_iters}"),
+            why: format!("must be <= {MAX_POWER_ITERS}"),
+        });
+    }
+    Ok((m, n, rank))
+}
+
 /// Forward of `svd_lowrank`: `a [..., m, n]` -> `u [..., m, q]`, `s [..., q]`, `v [..., n, q]`
-/// with `q = min(rank, m, n)`. See the module docs.
+/// with `q = rank <= min(m, n)`. See the module docs.
 pub fn svd_lowrank<T: Real>(
     rank: usize,
     power_iters: usize,
@@ -423,20 +460,9 @@ pub fn svd_lowrank<T: Real>(
     args: &[View<T>],
 ) -> Result<Vec<Owned<T>>> {
     let (shape, a) = float_arg(OP, args, 0, "a")?;
-    min_rank(OP, "a", shape, 2)?;
-    non_empty(OP, "a", shape)?;
-    if rank == 0 {
-        return Err(Error::BadAttr {
-            op: OP,
-            attr: "rank",
-            value: "0".into(),
-            why: "must be >= 1".into(),
-        });
-    }
+    let (m, n, q) = check_attrs(rank, power_iters, shape)?;
     check_finite(OP, "a", a)?;
-    let (lead, mn) = shape.split_at(shape.len() - 2);
-    let (m, n) = (mn[0], mn[1]);
-    let q = rank.min(m).min(n);
+    let lead = &shape[..shape.len() - 2];
     let batch: usize = lead.iter().product();
     let omega = gaussian_omega::<T>(seed, n, q);
 

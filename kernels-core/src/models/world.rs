@@ -304,7 +304,7 @@ pub fn ensemble_stats(g: &Graph, roll: &Rollout) -> Result<(Var, Var)> {
 }
 
 /// The rank-k factors of the residual matrix `pred - truth` (`[N, B, F]` each, viewed as
-/// `[N * B, F]`): `(u [N*B, q], s [q], v [F, q])`, `q = min(rank, N*B, F)`.
+/// `[N * B, F]`): `(u [N*B, rank], s [rank], v [F, rank])`; a rank above `min(N*B, F)` is an error.
 pub fn residual_svd(
     g: &Graph,
     pred: &Var,
@@ -362,7 +362,7 @@ pub struct CompressionReport {
     /// The residual matrix is `[rows, cols]`.
     pub rows: usize,
     pub cols: usize,
-    /// Rank kept (`min(rank, rows, cols)`).
+    /// Rank kept.
     pub rank: usize,
     /// `rows * cols / (rank * (rows + cols + 1))`.
     pub ratio: f64,

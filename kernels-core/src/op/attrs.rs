@@ -325,7 +325,12 @@ pub(super) fn step_number(op: &'static str, attr: &'static str, x: u64) -> Resul
     Ok(x)
 }
 
-/// Clamped to 64 (more power iterations than that buy nothing in f32).
-pub(super) fn at_most_64(_: &'static str, _: &'static str, x: u64) -> Result<u64> {
-    Ok(x.min(64))
+/// At most [`crate::cpu::svd::MAX_POWER_ITERS`] (more power iterations than that buy nothing in
+/// f32): a larger value is an error naming it, never a silent clamp.
+pub(super) fn at_most_64(op: &'static str, attr: &'static str, x: u64) -> Result<u64> {
+    let max = crate::cpu::svd::MAX_POWER_ITERS as u64;
+    if x > max {
+        return Err(bad(op, attr, format!("{x}"), "must be <= 64"));
+    }
+    Ok(x)
 }

@@ -6,7 +6,7 @@
 //! ```text
 //! /// doc of the variant
 //! Variant { field: type = default [=> PUB_CONST] [if check], ... } [validate { ... }] => [
-//!     Kind "name" { inputs: [...], outputs: [...], grad: [...], budget: ..., budget_backward: ..., doc: "..." },
+//!     Kind "name" { inputs: [...], outputs: [...], grad: [...], budget: ..., budget_backward: ..., doc: "...", nan: "..." },
 //! ],
 //! ```
 //!
@@ -45,6 +45,9 @@ pub struct OpSpec {
     pub budget_backward: Budget,
     /// One-line meaning.
     pub doc: &'static str,
+    /// What NaN, infinities and out-of-range values give (the CPU reference's answer, which
+    /// every backend's hostile parity cases are checked against).
+    pub nan: &'static str,
 }
 
 impl OpSpec {
@@ -136,7 +139,8 @@ macro_rules! declare_ops {
             grad: [$($grad:ident),* $(,)?],
             budget: $budget:expr,
             budget_backward: $budget_backward:expr,
-            doc: $doc:literal $(,)?
+            doc: $doc:literal,
+            nan: $nan:literal $(,)?
         }
     })*) => {
         impl OpKind {
@@ -159,6 +163,7 @@ macro_rules! declare_ops {
                         budget: $budget,
                         budget_backward: $budget_backward,
                         doc: $doc,
+                        nan: $nan,
                     },)*
                 }
             }
@@ -287,6 +292,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_REDUCE,
             doc: "a @ b, batched over leading dims (equal, or one operand 2-D)",
+            nan: "IEEE: a NaN or infinity reaches every output its row or column feeds (0 * inf = NaN)",
         },
     ],
     /// `act(x @ weight^T + bias)`: x `[..., in]`, weight `[out, in]`, bias `[out]`.
@@ -300,6 +306,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_REDUCE,
             doc: "act(F.linear(x, weight, bias)), act none, relu, tanh or sigmoid",
+            nan: "as matmul, then the activation (relu keeps NaN)",
         },
     ],
     Binary(
@@ -314,6 +321,7 @@ declare_ops! {
             budget: B_ARITH,
             budget_backward: B_REDUCE,
             doc: "a + b; b broadcasts over a's leading dims",
+            nan: "IEEE: NaN in, NaN out; inf + -inf = NaN",
         },
         Sub "sub" {
             inputs: [a, b],
@@ -322,6 +330,7 @@ declare_ops! {
             budget: B_ARITH,
             budget_backward: B_REDUCE,
             doc: "a - b; b broadcasts over a's leading dims",
+            nan: "IEEE: NaN in, NaN out; inf - inf = NaN",
         },
         Mul "mul" {
             inputs: [a, b],
@@ -330,6 +339,7 @@ declare_ops! {
             budget: B_ARITH,
             budget_backward: B_REDUCE,
             doc: "a * b; b broadcasts over a's leading dims",
+            nan: "IEEE: NaN in, NaN out; 0 * inf = NaN",
         },
         Div "div" {
             inputs: [a, b],
@@ -338,6 +348,7 @@ declare_ops! {
             budget: B_DIV,
             budget_backward: B_REDUCE_BWD,
             doc: "a / b; b broadcasts over a's leading dims",
+            nan: "IEEE: 0 / 0 and inf / inf = NaN; x / 0 = +-inf",
         },
     ],
     Scale {
@@ -350,6 +361,7 @@ declare_ops! {
             budget: B_ARITH,
             budget_backward: B_ARITH,
             doc: "x * factor",
+            nan: "IEEE: NaN in, NaN out; a NaN factor gives NaN everywhere",
         },
     ],
     Unary(
@@ -363,6 +375,7 @@ declare_ops! {
             budget: EXACT,
             budget_backward: EXACT,
             doc: "-x",
+            nan: "NaN stays NaN; +-inf flips",
         },
         Exp "exp" {
             inputs: [x],
@@ -371,6 +384,7 @@ declare_ops! {
             budget: B_TRANS,
             budget_backward: B_TRANS,
             doc: "torch.exp",
+            nan: "exp(NaN) = NaN, exp(inf) = inf, exp(-inf) = 0",
         },
         Log "log" {
             inputs: [x],
@@ -379,6 +393,7 @@ declare_ops! {
             budget: B_TRANS,
             budget_backward: B_DIV,
             doc: "torch.log",
+            nan: "log(NaN) and log(x < 0) = NaN, log(0) = -inf, log(inf) = inf",
         },
         Sqrt "sqrt" {
             inputs: [x],
@@ -387,6 +402,7 @@ declare_ops! {
             budget: B_DIV,
             budget_backward: B_DIV,
             doc: "torch.sqrt",
+            nan: "sqrt(NaN) and sqrt(x < 0) = NaN, sqrt(inf) = inf",
         },
         Relu "relu" {
             inputs: [x],
@@ -395,6 +411,7 @@ declare_ops! {
             budget: EXACT,
             budget_backward: EXACT,
             doc: "torch.relu",
+            nan: "relu(NaN) = NaN (as torch), relu(inf) = inf, relu(-inf) = 0",
         },
         Sigmoid "sigmoid" {
             inputs: [x],
@@ -403,6 +420,7 @@ declare_ops! {
             budget: B_TRANS,
             budget_backward: B_TRANS,
             doc: "torch.sigmoid",
+            nan: "sigmoid(NaN) = NaN, sigmoid(inf) = 1, sigmoid(-inf) = 0",
         },
         Tanh "tanh" {
             inputs: [x],
@@ -411,6 +429,7 @@ declare_ops! {
             budget: B_TRANS,
             budget_backward: B_TRANS,
             doc: "torch.tanh",
+            nan: "tanh(NaN) = NaN, tanh(+-inf) = +-1",
         },
         Silu "silu" {
             inputs: [x],
@@ -419,6 +438,7 @@ declare_ops! {
             budget: B_TRANS,
             budget_backward: B_TRANS,
             doc: "F.silu",
+            nan: "silu(NaN) = NaN, silu(inf) = inf, silu(-inf) = NaN (-inf * 0)",
         },
     ],
     Gelu {
@@ -431,6 +451,7 @@ declare_ops! {
             budget: B_TRANS,
             budget_backward: B_TRANS,
             doc: "F.gelu (exact erf form, or the tanh approximation)",
+            nan: "gelu(NaN) = NaN, gelu(inf) = inf, gelu(-inf) = NaN (-inf * 0)",
         },
     ],
     /// The gate of a SwiGLU MLP, elementwise: `gate` and `up` of one shape.
@@ -442,6 +463,7 @@ declare_ops! {
             budget: B_TRANS,
             budget_backward: B_TRANS,
             doc: "F.silu(gate) * up (the gated MLP of llama-family models)",
+            nan: "silu(gate) * up in IEEE: silu(-inf) = NaN, 0 * inf = NaN",
         },
     ],
     /// Over the last dim; causal masks key `j > i + (t - s)` for x `[..., s, t]`.
@@ -455,6 +477,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_REDUCE_BWD,
             doc: "softmax over the last dim; causal masks key j > i + (t - s)",
+            nan: "a NaN or +inf in a row makes the row NaN; -inf gets 0; a row of only -inf is NaN",
         },
     ],
     LogSoftmax {
@@ -467,6 +490,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_REDUCE_BWD,
             doc: "log_softmax over the last dim; causal as softmax",
+            nan: "a NaN or +inf in a row makes the row NaN; -inf gets -inf; a row of only -inf is NaN",
         },
     ],
     LayerNorm {
@@ -479,6 +503,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_REDUCE_BWD,
             doc: "F.layer_norm over the last dim",
+            nan: "a NaN or infinity makes its whole row NaN",
         },
     ],
     RmsNorm {
@@ -491,6 +516,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_REDUCE_BWD,
             doc: "x * rsqrt(mean(x^2, -1) + eps) * weight",
+            nan: "a NaN makes its row NaN; an infinity becomes NaN and the rest of its row 0",
         },
     ],
     /// x `[batch, heads, seq, head_dim]`, position = offset + index. `scaling` stretches the
@@ -517,6 +543,7 @@ declare_ops! {
             budget: B_TRANS,
             budget_backward: B_TRANS,
             doc: "rotary embedding of x [batch, heads, seq, head_dim]; HF rotate_half layout or interleaved pairs; linear, llama3 or yarn frequency scaling",
+            nan: "IEEE per rotated pair: a NaN or infinity reaches both elements of its pair",
         },
     ],
     Embedding => [
@@ -527,6 +554,7 @@ declare_ops! {
             budget: EXACT,
             budget_backward: B_REDUCE,
             doc: "F.embedding",
+            nan: "rows are copied as they are; an id outside [0, vocab) is refused",
         },
     ],
     Reduce(
@@ -540,6 +568,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: EXACT,
             doc: "sum over the last dim",
+            nan: "IEEE: NaN if the row holds a NaN or both infinities",
         },
         Mean "mean" {
             inputs: [x],
@@ -548,6 +577,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_DIV,
             doc: "mean over the last dim",
+            nan: "IEEE: NaN if the row holds a NaN or both infinities",
         },
         Max "max" {
             inputs: [x],
@@ -556,6 +586,7 @@ declare_ops! {
             budget: EXACT,
             budget_backward: EXACT,
             doc: "max over the last dim (gradient to the first maximum)",
+            nan: "NaN if the row holds a NaN (as torch); infinities order as numbers",
         },
     ],
     /// Swap the last two dims.
@@ -567,6 +598,7 @@ declare_ops! {
             budget: EXACT,
             budget_backward: EXACT,
             doc: "swap the last two dims",
+            nan: "values move as they are",
         },
     ],
     /// Concatenate on the last dim.
@@ -578,6 +610,7 @@ declare_ops! {
             budget: EXACT,
             budget_backward: EXACT,
             doc: "torch.cat on the last dim",
+            nan: "values move as they are",
         },
     ],
     /// Writes `rows [.., s, d]` into `cache [.., cap, d]` at positions `pos..pos + s` of the
@@ -593,6 +626,7 @@ declare_ops! {
             budget: EXACT,
             budget_backward: EXACT,
             doc: "cache[..., pos:pos+s, :] = rows (torch index_copy_ on dim -2); out may alias cache when it is donated",
+            nan: "values move as they are; rows past the cache's end are refused",
         },
     ],
     /// q `[b, hq, s, d]`, k and v `[b, hkv, t, d]`; `scale` `None` means `1/sqrt(d)`; `kv_len`
@@ -612,6 +646,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_REDUCE_BWD,
             doc: "F.scaled_dot_product_attention with GQA; q [b, hq, s, d], k and v [b, hkv, t, d], of which the first kv_len keys (0: all t) are read; window > 0: each query sees its last window keys (sliding window, causal)",
+            nan: "a NaN or +inf score makes its query row NaN; -inf scores and masked keys (causal, kv_len, window) add nothing",
         },
     ],
     GruCell => [
@@ -622,6 +657,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_REDUCE_BWD,
             doc: "torch.nn.GRUCell (gates r, z, n; b_hn inside r * (...))",
+            nan: "IEEE through the gates",
         },
     ],
     GruSequence => [
@@ -632,6 +668,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_REDUCE_BWD,
             doc: "one-layer torch.nn.GRU; x [seq, batch, input], h0 [batch, hidden]",
+            nan: "IEEE through the gates; a NaN state carries to every later step",
         },
     ],
     CrossEntropy => [
@@ -642,6 +679,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_REDUCE_BWD,
             doc: "F.cross_entropy, mean over rows",
+            nan: "a NaN or +inf logit makes its row's loss NaN; a target outside [0, classes) is refused",
         },
     ],
     Mse => [
@@ -652,6 +690,7 @@ declare_ops! {
             budget: B_REDUCE,
             budget_backward: B_REDUCE_BWD,
             doc: "F.mse_loss, mean",
+            nan: "IEEE: NaN if a difference is NaN (inf - inf included), else inf if one is infinite",
         },
     ],
     Argmax => [
@@ -662,6 +701,7 @@ declare_ops! {
             budget: EXACT,
             budget_backward: EXACT,
             doc: "index of the first maximum over the last dim (i32)",
+            nan: "the row's first NaN (as torch), else its first maximum",
         },
     ],
     /// Next-token sampling: logits `[rows, vocab]`, one uniform in `[0, 1)` per row -> i32 ids.
@@ -679,6 +719,7 @@ declare_ops! {
             budget: EXACT,
             budget_backward: EXACT,
             doc: "draw a token id per row of logits [rows, vocab] with its uniform [rows]: temperature (0 = argmax), top_k (0 = all; ties kept), top_p (1 = all), i32",
+            nan: "a row with a NaN picks its first NaN; a uniform outside [0, 1) (NaN too) is refused",
         },
     ],
     SvdLowrank {
@@ -693,6 +734,7 @@ declare_ops! {
             budget: B_SVD,
             budget_backward: B_SVD,
             doc: "randomized truncated SVD (Halko et al.), a ~ u diag(s) v^T; exact for rank(a) <= rank",
+            nan: "refused (NonFinite) on the CPU; a GPU, which cannot see values without a readback, gives all-NaN outputs",
         },
     ],
     AdamwStep {
@@ -710,6 +752,7 @@ declare_ops! {
             budget: B_TRANS,
             budget_backward: B_TRANS,
             doc: "one torch.optim.AdamW step (step counts from 1)",
+            nan: "IEEE per element: a NaN in param, grad or state stays in that element",
         },
     ],
     SgdStep {
@@ -725,6 +768,7 @@ declare_ops! {
             budget: B_ARITH,
             budget_backward: B_ARITH,
             doc: "one torch.optim.SGD step with momentum (zero-initialized buffer, no dampening)",
+            nan: "IEEE per element; weight_decay 0 adds no term, so an infinite param stays infinite",
         },
     ],
 }

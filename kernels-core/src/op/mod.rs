@@ -123,6 +123,41 @@ impl Op {
         }
     }
 
+    /// Builds an op from `name=value` arguments as `kernels op --attr` takes them: each split at
+    /// its first `=`, both sides trimmed. An argument without `=`, a name given twice, an unknown
+    /// name and a bad value are errors naming the op ([`Op::from_attrs`] checks the values).
+    pub fn from_attr_args<S: AsRef<str>>(kind: OpKind, args: &[S]) -> Result<Op> {
+        let op = kind.name();
+        let spec = kind.spec();
+        let mut pairs: Vec<(&str, &str)> = Vec::with_capacity(args.len());
+        for a in args {
+            let a = a.as_ref();
+            let Some((k, v)) = a.split_once('=') else {
+                return Err(Error::AttrSyntax {
+                    op,
+                    given: a.to_string(),
+                });
+            };
+            let (k, v) = (k.trim(), v.trim());
+            let Some(attr) = spec.attrs.iter().find(|s| s.name == k) else {
+                return Err(Error::UnknownAttr {
+                    op,
+                    attr: k.to_string(),
+                });
+            };
+            if pairs.iter().any(|(p, _)| *p == k) {
+                return Err(Error::BadAttr {
+                    op,
+                    attr: attr.name,
+                    value: v.to_string(),
+                    why: "given more than once".into(),
+                });
+            }
+            pairs.push((k, v));
+        }
+        Op::from_attrs(kind, &pairs)
+    }
+
     /// Checks a call's signature before any kernel runs, on any backend: the direction exists
     /// (backward only for differentiable ops), the argument count follows the backward convention,
     /// and each argument has the dtype its slot takes (integers for `ids` and `targets`, f32

@@ -280,3 +280,18 @@ fn backward_arg_names_follow_the_convention() {
     assert_eq!(names[9], "grad_h_n");
     assert_eq!(s.result_names(Direction::Backward)[2], "grad_weight_ih");
 }
+
+#[test]
+fn attr_args_split_at_the_first_equals_and_name_what_is_wrong() {
+    let op = Op::from_attr_args(OpKind::Scale, &[" factor = 2.5 "]).unwrap();
+    assert_eq!(op, Op::Scale { factor: 2.5 });
+    let e = Op::from_attr_args(OpKind::Scale, &["factor"]).unwrap_err();
+    assert!(matches!(e, Error::AttrSyntax { op: "scale", .. }), "{e}");
+    let e = Op::from_attr_args(OpKind::Scale, &["factor=1", "factor=2"]).unwrap_err();
+    assert!(e.to_string().contains("more than once"), "{e}");
+    let e = Op::from_attr_args(OpKind::Scale, &["bogus=1"]).unwrap_err();
+    assert!(matches!(e, Error::UnknownAttr { .. }), "{e}");
+    // `=` inside a value stays in the value (and fails the float parse, naming it).
+    let e = Op::from_attr_args(OpKind::Scale, &["factor=1=2"]).unwrap_err();
+    assert!(e.to_string().contains("1=2"), "{e}");
+}

@@ -40,26 +40,10 @@ pub struct OpReport {
     pub written: Vec<(String, Vec<usize>, DType)>,
 }
 
-/// Splits `name=value` attribute strings and builds the op. Duplicates are an error.
+/// Splits `name=value` attribute strings and builds the op ([`Op::from_attr_args`], which the
+/// fuzz target `attr_args` exercises). Duplicates are an error.
 pub fn parse_op(kind: OpKind, attrs: &[String]) -> CliResult<Op> {
-    let mut pairs: Vec<(&str, &str)> = Vec::new();
-    for a in attrs {
-        let Some((k, v)) = a.split_once('=') else {
-            return Err(fail(format!(
-                "{}: --attr `{a}` is not of the form name=value",
-                kind.name()
-            )));
-        };
-        let (k, v) = (k.trim(), v.trim());
-        if pairs.iter().any(|(p, _)| *p == k) {
-            return Err(fail(format!(
-                "{}: attribute `{k}` given more than once",
-                kind.name()
-            )));
-        }
-        pairs.push((k, v));
-    }
-    Ok(Op::from_attrs(kind, &pairs)?)
+    Ok(Op::from_attr_args(kind, attrs)?)
 }
 
 /// The attributes of `op` as `name=value` strings for `kernels op --attr` (what [`parse_op`]

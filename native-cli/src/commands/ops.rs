@@ -68,7 +68,8 @@ fn budget_json(b: &Budget) -> Value {
     json!({"atol": b.atol, "rtol": b.rtol, "grows_with_k": b.grows_with_k})
 }
 
-/// One op as a JSON object: `{"name","inputs","attrs","outputs","grad_inputs","budget","doc"}`.
+/// One op as a JSON object: `{"name","inputs","attrs","outputs","grad_inputs","budget","doc",
+/// "nan"}`.
 pub fn op_json(kind: OpKind) -> Value {
     let spec = kind.spec();
     let attrs: Vec<Value> = spec
@@ -121,6 +122,7 @@ pub fn op_json(kind: OpKind) -> Value {
         "grad_inputs": spec.grad_inputs,
         "budget": budget,
         "doc": spec.doc,
+        "nan": spec.nan,
     })
 }
 
@@ -157,6 +159,7 @@ pub fn text() -> String {
                 budget_text(&spec.budget_backward)
             ));
         }
+        s.push_str(&format!("    nan:      {}\n", spec.nan));
     }
     s.push_str(
         "\nBudgets: |got - ref| <= atol + rtol * |ref| against the f32 CPU reference; \
@@ -196,7 +199,10 @@ pub fn markdown() -> String {
             md_escape(spec.doc),
         ));
     }
-    s.push_str("\n| op | forward budget | backward budget |\n|---|---|---|\n");
+    s.push_str(
+        "\n| op | forward budget | backward budget | NaN, infinities, out-of-range values |\n\
+         |---|---|---|---|\n",
+    );
     for k in OpKind::ALL {
         let spec = k.spec();
         let bwd = if spec.differentiable() {
@@ -205,10 +211,11 @@ pub fn markdown() -> String {
             "-".into()
         };
         s.push_str(&format!(
-            "| `{}` | {} | {} |\n",
+            "| `{}` | {} | {} | {} |\n",
             k.name(),
             budget_text(&spec.budget),
-            bwd
+            bwd,
+            md_escape(spec.nan)
         ));
     }
     s
@@ -242,6 +249,8 @@ mod tests {
             assert_eq!(o["attrs"].as_array().unwrap().len(), spec.attrs.len());
             assert_eq!(o["budget"]["atol"].as_f64().unwrap(), spec.budget.atol);
             assert_eq!(o["budget"]["backward"].is_null(), !spec.differentiable());
+            assert_eq!(o["nan"], spec.nan);
+            assert!(!spec.nan.is_empty(), "{k}: no NaN semantics");
         }
         let scale = &list[OpKind::ALL
             .iter()
@@ -264,7 +273,10 @@ mod tests {
         for k in OpKind::ALL {
             let needle = format!("| `{}` |", k.name());
             assert_eq!(md.matches(&needle).count(), 2, "{k}");
+            let nan = format!("| {} |\n", md_escape(k.spec().nan));
+            assert!(md.contains(&nan), "{k}: no NaN column");
         }
+        assert!(md.contains("| op | forward budget | backward budget | NaN, infinities"));
     }
 
     #[test]

@@ -187,6 +187,8 @@ KERNEL(attn_dkv, AttentionParams) {
             float acc_v = e < dv ? dvo[e] : 0.0f;
             for (unsigned long long rr = 0; rr < n; rr++) {
                 unsigned long long r2 = r0 + rr;
+                // Rows that do not see key j add nothing, not even 0 * q (NaN for infinite q).
+                if (j >= visible(p, (unsigned int)(r2 % s))) continue;
                 unsigned long long row2 = (b * p.heads_q + first_head + r2 / s) * s + r2 % s;
                 if (e < d) acc_k = acc_k + sh_ds[rr] * in0[row2 * d + e];
                 if (e < dv) acc_v = acc_v + sh_pj[rr] * in3[row2 * dv + e];

@@ -23,9 +23,15 @@ KERNEL(sgd_step, SgdParams) {
     if (i >= p.n) return;
     float lr = p.lr, mom = p.momentum;
     float w = in0[i];
-    float d = in1[i] + p.weight_decay * w;
-    float buf = mom * in2[i] + d;
-    if (mom != 0.0f) d = p.nesterov != 0 ? d + mom * buf : buf;
+    // As the reference (and torch): no decay term when weight_decay is 0 (0 * inf is NaN), and
+    // the buffer passes through unchanged when momentum is 0.
+    float d = in1[i];
+    if (p.weight_decay != 0.0f) d += p.weight_decay * w;
+    float buf = in2[i];
+    if (mom != 0.0f) {
+        buf = mom * buf + d;
+        d = p.nesterov != 0 ? d + mom * buf : buf;
+    }
     out0[i] = w - lr * d;
     out1[i] = buf;
 }

@@ -155,10 +155,14 @@ fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
             l = l * alpha;
             for (var c: u32 = 0u; c < PER_LANE; c = c + 1u) { acc[c] = acc[c] * alpha; }
             for (var jj: u32 = 0u; jj < BKEYS; jj = jj + 1u) {
-                let pj = select(0.0, exp(sc[jj] - m_new), j0 + jj >= lo && j0 + jj < vis);
-                l = l + pj;
-                for (var c: u32 = 0u; c < PER_LANE; c = c + 1u) {
-                    acc[c] = acc[c] + pj * v_tile[jj * DMAX + lane + LANES * c];
+                // Masked keys (outside the window too) add nothing, not even 0 * v (NaN when v is
+                // infinite).
+                if (j0 + jj >= lo && j0 + jj < vis) {
+                    let pj = exp(sc[jj] - m_new);
+                    l = l + pj;
+                    for (var c: u32 = 0u; c < PER_LANE; c = c + 1u) {
+                        acc[c] = acc[c] + pj * v_tile[jj * DMAX + lane + LANES * c];
+                    }
                 }
             }
             m = m_new;
@@ -170,7 +174,9 @@ fn attn_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
         for (var c: u32 = 0u; c < PER_LANE; c = c + 1u) {
             let e = lane + LANES * c;
             if (e < dv) {
-                out0[row * dv + e] = select(0.0, acc[c] / l, l > 0.0);
+                // A row that sees no key outputs 0; a NaN sum (a NaN or +inf score) or a zero
+                // one (every score -inf) gives NaN, as the reference's softmax does.
+                out0[row * dv + e] = select(acc[c] / l, 0.0, vis == 0u);
             }
         }
     }
@@ -274,7 +280,8 @@ fn attn_decode(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         for (var c: u32 = 0u; c < PER_THREAD; c = c + 1u) {
             let e = lid + WG * c;
             if (e < dv) {
-                out0[(q_row0 + g) * dv + e] = select(0.0, acc[g * PER_THREAD + c] / l[g], l[g] > 0.0);
+                // No key: 0; a NaN or zero sum: NaN, as the reference (see attn_forward).
+                out0[(q_row0 + g) * dv + e] = select(acc[g * PER_THREAD + c] / l[g], 0.0, kv == 0u);
             }
         }
     }
@@ -440,6 +447,8 @@ fn attn_dkv(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
             let e = lid + WG * c;
             for (var rr: u32 = 0u; rr < n; rr = rr + 1u) {
                 let r2 = r0 + rr;
+                // Rows that do not see key j add nothing, not even 0 * q (NaN for infinite q).
+                if (j >= visible(r2 % s)) { continue; }
                 let row2 = (b * p.heads_q + first_head + r2 / s) * s + r2 % s;
                 if (e < d) { acc_k[c] = acc_k[c] + sh2[rr] * q[row2 * d + e]; }
                 if (e < dv) { acc_v[c] = acc_v[c] + sh[rr] * g[row2 * dv + e]; }

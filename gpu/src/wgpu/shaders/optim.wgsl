@@ -48,9 +48,13 @@ fn sgd_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg:
     let lr = p.lr;
     let mom = p.momentum;
     let w = param_in[i];
-    var d = grad[i] + p.weight_decay * w;
-    let buf = mom * state_a[i] + d;
+    // As the reference (and torch): no decay term when weight_decay is 0 (0 * inf is NaN), and
+    // the buffer passes through unchanged when momentum is 0.
+    var d = grad[i];
+    if (p.weight_decay != 0.0) { d = d + p.weight_decay * w; }
+    var buf = state_a[i];
     if (mom != 0.0) {
+        buf = mom * buf + d;
         if (p.nesterov != 0u) { d = d + mom * buf; } else { d = buf; }
     }
     param_out[i] = w - lr * d;

@@ -2,6 +2,7 @@
 use super::*;
 use crate::cpu::run;
 use crate::op::{Direction, Op};
+use alloc::string::ToString;
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen_test::wasm_bindgen_test as test;
 
@@ -189,19 +190,19 @@ fn jacobi_svd_wide_tall_and_deficient() {
 
 #[test]
 fn exact_for_low_rank_inputs() {
-    // (m, n, true rank, requested rank): m < n, m > n, 1 x n, n x 1, primes, rank > min.
+    // (m, n, true rank, requested rank): m < n, m > n, 1 x n, n x 1, primes, rank = min.
     let cases = [
         (7, 13, 3, 3),
         (13, 7, 3, 5),
-        (1, 13, 1, 4),
-        (13, 1, 1, 2),
-        (5, 5, 5, 10),
+        (1, 13, 1, 1),
+        (13, 1, 1, 1),
+        (5, 5, 5, 5),
         (31, 17, 6, 6),
         (8, 8, 2, 8),
     ];
     for (m, n, r, rank) in cases {
         let a = low_rank(m as u64 * 100 + n as u64, m, n, r);
-        let q = rank.min(m).min(n);
+        let q = rank;
         for iters in [0, 2] {
             let (u, s, v) = svd(&a, &[m, n], rank, iters, 42);
             assert_eq!(u.shape, vec![m, q]);
@@ -416,4 +417,39 @@ fn through_the_dispatcher() {
         run::<f32>(&op, Direction::Backward, &[View::float(&[4, 6], &a)]),
         Err(Error::NoBackward { .. })
     ));
+}
+
+/// A rank above `min(m, n)` and more than 64 power iterations are errors naming the op and the
+/// value (they were clamped in silence: issue 15, defect 5).
+#[test]
+fn rank_above_min_m_n_and_too_many_power_iters_are_named_errors() {
+    let a = to_f32(&low_rank(1, 4, 6, 2));
+    let x = [View::float(&[4, 6], &a)];
+    let bad_attr = |r: Result<Vec<Owned<f32>>>| match r {
+        Err(e @ Error::BadAttr { .. }) => e,
+        other => panic!("{other:?}"),
+    };
+    let e = bad_attr(svd_lowrank(1 << 30, 2, 0, &x));
+    let msg = e.to_string();
+    assert!(
+        msg.contains("svd_lowrank") && msg.contains("rank") && msg.contains("1073741824"),
+        "{msg}"
+    );
+    assert!(msg.contains("[1, 4]"), "{msg}");
+    let e = bad_attr(svd_lowrank(5, 2, 0, &x));
+    assert!(e.to_string().contains('5'), "{e}");
+    assert!(svd_lowrank(4, 2, 0, &x).is_ok());
+    // Rejected before any iteration runs (1e9 iterations would take hours).
+    let e = bad_attr(svd_lowrank(2, 1_000_000_000, 0, &x));
+    let msg = e.to_string();
+    assert!(
+        msg.contains("svd_lowrank") && msg.contains("power_iters") && msg.contains("1000000000"),
+        "{msg}"
+    );
+    assert!(svd_lowrank(2, MAX_POWER_ITERS, 0, &x).is_ok());
+    // The attribute parser says the same instead of clamping to 64.
+    let kind = crate::op::OpKind::SvdLowrank;
+    let e = Op::from_attrs(kind, &[("rank", "2"), ("power_iters", "1000000000")]).unwrap_err();
+    assert!(e.to_string().contains("1000000000"), "{e}");
+    assert!(Op::from_attrs(kind, &[("rank", "2"), ("power_iters", "64")]).is_ok());
 }
