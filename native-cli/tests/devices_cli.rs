@@ -111,6 +111,25 @@ fn transformer_replicas_print_the_losses_of_one_device() {
     // Both replicas' gradients down, the reduced gradient up to both: 4 x 4 bytes a parameter.
     assert_eq!(two[0].4, three[0].4 / 6 * 4);
     same_losses("wgpu x2 vs cpu", &two, &one, ACROSS_KINDS_RTOL);
+    // Replicas of one kind: bit-identical, and the run says so.
+    let o = transformer("wgpu,wgpu", &out("two-again"));
+    assert!(
+        stderr(&o).contains("largest parameter difference from replica 0: 0e0"),
+        "{}",
+        stderr(&o)
+    );
+    // A mix: the run reports how far the replicas drifted apart (on lavapipe: not at all, as
+    // tests/tests/data_parallel.rs asserts).
+    let mix = transformer("cpu,wgpu", &out("mix"));
+    let mix_steps = steps(&mix);
+    same_losses("cpu,wgpu vs cpu", &mix_steps, &one, ACROSS_KINDS_RTOL);
+    let line = stderr(&mix)
+        .lines()
+        .find(|l| l.contains("largest parameter difference"))
+        .map(str::to_string);
+    eprintln!("cpu,wgpu: {line:?}");
+    let diff: f64 = line.unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(diff <= 1e-5, "{diff}");
 }
 
 fn gru(devices: &str, out: &str) -> std::process::Output {

@@ -280,6 +280,12 @@ pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
         }
     }
     bar.finish();
+    if dp.len() > 1 {
+        eprintln!(
+            "replicas' largest parameter difference from replica 0: {:e}",
+            pollster::block_on(dp.divergence())?
+        );
+    }
     eprintln!(
         "{} steps in {:.1} s; wrote {}",
         args.steps,

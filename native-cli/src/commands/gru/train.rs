@@ -163,6 +163,12 @@ pub fn train(chosen: &[Selected], o: &TrainOptions) -> CliResult<()> {
         }
     }
     bar.finish();
+    if dp.len() > 1 {
+        emit(&format!(
+            "replicas' largest parameter difference from replica 0: {:e}\n",
+            pollster::block_on(dp.divergence())?
+        ))?;
+    }
     let store = &dp.replicas()[0];
     save_f16(store, &o.out)?;
     emit(&format!(
