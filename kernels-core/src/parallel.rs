@@ -27,13 +27,14 @@
 //! **What stays equal.** Every replica starts from the same parameters and optimizer state and
 //! receives the same reduced gradient bits, so replicas whose backends run the same `adamw_step`
 //! kernel (several CPU backends; several wgpu devices on one adapter) hold bit-identical
-//! parameters after every step. Backends of different kinds (CPU and wgpu) each run their own
-//! kernel, and those round their constants differently (the CPU folds `1 - lr * wd` and
-//! `lr / (1 - beta1^t)` in f64, the WGSL kernel in f32), so across kinds the parameters agree
-//! within `adamw_step`'s published budget per step, not bit for bit; [`DataParallel::divergence`]
-//! measures it. Against one device on the same global batch, the reduced gradient differs only
-//! by summation order (the shards' partial sums, then their weighted sum), so losses and
-//! parameters agree within the budget that order implies (see the README).
+//! parameters after every step. Backends of different kinds run different kernels; every one
+//! takes its coefficients from [`crate::cpu::optim::adamw_constants`] and does the same f32
+//! operations in the same order, so a CPU + wgpu mix stays bit-identical where the shader
+//! compiler does not contract a multiply and an add into an FMA (lavapipe: tested); elsewhere
+//! the replicas agree within `adamw_step`'s budget per step, and [`DataParallel::divergence`]
+//! measures by how much. Against one device on the same global batch, the reduced gradient
+//! differs only by summation order (the shards' partial sums, then their weighted sum), so
+//! losses and parameters agree within the budget that order implies (see the README).
 
 use alloc::collections::BTreeMap;
 use alloc::format;
