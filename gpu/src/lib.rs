@@ -41,4 +41,6 @@ pub use self::wgpu::{Counters, GpuBuffer, WgpuBackend, WgpuOptions};
 #[cfg(feature = "cuda")]
 pub use cuda::{CudaBackend, CudaCounters};
 pub use device::Family;
-pub use select::{BackendChoice, Selected, cuda_status, require_wgpu, select_backend};
+pub use select::{
+    BackendChoice, Selected, cuda_status, require_wgpu, select_backend, select_devices,
+};

@@ -161,11 +161,12 @@ kernel_params! {
         u32: [n, dim, tokens],
         f32: [],
     }
-    /// One AdamW step over `n` parameters; `bias_correction1 = 1 - beta1^step`,
-    /// `bias_correction2_sqrt = sqrt(1 - beta2^step)`.
+    /// One AdamW step over `n` parameters, with the CPU's coefficients
+    /// (`kernels_core::cpu::optim::adamw_constants`): `decay = 1 - lr * weight_decay`,
+    /// `step_size = lr / (1 - beta1^step)`, `bias_correction2_sqrt = sqrt(1 - beta2^step)`.
     AdamwParams("adamw") for ["adamw_step"] {
         u32: [n],
-        f32: [lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2_sqrt],
+        f32: [beta1, beta2, eps, decay, step_size, bias_correction2_sqrt],
     }
     /// One SGD step over `n` parameters (`nesterov`: 0 or 1).
     SgdParams("sgd") for ["sgd_step"] {

@@ -130,6 +130,34 @@ pub fn require_wgpu() -> Result<Rc<WgpuBackend>> {
     })
 }
 
+/// The replicas of a data-parallel run (`--devices cpu,wgpu,wgpu`): one backend per
+/// comma-separated entry, in order. Each entry is `cpu`, `wgpu` or `cuda` (or `auto`, which
+/// picks as `--backend auto` does); every `wgpu` entry opens a device of its own on the adapter
+/// and every `cuda` entry a context of its own, so two `wgpu` entries are two devices whose
+/// tensors never mix. An empty list or entry, or one that cannot be opened, is an error naming
+/// the entry.
+pub fn select_devices(list: &str) -> Result<Vec<Selected>> {
+    let entries: Vec<&str> = list.split(',').map(str::trim).collect();
+    if entries.iter().any(|e| e.is_empty()) {
+        return Err(Error::Backend {
+            backend: list.into(),
+            why: "--devices needs a comma-separated list of cpu, wgpu, cuda or auto, with no \
+                  empty entry"
+                .into(),
+        });
+    }
+    entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            select_backend(BackendChoice::parse(e)?).map_err(|err| Error::Backend {
+                backend: (*e).into(),
+                why: format!("--devices entry {i} ({e}): {err}"),
+            })
+        })
+        .collect()
+}
+
 fn cpu_selected(reason: String) -> Selected {
     Selected {
         backend: Rc::new(CpuBackend::new()),
@@ -251,6 +279,16 @@ mod tests {
                 }
             }
             Err(e) => assert!(e.to_string().contains("requested wgpu"), "{e}"),
+        }
+    }
+
+    #[test]
+    fn device_lists() {
+        let two = select_devices("cpu, cpu").unwrap();
+        assert_eq!(two.len(), 2);
+        assert!(two.iter().all(|s| s.backend.name() == "cpu"));
+        for bad in ["", "cpu,", "cpu,,cpu", "cpu,tpu"] {
+            assert!(select_devices(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -716,6 +716,15 @@ impl Gradients {
             by_name: BTreeMap::new(),
         }
     }
+    /// Gradients by parameter name only, already on `backend` (e.g. an all-reduced gradient
+    /// uploaded for an optimizer step; see [`crate::parallel`]). By var it holds none.
+    pub fn from_named(backend: Rc<dyn Backend>, by_name: BTreeMap<String, Tensor>) -> Gradients {
+        Gradients {
+            backend,
+            by_var: BTreeMap::new(),
+            by_name,
+        }
+    }
     /// The gradient of `v`, or `None` when no gradient reached it (it is zero).
     pub fn get(&self, v: &Var) -> Option<&Tensor> {
         self.by_var.get(&(v.graph, v.id))

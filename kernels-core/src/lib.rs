@@ -20,7 +20,8 @@
 //!   `kernels ops --markdown` prints the table the README shows.
 //! - [`autograd::Graph`]: records ops on [`autograd::Var`]s and differentiates them
 //!   ([`autograd::Graph::backward`]); [`nn`] layers keep their parameters in an
-//!   [`nn::ParamStore`], and [`optim`] steps them.
+//!   [`nn::ParamStore`], and [`optim`] steps them; [`parallel::DataParallel`] trains replicas
+//!   on several backends from one global batch.
 //! - Models, written once over `Graph`: [`models::llama::Llama`] (Hugging Face llama
 //!   checkpoints, KV cache, generation) and [`models::world::WorldModel`] (the GRU world model).
 //! - [`io`]: safetensors in and out.
@@ -84,6 +85,7 @@ pub mod nn;
 pub mod numerics;
 pub mod op;
 pub mod optim;
+pub mod parallel;
 pub mod parity;
 pub mod rng;
 pub mod tensor;

@@ -62,3 +62,9 @@ pub fn emit_json(v: &serde_json::Value) -> CliResult<()> {
         &format!("{}\n", serde_json::to_string_pretty(v)?),
     )
 }
+
+/// Prints one JSON object on ONE line to stdout, whatever [`emit`] does (a stream of them, one
+/// per logged training step).
+pub fn emit_json_line(v: &serde_json::Value) -> CliResult<()> {
+    write_quietly(&mut std::io::stdout().lock(), &format!("{v}\n"))
+}

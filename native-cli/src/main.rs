@@ -345,7 +345,24 @@ enum TrainCmd {
         /// Held-out problems evaluated at each checkpoint.
         #[arg(long, default_value_t = 500)]
         eval_problems: usize,
+        #[command(flatten)]
+        dp: DpArgs,
     },
+}
+
+/// Data-parallel training flags of `train transformer` and `gru train`.
+#[derive(clap::Args, Debug)]
+struct DpArgs {
+    /// Data-parallel replicas, one per entry (cpu, wgpu, cuda, auto), e.g. cpu,wgpu,wgpu: the
+    /// global batch is split across them and gradients averaged through the host. Default:
+    /// one replica on --backend.
+    #[arg(long)]
+    devices: Option<String>,
+    /// Print ONE JSON object per logged step instead of the progress bar: {"step", "loss",
+    /// "tokens_per_s", "devices", "reduce", "reduce_bytes"} ("reduce": host, or none for one
+    /// replica).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -456,6 +473,8 @@ enum GruCmd {
         /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
         #[arg(long)]
         backend: Option<String>,
+        #[command(flatten)]
+        dp: DpArgs,
     },
     /// Run a one-layer GRU whose weights carry PyTorch `nn.GRU` state_dict names on a
     /// safetensors input; writes `output` [seq, batch, hidden] and `h_n` [1, batch, hidden] as
@@ -649,6 +668,7 @@ fn run(cli: Cli) -> CliResult<()> {
                     backend,
                     checkpoint_every,
                     eval_problems,
+                    dp,
                 },
         } => train::run(&TrainArgs {
             out,
@@ -664,6 +684,8 @@ fn run(cli: Cli) -> CliResult<()> {
             backend,
             checkpoint_every,
             eval_problems,
+            devices: dp.devices,
+            json: dp.json,
         }),
         Cmd::Eval {
             json,
@@ -691,9 +713,12 @@ fn run_gru(cmd: GruCmd) -> CliResult<()> {
             hidden,
             members,
             backend,
+            dp,
         } => gru::train::run(
             backend.as_deref(),
             &TrainOptions {
+                devices: dp.devices,
+                json: dp.json,
                 out,
                 init,
                 iters,

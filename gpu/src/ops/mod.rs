@@ -124,18 +124,18 @@ pub(crate) fn run(
             },
             F,
         ) => {
-            let bc1 = 1.0 - f64::from(beta1).powf(step as f64);
-            let bc2 = (1.0 - f64::from(beta2).powf(step as f64)).sqrt();
+            // The CPU's coefficients, rounded once to f32 as the CPU rounds them: replicas on
+            // different backends fed one gradient make the same update.
+            let c = kernels_core::cpu::optim::adamw_constants(lr, beta1, beta2, weight_decay, step);
             let p = |n| {
                 AdamwParams {
                     n,
-                    lr,
                     beta1,
                     beta2,
                     eps,
-                    weight_decay,
-                    bias_correction1: bc1 as f32,
-                    bias_correction2_sqrt: bc2 as f32,
+                    decay: c.decay as f32,
+                    step_size: c.step_size as f32,
+                    bias_correction2_sqrt: c.bias2_sqrt as f32,
                 }
                 .into()
             };

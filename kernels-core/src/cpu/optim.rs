@@ -15,6 +15,39 @@ use super::args::{Owned, View, float_arg, same_shape};
 use crate::error::{Error, Result};
 use crate::numerics::Real;
 
+/// The scalar coefficients of one AdamW step, folded in f64 from the f32 attributes: every
+/// backend's `adamw_step` takes them from here (rounded once to its element type), so replicas
+/// on different backends fed the same gradient compute the same update
+/// ([`crate::parallel`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamwConstants {
+    /// `1 - lr * weight_decay`.
+    pub decay: f64,
+    /// `lr / (1 - beta1^step)`.
+    pub step_size: f64,
+    /// `sqrt(1 - beta2^step)`.
+    pub bias2_sqrt: f64,
+}
+
+/// [`AdamwConstants`] for `step` (counting from 1).
+pub fn adamw_constants(
+    lr: f32,
+    beta1: f32,
+    beta2: f32,
+    weight_decay: f32,
+    step: u64,
+) -> AdamwConstants {
+    let lr = lr as f64;
+    // beta^step: the exponent is exact in f64 up to 2^53 steps.
+    let bias1 = 1.0 - libm::pow(beta1 as f64, step as f64);
+    let bias2 = 1.0 - libm::pow(beta2 as f64, step as f64);
+    AdamwConstants {
+        decay: 1.0 - lr * weight_decay as f64,
+        step_size: lr / bias1,
+        bias2_sqrt: libm::sqrt(bias2),
+    }
+}
+
 /// One `torch.optim.AdamW` step (`amsgrad=False`, `maximize=False`), `step` counting from 1:
 ///
 /// ```text
@@ -52,15 +85,13 @@ pub fn adamw_step<T: Real>(
     same_shape(OP, shape, m_shape)?;
     same_shape(OP, shape, v_shape)?;
 
-    let (lr64, b1, b2) = (lr as f64, beta1 as f64, beta2 as f64);
-    // beta^step: the exponent is exact in f64 up to 2^53 steps.
-    let bias1 = 1.0 - libm::pow(b1, step as f64);
-    let bias2 = 1.0 - libm::pow(b2, step as f64);
-    let decay = T::from_f64(1.0 - lr64 * weight_decay as f64);
+    let (b1, b2) = (beta1 as f64, beta2 as f64);
+    let c = adamw_constants(lr, beta1, beta2, weight_decay, step);
+    let decay = T::from_f64(c.decay);
     let (b1t, one_m_b1) = (T::from_f64(b1), T::from_f64(1.0 - b1));
     let (b2t, one_m_b2) = (T::from_f64(b2), T::from_f64(1.0 - b2));
-    let step_size = T::from_f64(lr64 / bias1);
-    let bias2_sqrt = T::from_f64(libm::sqrt(bias2));
+    let step_size = T::from_f64(c.step_size);
+    let bias2_sqrt = T::from_f64(c.bias2_sqrt);
     let eps = T::from_f32(eps);
 
     let n = param.len();

@@ -511,6 +511,40 @@ impl<'a> Windows<'a> {
     }
 }
 
+/// Rows `rows` of a batch `(s0 [B, F], truth [steps, B, F])`: one replica's shard of a
+/// data-parallel step ([`crate::parallel`]).
+pub fn batch_rows(
+    s0: &Tensor,
+    truth: &Tensor,
+    rows: core::ops::Range<usize>,
+) -> Result<(Tensor, Tensor)> {
+    let (&[b, f], &[steps, tb, tf]) = (s0.shape(), truth.shape()) else {
+        return Err(Error::mismatch("batch_rows", s0.shape(), truth.shape()));
+    };
+    if (tb, tf) != (b, f) {
+        return Err(Error::mismatch("batch_rows", s0.shape(), truth.shape()));
+    }
+    if rows.start > rows.end || rows.end > b {
+        return Err(Error::IndexOutOfRange {
+            op: "batch_rows",
+            tensor: format!("rows {rows:?}"),
+            index: rows.end as i64,
+            bound: b + 1,
+        });
+    }
+    let n = rows.len();
+    let (sv, tv) = (s0.as_f32()?, truth.as_f32()?);
+    let s = sv[rows.start * f..rows.end * f].to_vec();
+    let mut t = Vec::with_capacity(steps * n * f);
+    for k in 0..steps {
+        t.extend_from_slice(&tv[(k * b + rows.start) * f..(k * b + rows.end) * f]);
+    }
+    Ok((
+        Tensor::from_f32(&[n, f], s)?,
+        Tensor::from_f32(&[steps, n, f], t)?,
+    ))
+}
+
 /// Per-step mean squared errors `[steps]` of `pred` against `truth` (host, `[steps, B, F]`).
 pub fn per_step_mse(pred: &Tensor, truth: &Tensor) -> Result<Vec<f64>> {
     if pred.shape() != truth.shape() || pred.rank() != 3 {

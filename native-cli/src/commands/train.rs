@@ -2,20 +2,24 @@
 //! kernels-core's autograd and AdamW, on any backend, and writes Hugging Face checkpoints
 //! (`config.json`, `model.safetensors`, `tokenizer.json`) that `kernels generate` and
 //! `transformers` both load.
+//!
+//! `--devices cpu,wgpu,wgpu` trains data-parallel ([`kernels_core::parallel::DataParallel`]):
+//! one replica per entry, the global batch split across them, gradients averaged through the
+//! host; without it, one replica on `--backend`.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kernels_core::autograd::Graph;
 use kernels_core::models::llama::{Llama, LlamaConfig};
 use kernels_core::op::{ADAMW_WEIGHT_DECAY, ROPE_THETA};
 use kernels_core::optim::AdamW;
+use kernels_core::parallel::DataParallel;
 use kernels_core::{Rng, Tensor};
-use kernels_gpu::{BackendChoice, select_backend};
+use kernels_gpu::{BackendChoice, Selected, select_backend, select_devices};
 
 use crate::addition::{self, ANSWER_LEN, PROMPT_LEN};
-use crate::{CliResult, fail};
+use crate::{CliResult, emit_json_line, fail};
 
 /// Options of `kernels train transformer`.
 #[derive(Debug, Clone)]
@@ -35,6 +39,37 @@ pub struct TrainArgs {
     pub checkpoint_every: usize,
     /// Held-out problems evaluated at each checkpoint (0: none).
     pub eval_problems: usize,
+    /// Data-parallel replicas, e.g. `cpu,wgpu,wgpu` (`None`: one, on `backend`).
+    pub devices: Option<String>,
+    /// One JSON object per logged step on stdout instead of the progress bar.
+    pub json: bool,
+}
+
+/// The replicas' backends: `--devices` when given, else the one `--backend` selects.
+pub fn replica_backends(devices: Option<&str>, backend: Option<&str>) -> CliResult<Vec<Selected>> {
+    Ok(match devices {
+        Some(list) => select_devices(list)?,
+        None => vec![select_backend(BackendChoice::from_arg(backend)?)?],
+    })
+}
+
+/// The `--json` object of one logged step.
+pub fn step_json(
+    step: usize,
+    loss: f32,
+    tokens_per_s: f64,
+    devices: &[String],
+    path: &str,
+    reduce_bytes: u64,
+) -> serde_json::Value {
+    serde_json::json!({
+        "step": step,
+        "loss": loss,
+        "tokens_per_s": tokens_per_s,
+        "devices": devices,
+        "reduce": path,
+        "reduce_bytes": reduce_bytes,
+    })
 }
 
 /// The llama config of the addition model.
@@ -132,26 +167,44 @@ pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
             args.lr
         )));
     }
-    let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
-    let backend = chosen.backend.clone();
+    let chosen = replica_backends(args.devices.as_deref(), args.backend.as_deref())?;
     let cfg = config(args);
     let mut rng = Rng::new(args.seed);
-    let mut model = Llama::init(cfg, backend.clone(), &mut rng)?;
+    // Replica 0 is initialized as a single-device run would be (the batches follow from the
+    // same stream); DataParallel copies its parameters to the others.
+    let mut replicas = Vec::with_capacity(chosen.len());
+    for (i, c) in chosen.iter().enumerate() {
+        let mut other = Rng::new(args.seed);
+        let r = if i == 0 { &mut rng } else { &mut other };
+        replicas.push(Llama::init(cfg.clone(), c.backend.clone(), r)?);
+    }
+    let opt = AdamW::new(args.lr).weight_decay(ADAMW_WEIGHT_DECAY);
+    let mut dp = pollster::block_on(DataParallel::new(replicas, opt))?;
+    let devices: Vec<String> = chosen.iter().map(|c| c.backend.name()).collect();
     eprintln!(
-        "training a {}-parameter llama ({} layers, hidden {}, {} heads / {} kv heads) on {} ({})",
-        model.config.num_parameters(),
+        "training a {}-parameter llama ({} layers, hidden {}, {} heads / {} kv heads) on {} \
+         ({}; all-reduce: {})",
+        dp.replicas()[0].config.num_parameters(),
         args.layers,
         args.hidden,
         args.heads,
         args.kv_heads,
-        backend.name(),
-        chosen.reason
+        devices.join(" + "),
+        chosen
+            .iter()
+            .map(|c| c.reason.as_str())
+            .collect::<Vec<_>>()
+            .join("; "),
+        dp.path().name()
     );
-    let mut opt = AdamW::new(args.lr).weight_decay(ADAMW_WEIGHT_DECAY);
     let seq = PROMPT_LEN + ANSWER_LEN - 1;
     // Logits at these positions predict the answer's characters.
     let positions: Vec<usize> = (PROMPT_LEN - 1..seq).collect();
-    let bar = ProgressBar::new(args.steps as u64);
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(args.steps as u64)
+    };
     bar.set_style(
         ProgressStyle::with_template(
             "{bar:30} {pos}/{len} steps  {msg}  [{elapsed_precise} < {eta_precise}]",
@@ -162,26 +215,42 @@ pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
     let mut tokens = 0usize;
     let mut accuracy = None;
     for step in 0..args.steps {
-        opt.lr = lr_at(step, args.steps, args.lr);
+        dp.set_lr(lr_at(step, args.steps, args.lr));
         let (ids, targets) = batch(&mut rng, args.batch)?;
-        let g = Graph::new(backend.clone());
-        let p = model.bind(&g)?;
-        let ids = g.constant(backend.upload(&Tensor::from_i32(&[args.batch, seq], ids)?)?)?;
-        let loss = model.loss(&g, &p, &ids, &targets, &positions)?;
-        let grads = g.backward(&loss)?;
-        opt.step(&mut model.store, &grads)?;
+        let report = pollster::block_on(dp.step(args.batch, |_, model, g, p, rows| {
+            let shard = Tensor::from_i32(
+                &[rows.len(), seq],
+                ids[rows.start * seq..rows.end * seq].to_vec(),
+            )?;
+            let shard = g.constant(g.backend().upload(&shard)?)?;
+            model.loss(
+                g,
+                p,
+                &shard,
+                &targets[rows.start * seq..rows.end * seq],
+                &positions,
+            )
+        }))?;
         tokens += args.batch * seq;
-        if step % 10 == 0 || step + 1 == args.steps {
-            let l = pollster::block_on(backend.download(loss.tensor()))?.to_scalar()?;
-            let rate = tokens as f64 / start.elapsed().as_secs_f64().max(1e-9);
-            bar.set_message(format!("loss {l:.4}  {rate:.0} tok/s"));
-        }
         bar.inc(1);
         let last = step + 1 == args.steps;
         let checkpoint =
             last || (args.checkpoint_every > 0 && (step + 1) % args.checkpoint_every == 0);
         if step % 10 == 0 || checkpoint {
-            let l = pollster::block_on(backend.download(loss.tensor()))?.to_scalar()?;
+            let l = pollster::block_on(report.loss())?;
+            let rate = tokens as f64 / start.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!("loss {l:.4}  {rate:.0} tok/s"));
+            if args.json {
+                let path = dp.path().name();
+                emit_json_line(&step_json(
+                    step,
+                    l,
+                    rate,
+                    &devices,
+                    path,
+                    report.reduce_bytes(),
+                ))?;
+            }
             if !l.is_finite() {
                 bar.abandon();
                 return Err(fail(format!(
@@ -193,9 +262,10 @@ pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
             }
         }
         if checkpoint {
-            save_checkpoint(&model, &args.out)?;
+            let model = &dp.replicas()[0];
+            save_checkpoint(model, &args.out)?;
             if args.eval_problems > 0 {
-                let (ok, n, _) = addition::evaluate(&model, args.eval_problems, 1, 256)?;
+                let (ok, n, _) = addition::evaluate(model, args.eval_problems, 1, 256)?;
                 let acc = ok as f64 / n as f64;
                 bar.suspend(|| {
                     eprintln!(
@@ -210,6 +280,12 @@ pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
         }
     }
     bar.finish();
+    if dp.len() > 1 {
+        eprintln!(
+            "replicas' largest parameter difference from replica 0: {:e}",
+            pollster::block_on(dp.divergence())?
+        );
+    }
     eprintln!(
         "{} steps in {:.1} s; wrote {}",
         args.steps,

@@ -262,28 +262,27 @@ struct EmbeddingGradParams {
     }
 };
 
-// One AdamW step over `n` parameters; `bias_correction1 = 1 - beta1^step`, `bias_correction2_sqrt =
-// sqrt(1 - beta2^step)`.
+// One AdamW step over `n` parameters, with the CPU's coefficients
+// (`kernels_core::cpu::optim::adamw_constants`): `decay = 1 - lr * weight_decay`, `step_size = lr /
+// (1 - beta1^step)`, `bias_correction2_sqrt = sqrt(1 - beta2^step)`.
 struct AdamwParams {
     unsigned int n;
-    float lr;
     float beta1;
     float beta2;
     float eps;
-    float weight_decay;
-    float bias_correction1;
+    float decay;
+    float step_size;
     float bias_correction2_sqrt;
     unsigned int c[4];
     __device__ static AdamwParams of(const Params& raw) {
         AdamwParams p;
         p.n = raw.u[0];
-        p.lr = raw.f[0];
-        p.beta1 = raw.f[1];
-        p.beta2 = raw.f[2];
-        p.eps = raw.f[3];
-        p.weight_decay = raw.f[4];
-        p.bias_correction1 = raw.f[5];
-        p.bias_correction2_sqrt = raw.f[6];
+        p.beta1 = raw.f[0];
+        p.beta2 = raw.f[1];
+        p.eps = raw.f[2];
+        p.decay = raw.f[3];
+        p.step_size = raw.f[4];
+        p.bias_correction2_sqrt = raw.f[5];
         for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
         return p;
     }

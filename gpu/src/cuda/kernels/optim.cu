@@ -6,13 +6,13 @@
 KERNEL(adamw_step, AdamwParams) {
     unsigned long long i = global_index();
     if (i >= p.n) return;
-    float lr = p.lr, b1 = p.beta1, b2 = p.beta2;
+    float b1 = p.beta1, b2 = p.beta2;
     float g = in1[i];
-    float w = in0[i] * (1.0f - lr * p.weight_decay);
+    float w = in0[i] * p.decay;
     float m = b1 * in2[i] + (1.0f - b1) * g;
     float v = b2 * in3[i] + (1.0f - b2) * g * g;
     float denom = sqrtf(v) / p.bias_correction2_sqrt + p.eps;
-    out0[i] = w - (lr / p.bias_correction1) * m / denom;
+    out0[i] = w - p.step_size * m / denom;
     out1[i] = m;
     out2[i] = v;
 }

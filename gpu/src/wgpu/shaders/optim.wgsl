@@ -25,15 +25,14 @@ fn adamw_step(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     let p = adamw_params();
     let i = flat_index(wid, nwg, lid);
     if (i >= p.n) { return; }
-    let lr = p.lr;
     let b1 = p.beta1;
     let b2 = p.beta2;
     let g = grad[i];
-    let w = param_in[i] * (1.0 - lr * p.weight_decay);
+    let w = param_in[i] * p.decay;
     let m = b1 * state_a[i] + (1.0 - b1) * g;
     let v = b2 * state_b[i] + (1.0 - b2) * g * g;
     let denom = sqrt(v) / p.bias_correction2_sqrt + p.eps;
-    param_out[i] = w - (lr / p.bias_correction1) * m / denom;
+    param_out[i] = w - p.step_size * m / denom;
     state_a_out[i] = m;
     state_b_out[i] = v;
 }

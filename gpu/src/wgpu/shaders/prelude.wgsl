@@ -167,20 +167,20 @@ fn embedding_grad_params() -> EmbeddingGradParams {
     return EmbeddingGradParams(kernel_params.u0, kernel_params.u1, kernel_params.u2);
 }
 
-// One AdamW step over `n` parameters; `bias_correction1 = 1 - beta1^step`, `bias_correction2_sqrt =
-// sqrt(1 - beta2^step)`.
+// One AdamW step over `n` parameters, with the CPU's coefficients
+// (`kernels_core::cpu::optim::adamw_constants`): `decay = 1 - lr * weight_decay`, `step_size = lr /
+// (1 - beta1^step)`, `bias_correction2_sqrt = sqrt(1 - beta2^step)`.
 struct AdamwParams {
     n: u32,
-    lr: f32,
     beta1: f32,
     beta2: f32,
     eps: f32,
-    weight_decay: f32,
-    bias_correction1: f32,
+    decay: f32,
+    step_size: f32,
     bias_correction2_sqrt: f32,
 }
 fn adamw_params() -> AdamwParams {
-    return AdamwParams(kernel_params.u0, kernel_params.f0, kernel_params.f1, kernel_params.f2, kernel_params.f3, kernel_params.f4, kernel_params.f5, kernel_params.f6);
+    return AdamwParams(kernel_params.u0, kernel_params.f0, kernel_params.f1, kernel_params.f2, kernel_params.f3, kernel_params.f4, kernel_params.f5);
 }
 
 // One SGD step over `n` parameters (`nesterov`: 0 or 1).

@@ -247,6 +247,24 @@ fn windows_line_up_with_the_trajectories() {
 }
 
 #[test]
+fn batch_rows_is_the_gather_of_those_windows() {
+    let data: Vec<f32> = (0..3 * 7 * 2).map(|i| i as f32).collect();
+    let w = Windows::new(&data, 3, 7, 2).unwrap();
+    let starts = [(2, 1), (0, 3), (1, 0), (2, 2), (0, 0)];
+    let (s0, truth) = w.gather(&starts, 3).unwrap();
+    for rows in [0..5, 1..4, 3..5, 2..2] {
+        let (a, b) = batch_rows(&s0, &truth, rows.clone()).unwrap();
+        let (want_a, want_b) = w.gather(&starts[rows.clone()], 3).unwrap();
+        assert!(a.bit_eq(&want_a) && b.bit_eq(&want_b), "{rows:?}");
+    }
+    assert!(matches!(
+        batch_rows(&s0, &truth, 4..6),
+        Err(Error::IndexOutOfRange { .. })
+    ));
+    assert!(batch_rows(&truth, &s0, 0..1).is_err());
+}
+
+#[test]
 fn config_is_inferred_from_a_saved_model() {
     let (_, store) = tiny(3);
     let host = ready(store.to_host()).unwrap();

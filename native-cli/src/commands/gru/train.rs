@@ -1,18 +1,20 @@
 //! `kernels gru train`: trains the world model by backpropagation through time with AdamW on
-//! simulated trajectories, with a progress bar; saves the weights as it goes.
+//! simulated trajectories, with a progress bar; saves the weights as it goes. `--devices`
+//! trains data-parallel replicas ([`kernels_core::parallel::DataParallel`]).
 
 use std::path::PathBuf;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use kernels_core::models::world::{Windows, WorldConfig, WorldModel, sim};
+use kernels_core::models::world::{Windows, WorldConfig, WorldModel, batch_rows, sim};
 use kernels_core::nn::ParamStore;
 use kernels_core::optim::AdamW;
+use kernels_core::parallel::DataParallel;
 use kernels_core::{Backend, Rng};
-use kernels_gpu::{BackendChoice, select_backend};
+use kernels_gpu::Selected;
 
+use crate::commands::train::{replica_backends, step_json};
 use crate::world_model::{TRAIN_SEED, eval_table, held_out, load_world, save_f16};
-use crate::{CliResult, emit, fail};
+use crate::{CliResult, emit, emit_json_line, fail, progress_to_stderr};
 
 /// Options of `kernels gru train`.
 #[derive(Debug, Clone)]
@@ -32,41 +34,75 @@ pub struct TrainOptions {
     pub length: usize,
     pub hidden: usize,
     pub members: usize,
+    /// Data-parallel replicas, e.g. `cpu,wgpu` (`None`: one, on `--backend`).
+    pub devices: Option<String>,
+    /// One JSON object per logged iteration on stdout; the rest goes to stderr.
+    pub json: bool,
 }
 
-/// `kernels gru train`: BPTT with AdamW on simulated trajectories; saves every 100 iterations
-/// and at the end, then evaluates on the held-out set.
-pub fn train(backend: Rc<dyn Backend>, reason: &str, o: &TrainOptions) -> CliResult<()> {
-    let data = sim::trajectories(TRAIN_SEED, o.trajectories, o.length)?;
-    let windows = Windows::new(&data, o.trajectories, o.length, sim::FEATURES)?;
-    let (model, mut store) = match &o.init {
-        Some(p) => load_world(backend.clone(), p)?,
+/// The model and its parameters on `backend`: loaded from `--init`, else fresh from the seed.
+fn replica(
+    backend: std::rc::Rc<dyn Backend>,
+    o: &TrainOptions,
+) -> CliResult<(WorldModel, ParamStore)> {
+    Ok(match &o.init {
+        Some(p) => load_world(backend, p)?,
         None => {
             let config = WorldConfig {
                 hidden: o.hidden,
                 members: o.members,
                 ..WorldConfig::DEFAULT
             };
-            let mut store = ParamStore::new(backend.clone());
+            let mut store = ParamStore::new(backend);
             let model = WorldModel::new(&mut store, config, &mut Rng::new(o.seed))?;
             (model, store)
         }
-    };
+    })
+}
+
+/// `kernels gru train`: BPTT with AdamW on simulated trajectories, on one replica per entry of
+/// `chosen`; saves every 100 iterations and at the end, then evaluates on the held-out set.
+pub fn train(chosen: &[Selected], o: &TrainOptions) -> CliResult<()> {
+    if o.json {
+        progress_to_stderr();
+    }
+    let data = sim::trajectories(TRAIN_SEED, o.trajectories, o.length)?;
+    let windows = Windows::new(&data, o.trajectories, o.length, sim::FEATURES)?;
+    let mut model = None;
+    let mut stores = Vec::with_capacity(chosen.len());
+    for c in chosen {
+        let (m, s) = replica(c.backend.clone(), o)?;
+        model.get_or_insert(m);
+        stores.push(s);
+    }
+    let model = model.ok_or_else(|| fail("gru train: no device"))?;
+    let numel = stores.first().map_or(0, ParamStore::numel);
+    let mut dp = pollster::block_on(DataParallel::new(
+        stores,
+        AdamW::new(o.lr).weight_decay(1e-4),
+    ))?;
+    let devices: Vec<String> = chosen.iter().map(|c| c.backend.name()).collect();
+    let reasons: Vec<&str> = chosen.iter().map(|c| c.reason.as_str()).collect();
     emit(&format!(
-        "training the world model on {} ({reason}): {:?}, {} parameters; {} trajectories x {} \
-         observations of the damped double pendulum; batch {}, horizon {}, AdamW lr {}\n",
-        backend.name(),
+        "training the world model on {} ({}; all-reduce: {}): {:?}, {numel} parameters; {} \
+         trajectories x {} observations of the damped double pendulum; batch {}, horizon {}, \
+         AdamW lr {}\n",
+        devices.join(" + "),
+        reasons.join("; "),
+        dp.path().name(),
         model.config,
-        store.numel(),
         o.trajectories,
         o.length,
         o.batch,
         o.horizon,
         o.lr
     ))?;
-    let mut opt = AdamW::new(o.lr).weight_decay(1e-4);
     let mut rng = Rng::new(o.seed ^ 0x9e37_79b9);
-    let bar = indicatif::ProgressBar::new(o.iters as u64);
+    let bar = if o.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(o.iters as u64)
+    };
     bar.set_style(
         indicatif::ProgressStyle::with_template(
             "{elapsed_precise} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta}) {msg}",
@@ -80,12 +116,18 @@ pub fn train(backend: Rc<dyn Backend>, reason: &str, o: &TrainOptions) -> CliRes
     for it in 0..o.iters {
         // Cosine decay to a tenth of the peak rate.
         let frac = it as f32 / o.iters.max(1) as f32;
-        opt.lr = o.lr * (0.1 + 0.9 * 0.5 * (1.0 + (std::f32::consts::PI * frac).cos()));
+        let lr = o.lr * (0.1 + 0.9 * 0.5 * (1.0 + (std::f32::consts::PI * frac).cos()));
+        dp.set_lr(lr);
         let (s0, truth) = windows.sample(&mut rng, o.batch, o.horizon)?;
-        let loss = model.train_step(&mut store, &mut opt, &s0, &truth)?;
+        let report = pollster::block_on(dp.step(o.batch, |_, _, g, p, rows| {
+            let (s0, truth) = batch_rows(&s0, &truth, rows)?;
+            let s0 = g.constant(g.backend().upload(&s0)?)?;
+            let truth = g.constant(g.backend().upload(&truth)?)?;
+            model.loss(g, p, &s0, &truth)
+        }))?;
         done = it + 1;
         if it % 10 == 0 || done == o.iters {
-            let l = f64::from(pollster::block_on(backend.download(&loss))?.to_scalar()?);
+            let l = f64::from(pollster::block_on(report.loss())?);
             if !l.is_finite() {
                 bar.abandon();
                 return Err(fail(format!(
@@ -94,10 +136,25 @@ pub fn train(backend: Rc<dyn Backend>, reason: &str, o: &TrainOptions) -> CliRes
             }
             let s = smoothed.map_or(l, |s| 0.8 * s + 0.2 * l);
             smoothed = Some(s);
-            bar.set_message(format!("loss {s:.5} lr {:.1e}", opt.lr));
+            bar.set_message(format!("loss {s:.5} lr {lr:.1e}"));
+            if o.json {
+                // Window steps predicted (and backpropagated) per second.
+                let rate =
+                    (done * o.batch * o.horizon) as f64 / start.elapsed().as_secs_f64().max(1e-9);
+                let path = dp.path().name();
+                emit_json_line(&step_json(
+                    it,
+                    l as f32,
+                    rate,
+                    &devices,
+                    path,
+                    report.reduce_bytes(),
+                ))?;
+            }
         }
+        let store = &dp.replicas()[0];
         if done % 100 == 0 {
-            save_f16(&store, &o.out)?;
+            save_f16(store, &o.out)?;
         }
         bar.inc(1);
         if start.elapsed() > limit {
@@ -106,19 +163,27 @@ pub fn train(backend: Rc<dyn Backend>, reason: &str, o: &TrainOptions) -> CliRes
         }
     }
     bar.finish();
-    save_f16(&store, &o.out)?;
+    if dp.len() > 1 {
+        emit(&format!(
+            "replicas' largest parameter difference from replica 0: {:e}\n",
+            pollster::block_on(dp.divergence())?
+        ))?;
+    }
+    let store = &dp.replicas()[0];
+    save_f16(store, &o.out)?;
     emit(&format!(
         "{done} iterations in {:.1} s; weights written to {}\n",
         start.elapsed().as_secs_f64(),
         o.out.display()
     ))?;
-    let eval = held_out(&model, &store, o.horizon)?;
+    let eval = held_out(&model, store, o.horizon)?;
     emit(&eval_table(&eval))?;
     Ok(())
 }
 
-/// Runs `kernels gru train` on the backend `--backend` (else `KERNELS_BACKEND`) selects.
+/// Runs `kernels gru train` on the replicas `--devices` names, else on the one backend
+/// `--backend` (else `KERNELS_BACKEND`) selects.
 pub fn run(backend: Option<&str>, o: &TrainOptions) -> CliResult<()> {
-    let chosen = select_backend(BackendChoice::from_arg(backend)?)?;
-    train(chosen.backend, &chosen.reason, o)
+    let chosen = replica_backends(o.devices.as_deref(), backend)?;
+    train(&chosen, o)
 }
