@@ -18,9 +18,12 @@ use crate::op::{
     SVD_POWER_ITERS, UnaryOp,
 };
 use crate::rng::Rng;
-use crate::tensor::{Tensor, numel};
+use crate::tensor::Tensor;
 
+mod generate;
 pub mod hostile;
+
+use generate::{Dist, Gen};
 
 /// One op applied to one set of inputs.
 #[derive(Debug, Clone)]
@@ -56,94 +59,6 @@ impl Case {
 
 /// Elements of the large elementwise case: more than 65,535 workgroups of 256.
 pub const LARGE_ELEMS: usize = 65_535 * 256 + 257;
-
-#[derive(Clone, Copy)]
-enum Dist {
-    /// Standard normal.
-    Normal,
-    /// Uniform in [lo, hi).
-    Uniform(f32, f32),
-    /// Normal, pushed away from zero by at least 0.05 (kinks, divisors).
-    AwayFromZero,
-    /// Uniform in [0.1, 4): log, sqrt.
-    Positive,
-}
-
-struct Gen {
-    rng: Rng,
-}
-
-impl Gen {
-    fn f(&mut self, shape: &[usize], d: Dist) -> Result<Tensor> {
-        let n = numel(shape).unwrap_or(0);
-        let v: Vec<f32> = (0..n)
-            .map(|_| match d {
-                Dist::Normal => self.rng.normal(),
-                Dist::Uniform(lo, hi) => self.rng.uniform_range(lo, hi),
-                Dist::AwayFromZero => {
-                    let x = self.rng.normal();
-                    if x.abs() < 0.05 {
-                        if x < 0.0 { x - 0.05 } else { x + 0.05 }
-                    } else {
-                        x
-                    }
-                }
-                Dist::Positive => self.rng.uniform_range(0.1, 4.0),
-            })
-            .collect();
-        Tensor::from_f32(shape, v)
-    }
-    fn ids_i64(&mut self, shape: &[usize], bound: usize) -> Result<Tensor> {
-        let n = numel(shape).unwrap_or(0);
-        Tensor::from_i64(
-            shape,
-            (0..n)
-                .map(|_| self.rng.below(bound as u64) as i64)
-                .collect(),
-        )
-    }
-    fn ids_i32(&mut self, shape: &[usize], bound: usize) -> Result<Tensor> {
-        let n = numel(shape).unwrap_or(0);
-        Tensor::from_i32(
-            shape,
-            (0..n)
-                .map(|_| self.rng.below(bound as u64) as i32)
-                .collect(),
-        )
-    }
-    /// A rank-`r` matrix `[m, n]`, as a product of normal factors.
-    fn low_rank(&mut self, m: usize, n: usize, r: usize) -> Result<Tensor> {
-        let a: Vec<f32> = (0..m * r).map(|_| self.rng.normal()).collect();
-        let b: Vec<f32> = (0..r * n).map(|_| self.rng.normal()).collect();
-        let mut out = vec![0.0f32; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                out[i * n + j] = (0..r).map(|k| a[i * r + k] * b[k * n + j]).sum();
-            }
-        }
-        Tensor::from_f32(&[m, n], out)
-    }
-    /// `[m, n]` with singular values decaying like 0.7^i.
-    fn decaying(&mut self, m: usize, n: usize) -> Result<Tensor> {
-        let r = m.min(n);
-        let mut out = vec![0.0f32; m * n];
-        for k in 0..r {
-            let s = libm::powf(0.7, k as f32);
-            let u: Vec<f32> = (0..m)
-                .map(|_| self.rng.normal() / libm::sqrtf(m as f32))
-                .collect();
-            let v: Vec<f32> = (0..n)
-                .map(|_| self.rng.normal() / libm::sqrtf(n as f32))
-                .collect();
-            for i in 0..m {
-                for j in 0..n {
-                    out[i * n + j] += s * u[i] * v[j];
-                }
-            }
-        }
-        Tensor::from_f32(&[m, n], out)
-    }
-}
 
 fn case(op: Op, inputs: Vec<Tensor>) -> Case {
     Case {
@@ -902,64 +817,4 @@ pub fn grad_outputs(outputs: &[Tensor], seed: u64) -> Result<Vec<Tensor>> {
 }
 
 #[cfg(test)]
-mod tests {
-    // wasm-pack test runs these in the browser too.
-    use super::*;
-    #[cfg(target_arch = "wasm32")]
-    use wasm_bindgen_test::wasm_bindgen_test as test;
-
-    #[test]
-    fn every_op_has_cases_and_they_are_deterministic() {
-        for k in OpKind::ALL {
-            let a = cases(*k, 1).unwrap();
-            assert!(!a.is_empty(), "{k} has no parity case");
-            let b = cases(*k, 1).unwrap();
-            for (x, y) in a.iter().zip(&b) {
-                assert_eq!(x.op, y.op);
-                for (t, u) in x.inputs.iter().zip(&y.inputs) {
-                    assert!(t.bit_eq(u), "{k}: not deterministic");
-                }
-                assert_eq!(x.op.kind(), *k);
-                assert_eq!(
-                    x.inputs.len(),
-                    k.spec().inputs.len(),
-                    "{k}: wrong input count"
-                );
-            }
-        }
-        assert!(
-            cases(OpKind::Add, 0)
-                .unwrap()
-                .iter()
-                .any(|c| c.large && c.inputs[0].numel() > 65_535 * 256)
-        );
-    }
-
-    #[test]
-    fn ops_that_reject_non_finite_inputs_do_so_in_the_reference() {
-        use crate::backend::{Backend, CpuBackend};
-        use crate::error::Error;
-        use crate::op::{Direction, InputKind};
-        let mut checked = 0;
-        for k in OpKind::ALL.iter().filter(|k| k.rejects_non_finite()) {
-            let case = cases(*k, 0).unwrap().remove(0);
-            let spec = k.spec();
-            for (i, input) in spec.inputs.iter().enumerate() {
-                if input.kind != InputKind::Float {
-                    continue;
-                }
-                let mut inputs = case.inputs.clone();
-                let mut v = inputs[i].to_f32_vec().unwrap();
-                v[0] = f32::NAN;
-                inputs[i] = Tensor::from_f32(inputs[i].shape(), v).unwrap();
-                let refs: Vec<&Tensor> = inputs.iter().collect();
-                let e = CpuBackend::reference()
-                    .run(&case.op, Direction::Forward, &refs)
-                    .unwrap_err();
-                assert!(matches!(e, Error::NonFinite { .. }), "{k}: {e}");
-                checked += 1;
-            }
-        }
-        assert!(checked > 0);
-    }
-}
+mod tests;

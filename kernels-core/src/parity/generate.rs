@@ -1,0 +1,96 @@
+//! The random inputs of the parity cases: distributions drawn from each op's valid domain.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::error::Result;
+use crate::rng::Rng;
+use crate::tensor::{Tensor, numel};
+
+#[derive(Clone, Copy)]
+pub(super) enum Dist {
+    /// Standard normal.
+    Normal,
+    /// Uniform in [lo, hi).
+    Uniform(f32, f32),
+    /// Normal, pushed away from zero by at least 0.05 (kinks, divisors).
+    AwayFromZero,
+    /// Uniform in [0.1, 4): log, sqrt.
+    Positive,
+}
+
+pub(super) struct Gen {
+    pub(super) rng: Rng,
+}
+
+impl Gen {
+    pub(super) fn f(&mut self, shape: &[usize], d: Dist) -> Result<Tensor> {
+        let n = numel(shape).unwrap_or(0);
+        let v: Vec<f32> = (0..n)
+            .map(|_| match d {
+                Dist::Normal => self.rng.normal(),
+                Dist::Uniform(lo, hi) => self.rng.uniform_range(lo, hi),
+                Dist::AwayFromZero => {
+                    let x = self.rng.normal();
+                    if x.abs() < 0.05 {
+                        if x < 0.0 { x - 0.05 } else { x + 0.05 }
+                    } else {
+                        x
+                    }
+                }
+                Dist::Positive => self.rng.uniform_range(0.1, 4.0),
+            })
+            .collect();
+        Tensor::from_f32(shape, v)
+    }
+    pub(super) fn ids_i64(&mut self, shape: &[usize], bound: usize) -> Result<Tensor> {
+        let n = numel(shape).unwrap_or(0);
+        Tensor::from_i64(
+            shape,
+            (0..n)
+                .map(|_| self.rng.below(bound as u64) as i64)
+                .collect(),
+        )
+    }
+    pub(super) fn ids_i32(&mut self, shape: &[usize], bound: usize) -> Result<Tensor> {
+        let n = numel(shape).unwrap_or(0);
+        Tensor::from_i32(
+            shape,
+            (0..n)
+                .map(|_| self.rng.below(bound as u64) as i32)
+                .collect(),
+        )
+    }
+    /// A rank-`r` matrix `[m, n]`, as a product of normal factors.
+    pub(super) fn low_rank(&mut self, m: usize, n: usize, r: usize) -> Result<Tensor> {
+        let a: Vec<f32> = (0..m * r).map(|_| self.rng.normal()).collect();
+        let b: Vec<f32> = (0..r * n).map(|_| self.rng.normal()).collect();
+        let mut out = vec![0.0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..r).map(|k| a[i * r + k] * b[k * n + j]).sum();
+            }
+        }
+        Tensor::from_f32(&[m, n], out)
+    }
+    /// `[m, n]` with singular values decaying like 0.7^i.
+    pub(super) fn decaying(&mut self, m: usize, n: usize) -> Result<Tensor> {
+        let r = m.min(n);
+        let mut out = vec![0.0f32; m * n];
+        for k in 0..r {
+            let s = libm::powf(0.7, k as f32);
+            let u: Vec<f32> = (0..m)
+                .map(|_| self.rng.normal() / libm::sqrtf(m as f32))
+                .collect();
+            let v: Vec<f32> = (0..n)
+                .map(|_| self.rng.normal() / libm::sqrtf(n as f32))
+                .collect();
+            for i in 0..m {
+                for j in 0..n {
+                    out[i * n + j] += s * u[i] * v[j];
+                }
+            }
+        }
+        Tensor::from_f32(&[m, n], out)
+    }
+}
