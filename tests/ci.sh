@@ -148,7 +148,7 @@ run cargo run -p native-cli --example generate
 run cargo run -p kernels-core --example decode_by_position
 
 step "docs"
-run env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib -p kernels-core -p kernels-gpu -p native-cli -p kernels-embedded
+run env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --lib -p kernels-core -p kernels-gpu -p kernels-chat -p native-cli -p kernels-embedded
 
 step "no_std builds of kernels-core"
 for t in "${NO_STD_TARGETS[@]}"; do

@@ -54,7 +54,7 @@ pub struct Row {
     pub outputs: Vec<OutputCheck>,
     /// Why the backend or the reference could not run the case.
     pub error: Option<String>,
-    /// Hostile cases ([`check_hostile`]): the reference refused the case and so did the backend
+    /// Hostile cases ([`check_all_hostile`]): the reference refused the case and so did the backend
     /// (or, for an op that rejects non-finite input, the device gave all-NaN outputs): why.
     pub refused: Option<String>,
     /// Wall time of the backend's run, uploads and downloads included.
