@@ -141,9 +141,9 @@ run cargo test --workspace --no-fail-fast
 
 # The programs a library user starts from (README "Use it as a library"), each run to the end.
 step "examples"
-run cargo run -p kernels-gpu --example check_op
-run cargo run -p kernels-gpu --example train_mlp
-run cargo run -p kernels-gpu --example world_rollout
+run cargo run -p native-cli --example check_op
+run cargo run -p native-cli --example train_mlp
+run cargo run -p native-cli --example world_rollout
 run cargo run -p native-cli --example generate
 run cargo run -p kernels-core --example decode_by_position
 

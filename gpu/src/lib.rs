@@ -12,7 +12,7 @@
 //! Pick a backend the way the CLI does with [`select_backend`] (`KERNELS_BACKEND=cpu|wgpu|cuda|
 //! auto`), or build one directly with [`WgpuBackend::new`]; either is an
 //! `Rc<dyn kernels_core::Backend>` that every model and `Graph` of kernels-core runs on
-//! unchanged. The examples (`cargo run -p kernels-gpu --example check_op`, `train_mlp`,
+//! unchanged. The examples (`cargo run -p native-cli --example check_op`, `train_mlp`,
 //! `world_rollout`) start from there.
 //!
 //! [`parity`] is the shared harness that checks any backend against the CPU reference;

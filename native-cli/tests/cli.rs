@@ -550,12 +550,12 @@ fn demo_passes() {
     }
 }
 
-/// The README's "Use it as a library" code is `gpu/examples/check_op.rs`, which CI runs.
+/// The README's "Use it as a library" code is `native-cli/examples/check_op.rs`, which CI runs.
 #[test]
 fn readme_library_code_is_the_check_op_example() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let example = std::fs::read_to_string(root.join("gpu/examples/check_op.rs")).unwrap();
+    let example = std::fs::read_to_string(root.join("native-cli/examples/check_op.rs")).unwrap();
     let code: String = example
         .lines()
         .filter(|l| !l.starts_with("//!"))
@@ -564,7 +564,7 @@ fn readme_library_code_is_the_check_op_example() {
         .collect();
     assert!(
         readme.contains(&format!("```rust\n{code}```")),
-        "README's library example differs from gpu/examples/check_op.rs: paste the file"
+        "README's library example differs from native-cli/examples/check_op.rs: paste the file"
     );
 }
 

@@ -4,7 +4,7 @@
 //! falls in. A 2 -> 64 -> 3 MLP with ReLU, cross-entropy and AdamW learns it in a few hundred
 //! steps. The model is written once against `dyn Backend`; only the backend changes.
 //!
-//! `cargo run --release -p kernels-gpu --example train_mlp`
+//! `cargo run --release -p native-cli --example train_mlp`
 
 use std::rc::Rc;
 

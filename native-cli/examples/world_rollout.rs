@@ -3,7 +3,7 @@
 //! wgpu adapter. Prints the ensemble mean's error per step against persistence ("no change"),
 //! the ensemble's spread, and how far the two backends' predictions are apart.
 //!
-//! `cargo run --release -p kernels-gpu --example world_rollout`
+//! `cargo run --release -p native-cli --example world_rollout`
 
 use std::rc::Rc;
 
@@ -11,7 +11,7 @@ use kernels_core::autograd::Graph;
 use kernels_core::models::world::{Windows, WorldModel, ensemble_stats, per_step_mse, sim};
 use kernels_core::{Backend, CpuBackend, Tensor};
 
-const WEIGHTS: &[u8] = include_bytes!("../../native-cli/models/world/world.safetensors");
+const WEIGHTS: &[u8] = include_bytes!("../models/world/world.safetensors");
 const STEPS: usize = 10;
 const BATCH: usize = 8;
 

@@ -2,7 +2,7 @@
 //! against the CPU reference kernel within the op's published error budget. (The README's
 //! "Use it as a library" shows this file's code; a test keeps the two equal.)
 //!
-//! `cargo run -p kernels-gpu --example check_op`
+//! `cargo run -p native-cli --example check_op`
 
 use std::rc::Rc;
 
