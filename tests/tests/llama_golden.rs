@@ -10,17 +10,12 @@
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use kernels_core::autograd::Graph;
-use kernels_core::models::llama::{KvCache, Llama};
 use kernels_core::{Backend, CpuBackend, Tensor};
 use kernels_gpu::testing;
+use kernels_tests::golden::{assert_close, logits_with_cache};
 use native_cli::llama::{build, logits, read_dir};
 
 const CASES: &[&str] = &["gqa_tied", "mha_untied", "gqa_untied_bf16"];
-
-/// f32 against PyTorch's f32 over two small layers: rounding differs in sums of 32..56 terms.
-const ATOL: f32 = 2e-4;
-const RTOL: f32 = 2e-4;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -50,57 +45,6 @@ fn golden(name: &str) -> (Vec<u32>, Vec<Vec<f32>>) {
         })
         .collect();
     (tokens, rows)
-}
-
-fn assert_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
-    assert_eq!(got.len(), want.len(), "{what}: positions");
-    let mut worst = 0.0f32;
-    for (p, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_eq!(g.len(), w.len(), "{what}: vocab at {p}");
-        for (v, (a, b)) in g.iter().zip(w).enumerate() {
-            let err = (a - b).abs();
-            worst = worst.max(err);
-            assert!(
-                err <= ATOL + RTOL * b.abs(),
-                "{what}: position {p}, token {v}: got {a}, transformers {b}"
-            );
-        }
-    }
-    eprintln!("{what}: max abs error {worst:.2e}");
-}
-
-/// Logits of every position computed one token at a time over the KV cache.
-fn logits_with_cache(model: &Llama, tokens: &[u32]) -> Vec<Vec<f32>> {
-    let backend = model.store.backend().clone();
-    let g = Graph::inference(backend.clone());
-    let p = model.bind(&g).unwrap();
-    let mut cache = KvCache::new();
-    let mut rows = Vec::new();
-    // A 3-token prefill, then single-token steps.
-    let mut start = 0;
-    for end in std::iter::once(3).chain(4..=tokens.len()) {
-        let ids: Vec<i32> = tokens[start..end].iter().map(|&t| t as i32).collect();
-        let n = ids.len();
-        let ids = g
-            .constant(
-                backend
-                    .upload(&Tensor::from_i32(&[1, n], ids).unwrap())
-                    .unwrap(),
-            )
-            .unwrap();
-        let h = model.forward(&g, &p, &ids, Some(&mut cache)).unwrap();
-        let l = model.logits(&g, &p, &h).unwrap();
-        let host = pollster::block_on(backend.download(l.tensor())).unwrap();
-        rows.extend(
-            host.to_f32_vec()
-                .unwrap()
-                .chunks(model.config.vocab_size)
-                .map(<[f32]>::to_vec),
-        );
-        start = end;
-    }
-    assert_eq!(cache.len(), tokens.len());
-    rows
 }
 
 fn check_backend(backend: Rc<dyn Backend>) {

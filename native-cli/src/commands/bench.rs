@@ -24,7 +24,7 @@ use kernels_gpu::bench::{
 use kernels_gpu::{BackendChoice, Counters, WgpuBackend, require_wgpu, select_backend};
 
 use crate::parity::download;
-use crate::{CliResult, emit, fail};
+use crate::{CliResult, emit, emit_json, fail};
 use report::{BenchRow, table, tiled_vs_naive};
 
 /// Options of `kernels bench`.
@@ -458,7 +458,7 @@ pub fn run(opts: &BenchOptions) -> CliResult<()> {
             eprintln!("note: {n}");
         }
         let list: Vec<serde_json::Value> = rows.iter().map(BenchRow::json).collect();
-        emit(&format!("{}\n", serde_json::to_string_pretty(&list)?))?;
+        emit_json(&serde_json::Value::from(list))?;
     } else {
         let mut s = String::from("kernels bench: median wall time per op (inputs resident)\n");
         for n in &notes {

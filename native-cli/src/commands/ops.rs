@@ -6,7 +6,7 @@ use kernels_core::numerics::Budget;
 use kernels_core::op::{AttrDefault, AttrKind, AttrSpec, AttrValue, InputKind, OpSpec};
 use serde_json::{Value, json};
 
-use crate::{CliResult, emit};
+use crate::{CliResult, emit, emit_json};
 
 fn attr_type(k: &AttrKind) -> String {
     match k {
@@ -225,7 +225,7 @@ pub fn markdown() -> String {
 /// README's Markdown tables.
 pub fn run(json: bool, tables: bool) -> CliResult<()> {
     if json {
-        emit(&format!("{}\n", serde_json::to_string_pretty(&all_json())?))
+        emit_json(&all_json())
     } else if tables {
         emit(&markdown())
     } else {

@@ -7,7 +7,7 @@ use kernels_gpu::{BackendChoice, Counters, Selected, select_backend};
 
 use crate::format::table;
 use crate::parity::{Row, check_all};
-use crate::{CliResult, emit, fail};
+use crate::{CliResult, emit, emit_json, fail};
 
 /// Options of `kernels parity`.
 #[derive(Debug, Clone)]
@@ -96,7 +96,7 @@ pub fn run(opts: &ParityOptions) -> CliResult<()> {
     let failed: Vec<&Row> = rows.iter().filter(|r| !r.pass()).collect();
     if opts.json {
         let doc = report_json(&chosen, opts.seed, &rows);
-        emit(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;
+        emit_json(&doc)?;
     } else {
         let mut s = format!(
             "kernels parity: {} cases of {} ops on {} ({}) against cpu-reference, seed {}\n\n",
