@@ -102,6 +102,14 @@ pub fn host_view<'a>(op: &'static str, t: &'a Tensor) -> Result<View<'a, f32>> {
         Storage::F32(v) => Data::Float(v.as_slice()),
         Storage::I32(v) => Data::I32(v.as_slice()),
         Storage::I64(v) => Data::I64(v.as_slice()),
+        Storage::Packed(_) => {
+            return Err(Error::DTypeMismatch {
+                op,
+                tensor: "input".into(),
+                expected: "f32, i32 or i64 (weight dtypes only where an op takes a weight)",
+                got: t.dtype(),
+            });
+        }
         Storage::Device(b) => {
             return Err(Error::DeviceMismatch {
                 op,

@@ -72,6 +72,12 @@ pub fn to_f64(t: &Tensor) -> Result<Owned<f64>> {
                 .map(|&x| i32::try_from(x).unwrap_or(i32::MAX))
                 .collect(),
         ),
+        Storage::Packed(b) => OwnedData::Float(
+            crate::quant::dequantize(t.dtype(), b, t.numel())?
+                .into_iter()
+                .map(|x| x as f64)
+                .collect(),
+        ),
         Storage::Device(_) => return Err(Error::NotOnHost { op: "gradcheck" }),
     };
     Ok(Owned {

@@ -23,7 +23,7 @@ use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::tensor::{Storage, Tensor};
+use crate::tensor::{DType, Storage, Tensor};
 
 /// The `path` reported in errors for bytes that came without a file name.
 pub const BYTES_PATH: &str = "<bytes>";
@@ -304,6 +304,18 @@ fn encode(t: &Tensor) -> Result<Encoded> {
         Storage::F32(v) => (Dtype::F32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         Storage::I32(v) => (Dtype::I32, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
         Storage::I64(v) => (Dtype::I64, v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        Storage::Packed(b) => match t.dtype() {
+            DType::F16 => (Dtype::F16, b.to_vec()),
+            DType::BF16 => (Dtype::BF16, b.to_vec()),
+            other => {
+                return Err(Error::DTypeMismatch {
+                    op: "io::save",
+                    tensor: "tensor".into(),
+                    expected: "f32, f16, bf16, i32 or i64 (safetensors has no GGML block types: write GGUF)",
+                    got: other,
+                });
+            }
+        },
         Storage::Device(_) => return Err(Error::NotOnHost { op: "io::save" }),
     };
     Ok(Encoded {

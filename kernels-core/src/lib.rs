@@ -87,6 +87,7 @@ pub mod op;
 pub mod optim;
 pub mod parallel;
 pub mod parity;
+pub mod quant;
 pub mod rng;
 pub mod tensor;
 

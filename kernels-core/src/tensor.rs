@@ -1,7 +1,8 @@
 //! Contiguous row-major tensors with checked shapes.
 //!
 //! A [`Tensor`] is a shape, a dtype and a shared storage. Storage is either host memory
-//! (`f32`, `i32` or `i64`) or a buffer owned by a device backend ([`DeviceBuffer`]). Cloning a
+//! (`f32`, `i32` or `i64` elements, or the packed bytes of a weight dtype such as `q4_k`) or a
+//! buffer owned by a device backend ([`DeviceBuffer`]). Cloning a
 //! tensor and [`Tensor::reshape`] share the storage (views); kernels never mutate shared storage.
 
 use alloc::format;
@@ -54,6 +55,9 @@ pub enum Storage {
     F32(Arc<Vec<f32>>),
     I32(Arc<Vec<i32>>),
     I64(Arc<Vec<i64>>),
+    /// The little-endian bytes of a weight dtype (`f16`, `bf16`, GGML blocks): see
+    /// [`crate::quant`].
+    Packed(Arc<Vec<u8>>),
     Device(Arc<dyn DeviceBuffer>),
 }
 
@@ -63,6 +67,7 @@ impl fmt::Debug for Storage {
             Storage::F32(v) => write!(f, "F32(len {})", v.len()),
             Storage::I32(v) => write!(f, "I32(len {})", v.len()),
             Storage::I64(v) => write!(f, "I64(len {})", v.len()),
+            Storage::Packed(v) => write!(f, "Packed({} bytes)", v.len()),
             Storage::Device(b) => write!(f, "Device({b:?})"),
         }
     }
@@ -127,6 +132,92 @@ impl Tensor {
             storage: Storage::I64(Arc::new(data)),
         })
     }
+    /// A tensor of a weight dtype from its packed little-endian bytes (GGML's block layouts for
+    /// the quantized ones; blocks run along the last dimension, so it must hold a whole number
+    /// of them). Fails unless `bytes` is exactly the size `shape` needs.
+    pub fn from_raw(shape: &[usize], dtype: DType, bytes: Vec<u8>) -> Result<Self> {
+        if !dtype.is_weight() {
+            return Err(Error::DTypeMismatch {
+                op: "tensor",
+                tensor: "data".into(),
+                expected: "a weight dtype (f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q6_k)",
+                got: dtype,
+            });
+        }
+        let n = numel(shape).ok_or_else(|| {
+            Error::bad_shape("tensor", "data", shape, "element count overflows usize")
+        })?;
+        let last = shape.last().copied().unwrap_or(1);
+        if !last.is_multiple_of(dtype.block_elems()) {
+            return Err(Error::bad_shape(
+                "tensor",
+                "data",
+                shape,
+                format!(
+                    "{dtype} blocks of {} elements run along the last dimension, which is {last}",
+                    dtype.block_elems()
+                ),
+            ));
+        }
+        match dtype.bytes_for(n) {
+            Some(need) if need == bytes.len() => Ok(Tensor {
+                shape: shape.to_vec(),
+                dtype,
+                storage: Storage::Packed(Arc::new(bytes)),
+            }),
+            need => Err(Error::bad_shape(
+                "tensor",
+                "data",
+                shape,
+                format!(
+                    "{n} elements of {dtype} take {} bytes, got {}",
+                    need.map_or("too many".into(), |b| format!("{b}")),
+                    bytes.len()
+                ),
+            )),
+        }
+    }
+    /// This f32 host tensor encoded as the weight dtype `dtype` ([`crate::quant::quantize`]).
+    pub fn quantize(&self, dtype: DType) -> Result<Tensor> {
+        let bytes = crate::quant::quantize(dtype, self.as_f32()?)?;
+        Tensor::from_raw(&self.shape, dtype, bytes)
+    }
+    /// This host tensor as f32: a weight dtype decoded ([`crate::quant::dequantize`]), an f32
+    /// tensor shared as it is. The CPU reference of every op on a weight dtype.
+    pub fn dequantize(&self) -> Result<Tensor> {
+        match &self.storage {
+            Storage::F32(_) => Ok(self.clone()),
+            Storage::Packed(b) => {
+                let v = crate::quant::dequantize(self.dtype, b, self.numel())?;
+                Tensor::from_f32(&self.shape, v)
+            }
+            Storage::Device(_) => Err(Error::NotOnHost { op: "dequantize" }),
+            Storage::I32(_) | Storage::I64(_) => Err(Error::DTypeMismatch {
+                op: "dequantize",
+                tensor: "x".into(),
+                expected: "f32 or a weight dtype",
+                got: self.dtype,
+            }),
+        }
+    }
+    /// The packed bytes of a host tensor of a weight dtype.
+    pub fn packed_bytes(&self) -> Result<&[u8]> {
+        match &self.storage {
+            Storage::Packed(b) => Ok(b),
+            Storage::Device(_) => Err(Error::NotOnHost { op: "packed_bytes" }),
+            _ => Err(Error::DTypeMismatch {
+                op: "packed_bytes",
+                tensor: "self".into(),
+                expected: "a weight dtype",
+                got: self.dtype,
+            }),
+        }
+    }
+    /// Bytes the elements take (packed for weight dtypes).
+    pub fn byte_len(&self) -> usize {
+        // Checked at construction (`from_raw` requires whole blocks).
+        self.dtype.bytes_for(self.numel()).unwrap_or(0)
+    }
     /// An f32 scalar (shape `[]`).
     pub fn scalar(v: f32) -> Self {
         Tensor {
@@ -185,6 +276,7 @@ impl Tensor {
             Storage::F32(a) => Arc::get_mut(a).is_some(),
             Storage::I32(a) => Arc::get_mut(a).is_some(),
             Storage::I64(a) => Arc::get_mut(a).is_some(),
+            Storage::Packed(a) => Arc::get_mut(a).is_some(),
             Storage::Device(a) => Arc::get_mut(a).is_some(),
         }
     }
@@ -250,7 +342,7 @@ impl Tensor {
             Storage::I32(v) => Ok(v.iter().map(|&x| x as i64).collect()),
             Storage::I64(v) => Ok(v.to_vec()),
             Storage::Device(_) => Err(Error::NotOnHost { op: "to_i64_vec" }),
-            Storage::F32(_) => Err(Error::DTypeMismatch {
+            Storage::F32(_) | Storage::Packed(_) => Err(Error::DTypeMismatch {
                 op: "to_i64_vec",
                 tensor: "self".into(),
                 expected: "i32 or i64",
@@ -296,6 +388,7 @@ impl Tensor {
                 .all(|(x, y)| x.to_bits() == y.to_bits()),
             (Storage::I32(a), Storage::I32(b)) => a == b,
             (Storage::I64(a), Storage::I64(b)) => a == b,
+            (Storage::Packed(a), Storage::Packed(b)) => a == b,
             _ => false,
         }
     }
