@@ -132,6 +132,24 @@ pub fn owned_to_tensor(o: cpu::Owned<f32>) -> Result<Tensor> {
     }
 }
 
+/// The inputs with every weight-dtype tensor in a `Weight` slot of `op` decoded to f32 (the
+/// reference of every op on a weight dtype: dequantize, then the f32 kernel). Signature errors
+/// (a weight dtype where the op takes none) are the op's own, from its checks.
+pub fn decode_weights(op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+    let dtypes: Vec<_> = inputs.iter().map(|t| t.dtype()).collect();
+    op.check_signature(dir, &dtypes)?;
+    inputs
+        .iter()
+        .map(|t| {
+            if t.dtype().is_weight() {
+                t.dequantize()
+            } else {
+                Ok((*t).clone())
+            }
+        })
+        .collect()
+}
+
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         if self.reference_only {
@@ -158,7 +176,13 @@ impl Backend for CpuBackend {
         Box::pin(core::future::ready(r))
     }
     fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
-        let views = inputs
+        if !self.reference_only
+            && let Some(r) = cpu::fast::packed::run(op, dir, inputs)
+        {
+            return r;
+        }
+        let decoded = decode_weights(op, dir, inputs)?;
+        let views = decoded
             .iter()
             .map(|t| host_view(op.name(), t))
             .collect::<Result<Vec<_>>>()?;

@@ -22,6 +22,7 @@ use crate::tensor::Tensor;
 
 mod generate;
 pub mod hostile;
+mod weights;
 
 use generate::{Dist, Gen};
 
@@ -47,6 +48,9 @@ impl Case {
             }
             let dims: Vec<String> = t.shape().iter().map(|d| format!("{d}")).collect();
             s.push_str(&format!("{}[{}]", inp.name, dims.join(",")));
+            if t.dtype().is_weight() {
+                s.push_str(&format!(":{}", t.dtype()));
+            }
         }
         s
     }
@@ -129,7 +133,8 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             case(mk(true), vec![g.f(&[3, 9], Normal)?]),
         ])
     };
-    Ok(match kind {
+    let mut all = match kind {
+        K::Dequantize => Vec::new(),
         K::Linear => {
             // Every activation; rows of 1, primes, tile size +/- 1 in each of rows, in, out; a
             // batched x; relu's kink avoided by biases away from zero (its parity is exact at
@@ -789,7 +794,9 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 ],
             ),
         ],
-    })
+    };
+    all.extend(weights::cases(kind, &mut g)?);
+    Ok(all)
 }
 
 /// Every case of every op (in [`OpKind::ALL`] order). `include_large` adds the > 65,535

@@ -98,6 +98,12 @@ impl Backend for F64Backend {
             Storage::F32(v) => Buf::F(v.iter().map(|&x| x as f64).collect()),
             Storage::I32(v) => Buf::I(v.to_vec()),
             Storage::I64(v) => Buf::I(v.iter().map(|&x| x as i32).collect()),
+            Storage::Packed(_) => {
+                return Err(Error::UnsupportedOnBackend {
+                    op: "upload",
+                    backend: "f64-test".into(),
+                });
+            }
             Storage::Device(_) => return Err(Error::NotOnHost { op: "upload" }),
         };
         Ok(Tensor::from_device(

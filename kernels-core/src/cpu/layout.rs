@@ -213,3 +213,11 @@ pub fn kv_write_backward<T: Real>(pos: usize, args: &[View<T>]) -> Result<Vec<Ow
 
 #[cfg(test)]
 mod tests;
+
+/// `dequantize` of an f32 tensor: the elements unchanged. (The CPU backend decodes a weight
+/// dtype before it reaches the kernels, as for every op that takes a weight: see
+/// [`crate::quant`].)
+pub fn dequantize_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    let (sx, x) = float_arg(Op::Dequantize.name(), args, 0, "x")?;
+    Ok(vec![Owned::float(sx.to_vec(), x.to_vec())])
+}

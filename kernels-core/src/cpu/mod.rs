@@ -117,6 +117,7 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
         (Op::Reduce(r), F) => reduce::forward(r, args),
         (Op::Reduce(r), B) => reduce::backward(r, args),
         (Op::Argmax, F) => reduce::argmax(args),
+        (Op::Dequantize, F) => layout::dequantize_forward(args),
         (
             Op::Sample {
                 temperature,
@@ -188,6 +189,7 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
         // Non-differentiable ops: rejected by `check_args` above.
         (
             Op::Argmax
+            | Op::Dequantize
             | Op::Sample { .. }
             | Op::SvdLowrank { .. }
             | Op::AdamwStep { .. }

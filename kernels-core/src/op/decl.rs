@@ -15,7 +15,8 @@
 //! attributes the published default is that decimal as an `f64`), `(expression)`, `required`
 //! or `(derived "how")` (an `Option` that stays `None`: the kernel computes it). `=> NAME`
 //! publishes the default as `pub const NAME`; `if check` names a check in `attrs.rs` that a given
-//! value must pass. An input is `name` (f32) or `name: Int` (i32 or i64).
+//! value must pass. An input is `name` (f32), `name: Int` (i32 or i64) or `name: Weight` (f32 or
+//! a weight dtype: f16, bf16 or GGML blocks, read through [`crate::quant`]).
 //!
 //! From the table come [`Op`], [`OpKind`], [`BinaryOp`], [`UnaryOp`], [`ReduceOp`], the default
 //! constants, [`OpKind::ALL`], [`OpKind::name`], [`OpKind::spec`], [`Op::kind`],
@@ -286,7 +287,7 @@ declare_ops! {
         trans_b: bool = false,
     } => [
         Matmul "matmul" {
-            inputs: [a, b],
+            inputs: [a: Weight, b: Weight],
             outputs: [out],
             grad: [a, b],
             budget: B_REDUCE,
@@ -300,7 +301,7 @@ declare_ops! {
         activation: Activation = (Activation::None),
     } => [
         Linear "linear" {
-            inputs: [x, weight, bias],
+            inputs: [x, weight: Weight, bias],
             outputs: [out],
             grad: [x, weight, bias],
             budget: B_REDUCE,
@@ -548,7 +549,7 @@ declare_ops! {
     ],
     Embedding => [
         Embedding "embedding" {
-            inputs: [ids: Int, weight],
+            inputs: [ids: Int, weight: Weight],
             outputs: [out],
             grad: [weight],
             budget: EXACT,
@@ -691,6 +692,18 @@ declare_ops! {
             budget_backward: B_REDUCE_BWD,
             doc: "F.mse_loss, mean",
             nan: "IEEE: NaN if a difference is NaN (inf - inf included), else inf if one is infinite",
+        },
+    ],
+    /// A weight dtype decoded to f32 (f32 passes through unchanged).
+    Dequantize => [
+        Dequantize "dequantize" {
+            inputs: [x: Weight],
+            outputs: [out],
+            grad: [],
+            budget: EXACT,
+            budget_backward: EXACT,
+            doc: "f16, bf16 or GGML blocks (q8_0, q4_0, q4_1, q5_0, q4_k, q6_k) to f32, as the gguf package decodes them",
+            nan: "f16 and bf16 NaN and infinities decode as themselves; a block whose f16 scale is NaN or infinite gives NaN or infinities",
         },
     ],
     Argmax => [

@@ -102,6 +102,7 @@ impl OpKind {
             | K::GruCell
             | K::GruSequence => false,
             K::CrossEntropy | K::Mse | K::Argmax | K::AdamwStep | K::SgdStep => false,
+            K::Dequantize => false,
             K::Sample => false,
         }
     }
@@ -177,12 +178,13 @@ impl Op {
             });
         }
         for (i, (dtype, arg_name)) in dtypes.iter().zip(names).enumerate() {
-            let want_int = spec.inputs.get(i).is_some_and(|s| s.kind == InputKind::Int);
-            if dtype.is_int() != want_int {
+            // Backward's extra arguments (outputs and their gradients) are f32.
+            let kind = spec.inputs.get(i).map_or(InputKind::Float, |s| s.kind);
+            if !kind.accepts(*dtype) {
                 return Err(Error::DTypeMismatch {
                     op: name,
                     tensor: arg_name,
-                    expected: if want_int { "i32 or i64" } else { "f32" },
+                    expected: kind.expected(),
                     got: *dtype,
                 });
             }
@@ -251,6 +253,7 @@ impl Op {
             Op::Scale { .. } | Op::Unary(_) | Op::Gelu { .. } | Op::Swiglu => 1,
             Op::Transpose | Op::Concat | Op::KvWrite { .. } => 1,
             Op::Rope { .. } | Op::AdamwStep { .. } | Op::SgdStep { .. } | Op::Argmax => 1,
+            Op::Dequantize => 1,
             Op::Sample { .. } => 1,
             Op::Softmax { .. }
             | Op::LogSoftmax { .. }

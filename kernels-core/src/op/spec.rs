@@ -9,6 +9,28 @@ pub enum InputKind {
     Float,
     /// i32 or i64 (ids, targets).
     Int,
+    /// f32, or a weight dtype (f16, bf16, GGML blocks): the weight operand of `matmul`,
+    /// `linear` and `embedding`. The CPU reference decodes it, then runs the f32 kernel.
+    Weight,
+}
+
+impl InputKind {
+    /// Whether a tensor of `dtype` may be passed for an input of this kind.
+    pub fn accepts(self, dtype: crate::tensor::DType) -> bool {
+        match self {
+            InputKind::Float => dtype == crate::tensor::DType::F32,
+            InputKind::Int => dtype.is_int(),
+            InputKind::Weight => dtype == crate::tensor::DType::F32 || dtype.is_weight(),
+        }
+    }
+    /// The dtypes it accepts, in words.
+    pub fn expected(self) -> &'static str {
+        match self {
+            InputKind::Float => "f32",
+            InputKind::Int => "i32 or i64",
+            InputKind::Weight => "f32 or a weight dtype (f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q6_k)",
+        }
+    }
 }
 
 /// One input tensor of an op.

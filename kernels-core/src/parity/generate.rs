@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 
 use crate::error::Result;
 use crate::rng::Rng;
-use crate::tensor::{Tensor, numel};
+use crate::tensor::{DType, Tensor, numel};
 
 #[derive(Clone, Copy)]
 pub(super) enum Dist {
@@ -42,6 +42,23 @@ impl Gen {
             })
             .collect();
         Tensor::from_f32(shape, v)
+    }
+    /// A normal `[.., n]` tensor stored as the weight dtype `dtype` (quantized by
+    /// [`crate::quant`]; `q6_k`, which it does not write, as random blocks with finite scales).
+    pub(super) fn weight(&mut self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        if dtype == DType::Q6_K {
+            let n = numel(shape).unwrap_or(0);
+            let blocks = n / dtype.block_elems();
+            let mut bytes = Vec::with_capacity(blocks * dtype.block_bytes());
+            for _ in 0..blocks {
+                let start = bytes.len();
+                bytes.extend((0..dtype.block_bytes()).map(|_| self.rng.below(256) as u8));
+                let d = half::f16::from_f32(self.rng.uniform_range(0.001, 0.01)).to_bits();
+                bytes[start + 208..start + 210].copy_from_slice(&d.to_le_bytes());
+            }
+            return Tensor::from_raw(shape, dtype, bytes);
+        }
+        self.f(shape, Dist::Normal)?.quantize(dtype)
     }
     pub(super) fn ids_i64(&mut self, shape: &[usize], bound: usize) -> Result<Tensor> {
         let n = numel(shape).unwrap_or(0);

@@ -35,6 +35,38 @@ fn poisoned(t: &Tensor, at: &[usize], value: f32) -> Result<Tensor> {
     Tensor::from_f32(t.shape(), v)
 }
 
+/// `t`, of a weight dtype, with `value` at elements `0`, `n / 2` and `n - 1` (f16, bf16), or
+/// as the f16 scale of its first and last blocks (GGML blocks).
+fn packed_poisoned(t: &Tensor, value: f32) -> Result<Tensor> {
+    use crate::DType;
+    let mut b = t.packed_bytes()?.to_vec();
+    let dtype = t.dtype();
+    let (bits, at): (u16, Vec<usize>) = match dtype {
+        DType::BF16 => (half::bf16::from_f32(value).to_bits(), {
+            let n = t.numel();
+            vec![0, n / 2, n.saturating_sub(1)]
+        }),
+        _ => {
+            let scale_at = if dtype == DType::Q6_K { 208 } else { 0 };
+            let per = if dtype == DType::F16 { 1 } else { dtype.block_bytes() / 2 };
+            let n = b.len() / 2;
+            let at = if dtype == DType::F16 {
+                vec![0, n / 2, n.saturating_sub(1)]
+            } else {
+                let blocks = b.len() / dtype.block_bytes();
+                vec![scale_at / 2, (blocks - 1) * per + scale_at / 2]
+            };
+            (half::f16::from_f32(value).to_bits(), at)
+        }
+    };
+    for i in at {
+        if let Some(w) = b.get_mut(2 * i..2 * i + 2) {
+            w.copy_from_slice(&bits.to_le_bytes());
+        }
+    }
+    Tensor::from_raw(t.shape(), dtype, b)
+}
+
 /// `t` (integer) with element 0 set to `value`, in `t`'s dtype.
 fn int_poisoned(t: &Tensor, value: i64) -> Result<Tensor> {
     let mut v = t.to_i64_vec()?;
@@ -70,7 +102,15 @@ fn non_finite(base: &Case) -> Result<Vec<Case>> {
     let mut v = Vec::new();
     let mut first_float = None;
     for (i, input) in spec.inputs.iter().enumerate() {
-        if input.kind != InputKind::Float {
+        if input.kind == InputKind::Int {
+            continue;
+        }
+        if base.inputs[i].dtype().is_weight() {
+            for value in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+                let mut inputs = base.inputs.clone();
+                inputs[i] = packed_poisoned(&inputs[i], value)?;
+                v.push(case(base.op, inputs));
+            }
             continue;
         }
         first_float.get_or_insert(i);
@@ -226,6 +266,7 @@ fn out_of_range(base: &Case) -> Result<Vec<Case>> {
         | Op::Rope { .. }
         | Op::Reduce(_)
         | Op::Argmax
+        | Op::Dequantize
         | Op::Transpose
         | Op::Concat
         | Op::GruCell

@@ -21,6 +21,7 @@ pub mod isa;
 pub mod kernel_family;
 pub mod kernels;
 mod matref;
+pub mod packed;
 mod skinny;
 pub mod vector;
 
@@ -85,6 +86,7 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
             | Op::Embedding
             | Op::Reduce(_)
             | Op::Argmax
+            | Op::Dequantize
             | Op::Sample { .. }
             | Op::Transpose
             | Op::Concat

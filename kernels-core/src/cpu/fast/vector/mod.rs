@@ -10,8 +10,8 @@
 //! the reference.
 
 mod attention;
-mod common;
-mod math;
+pub(crate) mod common;
+pub(crate) mod math;
 mod ops;
 pub(crate) mod simd;
 #[cfg(test)]

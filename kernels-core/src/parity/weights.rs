@@ -1,0 +1,84 @@
+//! The parity cases of the weight dtypes: `dequantize` of each, and `matmul`, `linear` and
+//! `embedding` with a weight of each (decode shapes of one row, prefill shapes, rows of one
+//! block and of several). Their reference is "dequantize, then the f32 kernel".
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::generate::{Dist, Gen};
+use super::{Case, case};
+use crate::error::Result;
+use crate::op::{Activation, Op, OpKind};
+use crate::tensor::DType;
+
+/// Columns for a row of `dtype`: `blocks` blocks (32-element formats) or super-blocks (K-quants,
+/// 256), and odd column counts for f16 and bf16.
+fn cols(dtype: DType, blocks: usize) -> usize {
+    match dtype.block_elems() {
+        1 => 16 * blocks + 1,
+        b => b * blocks,
+    }
+}
+
+/// The extra cases of `kind` (empty for ops that take no weight).
+pub(super) fn cases(kind: OpKind, g: &mut Gen) -> Result<Vec<Case>> {
+    let mut v = Vec::new();
+    match kind {
+        OpKind::Dequantize => {
+            v.push(case(Op::Dequantize, vec![g.f(&[3, 5], Dist::Normal)?]));
+            for dtype in DType::WEIGHT {
+                v.push(case(Op::Dequantize, vec![g.weight(&[3, cols(dtype, 2)], dtype)?]));
+                v.push(case(Op::Dequantize, vec![g.weight(&[cols(dtype, 1)], dtype)?]));
+            }
+        }
+        OpKind::Linear => {
+            for (i, dtype) in DType::WEIGHT.into_iter().enumerate() {
+                let k = cols(dtype, 2);
+                // Decode (one row), a prime number of rows with a batch, and out = 1.
+                for (lead, out) in [(&[1usize][..], 17usize), (&[2, 7][..], 33), (&[5][..], 1)] {
+                    let mut xs = lead.to_vec();
+                    xs.push(k);
+                    let activation = Activation::ALL[i % Activation::ALL.len()];
+                    v.push(case(
+                        Op::Linear { activation },
+                        vec![
+                            g.f(&xs, Dist::Normal)?,
+                            g.weight(&[out, k], dtype)?,
+                            g.f(&[out], Dist::AwayFromZero)?,
+                        ],
+                    ));
+                }
+            }
+        }
+        OpKind::Matmul => {
+            for dtype in DType::WEIGHT {
+                let k = cols(dtype, 1);
+                // `x @ w^T` (the linear orientation: blocks along k) and `x @ w` (blocks along n).
+                v.push(case(
+                    Op::Matmul {
+                        trans_a: false,
+                        trans_b: true,
+                    },
+                    vec![g.f(&[3, k], Dist::Normal)?, g.weight(&[9, k], dtype)?],
+                ));
+                v.push(case(
+                    Op::Matmul {
+                        trans_a: false,
+                        trans_b: false,
+                    },
+                    vec![g.f(&[2, 5], Dist::Normal)?, g.weight(&[5, k], dtype)?],
+                ));
+            }
+        }
+        OpKind::Embedding => {
+            for dtype in DType::WEIGHT {
+                v.push(case(
+                    Op::Embedding,
+                    vec![g.ids_i32(&[2, 3], 11)?, g.weight(&[11, cols(dtype, 2)], dtype)?],
+                ));
+            }
+        }
+        _ => {}
+    }
+    Ok(v)
+}
