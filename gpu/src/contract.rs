@@ -10,10 +10,12 @@
 //! Kernels switch on these names and end every switch with a `default` that gives NaN, so a code
 //! a kernel does not know can never produce a plausible number.
 
-use kernels_core::Result;
 use kernels_core::op::{Activation, GeluApprox, Op, OpKind};
+use kernels_core::{DType, Result};
 
-use crate::device::{SCALE_CODE, act_code, bop_code, gelu_code, reduce_code, unary_code};
+use crate::device::{
+    SCALE_CODE, act_code, bop_code, gelu_code, reduce_code, unary_code, weight_code,
+};
 use crate::params::{BLOCKS, Block};
 
 /// The committed WGSL prelude.
@@ -126,6 +128,7 @@ pub fn codes() -> Result<Vec<(String, u32)>> {
             | Op::LayerNorm { .. }
             | Op::RmsNorm { .. }
             | Op::Embedding
+            | Op::Dequantize
             | Op::Argmax
             | Op::Sample { .. }
             | Op::Transpose
@@ -148,6 +151,9 @@ pub fn codes() -> Result<Vec<(String, u32)>> {
     out.push(("OP_SCALE".into(), SCALE_CODE));
     for a in Activation::ALL {
         out.push((format!("ACT_{}", upper(a.name())), act_code(a)));
+    }
+    for d in DType::WEIGHT {
+        out.push((format!("WEIGHT_{}", upper(d.name())), weight_code(d)));
     }
     Ok(out)
 }

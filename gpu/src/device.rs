@@ -36,6 +36,7 @@ pub enum Family {
     Attention,
     Gru,
     Svd,
+    Quant,
 }
 
 impl Family {
@@ -53,6 +54,7 @@ impl Family {
         Family::Attention,
         Family::Gru,
         Family::Svd,
+        Family::Quant,
     ];
     /// File stem of the family's shader.
     pub fn name(self) -> &'static str {
@@ -69,6 +71,7 @@ impl Family {
             Family::Attention => "attention",
             Family::Gru => "gru",
             Family::Svd => "svd",
+            Family::Quant => "quant",
         }
     }
 }
@@ -327,4 +330,56 @@ pub fn u32_of(op: &'static str, what: &str, v: usize) -> Result<u32> {
         value: v as u64,
         limit: u64::from(u32::MAX),
     })
+}
+
+/// Kernel code of a weight dtype (`WEIGHT_*`, the `dtype` of the quant family); `u32::MAX`
+/// (no kernel knows it) for f32 and the integer dtypes.
+pub fn weight_code(d: DType) -> u32 {
+    match d {
+        DType::F16 => 0,
+        DType::BF16 => 1,
+        DType::Q8_0 => 2,
+        DType::Q4_0 => 3,
+        DType::Q4_1 => 4,
+        DType::Q5_0 => 5,
+        DType::Q4_K => 6,
+        DType::Q6_K => 7,
+        DType::F32 | DType::I32 | DType::I64 => u32::MAX,
+    }
+}
+
+/// 32-bit words a tensor takes on a device: one per element, or a weight dtype's packed bytes
+/// rounded up to whole words.
+pub(crate) fn device_words(t: &Tensor) -> usize {
+    if t.dtype().is_weight() {
+        t.byte_len().div_ceil(4)
+    } else {
+        t.numel()
+    }
+}
+
+/// The packed bytes of a weight dtype as little-endian words, the last one zero-padded.
+pub(crate) fn packed_words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks(4)
+        .map(|c| {
+            let mut w = [0u8; 4];
+            w[..c.len()].copy_from_slice(c);
+            u32::from_le_bytes(w)
+        })
+        .collect()
+}
+
+/// A host tensor of weight dtype `t.dtype()` from the bytes of its device words.
+pub(crate) fn packed_from_bytes(t: &Tensor, bytes: &[u8]) -> Result<Tensor> {
+    let len = t.byte_len();
+    let data = bytes.get(..len).ok_or_else(|| Error::Backend {
+        backend: "download".into(),
+        why: format!(
+            "{} bytes read back for a {} tensor of {len}",
+            bytes.len(),
+            t.dtype()
+        ),
+    })?;
+    Tensor::from_raw(t.shape(), t.dtype(), data.to_vec())
 }

@@ -156,6 +156,12 @@ kernel_params! {
         u32: [n, dim, vocab],
         f32: [],
     }
+    /// Weight-dtype decoding: `n` outputs of the dtype coded `dtype` (`WEIGHT_*`); for
+    /// `dequantize_rows`, rows of `dim` picked by ids from a `[vocab, dim]` table.
+    DequantizeParams("dequantize") for ["dequantize", "dequantize_rows"] {
+        u32: [n, dtype, dim, vocab],
+        f32: [],
+    }
     /// Embedding gradient: `n = vocab * dim` outputs summed over `tokens`.
     EmbeddingGradParams("embedding_grad") for ["embedding_backward"] {
         u32: [n, dim, tokens],

@@ -202,6 +202,18 @@ pub fn compare_tensors(
     let shape_ok = got.shape() == reference.shape() && got.dtype() == reference.dtype();
     let mut c = match reference.dtype() {
         DType::F32 => compare(got.as_f32()?, reference.as_f32()?, atol, rtol),
+        // Packed weights (uploads read back): byte for byte.
+        DType::F16
+        | DType::BF16
+        | DType::Q8_0
+        | DType::Q4_0
+        | DType::Q4_1
+        | DType::Q5_0
+        | DType::Q4_K
+        | DType::Q6_K => {
+            let same = got.packed_bytes().ok() == reference.packed_bytes().ok();
+            compare(&[f64::from(u8::from(same))], &[1.0], 0.0, 0.0)
+        }
         DType::I32 | DType::I64 => {
             let g: Vec<f64> = got.to_i64_vec()?.iter().map(|&x| x as f64).collect();
             let r: Vec<f64> = reference.to_i64_vec()?.iter().map(|&x| x as f64).collect();

@@ -25,7 +25,11 @@ fn f32s(b: &[u8]) -> Vec<f32> {
 fn assert_bits_eq(what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert_eq!(g.to_bits(), w.to_bits(), "{what}: element {i}: {g} vs gguf's {w}");
+        assert_eq!(
+            g.to_bits(),
+            w.to_bits(),
+            "{what}: element {i}: {g} vs gguf's {w}"
+        );
     }
 }
 
@@ -36,20 +40,56 @@ fn check_dequantize(dtype: DType, blocks: &[u8], want: &[u8]) {
     // Through a tensor, as ops see it.
     let cols = dtype.block_elems() * 2;
     let t = Tensor::from_raw(&[want.len() / cols, cols], dtype, blocks.to_vec()).unwrap();
-    assert_bits_eq(dtype.name(), t.dequantize().unwrap().as_f32().unwrap(), &want);
+    assert_bits_eq(
+        dtype.name(),
+        t.dequantize().unwrap().as_f32().unwrap(),
+        &want,
+    );
 }
 
 #[test]
 fn dequantization_is_bit_exact_with_the_gguf_package() {
     let cases: [(DType, &[u8], &[u8]); 8] = [
-        (DType::F16, fixture!("f16", "blocks"), fixture!("f16", "dequantized")),
-        (DType::BF16, fixture!("bf16", "blocks"), fixture!("bf16", "dequantized")),
-        (DType::Q8_0, fixture!("q8_0", "blocks"), fixture!("q8_0", "dequantized")),
-        (DType::Q4_0, fixture!("q4_0", "blocks"), fixture!("q4_0", "dequantized")),
-        (DType::Q4_1, fixture!("q4_1", "blocks"), fixture!("q4_1", "dequantized")),
-        (DType::Q5_0, fixture!("q5_0", "blocks"), fixture!("q5_0", "dequantized")),
-        (DType::Q4_K, fixture!("q4_k", "blocks"), fixture!("q4_k", "dequantized")),
-        (DType::Q6_K, fixture!("q6_k", "blocks"), fixture!("q6_k", "dequantized")),
+        (
+            DType::F16,
+            fixture!("f16", "blocks"),
+            fixture!("f16", "dequantized"),
+        ),
+        (
+            DType::BF16,
+            fixture!("bf16", "blocks"),
+            fixture!("bf16", "dequantized"),
+        ),
+        (
+            DType::Q8_0,
+            fixture!("q8_0", "blocks"),
+            fixture!("q8_0", "dequantized"),
+        ),
+        (
+            DType::Q4_0,
+            fixture!("q4_0", "blocks"),
+            fixture!("q4_0", "dequantized"),
+        ),
+        (
+            DType::Q4_1,
+            fixture!("q4_1", "blocks"),
+            fixture!("q4_1", "dequantized"),
+        ),
+        (
+            DType::Q5_0,
+            fixture!("q5_0", "blocks"),
+            fixture!("q5_0", "dequantized"),
+        ),
+        (
+            DType::Q4_K,
+            fixture!("q4_k", "blocks"),
+            fixture!("q4_k", "dequantized"),
+        ),
+        (
+            DType::Q6_K,
+            fixture!("q6_k", "blocks"),
+            fixture!("q6_k", "dequantized"),
+        ),
     ];
     for (dtype, blocks, want) in cases {
         check_dequantize(dtype, blocks, want);
@@ -59,11 +99,31 @@ fn dequantization_is_bit_exact_with_the_gguf_package() {
 #[test]
 fn quantization_is_bit_exact_with_the_gguf_package() {
     let cases: [(DType, &[u8], &[u8]); 5] = [
-        (DType::BF16, fixture!("bf16", "source"), fixture!("bf16", "quantized")),
-        (DType::Q8_0, fixture!("q8_0", "source"), fixture!("q8_0", "quantized")),
-        (DType::Q4_0, fixture!("q4_0", "source"), fixture!("q4_0", "quantized")),
-        (DType::Q4_1, fixture!("q4_1", "source"), fixture!("q4_1", "quantized")),
-        (DType::Q5_0, fixture!("q5_0", "source"), fixture!("q5_0", "quantized")),
+        (
+            DType::BF16,
+            fixture!("bf16", "source"),
+            fixture!("bf16", "quantized"),
+        ),
+        (
+            DType::Q8_0,
+            fixture!("q8_0", "source"),
+            fixture!("q8_0", "quantized"),
+        ),
+        (
+            DType::Q4_0,
+            fixture!("q4_0", "source"),
+            fixture!("q4_0", "quantized"),
+        ),
+        (
+            DType::Q4_1,
+            fixture!("q4_1", "source"),
+            fixture!("q4_1", "quantized"),
+        ),
+        (
+            DType::Q5_0,
+            fixture!("q5_0", "source"),
+            fixture!("q5_0", "quantized"),
+        ),
     ];
     for (dtype, source, want) in cases {
         let got = quant::quantize(dtype, &f32s(source)).unwrap();

@@ -20,6 +20,7 @@ const SOURCES: &[(Family, &str)] = &[
     (Family::Rope, include_str!("kernels/rope.cu")),
     (Family::Attention, include_str!("kernels/attention.cu")),
     (Family::Gru, include_str!("kernels/gru.cu")),
+    (Family::Quant, include_str!("kernels/quant.cu")),
 ];
 
 impl Family {

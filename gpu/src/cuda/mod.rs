@@ -254,7 +254,9 @@ impl CudaBackend {
     /// Downloads now (CUDA copies block the host thread anyway).
     pub fn download_blocking(&self, t: &Tensor) -> Result<Tensor> {
         let buf = self.buffer_of("download", t)?;
-        let words = self.engine.download(buf.mem.as_ref(), t.numel())?;
+        let words = self
+            .engine
+            .download(buf.mem.as_ref(), crate::device::device_words(t))?;
         self.count(|c| c.bytes_downloaded += 4 * words.len() as u64);
         match t.dtype() {
             DType::F32 => {
@@ -267,6 +269,10 @@ impl CudaBackend {
                 t.shape(),
                 words.into_iter().map(|w| i64::from(w as i32)).collect(),
             ),
+            _ => {
+                let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+                crate::device::packed_from_bytes(t, &bytes)
+            }
         }
     }
 }
@@ -307,6 +313,7 @@ impl Backend for CudaBackend {
                     .collect::<Result<Vec<_>>>()?;
                 (words, Some(Arc::new(v.to_vec())))
             }
+            Storage::Packed(b) => (crate::device::packed_words(b), None),
             Storage::Device(_) => return Err(Error::NotOnHost { op: "upload" }),
         };
         let mem = self.engine.upload(&words)?;

@@ -220,7 +220,7 @@ pub(crate) fn check_ids(
 }
 
 /// `(vocab, dim, out_shape)` of an embedding lookup: `weight [vocab, dim]`, ids not empty.
-fn embedding_dims(
+pub(crate) fn embedding_dims(
     name: &'static str,
     ids: &Tensor,
     w: &Tensor,

@@ -17,6 +17,7 @@ mod layout;
 mod loss;
 mod matmul;
 mod optim;
+mod quant;
 mod rope;
 mod rows;
 mod svd;
@@ -64,6 +65,16 @@ pub(crate) fn run(
     op.check_signature(dir, &dtypes)?;
     use Direction::{Backward as B, Forward as F};
     let name = op.name();
+    // Weight dtypes: decoded where an op reads them (the signature check let them only into
+    // weight slots); `embedding` decodes just the rows its ids pick.
+    if dtypes.iter().any(|d| d.is_weight()) {
+        if let (Op::Embedding, F) = (*op, dir) {
+            return Ok(vec![quant::embedding(be, name, args)?]);
+        }
+        let decoded = quant::decoded(be, name, args)?;
+        let refs: Vec<&Tensor> = decoded.iter().collect();
+        return run(be, op, dir, &refs);
+    }
     match (*op, dir) {
         (Op::Matmul { trans_a, trans_b }, F) => {
             let out = matmul(be, name, arg(args, 0), arg(args, 1), trans_a, trans_b)?;
@@ -96,6 +107,8 @@ pub(crate) fn run(
         (Op::Embedding, B) => Ok(vec![embedding_backward(be, name, args)?]),
         (Op::Reduce(r), d) => Ok(vec![reduce(be, name, r, args, d == B)?]),
         (Op::Argmax, F) => Ok(vec![argmax(be, name, arg(args, 0))?]),
+        // An f32 `x` (a weight dtype was decoded above): passed through as it is.
+        (Op::Dequantize, F) => Ok(vec![arg(args, 0).clone()]),
         (
             Op::Sample {
                 temperature,
@@ -232,6 +245,7 @@ pub(crate) fn run(
         // Non-differentiable ops: rejected by `check_args` above.
         (
             Op::Argmax
+            | Op::Dequantize
             | Op::Sample { .. }
             | Op::AdamwStep { .. }
             | Op::SgdStep { .. }

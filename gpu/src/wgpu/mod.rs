@@ -255,6 +255,7 @@ impl Backend for WgpuBackend {
                     DType::F32 => Tensor::from_f32(t.shape(), Vec::new()),
                     DType::I32 => Tensor::from_i32(t.shape(), Vec::new()),
                     DType::I64 => Tensor::from_i64(t.shape(), Vec::new()),
+                    _ => Tensor::from_raw(t.shape(), t.dtype(), Vec::new()),
                 };
             };
             let state: Arc<Mutex<MapState>> = Arc::new(Mutex::new((None, None)));
@@ -310,6 +311,7 @@ impl Backend for WgpuBackend {
                             .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
                             .collect(),
                     ),
+                    _ => crate::device::packed_from_bytes(t, bytes),
                 }
             };
             staging.unmap();

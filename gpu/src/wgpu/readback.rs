@@ -35,6 +35,10 @@ impl WgpuBackend {
                 }
                 (out, Some(Arc::new(v.to_vec())))
             }
+            Storage::Packed(b) => (
+                bytemuck::cast_slice(crate::device::packed_words(b).as_slice()).to_vec(),
+                None,
+            ),
             Storage::Device(_) => {
                 return Err(Error::NotOnHost { op: "upload" });
             }
@@ -66,7 +70,7 @@ impl WgpuBackend {
     pub(crate) fn stage_download(&self, t: &Tensor) -> Result<Option<(wgpu::Buffer, u64, u64)>> {
         let g = self.gpu();
         let src = self.buffer_of("download", t)?;
-        let len = (t.numel() as u64) * 4;
+        let len = (crate::device::device_words(t) as u64) * 4;
         if len == 0 {
             return Ok(None);
         }

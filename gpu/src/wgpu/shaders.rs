@@ -14,7 +14,8 @@ impl Family {
             | Family::Rope
             | Family::Attention
             | Family::Gru
-            | Family::Svd => false,
+            | Family::Svd
+            | Family::Quant => false,
         }
     }
     /// The source of the family's shader module: the family file, preceded for families
@@ -47,6 +48,7 @@ impl Family {
             Family::Attention => include_str!("shaders/attention.wgsl"),
             Family::Gru => include_str!("shaders/gru.wgsl"),
             Family::Svd => include_str!("shaders/svd.wgsl"),
+            Family::Quant => include_str!("shaders/quant.wgsl"),
         }
     }
 }

@@ -28,7 +28,9 @@ impl InputKind {
         match self {
             InputKind::Float => "f32",
             InputKind::Int => "i32 or i64",
-            InputKind::Weight => "f32 or a weight dtype (f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q6_k)",
+            InputKind::Weight => {
+                "f32 or a weight dtype (f16, bf16, q8_0, q4_0, q4_1, q5_0, q4_k, q6_k)"
+            }
         }
     }
 }

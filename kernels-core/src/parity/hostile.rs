@@ -48,7 +48,11 @@ fn packed_poisoned(t: &Tensor, value: f32) -> Result<Tensor> {
         }),
         _ => {
             let scale_at = if dtype == DType::Q6_K { 208 } else { 0 };
-            let per = if dtype == DType::F16 { 1 } else { dtype.block_bytes() / 2 };
+            let per = if dtype == DType::F16 {
+                1
+            } else {
+                dtype.block_bytes() / 2
+            };
             let n = b.len() / 2;
             let at = if dtype == DType::F16 {
                 vec![0, n / 2, n.saturating_sub(1)]

@@ -27,8 +27,14 @@ pub(super) fn cases(kind: OpKind, g: &mut Gen) -> Result<Vec<Case>> {
         OpKind::Dequantize => {
             v.push(case(Op::Dequantize, vec![g.f(&[3, 5], Dist::Normal)?]));
             for dtype in DType::WEIGHT {
-                v.push(case(Op::Dequantize, vec![g.weight(&[3, cols(dtype, 2)], dtype)?]));
-                v.push(case(Op::Dequantize, vec![g.weight(&[cols(dtype, 1)], dtype)?]));
+                v.push(case(
+                    Op::Dequantize,
+                    vec![g.weight(&[3, cols(dtype, 2)], dtype)?],
+                ));
+                v.push(case(
+                    Op::Dequantize,
+                    vec![g.weight(&[cols(dtype, 1)], dtype)?],
+                ));
             }
         }
         OpKind::Linear => {
@@ -74,7 +80,10 @@ pub(super) fn cases(kind: OpKind, g: &mut Gen) -> Result<Vec<Case>> {
             for dtype in DType::WEIGHT {
                 v.push(case(
                     Op::Embedding,
-                    vec![g.ids_i32(&[2, 3], 11)?, g.weight(&[11, cols(dtype, 2)], dtype)?],
+                    vec![
+                        g.ids_i32(&[2, 3], 11)?,
+                        g.weight(&[11, cols(dtype, 2)], dtype)?,
+                    ],
                 ));
             }
         }

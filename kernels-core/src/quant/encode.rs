@@ -61,7 +61,9 @@ pub fn q4_0_block(x: &[f32], out: &mut [u8]) {
 /// `d = (max - min) / 15`, `m = min`, `q = min(15, trunc((x - min) / d + 0.5))`.
 pub fn q4_1_block(x: &[f32], out: &mut [u8]) {
     let x = &x[..QK];
-    let min = x.iter().fold(f32::INFINITY, |m, &v| if v < m { v } else { m });
+    let min = x
+        .iter()
+        .fold(f32::INFINITY, |m, &v| if v < m { v } else { m });
     let max = x
         .iter()
         .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });

@@ -125,7 +125,11 @@ pub fn q4_k_block(x: &[f32], out: &mut [u8]) {
             max_min = min;
         }
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let packed = &mut out[4..16];
     packed.fill(0);

@@ -96,7 +96,11 @@ pub fn dequantize_into(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<()
             "dequantize",
             "x",
             &[out.len()],
-            format!("{} elements of {dtype} take {need} bytes, got {}", out.len(), bytes.len()),
+            format!(
+                "{} elements of {dtype} take {need} bytes, got {}",
+                out.len(),
+                bytes.len()
+            ),
         ));
     }
     let (be, bb) = (dtype.block_elems(), dtype.block_bytes());
@@ -115,7 +119,10 @@ pub fn dequantize(dtype: DType, bytes: &[u8], n: usize) -> Result<Vec<f32>> {
             "dequantize",
             "x",
             &[n],
-            format!("{n} elements of {dtype} take {need} bytes, got {}", bytes.len()),
+            format!(
+                "{n} elements of {dtype} take {need} bytes, got {}",
+                bytes.len()
+            ),
         ));
     }
     let mut out = vec![0.0f32; n];

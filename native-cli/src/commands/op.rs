@@ -69,18 +69,11 @@ fn check_tensor(
     kind: InputKind,
     finite: bool,
 ) -> CliResult<()> {
-    let ok = match kind {
-        InputKind::Float => t.dtype() == DType::F32,
-        InputKind::Int => t.dtype().is_int(),
-    };
-    if !ok {
+    if !kind.accepts(t.dtype()) {
         return Err(Error::DTypeMismatch {
             op,
             tensor: name.into(),
-            expected: match kind {
-                InputKind::Float => "f32",
-                InputKind::Int => "i32 or i64",
-            },
+            expected: kind.expected(),
             got: t.dtype(),
         }
         .into());
@@ -91,7 +84,7 @@ fn check_tensor(
             t.shape()
         )));
     }
-    let bad = if finite && kind == InputKind::Float {
+    let bad = if finite && t.dtype() == DType::F32 {
         t.as_f32()?.iter().enumerate().find(|(_, v)| !v.is_finite())
     } else {
         None

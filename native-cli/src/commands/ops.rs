@@ -1,9 +1,9 @@
 //! `kernels ops`: every op, listed from [`OpKind::ALL`] and [`OpKind::spec`] (never from a list
 //! of its own), as text, JSON or the Markdown tables pasted into the README.
 
-use kernels_core::OpKind;
 use kernels_core::numerics::Budget;
 use kernels_core::op::{AttrDefault, AttrKind, AttrSpec, AttrValue, InputKind, OpSpec};
+use kernels_core::{DType, OpKind};
 use serde_json::{Value, json};
 
 use crate::{CliResult, emit, emit_json};
@@ -41,6 +41,7 @@ fn input_text(spec: &OpSpec) -> Vec<String> {
         .map(|i| match i.kind {
             InputKind::Float => i.name.to_string(),
             InputKind::Int => format!("{} (i32/i64)", i.name),
+            InputKind::Weight => format!("{} (f32 or weight dtype)", i.name),
         })
         .collect()
 }
@@ -104,6 +105,11 @@ pub fn op_json(kind: OpKind) -> Value {
                 "dtype": match i.kind {
                     InputKind::Float => json!(["f32"]),
                     InputKind::Int => json!(["i32", "i64"]),
+                    InputKind::Weight => {
+                        let mut v = vec!["f32"];
+                        v.extend(DType::WEIGHT.iter().map(|d| d.name()));
+                        json!(v)
+                    }
                 },
             })
         })

@@ -246,6 +246,25 @@ struct EmbeddingParams {
     }
 };
 
+// Weight-dtype decoding: `n` outputs of the dtype coded `dtype` (`WEIGHT_*`); for
+// `dequantize_rows`, rows of `dim` picked by ids from a `[vocab, dim]` table.
+struct DequantizeParams {
+    unsigned int n;
+    unsigned int dtype;
+    unsigned int dim;
+    unsigned int vocab;
+    unsigned int c[4];
+    __device__ static DequantizeParams of(const Params& raw) {
+        DequantizeParams p;
+        p.n = raw.u[0];
+        p.dtype = raw.u[1];
+        p.dim = raw.u[2];
+        p.vocab = raw.u[3];
+        for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
+        return p;
+    }
+};
+
 // Embedding gradient: `n = vocab * dim` outputs summed over `tokens`.
 struct EmbeddingGradParams {
     unsigned int n;
@@ -530,6 +549,14 @@ struct FixSignsParams {
 #define ACT_RELU 1u
 #define ACT_TANH 2u
 #define ACT_SIGMOID 3u
+#define WEIGHT_F16 0u
+#define WEIGHT_BF16 1u
+#define WEIGHT_Q8_0 2u
+#define WEIGHT_Q4_0 3u
+#define WEIGHT_Q4_1 4u
+#define WEIGHT_Q5_0 5u
+#define WEIGHT_Q4_K 6u
+#define WEIGHT_Q6_K 7u
 
 // A quiet NaN: what every switch over a code gives for a code it does not know.
 #define KERNEL_NAN __int_as_float(0x7fc00000)

@@ -157,6 +157,18 @@ fn embedding_params() -> EmbeddingParams {
     return EmbeddingParams(kernel_params.u0, kernel_params.u1, kernel_params.u2);
 }
 
+// Weight-dtype decoding: `n` outputs of the dtype coded `dtype` (`WEIGHT_*`); for
+// `dequantize_rows`, rows of `dim` picked by ids from a `[vocab, dim]` table.
+struct DequantizeParams {
+    n: u32,
+    dtype: u32,
+    dim: u32,
+    vocab: u32,
+}
+fn dequantize_params() -> DequantizeParams {
+    return DequantizeParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3);
+}
+
 // Embedding gradient: `n = vocab * dim` outputs summed over `tokens`.
 struct EmbeddingGradParams {
     n: u32,
@@ -341,6 +353,14 @@ const ACT_NONE: u32 = 0u;
 const ACT_RELU: u32 = 1u;
 const ACT_TANH: u32 = 2u;
 const ACT_SIGMOID: u32 = 3u;
+const WEIGHT_F16: u32 = 0u;
+const WEIGHT_BF16: u32 = 1u;
+const WEIGHT_Q8_0: u32 = 2u;
+const WEIGHT_Q4_0: u32 = 3u;
+const WEIGHT_Q4_1: u32 = 4u;
+const WEIGHT_Q5_0: u32 = 5u;
+const WEIGHT_Q4_K: u32 = 6u;
+const WEIGHT_Q6_K: u32 = 7u;
 
 // A quiet NaN made at run time (WGSL constant expressions may not be NaN): what every
 // switch over a code gives for a code it does not know.

@@ -1,0 +1,116 @@
+// Weight dtypes decoded to f32: f16, bf16 and GGML's blocks (q8_0, q4_0, q4_1, q5_0, q4_k,
+// q6_k), byte for byte the layouts of kernels-core src/quant/decode.rs (the CPU reference,
+// bit-exact with the gguf package) and of quant.wgsl. One thread per output element; the packed
+// tensor is bound in the third input slot and read as bytes.
+
+__device__ inline unsigned int byte_at(const unsigned char* q, unsigned long long off) {
+    return q[off];
+}
+
+__device__ inline unsigned int u16_at(const unsigned char* q, unsigned long long off) {
+    return q[off] | ((unsigned int)q[off + 1] << 8);
+}
+
+// IEEE binary16 bits to f32, exactly (subnormals included).
+__device__ inline float f16_bits(unsigned int h) {
+    unsigned int sign = (h & 0x8000u) << 16;
+    unsigned int e = (h >> 10) & 0x1fu;
+    unsigned int m = h & 0x3ffu;
+    if (e == 0u) {
+        float mag = (float)m * 5.9604644775390625e-8f;  // m * 2^-24, exact
+        return sign ? -mag : mag;
+    }
+    if (e == 31u) return __int_as_float((int)(sign | 0x7f800000u | (m << 13)));
+    return __int_as_float((int)(sign | ((e + 112u) << 23) | (m << 13)));
+}
+
+__device__ inline float f16_at(const unsigned char* q, unsigned long long off) {
+    return f16_bits(u16_at(q, off));
+}
+
+__device__ inline float i8_of(unsigned int b) { return (float)(signed char)(unsigned char)b; }
+
+// Element i of a tensor of weight dtype `dtype` (the WEIGHT_* codes).
+__device__ inline float decode(const unsigned char* q, unsigned int dtype, unsigned long long i) {
+    switch (dtype) {
+        case WEIGHT_F16:
+            return f16_at(q, 2 * i);
+        case WEIGHT_BF16:
+            return __int_as_float((int)(u16_at(q, 2 * i) << 16));
+        case WEIGHT_Q8_0: {
+            unsigned long long b = (i / 32) * 34;
+            return i8_of(byte_at(q, b + 2 + i % 32)) * f16_at(q, b);
+        }
+        case WEIGHT_Q4_0: {
+            unsigned long long b = (i / 32) * 18;
+            unsigned int e = i % 32;
+            unsigned int v = (byte_at(q, b + 2 + e % 16) >> (4 * (e / 16))) & 0xfu;
+            return f16_at(q, b) * (float)((int)v - 8);
+        }
+        case WEIGHT_Q4_1: {
+            unsigned long long b = (i / 32) * 20;
+            unsigned int e = i % 32;
+            unsigned int v = (byte_at(q, b + 4 + e % 16) >> (4 * (e / 16))) & 0xfu;
+            float prod = f16_at(q, b) * (float)v;
+            return prod + f16_at(q, b + 2);
+        }
+        case WEIGHT_Q5_0: {
+            unsigned long long b = (i / 32) * 22;
+            unsigned int e = i % 32;
+            unsigned int qh = u16_at(q, b + 2) | (u16_at(q, b + 4) << 16);
+            unsigned int lo = (byte_at(q, b + 6 + e % 16) >> (4 * (e / 16))) & 0xfu;
+            unsigned int v = lo | (((qh >> e) & 1u) << 4);
+            return f16_at(q, b) * (float)((int)v - 16);
+        }
+        case WEIGHT_Q4_K: {
+            unsigned long long b = (i / 256) * 144;
+            unsigned int e = i % 256;
+            unsigned int c = e / 64, hi = (e % 64) / 32, j = 2 * c + hi;
+            unsigned int sc, m;
+            if (j < 4) {
+                sc = byte_at(q, b + 4 + j) & 63u;
+                m = byte_at(q, b + 8 + j) & 63u;
+            } else {
+                sc = (byte_at(q, b + 8 + j) & 0xfu) | ((byte_at(q, b + j) >> 6) << 4);
+                m = (byte_at(q, b + 8 + j) >> 4) | ((byte_at(q, b + 4 + j) >> 6) << 4);
+            }
+            unsigned int v = (byte_at(q, b + 16 + 32 * c + e % 32) >> (4 * hi)) & 0xfu;
+            float dl = f16_at(q, b) * (float)sc;
+            float ml = f16_at(q, b + 2) * (float)m;
+            return dl * (float)v - ml;
+        }
+        case WEIGHT_Q6_K: {
+            unsigned long long b = (i / 256) * 210;
+            unsigned int e = i % 256;
+            unsigned int h = e / 128, k = (e % 128) / 32, l = e % 32;
+            unsigned int ql = (byte_at(q, b + 64 * h + l + 32 * (k & 1)) >> (4 * (k >> 1))) & 0xfu;
+            unsigned int qh = (byte_at(q, b + 128 + 32 * h + l) >> (2 * k)) & 3u;
+            float sc = f16_at(q, b + 208) * i8_of(byte_at(q, b + 192 + e / 16));
+            return sc * (float)((int)(ql | (qh << 4)) - 32);
+        }
+        default:
+            return KERNEL_NAN;  // a code it does not know
+    }
+}
+
+// in2 = x of weight dtype p.dtype; out0 = f32 [p.n].
+KERNEL(dequantize, DequantizeParams) {
+    unsigned long long o = global_index();
+    if (o >= p.n) return;
+    out0[o] = decode((const unsigned char*)in2, p.dtype, o);
+}
+
+// The embedding lookup of a packed table: in3 = ids [tokens] (i32), in2 = weight [vocab, dim];
+// out0 = [tokens, dim], decoding only the rows the ids pick (out-of-range ids give 0; the op
+// layer refuses them before launching).
+KERNEL(dequantize_rows, DequantizeParams) {
+    unsigned long long o = global_index();
+    if (o >= p.n) return;
+    unsigned long long d = p.dim;
+    int id = ((const int*)in3)[o / d];
+    if (id < 0 || (unsigned int)id >= p.vocab) {
+        out0[o] = 0.0f;
+        return;
+    }
+    out0[o] = decode((const unsigned char*)in2, p.dtype, (unsigned long long)id * d + o % d);
+}

@@ -1,0 +1,141 @@
+// Weight dtypes decoded to f32: f16, bf16 and GGML's blocks (q8_0, q4_0, q4_1, q5_0, q4_k,
+// q6_k), byte for byte the layouts of kernels-core src/quant/decode.rs (the CPU reference,
+// bit-exact with the gguf package). One thread per output element. The packed bytes are read
+// as u32 words (WGSL has no byte loads); f16 fields are decoded with integer arithmetic, so
+// subnormal scales decode exactly whatever the adapter does with f16.
+
+override WG: u32 = 256u;
+
+@group(0) @binding(3) var<storage, read> packed: array<u32>;
+@group(0) @binding(4) var<storage, read> ids: array<i32>;
+@group(0) @binding(5) var<storage, read_write> out0: array<f32>;
+
+fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return (wid.y * nwg.x + wid.x) * WG + lid;
+}
+
+fn byte_at(off: u32) -> u32 {
+    return (packed[off >> 2u] >> ((off & 3u) * 8u)) & 0xffu;
+}
+
+fn u16_at(off: u32) -> u32 {
+    return byte_at(off) | (byte_at(off + 1u) << 8u);
+}
+
+// IEEE binary16 bits to f32, exactly (subnormals included).
+fn f16_bits(h: u32) -> f32 {
+    let sign = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if (e == 0u) {
+        let mag = f32(m) * 5.9604644775390625e-8; // m * 2^-24, exact
+        return select(mag, -mag, sign != 0u);
+    }
+    if (e == 31u) {
+        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
+}
+
+fn f16_at(off: u32) -> f32 {
+    return f16_bits(u16_at(off));
+}
+
+fn i8_of(b: u32) -> f32 {
+    return f32(i32(b) - select(0, 256, b >= 128u));
+}
+
+// Element i of a tensor of weight dtype `dtype` (the WEIGHT_* codes).
+fn decode(dtype: u32, i: u32) -> f32 {
+    switch dtype {
+        case WEIGHT_F16: {
+            return f16_at(2u * i);
+        }
+        case WEIGHT_BF16: {
+            return bitcast<f32>(u16_at(2u * i) << 16u);
+        }
+        case WEIGHT_Q8_0: {
+            let b = (i / 32u) * 34u;
+            return i8_of(byte_at(b + 2u + i % 32u)) * f16_at(b);
+        }
+        case WEIGHT_Q4_0: {
+            let b = (i / 32u) * 18u;
+            let e = i % 32u;
+            let q = (byte_at(b + 2u + e % 16u) >> (4u * (e / 16u))) & 0xfu;
+            return f16_at(b) * f32(i32(q) - 8);
+        }
+        case WEIGHT_Q4_1: {
+            let b = (i / 32u) * 20u;
+            let e = i % 32u;
+            let q = (byte_at(b + 4u + e % 16u) >> (4u * (e / 16u))) & 0xfu;
+            return f16_at(b) * f32(q) + f16_at(b + 2u);
+        }
+        case WEIGHT_Q5_0: {
+            let b = (i / 32u) * 22u;
+            let e = i % 32u;
+            let qh = u16_at(b + 2u) | (u16_at(b + 4u) << 16u);
+            let lo = (byte_at(b + 6u + e % 16u) >> (4u * (e / 16u))) & 0xfu;
+            let q = lo | (((qh >> e) & 1u) << 4u);
+            return f16_at(b) * f32(i32(q) - 16);
+        }
+        case WEIGHT_Q4_K: {
+            let b = (i / 256u) * 144u;
+            let e = i % 256u;
+            let c = e / 64u;
+            let hi = (e % 64u) / 32u;
+            let j = 2u * c + hi;
+            var sc: u32;
+            var m: u32;
+            if (j < 4u) {
+                sc = byte_at(b + 4u + j) & 63u;
+                m = byte_at(b + 8u + j) & 63u;
+            } else {
+                sc = (byte_at(b + 8u + j) & 0xfu) | ((byte_at(b + j) >> 6u) << 4u);
+                m = (byte_at(b + 8u + j) >> 4u) | ((byte_at(b + 4u + j) >> 6u) << 4u);
+            }
+            let q = (byte_at(b + 16u + 32u * c + e % 32u) >> (4u * hi)) & 0xfu;
+            let dl = f16_at(b) * f32(sc);
+            let ml = f16_at(b + 2u) * f32(m);
+            return dl * f32(q) - ml;
+        }
+        case WEIGHT_Q6_K: {
+            let b = (i / 256u) * 210u;
+            let e = i % 256u;
+            let h = e / 128u;
+            let k = (e % 128u) / 32u;
+            let l = e % 32u;
+            let ql = (byte_at(b + 64u * h + l + 32u * (k & 1u)) >> (4u * (k >> 1u))) & 0xfu;
+            let qh = (byte_at(b + 128u + 32u * h + l) >> (2u * k)) & 3u;
+            let sc = f16_at(b + 208u) * i8_of(byte_at(b + 192u + e / 16u));
+            return sc * f32(i32(ql | (qh << 4u)) - 32);
+        }
+        default: {
+            return kernel_nan();
+        }
+    }
+}
+
+// packed = x of weight dtype p.dtype; out0 = f32 [p.n].
+@compute @workgroup_size(WG)
+fn dequantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let p = dequantize_params();
+    let o = flat_index(wid, nwg, lid);
+    if (o >= p.n) { return; }
+    out0[o] = decode(p.dtype, o);
+}
+
+// The embedding lookup of a packed table: ids [tokens], packed = weight [vocab, dim];
+// out0 = [tokens, dim], decoding only the rows the ids pick (ids out of range give 0, as the
+// f32 embedding kernel; the op layer refuses them before launching).
+@compute @workgroup_size(WG)
+fn dequantize_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32) {
+    let p = dequantize_params();
+    let o = flat_index(wid, nwg, lid);
+    if (o >= p.n) { return; }
+    let d = p.dim;
+    let id = ids[o / d];
+    if (id < 0 || u32(id) >= p.vocab) { out0[o] = 0.0; return; }
+    out0[o] = decode(p.dtype, u32(id) * d + o % d);
+}
