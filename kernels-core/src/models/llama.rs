@@ -18,6 +18,7 @@
 mod config;
 mod generate;
 mod parse;
+mod quantize;
 
 use alloc::format;
 use alloc::rc::Rc;
@@ -35,6 +36,7 @@ use crate::tensor::Tensor;
 
 pub use config::{LlamaConfig, MlpAct, RopeKind, RopeParams, Variant};
 pub use generate::{GenerateOptions, Generation, Sampling, StopReason, generate, greedy_batch};
+pub use quantize::{QUANTIZE_CHOICES, QuantizeSummary, format_for, quantize_checkpoint};
 
 /// Keys and values seen so far, per layer, each `[batch, kv_heads, capacity, head_dim]` of
 /// which the first [`KvCache::len`] positions are filled.
@@ -136,28 +138,56 @@ pub struct Llama {
     pub store: ParamStore,
 }
 
+/// Whether a checkpoint tensor is a matrix the model multiplies by (a projection, the
+/// embedding table or the output head): those keep a weight dtype (f16, bf16, GGML blocks);
+/// every other tensor (norm weights, biases) is decoded to f32 at load.
+pub fn is_matrix_weight(name: &str) -> bool {
+    name.ends_with("_proj.weight")
+        || name.ends_with("embed_tokens.weight")
+        || name.ends_with("lm_head.weight")
+}
+
 /// The parameters one checkpoint tensor becomes: itself, or (Phi-3) the rows of a fused
 /// projection split into the separate ones, or (Gemma) a norm weight `w` stored as `1 + w`.
+/// Weight dtypes stay packed on matrices (the split cuts whole rows of blocks) and are decoded
+/// elsewhere.
 fn load_transform(c: &LlamaConfig, name: &str, t: &Tensor) -> Result<Vec<(String, Tensor)>> {
+    let t = &if t.dtype().is_weight() && !is_matrix_weight(name) {
+        t.dequantize()?
+    } else {
+        t.clone()
+    };
     let split = |parts: &[(&str, usize)]| -> Result<Vec<(String, Tensor)>> {
         let cols = t.shape().get(1).copied().unwrap_or(0);
-        let data = t.to_f32_vec()?;
+        let row_bytes = t.dtype().bytes_for(cols).unwrap_or(0);
+        let packed = t.dtype().is_weight();
+        let (floats, bytes) = if packed {
+            (Vec::new(), t.packed_bytes()?)
+        } else {
+            (t.to_f32_vec()?, &[][..])
+        };
         let prefix = name.rsplit_once('.').map_or("", |(p, _)| p);
         let prefix = prefix.rsplit_once('.').map_or("", |(p, _)| p);
         let mut start = 0;
         parts
             .iter()
             .map(|&(part, rows)| {
-                let end = start + rows * cols;
-                let rows_data = data.get(start..end).ok_or_else(|| Error::BadModelFile {
+                let end = start + rows;
+                let too_small = || Error::BadModelFile {
                     path: name.into(),
                     why: format!("tensor `{name}` is too small to split"),
-                })?;
+                };
+                let piece = if packed {
+                    let b = bytes
+                        .get(start * row_bytes..end * row_bytes)
+                        .ok_or_else(too_small)?;
+                    Tensor::from_raw(&[rows, cols], t.dtype(), b.to_vec())?
+                } else {
+                    let f = floats.get(start * cols..end * cols).ok_or_else(too_small)?;
+                    Tensor::from_f32(&[rows, cols], f.to_vec())?
+                };
                 start = end;
-                Ok((
-                    format!("{prefix}.{part}.weight"),
-                    Tensor::from_f32(&[rows, cols], rows_data.to_vec())?,
-                ))
+                Ok((format!("{prefix}.{part}.weight"), piece))
             })
             .collect()
     };
