@@ -64,11 +64,36 @@ pub fn load_with_metadata(
     bytes: &[u8],
     path: &str,
 ) -> Result<(BTreeMap<String, Tensor>, BTreeMap<String, String>)> {
+    load_impl(bytes, path, false)
+}
+
+/// [`load_named`] for model weights: F16 and BF16 tensors stay 16-bit (weight dtypes, decoded
+/// where they are read, see [`crate::quant`]) instead of being widened to f32.
+pub fn load_weights_named(bytes: &[u8], path: &str) -> Result<BTreeMap<String, Tensor>> {
+    Ok(load_impl(bytes, path, true)?.0)
+}
+
+fn load_impl(
+    bytes: &[u8],
+    path: &str,
+    keep_16bit: bool,
+) -> Result<(BTreeMap<String, Tensor>, BTreeMap<String, String>)> {
     let metadata = check_header(bytes, path)?;
     let st = SafeTensors::deserialize(bytes).map_err(|e| bad(path, format!("{e}")))?;
     let mut tensors = BTreeMap::new();
     for (name, view) in st.iter() {
-        let t = convert(name, view.dtype(), view.shape(), view.data(), path)?;
+        let t = match view.dtype() {
+            Dtype::F16 | Dtype::BF16 if keep_16bit => {
+                let dtype = if view.dtype() == Dtype::F16 {
+                    DType::F16
+                } else {
+                    DType::BF16
+                };
+                Tensor::from_raw(view.shape(), dtype, view.data().to_vec())
+                    .map_err(|e| bad(path, format!("tensor `{name}`: {e}")))?
+            }
+            _ => convert(name, view.dtype(), view.shape(), view.data(), path)?,
+        };
         tensors.insert(name.to_string(), t);
     }
     Ok((tensors, metadata))

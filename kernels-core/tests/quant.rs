@@ -197,3 +197,12 @@ fn bad_sizes_are_errors_not_panics() {
     assert_eq!(t.byte_len(), 68);
     assert!(t.as_f32().is_err());
 }
+
+#[test]
+fn the_f16_conversion_is_half_s_on_every_bit_pattern() {
+    for h in 0..=u16::MAX {
+        let want = half::f16::from_bits(h).to_f32();
+        let got = quant::decode::f16_to_f32(h);
+        assert_eq!(got.to_bits(), want.to_bits(), "f16 bits {h:#06x}");
+    }
+}

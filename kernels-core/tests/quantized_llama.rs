@@ -59,7 +59,10 @@ fn logits(tensors: &BTreeMap<String, Tensor>, backend: Rc<dyn Backend>) -> Vec<f
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -93,12 +96,18 @@ fn quantized_models_track_the_f32_model_and_the_fast_paths_track_the_reference()
         let got_ref = logits(&w, Rc::new(CpuBackend::reference()));
         let got_fast = logits(&w, Rc::new(CpuBackend::new()));
         let vs_f32 = max_abs_diff(&got_ref, &reference) / scale;
-        assert!(vs_f32 < bound, "{dtype}: logits differ from f32 by {vs_f32} of the largest");
+        assert!(
+            vs_f32 < bound,
+            "{dtype}: logits differ from f32 by {vs_f32} of the largest"
+        );
         assert!(vs_f32 > 0.0, "{dtype}: no difference from f32 at all?");
         // The fast paths (packed row streaming in decode, decoded GEMM in prefill) against the
         // reference on the same weights: the matmul budget at K = 512 (2e-6 * sqrt(512)).
         let fast = max_abs_diff(&got_fast, &got_ref) / scale;
-        assert!(fast < 1e-4, "{dtype}: fast path differs by {fast} of the largest logit");
+        assert!(
+            fast < 1e-4,
+            "{dtype}: fast path differs by {fast} of the largest logit"
+        );
     }
 }
 
@@ -113,7 +122,10 @@ fn rows_that_are_not_whole_blocks_fall_back_or_stay() {
         "model.layers.0.mlp.up_proj.weight".to_string(),
         Tensor::zeros(&[4, 48]).unwrap(),
     );
-    w.insert("model.norm.weight".to_string(), Tensor::zeros(&[64]).unwrap());
+    w.insert(
+        "model.norm.weight".to_string(),
+        Tensor::zeros(&[64]).unwrap(),
+    );
     let s = quantize_checkpoint(&mut w, DType::Q8_0).unwrap();
     assert!(s.quantized.is_empty());
     assert_eq!(s.kept.len(), 1, "{s:?}");

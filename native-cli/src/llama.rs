@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 
 use kernels_chat::TextStream;
 use kernels_core::models::hf;
-use kernels_core::models::llama::{self, GenerateOptions, Llama, LlamaConfig, Sampling};
-use kernels_core::{Backend, Tensor};
+use kernels_core::models::llama::{
+    self, GenerateOptions, Llama, LlamaConfig, Sampling, quantize_checkpoint,
+};
+use kernels_core::{Backend, DType, Tensor};
 use tokenizers::Tokenizer;
 
 use crate::{CliResult, fail};
@@ -291,4 +293,43 @@ pub fn logits(model: &Llama, tokens: &[u32], all_positions: bool) -> CliResult<V
         .chunks(c.vocab_size)
         .map(<[f32]>::to_vec)
         .collect())
+}
+
+/// `--quantize q8_0|q4_0|q4_k`: the dtype named, if it is one of
+/// [`kernels_core::models::llama::QUANTIZE_CHOICES`] (or f16 / bf16 / q4_1 / q5_0, which
+/// [`kernels_core::quant`] also writes).
+pub fn parse_quantize(s: &str) -> Result<DType, String> {
+    DType::from_name(s)
+        .filter(|d| kernels_core::quant::QUANTIZE_TO.contains(d))
+        .ok_or_else(|| {
+            format!("`{s}` is not a format to quantize to; expected q8_0, q4_0 or q4_k (or f16, bf16, q4_1, q5_0)")
+        })
+}
+
+/// Quantize on load: the model's matrices re-encoded as `to` (see
+/// [`kernels_core::models::llama::quantize_checkpoint`]), with one line on stderr saying what
+/// changed. `None` leaves the files as they are.
+pub fn quantize_files(files: &mut ModelFiles, to: Option<DType>) -> CliResult<()> {
+    let Some(to) = to else {
+        return Ok(());
+    };
+    let s = quantize_checkpoint(&mut files.tensors, to)
+        .map_err(|e| fail(format!("{}: --quantize {to}: {e}", files.origin)))?;
+    let mut by_format: std::collections::BTreeMap<&str, usize> = Default::default();
+    for d in s.quantized.values() {
+        *by_format.entry(d.name()).or_default() += 1;
+    }
+    let formats: Vec<String> = by_format.iter().map(|(d, n)| format!("{n} {d}")).collect();
+    eprintln!(
+        "quantized {} matrices ({}), {} kept as they were; weights {:.1} MB -> {:.1} MB",
+        s.quantized.len(),
+        formats.join(", "),
+        s.kept.len(),
+        s.bytes_before as f64 / 1e6,
+        s.bytes_after as f64 / 1e6
+    );
+    for (name, why) in &s.kept {
+        eprintln!("  kept {name}: {why}");
+    }
+    Ok(())
 }

@@ -208,6 +208,10 @@ enum Cmd {
         /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
         #[arg(long)]
         backend: Option<String>,
+        /// Quantize the model's matrices as they load: q8_0, q4_0 or q4_k (rows that are not
+        /// whole blocks fall back, as llama.cpp does; norms stay f32).
+        #[arg(long, value_parser = native_cli::llama::parse_quantize)]
+        quantize: Option<kernels_core::DType>,
     },
     /// Chat with an instruct model from a Hugging Face directory in the terminal: each line
     /// read from stdin is a user message; the conversation so far goes through the model's own
@@ -252,6 +256,10 @@ enum Cmd {
         /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
         #[arg(long)]
         backend: Option<String>,
+        /// Quantize the model's matrices as they load: q8_0, q4_0 or q4_k (rows that are not
+        /// whole blocks fall back, as llama.cpp does; norms stay f32).
+        #[arg(long, value_parser = native_cli::llama::parse_quantize)]
+        quantize: Option<kernels_core::DType>,
         /// JSON output (the only format).
         #[arg(long)]
         json: bool,
@@ -280,6 +288,10 @@ enum Cmd {
         /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
         #[arg(long)]
         backend: Option<String>,
+        /// Quantize the model's matrices as they load: q8_0, q4_0 or q4_k (rows that are not
+        /// whole blocks fall back, as llama.cpp does; norms stay f32).
+        #[arg(long, value_parser = native_cli::llama::parse_quantize)]
+        quantize: Option<kernels_core::DType>,
     },
 }
 
@@ -387,6 +399,10 @@ struct BenchLlamaArgs {
     /// cpu, wgpu, cuda or auto (default: $KERNELS_BACKEND, else auto).
     #[arg(long)]
     backend: Option<String>,
+    /// Quantize the model's matrices as they load: q8_0, q4_0 or q4_k (rows that are not
+    /// whole blocks fall back, as llama.cpp does; norms stay f32).
+    #[arg(long, value_parser = native_cli::llama::parse_quantize)]
+    quantize: Option<kernels_core::DType>,
     /// CPU threads (sets KERNELS_THREADS for this run; default: KERNELS_THREADS, else every
     /// core). The report's "threads" is the count the CPU's products use.
     #[arg(long)]
@@ -422,6 +438,7 @@ fn run_bench_llama(a: BenchLlamaArgs) -> CliResult<()> {
     bench::llama_model::run(&bench::llama_model::LlamaBenchOptions {
         model: a.model,
         backend: a.backend,
+        quantize: a.quantize,
         threads,
         prompt_len: a.prompt_len,
         new_tokens: a.new_tokens,
@@ -616,6 +633,7 @@ fn run(cli: Cli) -> CliResult<()> {
             system,
             sampling,
             backend,
+            quantize,
         } => generate::run(&GenerateArgs {
             model,
             prompt,
@@ -624,6 +642,7 @@ fn run(cli: Cli) -> CliResult<()> {
             backend,
             chat,
             system,
+            quantize,
         }),
         Cmd::Chat {
             model,
@@ -645,12 +664,14 @@ fn run(cli: Cli) -> CliResult<()> {
             tokens,
             all_positions,
             backend,
+            quantize,
             json: _,
         } => logits::run(&LogitsArgs {
             model,
             tokens: parse_tokens(&tokens)?,
             all_positions,
             backend,
+            quantize,
         }),
         Cmd::Train {
             what:
@@ -693,7 +714,15 @@ fn run(cli: Cli) -> CliResult<()> {
             problems,
             seed,
             backend,
-        } => eval::run(model.as_deref(), problems, seed, backend.as_deref(), json),
+            quantize,
+        } => eval::run(
+            model.as_deref(),
+            problems,
+            seed,
+            backend.as_deref(),
+            quantize,
+            json,
+        ),
     }
 }
 

@@ -49,7 +49,7 @@ pub fn load_checkpoint(
     };
     let mut tensors = BTreeMap::new();
     if let Some(bytes) = read("model.safetensors")? {
-        tensors = crate::io::load_named(&bytes, &path("model.safetensors"))?;
+        tensors = crate::io::load_weights_named(&bytes, &path("model.safetensors"))?;
     } else if let Some(index) = read("model.safetensors.index.json")? {
         let name = "model.safetensors.index.json";
         let bad = |why: String| Error::BadModelFile {
@@ -73,7 +73,7 @@ pub fn load_checkpoint(
                 what: format!("shard listed in {name}"),
                 name: path(shard),
             })?;
-            tensors.extend(crate::io::load_named(&bytes, &path(shard))?);
+            tensors.extend(crate::io::load_weights_named(&bytes, &path(shard))?);
         }
     } else {
         return Err(Error::Missing {

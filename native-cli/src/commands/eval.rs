@@ -4,7 +4,7 @@
 use kernels_gpu::{BackendChoice, select_backend};
 
 use crate::addition::{embedded, evaluate};
-use crate::llama::{build, read_dir};
+use crate::llama::{build, quantize_files, read_dir};
 use crate::{CliResult, emit, emit_json};
 
 /// `kernels eval`: prints the exact-match accuracy, as text or (`json`) one object:
@@ -14,13 +14,15 @@ pub fn run(
     n: usize,
     seed: u64,
     backend: Option<&str>,
+    quantize: Option<kernels_core::DType>,
     json: bool,
 ) -> CliResult<()> {
     let chosen = select_backend(BackendChoice::from_arg(backend)?)?;
-    let files = match dir {
+    let mut files = match dir {
         Some(d) => read_dir(d)?,
         None => embedded()?,
     };
+    quantize_files(&mut files, quantize)?;
     let model = build(&files, chosen.backend.clone())?;
     let (ok, n, wrong) = evaluate(&model, n, seed, 256)?;
     if json {

@@ -12,7 +12,7 @@ use kernels_gpu::{BackendChoice, select_backend};
 use kernels_chat::Message;
 
 use crate::commands::chat::{ChatSetup, ending, reply};
-use crate::llama::{TokenStream, build, encode, generate_ids, read_dir};
+use crate::llama::{TokenStream, build, encode, generate_ids, quantize_files, read_dir};
 use crate::{CliResult, addition, emit, fail};
 
 /// New tokens when `--max-tokens` is not given (fewer when the context leaves fewer).
@@ -31,6 +31,8 @@ pub struct GenerateArgs {
     pub chat: bool,
     /// With `chat`: a system message before it.
     pub system: Option<String>,
+    /// `--quantize`: the matrices re-encoded as they load.
+    pub quantize: Option<kernels_core::DType>,
 }
 
 /// `kernels generate`: streams the completion to stdout, the timings to stderr.
@@ -40,10 +42,11 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
     kernels_core::cpu::sample::check_attrs(s.temperature, s.top_k, s.top_p)
         .map_err(|e| fail(format!("generate: {e}")))?;
     let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
-    let files = match &args.model {
+    let mut files = match &args.model {
         Some(dir) => read_dir(dir)?,
         None => addition::embedded()?,
     };
+    quantize_files(&mut files, args.quantize)?;
     let model = build(&files, chosen.backend.clone())?;
     let tok = files.tokenizer.as_ref().ok_or_else(|| {
         fail(format!(

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::llama::{build, logits, read_dir};
+use crate::llama::{build, logits, quantize_files, read_dir};
 use crate::{CliResult, addition, emit, fail};
 
 /// Options of `kernels logits`.
@@ -15,15 +15,18 @@ pub struct LogitsArgs {
     pub tokens: Vec<u32>,
     pub all_positions: bool,
     pub backend: Option<String>,
+    /// `--quantize`: the matrices re-encoded as they load.
+    pub quantize: Option<kernels_core::DType>,
 }
 
 /// `kernels logits --json`.
 pub fn run(args: &LogitsArgs) -> CliResult<()> {
     let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
-    let files = match &args.model {
+    let mut files = match &args.model {
         Some(dir) => read_dir(dir)?,
         None => addition::embedded()?,
     };
+    quantize_files(&mut files, args.quantize)?;
     let model = build(&files, chosen.backend.clone())?;
     let rows = logits(&model, &args.tokens, args.all_positions)?;
     // JSON has no NaN or infinity: serde writes them as null. Say so rather than let a null

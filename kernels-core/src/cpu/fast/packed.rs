@@ -50,9 +50,49 @@ pub fn run(op: &Op, dir: Direction, inputs: &[&Tensor]) -> Option<Result<Vec<Ten
             shape.extend([w.shape()[0], 1]);
             return product_of(Activation::None, h, w, None, Some(shape));
         }
+        // `a^T @ W^T` with `a [batch, k, 1]` (decode's o_proj): `a`'s memory is the rows.
+        (
+            Op::Matmul {
+                trans_a: true,
+                trans_b: true,
+            },
+            [a, w],
+        ) if w.rank() == 2 && a.rank() >= 2 && a.shape()[a.rank() - 1] == 1 => {
+            let mut shape = a.shape()[..a.rank() - 2].to_vec();
+            shape.extend([1, w.shape()[0]]);
+            let k = a.shape()[a.rank() - 2];
+            let rows = a.reshape(&[a.numel() / k.max(1), k]).ok()?;
+            return product_of(Activation::None, &rows, w, None, Some(shape));
+        }
+        (Op::Embedding, [ids, w]) => return embedding(ids, w),
         _ => return None,
     };
     product_of(activation, x, w, bias, None)
+}
+
+/// `embedding(ids, w)` with a packed table: only the picked rows are decoded. Ids out of range
+/// (and every other bad input) go to the reference, which reports them.
+fn embedding(ids: &Tensor, w: &Tensor) -> Option<Result<Vec<Tensor>>> {
+    if !w.dtype().is_weight() || w.rank() != 2 || !ids.is_host() || !w.is_host() {
+        return None;
+    }
+    let (vocab, dim) = (w.shape()[0], w.shape()[1]);
+    let ids_v = ids.to_i64_vec().ok()?;
+    if ids_v.is_empty() || ids_v.iter().any(|&i| i < 0 || i as u64 >= vocab as u64) {
+        return None;
+    }
+    let row_bytes = w.dtype().bytes_for(dim)?;
+    let packed = w.packed_bytes().ok()?;
+    let mut out = vec![0.0f32; ids_v.len() * dim];
+    for (o, &id) in out.chunks_exact_mut(dim.max(1)).zip(&ids_v) {
+        let at = id as usize * row_bytes;
+        if let Err(e) = quant::dequantize_into(w.dtype(), &packed[at..at + row_bytes], o) {
+            return Some(Err(e));
+        }
+    }
+    let mut shape = ids.shape().to_vec();
+    shape.push(dim);
+    Some(Tensor::from_f32(&shape, out).map(|t| vec![t]))
 }
 
 /// `act(x @ w^T + bias)` for a packed `w`, shaped as linear's output or `out_shape`.
@@ -116,15 +156,15 @@ fn product(
 ) -> Result<Vec<Tensor>> {
     let mut out = vec![0.0f32; rows * n];
     let mut row = vec![0.0f32; k];
-    for j in 0..n {
-        quant::dequantize_into(dtype, &packed[j * row_bytes..(j + 1) * row_bytes], &mut row)?;
-        with_simd!(Isa::selected(), s => {
+    // The decode runs inside the vector context too, so it is compiled for the same ISA.
+    with_simd!(Isa::selected(), s => {
+        for j in 0..n {
+            quant::decode_blocks(dtype, &packed[j * row_bytes..(j + 1) * row_bytes], &mut row);
             for r in 0..rows {
-                let acc = math::dot(s, &x[r * k..(r + 1) * k], &row);
-                out[r * n + j] = acc;
+                out[r * n + j] = math::dot(s, &x[r * k..(r + 1) * k], &row);
             }
-        });
-    }
+        }
+    });
     for r in 0..rows {
         for j in 0..n {
             let v = out[r * n + j] + bias.map_or(0.0, |b| b[j]);

@@ -18,7 +18,7 @@ use kernels_core::Rng;
 use kernels_core::models::llama::{GenerateOptions, Generation, Llama, Sampling};
 use kernels_gpu::{BackendChoice, WgpuBackend, select_backend};
 
-use crate::llama::{build, read_dir};
+use crate::llama::{build, quantize_files, read_dir};
 use crate::{CliResult, emit, fail};
 
 /// Options of `kernels bench llama`.
@@ -33,6 +33,8 @@ pub struct LlamaBenchOptions {
     pub prefill_len: usize,
     pub runs: usize,
     pub json: bool,
+    /// `--quantize`: the matrices re-encoded as they load.
+    pub quantize: Option<kernels_core::DType>,
 }
 
 /// What one run of the protocol measured.
@@ -47,11 +49,17 @@ pub struct LlamaBenchReport {
     pub dispatches_per_token: Option<f64>,
     pub submits_per_token: Option<f64>,
     pub bytes_down_per_token: Option<f64>,
+    /// The dtypes of the model's matrices, e.g. `q4_k+q5_0` (`f32` when unquantized).
+    pub weights: String,
+    /// Bytes of weights one decode step reads: every matrix whole, except an untied embedding
+    /// table, of which it reads one row.
+    pub weight_bytes_per_token: usize,
 }
 
 impl LlamaBenchReport {
     /// `{"model", "backend", "threads", "params", "decode_tok_s", "prefill_tok_s",
-    /// "dispatches_per_token", "submits_per_token", "bytes_down_per_token"}`.
+    /// "dispatches_per_token", "submits_per_token", "bytes_down_per_token", "weights",
+    /// "weight_bytes_per_token"}`.
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "model": self.model,
@@ -63,6 +71,8 @@ impl LlamaBenchReport {
             "dispatches_per_token": self.dispatches_per_token,
             "submits_per_token": self.submits_per_token,
             "bytes_down_per_token": self.bytes_down_per_token,
+            "weights": self.weights,
+            "weight_bytes_per_token": self.weight_bytes_per_token,
         })
     }
 }
@@ -181,8 +191,10 @@ fn check_lengths(opts: &LlamaBenchOptions, max_pos: usize) -> CliResult<()> {
 /// Runs the protocol and returns the report.
 pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
     let (backend, counting, backend_name) = open_backend(opts.backend.as_deref())?;
-    let files = read_dir(&opts.model)?;
+    let mut files = read_dir(&opts.model)?;
+    quantize_files(&mut files, opts.quantize)?;
     let model = build(&files, backend)?;
+    let (weights, weight_bytes_per_token) = weight_traffic(&model);
     let c = &model.config;
     check_lengths(opts, c.max_position_embeddings)?;
     let mut rng = Rng::new(0x6c6c_616d);
@@ -228,7 +240,29 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
         dispatches_per_token: dispatches,
         submits_per_token: submits,
         bytes_down_per_token: bytes_down,
+        weights,
+        weight_bytes_per_token,
     })
+}
+
+/// The matrices' dtypes (`q4_k+q5_0`) and the weight bytes a decode step reads (see
+/// [`LlamaBenchReport::weight_bytes_per_token`]).
+fn weight_traffic(model: &Llama) -> (String, usize) {
+    let c = &model.config;
+    let mut formats = std::collections::BTreeSet::new();
+    let mut bytes = 0;
+    for (name, t) in model.store.iter() {
+        if kernels_core::models::llama::is_matrix_weight(name) {
+            formats.insert(t.dtype().name());
+        }
+        let whole = t.byte_len();
+        bytes += if name.ends_with("embed_tokens.weight") && !c.tie_word_embeddings {
+            whole / c.vocab_size.max(1)
+        } else {
+            whole
+        };
+    }
+    (formats.into_iter().collect::<Vec<_>>().join("+"), bytes)
 }
 
 /// `kernels bench llama`: one JSON object, or a line for people.
@@ -239,11 +273,13 @@ pub fn run(opts: &LlamaBenchOptions) -> CliResult<()> {
     }
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
     emit(&format!(
-        "{} on {} ({:.2}M params): decode {:.1} tok/s ({} new after a {}-token prompt), \
+        "{} on {} ({:.2}M params, {}, {:.1} MB of weights read per token): decode {:.1} tok/s ({} new after a {}-token prompt), \
          prefill {:.1} tok/s ({} tokens); per decode token: {} dispatches, {} submits, {} bytes down\n",
         r.model,
         r.backend,
         r.params as f64 / 1e6,
+        r.weights,
+        r.weight_bytes_per_token as f64 / 1e6,
         r.decode_tok_s,
         opts.new_tokens,
         opts.prompt_len,
