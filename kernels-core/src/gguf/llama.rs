@@ -1,0 +1,369 @@
+//! A GGUF file of a llama-shaped architecture as this crate's model: its `<arch>.*` metadata as
+//! a [`LlamaConfig`] ([`config_from_gguf`]), its tensors under the Hugging Face names the loader
+//! expects ([`hf_tensor_name`], [`tensors_from_gguf`]), with the q/k row permutation that
+//! llama.cpp's converter applies undone ([`unpermute_rows`]), and everything at once
+//! ([`load_llama`]).
+//!
+//! Architectures: `llama` (which llama.cpp also uses for Mistral), `qwen2` and `qwen3`. Others
+//! are refused by name.
+
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use super::{GgmlType, GgufFile, TensorInfo};
+use crate::error::{Error, Result};
+use crate::models::llama::{LlamaConfig, RopeKind, Variant};
+use crate::op::{RMS_NORM_EPS, ROPE_THETA};
+use crate::tensor::Tensor;
+
+/// `general.architecture` values this module maps, and whether llama.cpp's converter permuted
+/// the q/k rows of that architecture (`LlamaModel.permute`; Qwen's converters do not).
+const ARCHITECTURES: [(&str, bool); 3] = [("llama", true), ("qwen2", false), ("qwen3", false)];
+
+fn supported() -> String {
+    ARCHITECTURES
+        .iter()
+        .map(|(a, _)| format!("`{a}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The file's `general.architecture`, refused unless it is one of those mapped.
+pub fn architecture<'f>(file: &'f GgufFile<'_>) -> Result<&'f str> {
+    let arch = file.get_str("general.architecture")?;
+    if ARCHITECTURES.iter().any(|(a, _)| *a == arch) {
+        Ok(arch)
+    } else {
+        Err(file.bad(format!(
+            "architecture `{arch}` not supported (supported: {})",
+            supported()
+        )))
+    }
+}
+
+fn permuted(arch: &str) -> bool {
+    ARCHITECTURES.iter().any(|&(a, p)| a == arch && p)
+}
+
+/// The model's config from the `<arch>.*` and `tokenizer.ggml.*` metadata: sizes, norm epsilon,
+/// rope base and scaling (`none`, `linear`, `yarn`), context length, vocabulary size (the token
+/// list's length, else `<arch>.vocab_size`, else the embedding's rows), BOS/EOS ids, and tied
+/// embeddings when the file has no `output.weight`.
+pub fn config_from_gguf(file: &GgufFile<'_>) -> Result<LlamaConfig> {
+    let arch = architecture(file)?;
+    let key = |k: &str| format!("{arch}.{k}");
+    let hidden_size = file.get_usize(&key("embedding_length"))?;
+    let num_attention_heads = file.get_usize(&key("attention.head_count"))?;
+    let num_key_value_heads = file
+        .get_usize_opt(&key("attention.head_count_kv"))?
+        .unwrap_or(num_attention_heads);
+    let head_dim = match file.get_usize_opt(&key("attention.key_length"))? {
+        Some(d) => d,
+        None => hidden_size.checked_div(num_attention_heads).unwrap_or(0),
+    };
+    if let Some(v) = file.get_usize_opt(&key("attention.value_length"))?
+        && v != head_dim
+    {
+        return Err(file.bad(format!(
+            "`{arch}.attention.value_length` = {v} differs from the key length {head_dim} (not \
+             implemented)"
+        )));
+    }
+    if let Some(r) = file.get_usize_opt(&key("rope.dimension_count"))?
+        && r != head_dim
+    {
+        return Err(file.bad(format!(
+            "`{arch}.rope.dimension_count` = {r}: partial rotary embeddings (head_dim {head_dim}) \
+             are not implemented"
+        )));
+    }
+    if file.tensor("rope_freqs.weight").is_some() {
+        return Err(file.bad(
+            "tensor `rope_freqs.weight` (llama 3's rope scaling as precomputed frequency \
+             factors) is not supported yet; load the Hugging Face checkpoint instead"
+                .into(),
+        ));
+    }
+    let max_position_embeddings = file.get_usize_opt(&key("context_length"))?.unwrap_or(2048);
+    let rope = rope_scaling(file, arch, max_position_embeddings)?;
+    let vocab_size = match file.get_array_opt("tokenizer.ggml.tokens")? {
+        Some(tokens) => tokens.len(),
+        None => match file.get_usize_opt(&key("vocab_size"))? {
+            Some(v) => v,
+            None => file
+                .tensor("token_embd.weight")
+                .and_then(|t| t.shape().first().copied())
+                .unwrap_or(0),
+        },
+    };
+    let id = |k: &str| -> Result<Option<u32>> {
+        match file.get_usize_opt(k)? {
+            None => Ok(None),
+            Some(v) => u32::try_from(v)
+                .map(Some)
+                .map_err(|_| file.bad(format!("`{k}` = {v} is not a token id"))),
+        }
+    };
+    let mut eos_token_ids: Vec<u32> = id("tokenizer.ggml.eos_token_id")?.into_iter().collect();
+    if let Some(eot) = id("tokenizer.ggml.eot_token_id")?
+        && !eos_token_ids.contains(&eot)
+    {
+        eos_token_ids.push(eot);
+    }
+    let variant = Variant {
+        model_type: arch.into(),
+        rope,
+        qkv_bias: arch == "qwen2",
+        qk_norm: arch == "qwen3",
+        ..Variant::default()
+    };
+    let cfg = LlamaConfig {
+        hidden_size,
+        intermediate_size: file.get_usize(&key("feed_forward_length"))?,
+        num_hidden_layers: file.get_usize(&key("block_count"))?,
+        num_attention_heads,
+        num_key_value_heads,
+        vocab_size,
+        rms_norm_eps: file
+            .get_f32_opt(&key("attention.layer_norm_rms_epsilon"))?
+            .unwrap_or(RMS_NORM_EPS),
+        rope_theta: file
+            .get_f32_opt(&key("rope.freq_base"))?
+            .unwrap_or(ROPE_THETA),
+        max_position_embeddings,
+        tie_word_embeddings: file.tensor("output.weight").is_none(),
+        head_dim,
+        bos_token_id: id("tokenizer.ggml.bos_token_id")?,
+        eos_token_ids,
+        variant,
+    };
+    cfg.validate().map_err(|e| match e {
+        Error::BadModelFile { why, .. } => file.bad(why),
+        other => other,
+    })?;
+    Ok(cfg)
+}
+
+fn rope_scaling(file: &GgufFile<'_>, arch: &str, max_positions: usize) -> Result<RopeKind> {
+    let key = |k: &str| format!("{arch}.rope.scaling.{k}");
+    let kind = match file.get(&key("type")) {
+        None => "none",
+        Some(_) => file.get_str(&key("type"))?,
+    };
+    let factor = || -> Result<f32> {
+        file.get_f32_opt(&key("factor"))?
+            .filter(|f| *f > 0.0)
+            .ok_or_else(|| file.bad(format!("`{}` must be a number > 0", key("factor"))))
+    };
+    Ok(match kind {
+        "none" => RopeKind::Default,
+        "linear" => RopeKind::Linear { factor: factor()? },
+        "yarn" => {
+            let factor = factor()?;
+            let original = file
+                .get_usize_opt(&key("original_context_length"))?
+                .unwrap_or(max_positions);
+            RopeKind::Yarn {
+                factor,
+                beta_fast: file
+                    .get_f32_opt(&format!("{arch}.rope.scaling.yarn_beta_fast"))?
+                    .unwrap_or(32.0),
+                beta_slow: file
+                    .get_f32_opt(&format!("{arch}.rope.scaling.yarn_beta_slow"))?
+                    .unwrap_or(1.0),
+                original_max_position_embeddings: original,
+                attention_factor: if factor <= 1.0 {
+                    1.0
+                } else {
+                    (0.1 * libm::log(f64::from(factor)) + 1.0) as f32
+                },
+            }
+        }
+        other => {
+            return Err(file.bad(format!(
+                "`{}` = `{other}` not supported (supported: none, linear, yarn)",
+                key("type")
+            )));
+        }
+    })
+}
+
+/// The Hugging Face name of a llama.cpp tensor name (`blk.3.attn_q.weight` ->
+/// `model.layers.3.self_attn.q_proj.weight`), `None` for a name with no counterpart.
+pub fn hf_tensor_name(gguf_name: &str) -> Option<String> {
+    match gguf_name {
+        "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
+        "output_norm.weight" => return Some("model.norm.weight".into()),
+        "output.weight" => return Some("lm_head.weight".into()),
+        _ => {}
+    }
+    let rest = gguf_name.strip_prefix("blk.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (part, suffix) = rest.split_once('.')?;
+    if suffix != "weight" && suffix != "bias" {
+        return None;
+    }
+    let hf = match part {
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "attn_q_norm" => "self_attn.q_norm",
+        "attn_k_norm" => "self_attn.k_norm",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        "ffn_down" => "mlp.down_proj",
+        "attn_norm" => "input_layernorm",
+        "ffn_norm" => "post_attention_layernorm",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{hf}.{suffix}"))
+}
+
+/// Undoes llama.cpp's q/k permutation (`LlamaModel.permute`: `w.reshape(n_head, 2, d // n_head
+/// // 2, *rest).swapaxes(1, 2).reshape(w.shape)`) on `rows` rows of `data`, each
+/// `data.len() / rows` bytes: the file's row `h * d + 2 * i + j` goes back to row
+/// `h * d + j * d / 2 + i` (`d` the rows per head). Whole rows move, so it works on the raw bytes
+/// of any type whose blocks run along the row.
+pub fn unpermute_rows(data: &[u8], rows: usize, n_head: usize, what: &str) -> Result<Vec<u8>> {
+    let bad = |why: String| Error::BadModelFile {
+        path: what.into(),
+        why,
+    };
+    let per_head = rows.checked_div(n_head).unwrap_or(0);
+    if n_head == 0 || !rows.is_multiple_of(n_head) || !per_head.is_multiple_of(2) {
+        return Err(bad(format!(
+            "tensor `{what}`: {rows} rows cannot be split into {n_head} heads of an even size"
+        )));
+    }
+    let row_bytes = data.len().checked_div(rows).unwrap_or(0);
+    if row_bytes.checked_mul(rows) != Some(data.len()) {
+        return Err(bad(format!(
+            "tensor `{what}`: {} bytes are not {rows} rows",
+            data.len()
+        )));
+    }
+    let half = per_head / 2;
+    let mut out = alloc::vec![0u8; data.len()];
+    for h in 0..n_head {
+        for i in 0..half {
+            for j in 0..2 {
+                let from = (h * per_head + 2 * i + j) * row_bytes;
+                let to = (h * per_head + j * half + i) * row_bytes;
+                if let (Some(dst), Some(src)) = (
+                    out.get_mut(to..to + row_bytes),
+                    data.get(from..from + row_bytes),
+                ) {
+                    dst.copy_from_slice(src);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One tensor of a GGUF file as a [`Tensor`] of its row-major shape, from `bytes` (its data,
+/// possibly with rows permuted, in `info.ggml_type`'s layout).
+///
+/// Today only `F32` loads; every other type is an error saying so (the low-precision dtypes
+/// will map `F16`, `BF16`, `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q4_K` and `Q6_K` to their own
+/// [`crate::DType`]).
+pub fn tensor_from_gguf(info: &TensorInfo, bytes: &[u8]) -> Result<Tensor> {
+    let shape = info.shape();
+    match info.ggml_type {
+        GgmlType::F32 => {
+            let values: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            Tensor::from_f32(&shape, values)
+        }
+        other => Err(Error::BadModelFile {
+            path: info.name.clone(),
+            why: format!(
+                "tensor `{}` has ggml type {}: not supported yet (only F32 GGUF tensors load \
+                 today)",
+                info.name,
+                other.name()
+            ),
+        }),
+    }
+}
+
+/// Every tensor of `file` under its Hugging Face name, the q/k rows of a permuted architecture
+/// put back in Hugging Face order. A tensor with no Hugging Face counterpart is an error naming
+/// it.
+pub fn tensors_from_gguf(
+    file: &GgufFile<'_>,
+    config: &LlamaConfig,
+) -> Result<BTreeMap<String, Tensor>> {
+    let arch = architecture(file)?;
+    let permute = permuted(arch);
+    let mut out = BTreeMap::new();
+    for info in &file.tensors {
+        let hf = hf_tensor_name(&info.name).ok_or_else(|| {
+            file.bad(format!(
+                "tensor `{}` has no counterpart in the {arch} model",
+                info.name
+            ))
+        })?;
+        let data = file.tensor_data(info);
+        let heads = if info.name.ends_with(".attn_q.weight") {
+            Some(config.num_attention_heads)
+        } else if info.name.ends_with(".attn_k.weight") {
+            Some(config.num_key_value_heads)
+        } else {
+            None
+        };
+        let rows = info.shape().first().copied().unwrap_or(0);
+        let t = match heads {
+            Some(n_head) if permute && info.dims.len() == 2 => {
+                tensor_from_gguf(info, &unpermute_rows(data, rows, n_head, &info.name)?)?
+            }
+            _ => tensor_from_gguf(info, data)?,
+        };
+        out.insert(hf, t);
+    }
+    Ok(out)
+}
+
+/// A GGUF model as the loader's parts: the config, the tensors by Hugging Face name, and the
+/// tokenizer as a `tokenizer.json` ([`super::tokenizer::tokenizer_json`]; `None` when the file
+/// has no `tokenizer.ggml.model`).
+#[derive(Debug, Clone)]
+pub struct GgufModel {
+    pub config: LlamaConfig,
+    pub tensors: BTreeMap<String, Tensor>,
+    pub tokenizer_json: Option<Vec<u8>>,
+    /// `tokenizer.chat_template`, when present.
+    pub chat_template: Option<String>,
+}
+
+/// Reads a parsed GGUF file's model: [`config_from_gguf`], [`tensors_from_gguf`] and the
+/// tokenizer.
+pub fn load_llama(file: &GgufFile<'_>) -> Result<GgufModel> {
+    let config = config_from_gguf(file)?;
+    let tensors = tensors_from_gguf(file, &config)?;
+    let tokenizer_json = match file.get("tokenizer.ggml.model") {
+        None => None,
+        Some(_) => Some(
+            serde_json::to_vec(&super::tokenizer::tokenizer_json(file)?)
+                .map_err(|e| file.bad(format!("tokenizer.json: {e}")))?,
+        ),
+    };
+    let chat_template = match file.get("tokenizer.chat_template") {
+        None => None,
+        Some(_) => Some(String::from(file.get_str("tokenizer.chat_template")?)),
+    };
+    Ok(GgufModel {
+        config,
+        tensors,
+        tokenizer_json,
+        chat_template,
+    })
+}

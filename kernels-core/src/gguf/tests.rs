@@ -1,0 +1,326 @@
+//! The reader against the writer, and against every kind of malformed file: each built by
+//! mutating a good one.
+
+use alloc::string::{String, ToString};
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::*;
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A small file with every value type, a nested array and three tensors.
+fn sample_writer() -> GgufWriter {
+    let mut w = GgufWriter::new();
+    let meta: Vec<(&str, Value)> = vec![
+        ("general.architecture", Value::from("llama")),
+        ("u8", Value::U8(200)),
+        ("i8", Value::I8(-3)),
+        ("u16", Value::U16(60000)),
+        ("i16", Value::I16(-30000)),
+        ("u32", Value::U32(4_000_000_000)),
+        ("i32", Value::I32(-2_000_000_000)),
+        ("f32", Value::F32(1.5)),
+        ("bool", Value::Bool(true)),
+        ("u64", Value::U64(u64::MAX)),
+        ("i64", Value::I64(i64::MIN)),
+        ("f64", Value::F64(-2.25)),
+        ("utf8", Value::from("héllo ▁")),
+        (
+            "nested",
+            Value::Array(
+                ValueType::Array,
+                vec![
+                    Value::Array(ValueType::I32, vec![Value::I32(1), Value::I32(-2)]),
+                    Value::Array(ValueType::String, vec![Value::from("a"), Value::from("")]),
+                    Value::Array(ValueType::F32, vec![]),
+                ],
+            ),
+        ),
+    ];
+    for (k, v) in meta {
+        w.add_metadata(k, v).unwrap();
+    }
+    w.add_tensor(
+        "a.weight",
+        &[2, 3],
+        GgmlType::F32,
+        f32_bytes(&[1., 2., 3., 4., 5., 6.]),
+    )
+    .unwrap();
+    w.add_tensor("b", &[5], GgmlType::F16, vec![7u8; 10])
+        .unwrap();
+    w.add_tensor(
+        "q",
+        &[2, 64],
+        GgmlType::Q8_0,
+        (0..136).map(|i| i as u8).collect(),
+    )
+    .unwrap();
+    w
+}
+
+fn sample() -> Vec<u8> {
+    sample_writer().to_bytes().unwrap()
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> usize {
+    haystack
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap()
+}
+
+fn err(bytes: &[u8]) -> String {
+    match GgufFile::parse(bytes, "m.gguf") {
+        Ok(_) => panic!("parsed"),
+        Err(e) => {
+            assert!(
+                matches!(e, Error::BadModelFile { ref path, .. } if path == "m.gguf"),
+                "{e}"
+            );
+            e.to_string()
+        }
+    }
+}
+
+/// Where the u64 offset of tensor `name` lies (after its name, dims and type).
+fn offset_field(bytes: &[u8], name: &str, n_dims: usize) -> usize {
+    let mut at = find(bytes, name.as_bytes()) + name.len();
+    at += 4 + 8 * n_dims + 4;
+    at
+}
+
+#[test]
+fn round_trip_keeps_metadata_tensors_and_bytes() {
+    let w = sample_writer();
+    let bytes = w.to_bytes().unwrap();
+    let g = GgufFile::parse(&bytes, "m.gguf").unwrap();
+    assert_eq!(g.version, 3);
+    assert_eq!(g.alignment, 32);
+    assert_eq!(g.data_offset % 32, 0);
+    assert_eq!(g.metadata, w.metadata);
+    assert_eq!(g.get_str("general.architecture").unwrap(), "llama");
+    assert_eq!(g.get_usize("u32").unwrap(), 4_000_000_000);
+    assert!(g.get_usize("i8").is_err());
+    assert_eq!(g.get_f32_opt("f64").unwrap(), Some(-2.25));
+    assert!(
+        g.get_str("missing")
+            .unwrap_err()
+            .to_string()
+            .contains("`missing`")
+    );
+    let names: Vec<&str> = g.tensors.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["a.weight", "b", "q"]);
+    let a = g.tensor("a.weight").unwrap();
+    assert_eq!((a.dims.clone(), a.shape()), (vec![3, 2], vec![2, 3]));
+    assert_eq!(g.tensor_data(a), &f32_bytes(&[1., 2., 3., 4., 5., 6.])[..]);
+    let q = g.tensor("q").unwrap();
+    assert_eq!(
+        (q.ggml_type, q.byte_size, q.offset % 32),
+        (GgmlType::Q8_0, 136, 0)
+    );
+    assert_eq!(
+        g.tensor_data(q),
+        &(0..136).map(|i| i as u8).collect::<Vec<_>>()[..]
+    );
+    assert_eq!(g.tensor_data(g.tensor("b").unwrap()), &[7u8; 10]);
+}
+
+#[test]
+fn alignment_is_honoured() {
+    let mut w = sample_writer();
+    w.add_metadata("general.alignment", Value::U32(64)).unwrap();
+    let bytes = w.to_bytes().unwrap();
+    let g = GgufFile::parse(&bytes, "m.gguf").unwrap();
+    assert_eq!(g.alignment, 64);
+    assert_eq!(g.data_offset % 64, 0);
+    for t in &g.tensors {
+        assert_eq!(t.offset % 64, 0);
+    }
+    assert_eq!(g.tensor_data(g.tensor("b").unwrap()), &[7u8; 10]);
+    assert!(w.add_metadata("general.alignment", Value::U32(64)).is_err());
+    let mut w = GgufWriter::new();
+    assert!(w.add_metadata("general.alignment", Value::U32(48)).is_err());
+}
+
+#[test]
+fn every_truncation_is_an_error() {
+    let bytes = sample();
+    for n in 0..bytes.len() {
+        // The last tensor's padding is not data: cutting it loses nothing.
+        let last = GgufFile::parse(&bytes, "m.gguf").unwrap();
+        let q = last.tensor("q").unwrap();
+        let end = last.data_offset + q.offset as usize + q.byte_size as usize;
+        if n >= end {
+            assert!(GgufFile::parse(&bytes[..n], "m.gguf").is_ok());
+            continue;
+        }
+        let e = err(&bytes[..n]);
+        assert!(
+            e.contains("truncated") || e.contains("cannot fit") || e.contains("runs past"),
+            "prefix {n}: {e}"
+        );
+    }
+}
+
+#[test]
+fn random_corruption_never_panics() {
+    let bytes = sample();
+    let mut rng = crate::rng::Rng::new(11);
+    for _ in 0..3000 {
+        let mut b = bytes.clone();
+        for _ in 0..1 + (rng.uniform() * 4.0) as usize {
+            let at = (rng.uniform() * b.len() as f32) as usize % b.len();
+            b[at] = (rng.uniform() * 256.0) as u8;
+        }
+        let _ = GgufFile::parse(&b, "m.gguf");
+    }
+}
+
+#[test]
+fn bad_magic_and_versions() {
+    let mut b = sample();
+    b[0] = b'X';
+    assert!(err(&b).contains("not a GGUF file"));
+    let mut b = sample();
+    b[4..8].copy_from_slice(&1u32.to_le_bytes());
+    assert!(err(&b).contains("version 1"));
+    b[4..8].copy_from_slice(&4u32.to_le_bytes());
+    assert!(err(&b).contains("unsupported GGUF version 4"));
+    b[4..8].copy_from_slice(&2u32.to_le_bytes());
+    assert!(GgufFile::parse(&b, "m.gguf").is_ok());
+}
+
+#[test]
+fn huge_counts_are_refused_before_allocating() {
+    let good = sample();
+    let mut b = good.clone();
+    b[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(err(&b).contains("tensor count"), "{}", err(&b));
+    let mut b = good.clone();
+    b[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    assert!(err(&b).contains("metadata key/value count"));
+    // The first key's length.
+    let mut b = good.clone();
+    b[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
+    assert!(err(&b).contains("metadata key 0's length"), "{}", err(&b));
+    // The element count of `nested`.
+    let mut b = good.clone();
+    let at = find(&b, b"nested") + 6 + 4 + 4;
+    b[at..at + 8].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
+    assert!(err(&b).contains("`nested`'s element count"), "{}", err(&b));
+}
+
+#[test]
+fn bad_values_are_named() {
+    let good = sample();
+    // A key that is not UTF-8.
+    let mut b = good.clone();
+    let at = find(&b, b"utf8");
+    b[at] = 0xff;
+    assert!(err(&b).contains("not UTF-8"));
+    // A value type that does not exist.
+    let mut b = good.clone();
+    let at = find(&b, b"bool") + 4;
+    b[at..at + 4].copy_from_slice(&99u32.to_le_bytes());
+    assert!(
+        err(&b).contains("metadata `bool`: unknown value type 99"),
+        "{}",
+        err(&b)
+    );
+    // A bool that is neither 0 nor 1.
+    let mut b = good.clone();
+    b[at + 4] = 2;
+    assert!(err(&b).contains("bool byte 2"));
+    // A duplicate key: rename `u16` to `u32`... the second one wins the name.
+    let mut b = good.clone();
+    let at = find(&b, b"u16");
+    b[at..at + 3].copy_from_slice(b"i16");
+    assert!(err(&b).contains("`i16` appears twice"));
+}
+
+#[test]
+fn nesting_is_bounded() {
+    let mut v = Value::Array(ValueType::U8, vec![]);
+    for _ in 0..20 {
+        v = Value::Array(ValueType::Array, vec![v]);
+    }
+    let mut w = GgufWriter::new();
+    w.add_metadata("deep", v).unwrap();
+    assert!(err(&w.to_bytes().unwrap()).contains("nested deeper"));
+}
+
+#[test]
+fn bad_tensor_infos_are_named() {
+    let good = sample();
+    let named = |e: &str, what: &str| assert!(e.contains(what), "{e}");
+    // Unknown type id.
+    let mut b = good.clone();
+    let at = offset_field(&b, "a.weight", 2) - 4;
+    b[at..at + 4].copy_from_slice(&4u32.to_le_bytes());
+    named(&err(&b), "tensor `a.weight`: unknown ggml type id 4");
+    // Q8_0 with an innermost dimension of 3.
+    b[at..at + 4].copy_from_slice(&8u32.to_le_bytes());
+    named(&err(&b), "not a multiple of Q8_0's block size 32");
+    // Dimensions whose product overflows.
+    let mut b = good.clone();
+    let at = find(&b, b"a.weight") + 8 + 4;
+    b[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    b[at + 8..at + 16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    named(&err(&b), "overflow");
+    // Too many dimensions.
+    let mut b = good.clone();
+    let at = find(&b, b"a.weight") + 8;
+    b[at..at + 4].copy_from_slice(&5u32.to_le_bytes());
+    named(&err(&b), "5 dimensions");
+    b[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
+    named(&err(&b), "0 dimensions");
+    // Duplicate names.
+    let mut b = good.clone();
+    let at = find(&b, b"\x01\0\0\0\0\0\0\0q") + 8;
+    b[at] = b'b';
+    named(&err(&b), "tensor `b` appears twice");
+}
+
+#[test]
+fn bad_offsets_are_named() {
+    let good = sample();
+    let g = GgufFile::parse(&good, "m.gguf").unwrap();
+    let q_offset = g.tensor("q").unwrap().offset;
+    let at = offset_field(&good, "q", 2);
+    let with_offset = |off: u64| {
+        let mut b = good.clone();
+        b[at..at + 8].copy_from_slice(&off.to_le_bytes());
+        err(&b)
+    };
+    let e = with_offset(q_offset + 32);
+    assert!(
+        e.contains("tensor `q`: offset") && e.contains("runs past the end of the file"),
+        "{e}"
+    );
+    assert!(with_offset(u64::MAX - 31).contains("runs past"));
+    assert!(with_offset(q_offset + 1).contains("not a multiple of the alignment 32"));
+    assert!(with_offset(0).contains("overlap"));
+}
+
+#[test]
+fn writer_refuses_inconsistent_tensors() {
+    let mut w = GgufWriter::new();
+    assert!(w.add_tensor("t", &[3], GgmlType::F32, vec![0; 8]).is_err());
+    assert!(
+        w.add_tensor("t", &[33], GgmlType::Q8_0, vec![0; 34])
+            .is_err()
+    );
+    assert!(
+        w.add_tensor("t", &[1, 1, 1, 1, 1], GgmlType::F32, vec![0; 4])
+            .is_err()
+    );
+    w.add_tensor("t", &[1], GgmlType::F32, vec![0; 4]).unwrap();
+    assert!(w.add_tensor("t", &[1], GgmlType::F32, vec![0; 4]).is_err());
+    let bad_array = Value::Array(ValueType::U8, vec![Value::I8(1)]);
+    assert!(w.add_metadata("a", bad_array).is_err());
+    assert_eq!("x".to_string(), "x");
+}
