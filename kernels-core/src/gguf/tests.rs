@@ -324,3 +324,236 @@ fn writer_refuses_inconsistent_tensors() {
     assert!(w.add_metadata("a", bad_array).is_err());
     assert_eq!("x".to_string(), "x");
 }
+
+/// convert_hf_to_gguf.py's `LlamaModel.permute` on rows: the file's row `h * d + 2 * i + j`
+/// holds the model's row `h * d + j * d / 2 + i`.
+fn llama_cpp_permute(rows: &[Vec<f32>], n_head: usize) -> Vec<Vec<f32>> {
+    let d = rows.len() / n_head;
+    let mut out = rows.to_vec();
+    for h in 0..n_head {
+        for i in 0..d / 2 {
+            for j in 0..2 {
+                out[h * d + 2 * i + j] = rows[h * d + j * d / 2 + i].clone();
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn unpermute_undoes_the_converters_permutation() {
+    let (rows, cols, n_head) = (12, 3, 3);
+    let model: Vec<Vec<f32>> = (0..rows)
+        .map(|r| (0..cols).map(|c| (r * cols + c) as f32).collect())
+        .collect();
+    let file_rows = llama_cpp_permute(&model, n_head);
+    assert_ne!(file_rows, model);
+    let bytes: Vec<u8> = file_rows.iter().flat_map(|r| f32_bytes(r)).collect();
+    let back = llama::unpermute_rows(&bytes, rows, n_head, "t").unwrap();
+    let want: Vec<u8> = model.iter().flat_map(|r| f32_bytes(r)).collect();
+    assert_eq!(back, want);
+    // Whole rows move, whatever a row holds (quantized blocks): 34-byte rows.
+    let raw: Vec<u8> = (0..4 * 34).map(|i| i as u8).collect();
+    let once = llama::unpermute_rows(&raw, 4, 1, "t").unwrap();
+    assert_eq!(&once[34..68], &raw[68..102]);
+    assert!(llama::unpermute_rows(&raw, 4, 3, "t").is_err());
+    assert!(llama::unpermute_rows(&raw[1..], 4, 1, "t").is_err());
+    assert!(llama::unpermute_rows(&raw, 4, 0, "t").is_err());
+}
+
+#[test]
+fn tensor_names_map_to_hugging_face() {
+    let cases = [
+        ("token_embd.weight", "model.embed_tokens.weight"),
+        ("output_norm.weight", "model.norm.weight"),
+        ("output.weight", "lm_head.weight"),
+        (
+            "blk.0.attn_q.weight",
+            "model.layers.0.self_attn.q_proj.weight",
+        ),
+        (
+            "blk.11.attn_k.bias",
+            "model.layers.11.self_attn.k_proj.bias",
+        ),
+        (
+            "blk.2.attn_output.weight",
+            "model.layers.2.self_attn.o_proj.weight",
+        ),
+        (
+            "blk.3.ffn_gate.weight",
+            "model.layers.3.mlp.gate_proj.weight",
+        ),
+        (
+            "blk.3.ffn_down.weight",
+            "model.layers.3.mlp.down_proj.weight",
+        ),
+        (
+            "blk.3.attn_norm.weight",
+            "model.layers.3.input_layernorm.weight",
+        ),
+        (
+            "blk.3.ffn_norm.weight",
+            "model.layers.3.post_attention_layernorm.weight",
+        ),
+        (
+            "blk.1.attn_q_norm.weight",
+            "model.layers.1.self_attn.q_norm.weight",
+        ),
+    ];
+    for (g, hf) in cases {
+        assert_eq!(llama::hf_tensor_name(g).as_deref(), Some(hf), "{g}");
+    }
+    for bad in [
+        "blk.x.attn_q.weight",
+        "blk..attn_q.weight",
+        "blk.0.attn_q.scale",
+        "rope_freqs.weight",
+        "blk.0",
+    ] {
+        assert_eq!(llama::hf_tensor_name(bad), None, "{bad}");
+    }
+}
+
+/// A llama file's metadata (sizes of the tiny fixture) and F32 tensors of the right shapes.
+fn llama_writer(arch: &str, tied: bool) -> GgufWriter {
+    let mut w = GgufWriter::new();
+    let k = |s: &str| alloc::format!("{arch}.{s}");
+    w.add_metadata("general.architecture", Value::from(arch))
+        .unwrap();
+    for (key, v) in [
+        ("block_count", 1u32),
+        ("embedding_length", 8),
+        ("feed_forward_length", 12),
+        ("attention.head_count", 2),
+        ("attention.head_count_kv", 1),
+        ("context_length", 16),
+    ] {
+        w.add_metadata(&k(key), Value::U32(v)).unwrap();
+    }
+    w.add_metadata(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
+        .unwrap();
+    w.add_metadata(&k("rope.freq_base"), Value::F32(5e5))
+        .unwrap();
+    let tokens: Vec<Value> = (0..5)
+        .map(|i| Value::from(alloc::format!("t{i}").as_str()))
+        .collect();
+    w.add_metadata(
+        "tokenizer.ggml.tokens",
+        Value::Array(ValueType::String, tokens),
+    )
+    .unwrap();
+    w.add_metadata("tokenizer.ggml.bos_token_id", Value::U32(1))
+        .unwrap();
+    w.add_metadata("tokenizer.ggml.eos_token_id", Value::U32(2))
+        .unwrap();
+    let mut add = |name: &str, shape: &[usize]| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect();
+        w.add_tensor(name, shape, GgmlType::F32, f32_bytes(&v))
+            .unwrap();
+    };
+    add("token_embd.weight", &[5, 8]);
+    add("output_norm.weight", &[8]);
+    if !tied {
+        add("output.weight", &[5, 8]);
+    }
+    add("blk.0.attn_norm.weight", &[8]);
+    add("blk.0.ffn_norm.weight", &[8]);
+    add("blk.0.attn_q.weight", &[8, 8]);
+    add("blk.0.attn_k.weight", &[4, 8]);
+    add("blk.0.attn_v.weight", &[4, 8]);
+    add("blk.0.attn_output.weight", &[8, 8]);
+    add("blk.0.ffn_gate.weight", &[12, 8]);
+    add("blk.0.ffn_up.weight", &[12, 8]);
+    add("blk.0.ffn_down.weight", &[8, 12]);
+    w
+}
+
+#[test]
+fn llama_metadata_becomes_the_config() {
+    let bytes = llama_writer("llama", true).to_bytes().unwrap();
+    let g = GgufFile::parse(&bytes, "m.gguf").unwrap();
+    let c = llama::config_from_gguf(&g).unwrap();
+    assert_eq!(
+        (c.hidden_size, c.intermediate_size, c.num_hidden_layers),
+        (8, 12, 1)
+    );
+    assert_eq!(
+        (c.num_attention_heads, c.num_key_value_heads, c.head_dim),
+        (2, 1, 4)
+    );
+    assert_eq!((c.vocab_size, c.max_position_embeddings), (5, 16));
+    assert_eq!((c.rms_norm_eps, c.rope_theta), (1e-6, 5e5));
+    assert_eq!(
+        (c.bos_token_id, c.eos_token_ids.clone()),
+        (Some(1), vec![2])
+    );
+    assert!(c.tie_word_embeddings);
+    let m = llama::load_llama(&g).unwrap();
+    let names: Vec<&String> = m.tensors.keys().collect();
+    assert!(
+        names
+            .iter()
+            .any(|n| *n == "model.layers.0.self_attn.k_proj.weight")
+    );
+    assert_eq!(
+        m.tensors["model.layers.0.mlp.down_proj.weight"].shape(),
+        &[8, 12]
+    );
+    let model = crate::models::llama::Llama::from_tensors(
+        m.config,
+        &m.tensors,
+        alloc::rc::Rc::new(crate::CpuBackend::new()),
+    );
+    assert!(model.is_ok(), "{:?}", model.err());
+    let untied = llama_writer("llama", false).to_bytes().unwrap();
+    let g = GgufFile::parse(&untied, "m.gguf").unwrap();
+    assert!(!llama::config_from_gguf(&g).unwrap().tie_word_embeddings);
+}
+
+#[test]
+fn unsupported_architectures_and_types_are_named() {
+    let bytes = llama_writer("gpt2", true).to_bytes().unwrap();
+    let g = GgufFile::parse(&bytes, "m.gguf").unwrap();
+    let e = llama::config_from_gguf(&g).unwrap_err().to_string();
+    assert!(
+        e.contains("m.gguf") && e.contains("architecture `gpt2` not supported"),
+        "{e}"
+    );
+    assert!(e.contains("`llama`, `qwen2`, `qwen3`"), "{e}");
+    let mut w = llama_writer("llama", true);
+    w.add_metadata("llama.rope.scaling.type", Value::from("longrope"))
+        .unwrap();
+    let bytes = w.to_bytes().unwrap();
+    let e = llama::config_from_gguf(&GgufFile::parse(&bytes, "m.gguf").unwrap()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("`llama.rope.scaling.type` = `longrope`"),
+        "{e}"
+    );
+    let info = TensorInfo {
+        name: "w".into(),
+        dims: vec![4],
+        ggml_type: GgmlType::F16,
+        offset: 0,
+        byte_size: 8,
+    };
+    let e = llama::tensor_from_gguf(&info, &[0; 8])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("F16") && e.contains("not supported yet"), "{e}");
+}
+
+#[test]
+fn missing_metadata_is_named() {
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", Value::from("llama"))
+        .unwrap();
+    let bytes = w.to_bytes().unwrap();
+    let e = llama::config_from_gguf(&GgufFile::parse(&bytes, "m.gguf").unwrap()).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("metadata `llama.embedding_length` is missing"),
+        "{e}"
+    );
+}
