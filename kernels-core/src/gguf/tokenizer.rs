@@ -277,15 +277,20 @@ pub fn tokenizer_json(file: &GgufFile<'_>) -> Result<Json> {
                 .iter()
                 .enumerate()
                 .map(|(i, m)| {
+                    // llama.cpp splits at the first space after the first byte (a merge of
+                    // " " itself with another token keeps its leading space).
                     let pair = m
                         .as_str()
-                        .and_then(|s| s.get(1..)?.find(' ').map(|at| s.split_at(at + 1)))
+                        .and_then(|s| {
+                            let at = s.bytes().skip(1).position(|b| b == b' ')? + 1;
+                            Some((s.get(..at)?, s.get(at + 1..)?))
+                        })
                         .ok_or_else(|| {
                             file.bad(format!(
                                 "`{key}`[{i}] is not two tokens separated by a space"
                             ))
                         })?;
-                    Ok(json!([pair.0, pair.1.get(1..).unwrap_or("")]))
+                    Ok(json!([pair.0, pair.1]))
                 })
                 .collect::<Result<_>>()?;
             let pre = match file.get("tokenizer.ggml.pre") {
