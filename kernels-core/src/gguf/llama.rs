@@ -2,7 +2,8 @@
 //! a [`LlamaConfig`] ([`config_from_gguf`]), its tensors under the Hugging Face names the loader
 //! expects ([`hf_tensor_name`], [`tensors_from_gguf`]), with the q/k row permutation that
 //! llama.cpp's converter applies undone ([`unpermute_rows`]), and everything at once
-//! ([`load_llama`]).
+//! ([`load_llama`]); and the other way, a model's config and tensors as a GGUF file
+//! ([`llama_to_gguf`]).
 //!
 //! Architectures: `llama` (which llama.cpp also uses for Mistral), `qwen2` and `qwen3`. Others
 //! are refused by name.
@@ -12,7 +13,7 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::{GgmlType, GgufFile, TensorInfo};
+use super::{GgmlType, GgufFile, GgufWriter, TensorInfo, Value};
 use crate::error::{Error, Result};
 use crate::models::llama::{LlamaConfig, RopeKind, Variant};
 use crate::op::{RMS_NORM_EPS, ROPE_THETA};
@@ -112,13 +113,7 @@ pub fn config_from_gguf(file: &GgufFile<'_>) -> Result<LlamaConfig> {
     {
         eos_token_ids.push(eot);
     }
-    let variant = Variant {
-        model_type: arch.into(),
-        rope,
-        qkv_bias: arch == "qwen2",
-        qk_norm: arch == "qwen3",
-        ..Variant::default()
-    };
+    let variant = variant_of(arch, rope);
     let cfg = LlamaConfig {
         hidden_size,
         intermediate_size: file.get_usize(&key("feed_forward_length"))?,
@@ -193,11 +188,8 @@ fn rope_scaling(file: &GgufFile<'_>, arch: &str, max_positions: usize) -> Result
 /// The Hugging Face name of a llama.cpp tensor name (`blk.3.attn_q.weight` ->
 /// `model.layers.3.self_attn.q_proj.weight`), `None` for a name with no counterpart.
 pub fn hf_tensor_name(gguf_name: &str) -> Option<String> {
-    match gguf_name {
-        "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
-        "output_norm.weight" => return Some("model.norm.weight".into()),
-        "output.weight" => return Some("lm_head.weight".into()),
-        _ => {}
+    if let Some((_, h)) = GLOBAL_NAMES.iter().find(|(g, _)| *g == gguf_name) {
+        return Some((*h).into());
     }
     let rest = gguf_name.strip_prefix("blk.")?;
     let (layer, rest) = rest.split_once('.')?;
@@ -208,21 +200,48 @@ pub fn hf_tensor_name(gguf_name: &str) -> Option<String> {
     if suffix != "weight" && suffix != "bias" {
         return None;
     }
-    let hf = match part {
-        "attn_q" => "self_attn.q_proj",
-        "attn_k" => "self_attn.k_proj",
-        "attn_v" => "self_attn.v_proj",
-        "attn_output" => "self_attn.o_proj",
-        "attn_q_norm" => "self_attn.q_norm",
-        "attn_k_norm" => "self_attn.k_norm",
-        "ffn_gate" => "mlp.gate_proj",
-        "ffn_up" => "mlp.up_proj",
-        "ffn_down" => "mlp.down_proj",
-        "attn_norm" => "input_layernorm",
-        "ffn_norm" => "post_attention_layernorm",
-        _ => return None,
-    };
+    let (_, hf) = LAYER_NAMES.iter().find(|(g, _)| *g == part)?;
     Some(format!("model.layers.{layer}.{hf}.{suffix}"))
+}
+
+/// llama.cpp's per-layer tensor names and their Hugging Face counterparts.
+const LAYER_NAMES: [(&str, &str); 11] = [
+    ("attn_q", "self_attn.q_proj"),
+    ("attn_k", "self_attn.k_proj"),
+    ("attn_v", "self_attn.v_proj"),
+    ("attn_output", "self_attn.o_proj"),
+    ("attn_q_norm", "self_attn.q_norm"),
+    ("attn_k_norm", "self_attn.k_norm"),
+    ("ffn_gate", "mlp.gate_proj"),
+    ("ffn_up", "mlp.up_proj"),
+    ("ffn_down", "mlp.down_proj"),
+    ("attn_norm", "input_layernorm"),
+    ("ffn_norm", "post_attention_layernorm"),
+];
+
+/// llama.cpp's names of the tensors outside the layers.
+const GLOBAL_NAMES: [(&str, &str); 3] = [
+    ("token_embd.weight", "model.embed_tokens.weight"),
+    ("output_norm.weight", "model.norm.weight"),
+    ("output.weight", "lm_head.weight"),
+];
+
+/// The llama.cpp name of a Hugging Face tensor name (the inverse of [`hf_tensor_name`]).
+pub fn gguf_tensor_name(hf_name: &str) -> Option<String> {
+    if let Some((g, _)) = GLOBAL_NAMES.iter().find(|(_, h)| *h == hf_name) {
+        return Some((*g).into());
+    }
+    let rest = hf_name.strip_prefix("model.layers.")?;
+    let (layer, rest) = rest.split_once('.')?;
+    if layer.is_empty() || !layer.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (part, suffix) = rest.rsplit_once('.')?;
+    if suffix != "weight" && suffix != "bias" {
+        return None;
+    }
+    let (g, _) = LAYER_NAMES.iter().find(|(_, h)| *h == part)?;
+    Some(format!("blk.{layer}.{g}.{suffix}"))
 }
 
 /// Undoes llama.cpp's q/k permutation (`LlamaModel.permute`: `w.reshape(n_head, 2, d // n_head
@@ -231,6 +250,22 @@ pub fn hf_tensor_name(gguf_name: &str) -> Option<String> {
 /// `h * d + j * d / 2 + i` (`d` the rows per head). Whole rows move, so it works on the raw bytes
 /// of any type whose blocks run along the row.
 pub fn unpermute_rows(data: &[u8], rows: usize, n_head: usize, what: &str) -> Result<Vec<u8>> {
+    move_rows(data, rows, n_head, what, false)
+}
+
+/// llama.cpp's q/k permutation itself (what its converter does to a Hugging Face checkpoint):
+/// the inverse of [`unpermute_rows`], for writing a llama GGUF file.
+pub fn permute_rows(data: &[u8], rows: usize, n_head: usize, what: &str) -> Result<Vec<u8>> {
+    move_rows(data, rows, n_head, what, true)
+}
+
+fn move_rows(
+    data: &[u8],
+    rows: usize,
+    n_head: usize,
+    what: &str,
+    forward: bool,
+) -> Result<Vec<u8>> {
     let bad = |why: String| Error::BadModelFile {
         path: what.into(),
         why,
@@ -253,8 +288,13 @@ pub fn unpermute_rows(data: &[u8], rows: usize, n_head: usize, what: &str) -> Re
     for h in 0..n_head {
         for i in 0..half {
             for j in 0..2 {
-                let from = (h * per_head + 2 * i + j) * row_bytes;
-                let to = (h * per_head + j * half + i) * row_bytes;
+                let file_row = (h * per_head + 2 * i + j) * row_bytes;
+                let model_row = (h * per_head + j * half + i) * row_bytes;
+                let (from, to) = if forward {
+                    (model_row, file_row)
+                } else {
+                    (file_row, model_row)
+                };
                 if let (Some(dst), Some(src)) = (
                     out.get_mut(to..to + row_bytes),
                     data.get(from..from + row_bytes),
@@ -330,6 +370,124 @@ pub fn tensors_from_gguf(
         out.insert(hf, t);
     }
     Ok(out)
+}
+
+fn variant_of(arch: &str, rope: RopeKind) -> Variant {
+    Variant {
+        model_type: arch.into(),
+        rope,
+        qkv_bias: arch == "qwen2",
+        qk_norm: arch == "qwen3",
+        ..Variant::default()
+    }
+}
+
+/// A GGUF file of a model, as llama.cpp's converter writes it: `general.architecture` and the
+/// `<arch>.*` metadata of `config` (read back by [`config_from_gguf`]), BOS/EOS ids, and every
+/// tensor of `tensors` (Hugging Face names, the loader's shapes) under its llama.cpp name as F32,
+/// q/k rows permuted for `llama`. A config the metadata cannot express (Phi-3, Gemma 3, sliding
+/// windows, rope scaling other than linear and yarn) is an error. Add a tokenizer's
+/// `tokenizer.ggml.*` keys to the writer before writing it.
+pub fn llama_to_gguf(
+    config: &LlamaConfig,
+    tensors: &BTreeMap<String, Tensor>,
+) -> Result<GgufWriter> {
+    let bad = |why: String| Error::BadModelFile {
+        path: "<gguf writer>".into(),
+        why,
+    };
+    let arch = config.variant.model_type.as_str();
+    if !ARCHITECTURES.iter().any(|(a, _)| *a == arch)
+        || config.variant != variant_of(arch, config.variant.rope)
+        || !matches!(
+            config.variant.rope,
+            RopeKind::Default | RopeKind::Linear { .. } | RopeKind::Yarn { .. }
+        )
+    {
+        return Err(bad(format!(
+            "a `{arch}` config with these features cannot be written as GGUF metadata \
+             (supported: {} without sliding windows; rope scaling none, linear, yarn)",
+            supported()
+        )));
+    }
+    let mut w = GgufWriter::new();
+    let size = |v: usize| Value::U32(u32::try_from(v).unwrap_or(u32::MAX));
+    let key = |k: &str| format!("{arch}.{k}");
+    w.add_metadata("general.architecture", Value::from(arch))?;
+    for (k, v) in [
+        ("block_count", config.num_hidden_layers),
+        ("context_length", config.max_position_embeddings),
+        ("embedding_length", config.hidden_size),
+        ("feed_forward_length", config.intermediate_size),
+        ("attention.head_count", config.num_attention_heads),
+        ("attention.head_count_kv", config.num_key_value_heads),
+        ("attention.key_length", config.head_dim),
+        ("attention.value_length", config.head_dim),
+        ("rope.dimension_count", config.head_dim),
+        ("vocab_size", config.vocab_size),
+    ] {
+        w.add_metadata(&key(k), size(v))?;
+    }
+    w.add_metadata(
+        &key("attention.layer_norm_rms_epsilon"),
+        Value::F32(config.rms_norm_eps),
+    )?;
+    w.add_metadata(&key("rope.freq_base"), Value::F32(config.rope_theta))?;
+    match config.variant.rope {
+        RopeKind::Linear { factor } => {
+            w.add_metadata(&key("rope.scaling.type"), Value::from("linear"))?;
+            w.add_metadata(&key("rope.scaling.factor"), Value::F32(factor))?;
+        }
+        RopeKind::Yarn {
+            factor,
+            beta_fast,
+            beta_slow,
+            original_max_position_embeddings,
+            ..
+        } => {
+            w.add_metadata(&key("rope.scaling.type"), Value::from("yarn"))?;
+            w.add_metadata(&key("rope.scaling.factor"), Value::F32(factor))?;
+            w.add_metadata(
+                &key("rope.scaling.original_context_length"),
+                size(original_max_position_embeddings),
+            )?;
+            w.add_metadata(&key("rope.scaling.yarn_beta_fast"), Value::F32(beta_fast))?;
+            w.add_metadata(&key("rope.scaling.yarn_beta_slow"), Value::F32(beta_slow))?;
+        }
+        _ => {}
+    }
+    if let Some(bos) = config.bos_token_id {
+        w.add_metadata("tokenizer.ggml.bos_token_id", Value::U32(bos))?;
+    }
+    if let Some(&eos) = config.eos_token_ids.first() {
+        w.add_metadata("tokenizer.ggml.eos_token_id", Value::U32(eos))?;
+    }
+    let permute = permuted(arch);
+    for (hf, t) in tensors {
+        let name = gguf_tensor_name(hf)
+            .ok_or_else(|| bad(format!("tensor `{hf}` has no llama.cpp name")))?;
+        let bytes: Vec<u8> = t
+            .to_f32_vec()?
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let rows = t.shape().first().copied().unwrap_or(0);
+        let heads = if name.ends_with(".attn_q.weight") {
+            Some(config.num_attention_heads)
+        } else if name.ends_with(".attn_k.weight") {
+            Some(config.num_key_value_heads)
+        } else {
+            None
+        };
+        let bytes = match heads {
+            Some(n_head) if permute && t.shape().len() == 2 => {
+                permute_rows(&bytes, rows, n_head, hf)?
+            }
+            _ => bytes,
+        };
+        w.add_tensor(&name, t.shape(), GgmlType::F32, bytes)?;
+    }
+    Ok(w)
 }
 
 /// A GGUF model as the loader's parts: the config, the tensors by Hugging Face name, and the

@@ -557,3 +557,52 @@ fn missing_metadata_is_named() {
         "{e}"
     );
 }
+
+#[test]
+fn a_model_written_as_gguf_reads_back_the_same() {
+    let bytes = llama_writer("llama", false).to_bytes().unwrap();
+    let first = llama::load_llama(&GgufFile::parse(&bytes, "m.gguf").unwrap()).unwrap();
+    let written = llama::llama_to_gguf(&first.config, &first.tensors)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let g = GgufFile::parse(&written, "w.gguf").unwrap();
+    let back = llama::load_llama(&g).unwrap();
+    assert_eq!(back.config, first.config);
+    assert_eq!(back.tensors.len(), first.tensors.len());
+    for (name, t) in &first.tensors {
+        assert_eq!(
+            back.tensors[name].to_f32_vec().unwrap(),
+            t.to_f32_vec().unwrap(),
+            "{name}"
+        );
+    }
+    // The file holds the q rows permuted as llama.cpp's converter permutes them.
+    let q = g.tensor("blk.0.attn_q.weight").unwrap();
+    let hf = &first.tensors["model.layers.0.self_attn.q_proj.weight"];
+    let rows: Vec<Vec<f32>> = hf
+        .to_f32_vec()
+        .unwrap()
+        .chunks(8)
+        .map(<[f32]>::to_vec)
+        .collect();
+    let want: Vec<u8> = llama_cpp_permute(&rows, 2)
+        .iter()
+        .flat_map(|r| f32_bytes(r))
+        .collect();
+    assert_eq!(g.tensor_data(q), &want[..]);
+    for (g_name, hf_name) in [
+        ("blk.7.ffn_up.weight", "model.layers.7.mlp.up_proj.weight"),
+        ("output.weight", "lm_head.weight"),
+    ] {
+        assert_eq!(llama::gguf_tensor_name(hf_name).as_deref(), Some(g_name));
+    }
+    assert_eq!(
+        llama::gguf_tensor_name("model.layers.0.mlp.gate_up_proj.weight"),
+        None
+    );
+    // A config GGUF metadata cannot express is refused.
+    let mut c = first.config.clone();
+    c.variant.sliding_window = Some(4);
+    assert!(llama::llama_to_gguf(&c, &first.tensors).is_err());
+}
