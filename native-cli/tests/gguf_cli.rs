@@ -98,6 +98,10 @@ fn the_demo_model_as_gguf_still_adds() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("adder.gguf");
     std::fs::write(&path, bytes).unwrap();
+    // KERNELS_KEEP_GGUF=FILE keeps a copy (to read it with gguf-py's GGUFReader by hand).
+    if let Some(keep) = std::env::var_os("KERNELS_KEEP_GGUF") {
+        std::fs::copy(&path, keep).unwrap();
+    }
     let p = path.display().to_string();
     let o = kernels(&[
         "eval",
