@@ -244,3 +244,20 @@ fn a_lying_model_file_is_an_error_naming_it() {
             .unwrap()
     );
 }
+
+#[test]
+fn the_fuzz_seed_llama_loads_and_runs() {
+    let bytes = read("micro_llama.gguf");
+    let g = GgufFile::parse(&bytes, "micro_llama.gguf").unwrap();
+    let m = llama::load_llama(&g).unwrap();
+    assert_eq!((m.config.num_hidden_layers, m.config.vocab_size), (1, 12));
+    let model = kernels_core::models::llama::Llama::from_tensors(
+        m.config,
+        &m.tensors,
+        Rc::new(CpuBackend::new()),
+    )
+    .unwrap();
+    let rows = logits(&model, &[1, 7, 5], true).unwrap();
+    assert_eq!((rows.len(), rows[0].len()), (3, 12));
+    assert!(rows.iter().flatten().all(|x| x.is_finite()));
+}
