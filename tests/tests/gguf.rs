@@ -261,3 +261,60 @@ fn the_fuzz_seed_llama_loads_and_runs() {
     assert_eq!((rows.len(), rows[0].len()), (3, 12));
     assert!(rows.iter().flatten().all(|x| x.is_finite()));
 }
+
+/// llama 3's rope scaling, which llama.cpp's converter writes as the `rope_freqs.weight`
+/// factors: read back into the `llama3` rope of the config, the logits are transformers'.
+#[test]
+fn llama3_rope_factors_become_the_llama3_scaling() {
+    use kernels_core::models::llama::RopeKind;
+    let backend: Rc<dyn Backend> = Rc::new(CpuBackend::new());
+    let files = read_dir(&fixture("gguf").join("llama3_rope.gguf")).unwrap();
+    let model = build(&files, backend).unwrap();
+    let RopeKind::Llama3 { factor, .. } = model.config.variant.rope else {
+        panic!("{:?}", model.config.variant.rope);
+    };
+    assert_eq!(factor, 8.0);
+    assert!(!files.tensors.contains_key("rope_freqs.weight"));
+    let golden: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(fixture("families").join("llama3_rope/golden.json")).unwrap(),
+    )
+    .unwrap();
+    let tokens: Vec<u32> = golden["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    let want: Vec<Vec<f32>> = golden["logits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect();
+    let got = logits(&model, &tokens, true).unwrap();
+    assert_close("llama3_rope.gguf vs transformers", &got, &want);
+    // Written back with kernels-core's writer, the factors are the converter's.
+    let written = llama::llama_to_gguf(&model.config, &files.tensors)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let g = GgufFile::parse(&written, "w.gguf").unwrap();
+    let original = read("llama3_rope.gguf");
+    let o = GgufFile::parse(&original, "llama3_rope.gguf").unwrap();
+    let f32s = |b: &[u8]| -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    let ours = f32s(g.tensor_data(g.tensor("rope_freqs.weight").unwrap()));
+    let theirs = f32s(o.tensor_data(o.tensor("rope_freqs.weight").unwrap()));
+    for (a, b) in ours.iter().zip(&theirs) {
+        assert!((a - b).abs() <= 1e-5 * b.abs(), "{ours:?} vs {theirs:?}");
+    }
+}

@@ -49,7 +49,8 @@ fn permuted(arch: &str) -> bool {
 }
 
 /// The model's config from the `<arch>.*` and `tokenizer.ggml.*` metadata: sizes, norm epsilon,
-/// rope base and scaling (`none`, `linear`, `yarn`), context length, vocabulary size (the token
+/// rope base and scaling (`none`, `linear`, `yarn`, and llama 3's from the `rope_freqs.weight`
+/// factors), context length, vocabulary size (the token
 /// list's length, else `<arch>.vocab_size`, else the embedding's rows), BOS/EOS ids, and tied
 /// embeddings when the file has no `output.weight`.
 pub fn config_from_gguf(file: &GgufFile<'_>) -> Result<LlamaConfig> {
@@ -80,15 +81,22 @@ pub fn config_from_gguf(file: &GgufFile<'_>) -> Result<LlamaConfig> {
              are not implemented"
         )));
     }
-    if file.tensor("rope_freqs.weight").is_some() {
-        return Err(file.bad(
-            "tensor `rope_freqs.weight` (llama 3's rope scaling as precomputed frequency \
-             factors) is not supported yet; load the Hugging Face checkpoint instead"
-                .into(),
-        ));
-    }
     let max_position_embeddings = file.get_usize_opt(&key("context_length"))?.unwrap_or(2048);
-    let rope = rope_scaling(file, arch, max_position_embeddings)?;
+    let rope_theta = file
+        .get_f32_opt(&key("rope.freq_base"))?
+        .unwrap_or(ROPE_THETA);
+    let rope = match (
+        rope_scaling(file, arch, max_position_embeddings)?,
+        file.tensor(ROPE_FREQS),
+    ) {
+        (rope, None) => rope,
+        (RopeKind::Default, Some(freqs)) => llama3_rope(file, freqs, rope_theta, head_dim)?,
+        (_, Some(_)) => {
+            return Err(file.bad(format!(
+                "tensor `{ROPE_FREQS}` beside `{arch}.rope.scaling.type`: two rope scalings"
+            )));
+        }
+    };
     let vocab_size = match file.get_array_opt("tokenizer.ggml.tokens")? {
         Some(tokens) => tokens.len(),
         None => match file.get_usize_opt(&key("vocab_size"))? {
@@ -124,9 +132,7 @@ pub fn config_from_gguf(file: &GgufFile<'_>) -> Result<LlamaConfig> {
         rms_norm_eps: file
             .get_f32_opt(&key("attention.layer_norm_rms_epsilon"))?
             .unwrap_or(RMS_NORM_EPS),
-        rope_theta: file
-            .get_f32_opt(&key("rope.freq_base"))?
-            .unwrap_or(ROPE_THETA),
+        rope_theta,
         max_position_embeddings,
         tie_word_embeddings: file.tensor("output.weight").is_none(),
         head_dim,
@@ -139,6 +145,86 @@ pub fn config_from_gguf(file: &GgufFile<'_>) -> Result<LlamaConfig> {
         other => other,
     })?;
     Ok(cfg)
+}
+
+/// The tensor of per-frequency rope factors llama.cpp's converter writes for llama 3's rope
+/// scaling (it writes no `rope.scaling.*` keys for it).
+const ROPE_FREQS: &str = "rope_freqs.weight";
+
+/// llama 3's rope scaling recovered from `rope_freqs.weight`: the factors
+/// `convert_hf_to_gguf.py` computes (`LlamaModel.generate_extra_tensors`) for `factor` (the
+/// largest), `low_freq_factor` 1 or 2, `high_freq_factor` 2, 4 or 8 and an original context of
+/// a power of two (16 to 2^20), the first of these that gives the file's factors at every
+/// frequency (any that does gives the same model). Factors that match none are an error.
+fn llama3_rope(
+    file: &GgufFile<'_>,
+    info: &TensorInfo,
+    theta: f32,
+    head_dim: usize,
+) -> Result<RopeKind> {
+    let half = head_dim / 2;
+    if info.ggml_type != GgmlType::F32 || info.dims.as_slice() != [half as u64] {
+        return Err(file.bad(format!(
+            "tensor `{ROPE_FREQS}` is {} {:?}, expected F32 [{half}] (head_dim / 2)",
+            info.ggml_type.name(),
+            info.shape()
+        )));
+    }
+    let factors: Vec<f64> = file
+        .tensor_data(info)
+        .chunks_exact(4)
+        .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+        .collect();
+    let factor = factors.iter().copied().fold(1.0f64, f64::max);
+    for original in (4..=20).map(|p| 1usize << p) {
+        for (low, high) in [(1.0, 4.0), (1.0, 2.0), (1.0, 8.0), (2.0, 4.0), (2.0, 8.0)] {
+            let want = llama3_factors(theta, head_dim, factor, low, high, original as f64);
+            let matches = want
+                .iter()
+                .zip(&factors)
+                .all(|(&w, &got)| libm::fabs(w - got) <= 1e-4 * libm::fabs(w));
+            if matches {
+                return Ok(RopeKind::Llama3 {
+                    factor: factor as f32,
+                    low_freq_factor: low as f32,
+                    high_freq_factor: high as f32,
+                    original_max_position_embeddings: original,
+                });
+            }
+        }
+    }
+    Err(file.bad(format!(
+        "tensor `{ROPE_FREQS}`: its {half} rope factors (largest {factor}) match no llama 3 rope \
+         scaling (low_freq_factor 1-2, high_freq_factor 2-8, original context 16 to 2^20)"
+    )))
+}
+
+/// The rope factors of llama 3's scaling, one per frequency, as `convert_hf_to_gguf.py`
+/// computes them (frequencies in float32, as torch does).
+fn llama3_factors(
+    theta: f32,
+    head_dim: usize,
+    factor: f64,
+    low: f64,
+    high: f64,
+    original: f64,
+) -> Vec<f64> {
+    let two_pi = 2.0 * core::f64::consts::PI;
+    (0..head_dim / 2)
+        .map(|i| {
+            let e = (2 * i) as f32 / head_dim as f32;
+            let freq = f64::from(1.0 / libm::powf(theta, e));
+            let wavelen = two_pi / freq;
+            if wavelen < original / high {
+                1.0
+            } else if wavelen > original / low {
+                factor
+            } else {
+                let smooth = (original / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect()
 }
 
 fn rope_scaling(file: &GgufFile<'_>, arch: &str, max_positions: usize) -> Result<RopeKind> {
@@ -346,6 +432,10 @@ pub fn tensors_from_gguf(
     let permute = permuted(arch);
     let mut out = BTreeMap::new();
     for info in &file.tensors {
+        if info.name == ROPE_FREQS {
+            // Read into the config's rope scaling (`config_from_gguf`).
+            continue;
+        }
         let hf = hf_tensor_name(&info.name).ok_or_else(|| {
             file.bad(format!(
                 "tensor `{}` has no counterpart in the {arch} model",
@@ -399,14 +489,11 @@ pub fn llama_to_gguf(
     let arch = config.variant.model_type.as_str();
     if !ARCHITECTURES.iter().any(|(a, _)| *a == arch)
         || config.variant != variant_of(arch, config.variant.rope)
-        || !matches!(
-            config.variant.rope,
-            RopeKind::Default | RopeKind::Linear { .. } | RopeKind::Yarn { .. }
-        )
+        || matches!(config.variant.rope, RopeKind::Dynamic { .. })
     {
         return Err(bad(format!(
             "a `{arch}` config with these features cannot be written as GGUF metadata \
-             (supported: {} without sliding windows; rope scaling none, linear, yarn)",
+             (supported: {} without sliding windows; rope scaling none, linear, yarn, llama3)",
             supported()
         )));
     }
@@ -453,6 +540,26 @@ pub fn llama_to_gguf(
             )?;
             w.add_metadata(&key("rope.scaling.yarn_beta_fast"), Value::F32(beta_fast))?;
             w.add_metadata(&key("rope.scaling.yarn_beta_slow"), Value::F32(beta_slow))?;
+        }
+        RopeKind::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings,
+        } => {
+            let factors = llama3_factors(
+                config.rope_theta,
+                config.head_dim,
+                f64::from(factor),
+                f64::from(low_freq_factor),
+                f64::from(high_freq_factor),
+                original_max_position_embeddings as f64,
+            );
+            let bytes: Vec<u8> = factors
+                .iter()
+                .flat_map(|&f| (f as f32).to_le_bytes())
+                .collect();
+            w.add_tensor(ROPE_FREQS, &[factors.len()], GgmlType::F32, bytes)?;
         }
         _ => {}
     }

@@ -606,3 +606,32 @@ fn a_model_written_as_gguf_reads_back_the_same() {
     c.variant.sliding_window = Some(4);
     assert!(llama::llama_to_gguf(&c, &first.tensors).is_err());
 }
+
+#[test]
+fn rope_factors_that_match_no_llama3_scaling_are_refused() {
+    let mut w = llama_writer("llama", true);
+    w.add_tensor(
+        "rope_freqs.weight",
+        &[2],
+        GgmlType::F32,
+        f32_bytes(&[3.0, 1.0]),
+    )
+    .unwrap();
+    let bytes = w.to_bytes().unwrap();
+    let e = llama::config_from_gguf(&GgufFile::parse(&bytes, "m.gguf").unwrap()).unwrap_err();
+    assert!(
+        e.to_string().contains("match no llama 3 rope scaling"),
+        "{e}"
+    );
+    let mut w = llama_writer("llama", true);
+    w.add_tensor(
+        "rope_freqs.weight",
+        &[3],
+        GgmlType::F32,
+        f32_bytes(&[1.0; 3]),
+    )
+    .unwrap();
+    let bytes = w.to_bytes().unwrap();
+    let e = llama::config_from_gguf(&GgufFile::parse(&bytes, "m.gguf").unwrap()).unwrap_err();
+    assert!(e.to_string().contains("expected F32 [2]"), "{e}");
+}
