@@ -318,3 +318,65 @@ fn llama3_rope_factors_become_the_llama3_scaling() {
         assert!((a - b).abs() <= 1e-5 * b.abs(), "{ours:?} vs {theirs:?}");
     }
 }
+
+/// The `qwen2` (q/k/v biases) and `qwen3` (q/k norms) architectures: each family fixture written
+/// as GGUF with kernels-core's writer (llama.cpp's names, no q/k permutation for these) reads
+/// back to transformers' logits.
+#[test]
+fn qwen_architectures_map_their_extra_tensors() {
+    let backend: Rc<dyn Backend> = Rc::new(CpuBackend::new());
+    for (family, extra) in [
+        ("qwen2", "blk.0.attn_q.bias"),
+        ("qwen3", "blk.1.attn_k_norm.weight"),
+    ] {
+        let dir = fixture("families").join(family);
+        let files = read_dir(&dir).unwrap();
+        let config = build(&files, backend.clone()).unwrap().config;
+        let bytes = llama::llama_to_gguf(&config, &files.tensors)
+            .unwrap()
+            .to_bytes()
+            .unwrap();
+        let g = GgufFile::parse(&bytes, family).unwrap();
+        assert_eq!(g.get_str("general.architecture").unwrap(), family);
+        assert!(g.tensor(extra).is_some(), "{family}: {extra}");
+        // Not permuted: the q rows are the checkpoint's.
+        let q = g.tensor("blk.0.attn_q.weight").unwrap();
+        let raw = llama::tensor_from_gguf(q, g.tensor_data(q)).unwrap();
+        assert_eq!(
+            raw.to_f32_vec().unwrap(),
+            files.tensors["model.layers.0.self_attn.q_proj.weight"]
+                .to_f32_vec()
+                .unwrap()
+        );
+        let m = llama::load_llama(&g).unwrap();
+        // `layer_types` of full-attention layers only has no GGUF key; the rest round-trips.
+        let mut want_config = config.clone();
+        want_config.variant.sliding_layers.clear();
+        assert_eq!(m.config, want_config, "{family}");
+        let model =
+            kernels_core::models::llama::Llama::from_tensors(m.config, &m.tensors, backend.clone())
+                .unwrap();
+        let golden: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("golden.json")).unwrap()).unwrap();
+        let tokens: Vec<u32> = golden["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap() as u32)
+            .collect();
+        let want: Vec<Vec<f32>> = golden["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+                    .collect()
+            })
+            .collect();
+        let got = logits(&model, &tokens, true).unwrap();
+        assert_close(&format!("{family} through GGUF"), &got, &want);
+    }
+}

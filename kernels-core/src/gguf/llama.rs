@@ -487,8 +487,13 @@ pub fn llama_to_gguf(
         why,
     };
     let arch = config.variant.model_type.as_str();
+    // `layer_types` of full-attention layers only say nothing.
+    let mut normalized = config.variant.clone();
+    if normalized.sliding_window.is_none() {
+        normalized.sliding_layers.clear();
+    }
     if !ARCHITECTURES.iter().any(|(a, _)| *a == arch)
-        || config.variant != variant_of(arch, config.variant.rope)
+        || normalized != variant_of(arch, config.variant.rope)
         || matches!(config.variant.rope, RopeKind::Dynamic { .. })
     {
         return Err(bad(format!(
