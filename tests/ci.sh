@@ -176,7 +176,7 @@ run wasm-pack test --headless --chrome gpu
 step "browser tests: the page end to end (trunk build, headless Chromium)"
 run tests/web_e2e.sh
 
-# Each cargo-fuzz target (readers of safetensors, config.json, tokenizer.json, `kernels op`'s
+# Each cargo-fuzz target (readers of safetensors, GGUF, config.json, tokenizer.json, `kernels op`'s
 # attributes, random op calls on the CPU backend) for 30 s from the committed corpus; a crash
 # fails the run and leaves its input in tests/fuzz/artifacts/. About 4 minutes once built.
 step "fuzz targets (30 s each)"

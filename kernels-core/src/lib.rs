@@ -24,7 +24,7 @@
 //!   on several backends from one global batch.
 //! - Models, written once over `Graph`: [`models::llama::Llama`] (Hugging Face llama
 //!   checkpoints, KV cache, generation) and [`models::world::WorldModel`] (the GRU world model).
-//! - [`io`]: safetensors in and out.
+//! - [`io`]: safetensors in and out; [`gguf`]: GGUF files (llama.cpp's format) in and out.
 //!
 //! One op on your data, checked against the reference within its published budget:
 //!
@@ -78,6 +78,7 @@ pub mod backend;
 pub mod cpu;
 mod dtype;
 pub mod error;
+pub mod gguf;
 pub mod gradcheck;
 pub mod io;
 pub mod models;

@@ -1,5 +1,5 @@
-//! Llama checkpoints from a Hugging Face model directory (or the demo model embedded in the
-//! binary), their tokenizer, timed generation and the logits of a token sequence. The model
+//! Llama checkpoints from a Hugging Face model directory, a GGUF file (memory-mapped), or the
+//! demo model embedded in the binary, their tokenizer, timed generation and the logits of a token sequence. The model
 //! itself is kernels-core's `models::llama`; this module only reads files. The `generate`,
 //! `logits` and `eval` commands, the demo and the benchmarks load their models through it.
 
@@ -22,7 +22,11 @@ use crate::{CliResult, fail};
 pub struct ModelFiles {
     /// Where they came from, for messages.
     pub origin: String,
+    /// `config.json` (for a GGUF file, the JSON of [`ModelFiles::parsed_config`]).
     pub config: String,
+    /// The config when it did not come from `config.json` (a GGUF file's metadata):
+    /// [`build`] uses it instead of parsing `config`.
+    pub parsed_config: Option<LlamaConfig>,
     /// Tensors of every shard, by name.
     pub tensors: BTreeMap<String, Tensor>,
     /// `tokenizer.json`, when present.
@@ -67,8 +71,16 @@ fn load_tokenizer_bytes(bytes: &[u8], origin: &str) -> CliResult<Tokenizer> {
 }
 
 /// Reads `config.json`, `model.safetensors` or the shards `model.safetensors.index.json` lists,
-/// and `tokenizer.json` when present (kernels-core's `models::hf`, which the page shares).
+/// and `tokenizer.json` when present (kernels-core's `models::hf`, which the page shares). A
+/// path to a `.gguf` file reads that instead ([`read_gguf`]).
 pub fn read_dir(dir: &Path) -> CliResult<ModelFiles> {
+    if dir.is_file()
+        && dir
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        return read_gguf(dir);
+    }
     let origin = dir.display().to_string();
     let checkpoint = hf::load_checkpoint(&origin, &mut |name| {
         let path = dir.join(name);
@@ -89,9 +101,57 @@ pub fn read_dir(dir: &Path) -> CliResult<ModelFiles> {
     Ok(ModelFiles {
         origin,
         config: checkpoint.config,
+        parsed_config: None,
         tensors: checkpoint.tensors,
         tokenizer,
         chat_files: ChatFiles::read(dir)?,
+    })
+}
+
+/// Reads a GGUF file: memory-maps it, parses it (kernels-core's `gguf`), and takes the config
+/// from its `<arch>.*` metadata, the tensors under their Hugging Face names (q/k rows
+/// un-permuted), the tokenizer from `tokenizer.ggml.*` and the chat template from
+/// `tokenizer.chat_template`.
+pub fn read_gguf(path: &Path) -> CliResult<ModelFiles> {
+    let origin = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|e| fail(format!("{origin}: {e}")))?;
+    let len = file
+        .metadata()
+        .map_err(|e| fail(format!("{origin}: {e}")))?
+        .len();
+    // An empty file cannot be mapped; it parses (to an error) as an empty slice.
+    let map = if len == 0 {
+        None
+    } else {
+        // SAFETY: the map is read-only and dropped before this function returns (the tensors
+        // are copied out of it). Another process truncating the file meanwhile could fault the
+        // read (SIGBUS), as with any mmap-based loader; the bytes themselves are only ever read
+        // through bounds-checked slices.
+        Some(
+            unsafe { memmap2::Mmap::map(&file) }
+                .map_err(|e| fail(format!("{origin}: cannot map the file: {e}")))?,
+        )
+    };
+    let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
+    let parsed = kernels_core::gguf::GgufFile::parse(bytes, &origin)?;
+    let model = kernels_core::gguf::llama::load_llama(&parsed)?;
+    let tokenizer = model
+        .tokenizer_json
+        .map(|b| {
+            crate::tokenizer_json::tokenizer_from_bytes(&b)
+                .map_err(|e| fail(format!("{origin}: the tokenizer of tokenizer.ggml.*: {e}")))
+        })
+        .transpose()?;
+    Ok(ModelFiles {
+        origin,
+        config: model.config.to_json(),
+        parsed_config: Some(model.config),
+        tensors: model.tensors,
+        tokenizer,
+        chat_files: ChatFiles {
+            chat_template: model.chat_template,
+            ..ChatFiles::default()
+        },
     })
 }
 
@@ -105,6 +165,7 @@ pub fn from_bytes(
     Ok(ModelFiles {
         origin: origin.into(),
         config: config.into(),
+        parsed_config: None,
         tensors: kernels_core::io::load_named(weights, &format!("{origin}/model.safetensors"))?,
         tokenizer: tokenizer
             .map(|b| load_tokenizer_bytes(b, origin))
@@ -115,8 +176,11 @@ pub fn from_bytes(
 
 /// Builds the model on `backend`.
 pub fn build(files: &ModelFiles, backend: Rc<dyn Backend>) -> CliResult<Llama> {
-    let config = LlamaConfig::from_json(&files.config)
-        .map_err(|e| fail(format!("{}: {e}", files.origin)))?;
+    let config = match &files.parsed_config {
+        Some(c) => c.clone(),
+        None => LlamaConfig::from_json(&files.config)
+            .map_err(|e| fail(format!("{}: {e}", files.origin)))?,
+    };
     Llama::from_tensors(config, &files.tensors, backend)
         .map_err(|e| fail(format!("{}: {e}", files.origin)))
 }

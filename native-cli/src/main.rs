@@ -181,11 +181,11 @@ enum Cmd {
         cmd: GruCmd,
     },
     /// Generate text with a llama model from a Hugging Face directory (config.json,
-    /// model.safetensors or its shards, tokenizer.json); tokens stream to stdout, prefill and
+    /// model.safetensors or its shards, tokenizer.json) or a .gguf file; tokens stream to stdout, prefill and
     /// decode tokens/s go to stderr. Without --model: the embedded demo model (addition).
     /// The streamed text is exactly the tokenizer's decode of the generated ids.
     Generate {
-        /// Model directory (default: the embedded demo model).
+        /// Model directory or GGUF file (default: the embedded demo model).
         #[arg(long)]
         model: Option<PathBuf>,
         /// The text to continue (with --chat: the user's message).
@@ -222,7 +222,7 @@ enum Cmd {
     /// vocabulary). Ends at end of input (Ctrl-D). Per reply, stderr says why it ended and the
     /// tokens/s. A directory without a chat template is refused.
     Chat {
-        /// Model directory.
+        /// Model directory or GGUF file.
         #[arg(long)]
         model: PathBuf,
         /// A system message opening the conversation.
@@ -244,7 +244,7 @@ enum Cmd {
     /// The logits of a token sequence as JSON, to compare with another implementation:
     /// {"model", "backend", "tokens", "vocab_size", "positions", "logits": [[...], ...]}.
     Logits {
-        /// Model directory (default: the embedded demo model).
+        /// Model directory or GGUF file (default: the embedded demo model).
         #[arg(long)]
         model: Option<PathBuf>,
         /// Comma-separated token ids, e.g. 1,2,3.
@@ -393,7 +393,8 @@ enum BenchCmd {
 
 #[derive(clap::Args, Debug)]
 struct BenchLlamaArgs {
-    /// Model directory (config.json, model.safetensors or shards, tokenizer.json optional).
+    /// Model directory (config.json, model.safetensors or shards, tokenizer.json optional) or
+    /// GGUF file.
     #[arg(long)]
     model: PathBuf,
     /// cpu, wgpu, cuda or auto (default: $KERNELS_BACKEND, else auto).

@@ -132,8 +132,19 @@ impl Source {
         Source::from_files(DEMO_ORIGIN, &demo_files(weights))
     }
 
-    /// From a directory's files by name (the ones [`wanted`] picked).
+    /// From a directory's files by name (the ones [`wanted`] picked). A directory holding a
+    /// `.gguf` file loads that ([`Source::from_gguf`]).
     pub fn from_files(origin: &str, files: &BTreeMap<String, Vec<u8>>) -> Result<Source> {
+        let mut gguf = files.iter().filter(|(n, _)| n.ends_with(".gguf"));
+        if let Some((name, bytes)) = gguf.next() {
+            if let Some((other, _)) = gguf.next() {
+                return Err(Error::BadModelFile {
+                    path: origin.into(),
+                    why: format!("holds two GGUF files, `{name}` and `{other}`: pick one"),
+                });
+            }
+            return Source::from_gguf(origin, name, bytes, files);
+        }
         let checkpoint = hf::load_checkpoint_from_map(origin, files)?;
         let config = LlamaConfig::from_json(&checkpoint.config)?;
         let tokenizer = checkpoint
@@ -149,6 +160,63 @@ impl Source {
             origin: origin.into(),
             config,
             checkpoint,
+            tokenizer,
+            chat,
+        })
+    }
+}
+
+impl Source {
+    /// From a GGUF file `name` of the picked directory (kernels-core's `gguf`, as the CLI reads
+    /// `--model FILE.gguf`): config from its metadata, tensors, the tokenizer from
+    /// `tokenizer.ggml.*`, and the chat template from `tokenizer.chat_template` unless the
+    /// directory has its own.
+    pub fn from_gguf(
+        origin: &str,
+        name: &str,
+        bytes: &[u8],
+        files: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Source> {
+        let path = format!("{origin}/{name}");
+        let parsed = kernels_core::gguf::GgufFile::parse(bytes, &path)?;
+        let model = kernels_core::gguf::llama::load_llama(&parsed)?;
+        let tokenizer = model
+            .tokenizer_json
+            .as_deref()
+            .ok_or_else(|| Error::Missing {
+                what: "tokenizer (tokenizer.ggml.* metadata)".into(),
+                name: path.clone(),
+            })
+            .and_then(|b| {
+                tokenizer_json::tokenizer_from_bytes(b)
+                    .map(PageTokenizer)
+                    .map_err(|why| Error::BadModelFile {
+                        path: path.clone(),
+                        why: format!("tokenizer.ggml.*: {why}"),
+                    })
+            })?;
+        // The directory's small text files, and the file's template when it has none.
+        let mut text_files: BTreeMap<String, Vec<u8>> = files
+            .iter()
+            .filter(|(n, _)| !n.ends_with(".gguf") && !n.ends_with(".safetensors"))
+            .map(|(n, b)| (n.clone(), b.clone()))
+            .collect();
+        if let Some(t) = &model.chat_template
+            && !text_files.contains_key("tokenizer_config.json")
+        {
+            text_files
+                .entry("chat_template.jinja".into())
+                .or_insert_with(|| t.clone().into_bytes());
+        }
+        let chat = page_chat(origin, &text_files, &model.config, &tokenizer)?.map(Rc::new);
+        Ok(Source {
+            origin: origin.into(),
+            config: model.config.clone(),
+            checkpoint: Checkpoint {
+                config: model.config.to_json(),
+                tensors: model.tensors,
+                tokenizer_json: model.tokenizer_json,
+            },
             tokenizer,
             chat,
         })
@@ -232,7 +300,7 @@ pub fn wanted(path: &str) -> Option<&str> {
             | "chat_template.jinja"
             | "generation_config.json"
     );
-    (known || name.ends_with(".safetensors")).then_some(name)
+    (known || name.ends_with(".safetensors") || name.ends_with(".gguf")).then_some(name)
 }
 
 /// The picked directory's name, for messages.
@@ -335,6 +403,40 @@ mod tests {
                 .origin,
             "mine"
         );
+    }
+
+    /// A directory holding the GGUF fixture (the `gqa_tied` checkpoint as llama.cpp writes
+    /// it) loads the same weights as the safetensors form, with its SentencePiece tokenizer.
+    #[test]
+    fn a_picked_gguf_file_loads() {
+        let gguf = include_bytes!("../../tests/fixtures/gguf/tiny_llama.gguf");
+        let files: BTreeMap<String, Vec<u8>> = [("tiny.gguf".to_string(), gguf.to_vec())]
+            .into_iter()
+            .collect();
+        let s = Source::from_files("mine", &files).unwrap();
+        assert_eq!((s.config.vocab_size, s.config.hidden_size), (37, 32));
+        assert!(s.chat.is_none());
+        let st = include_bytes!("../../tests/fixtures/llama/gqa_tied/model.safetensors");
+        let want = kernels_core::io::load_named(st, "model.safetensors").unwrap();
+        for (name, t) in &want {
+            assert_eq!(
+                s.checkpoint.tensors[name].to_f32_vec().unwrap(),
+                t.to_f32_vec().unwrap(),
+                "{name}"
+            );
+        }
+        let ids = s.tokenizer.encode("the hat").unwrap();
+        assert_eq!(s.tokenizer.decode(&ids).unwrap(), "the hat");
+        assert_eq!(wanted("dir/tiny.gguf"), Some("tiny.gguf"));
+        let mut two = files.clone();
+        two.insert("b.gguf".into(), gguf.to_vec());
+        let e = Source::from_files("mine", &two).unwrap_err();
+        assert!(e.to_string().contains("two GGUF files"), "{e}");
+        let cut: BTreeMap<String, Vec<u8>> = [("t.gguf".to_string(), gguf[..100].to_vec())]
+            .into_iter()
+            .collect();
+        let e = Source::from_files("mine", &cut).unwrap_err();
+        assert!(e.to_string().contains("mine/t.gguf"), "{e}");
     }
 
     /// The qwen2 family checkpoint (vocabulary 37, context widened) with the chat fixture's

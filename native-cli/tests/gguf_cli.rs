@@ -1,0 +1,131 @@
+//! `--model FILE.gguf` end to end on the CPU: `logits`, `generate`, `eval` and `bench llama` read
+//! `tests/fixtures/gguf/tiny_llama.gguf` (the `gqa_tied` checkpoint as llama.cpp's converter
+//! writes it) and `logits` gives exactly what the safetensors directory gives.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{kernels, stderr};
+
+fn fixture(rel: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+fn logits_json(model: &str) -> serde_json::Value {
+    let o = kernels(&[
+        "logits",
+        "--model",
+        model,
+        "--tokens",
+        "1,5,9,30,2,17",
+        "--all-positions",
+        "--backend",
+        "cpu",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn logits_of_the_gguf_file_equal_the_safetensors_ones() {
+    let gguf = logits_json(&fixture("gguf/tiny_llama.gguf"));
+    let st = logits_json(&fixture("llama/gqa_tied"));
+    assert_eq!(gguf["vocab_size"], 37);
+    assert_eq!(gguf["logits"], st["logits"]);
+}
+
+#[test]
+fn generate_eval_and_bench_read_the_gguf_file() {
+    let model = fixture("gguf/tiny_llama.gguf");
+    let o = kernels(&[
+        "generate",
+        "--model",
+        &model,
+        "--prompt",
+        "the hat",
+        "--max-tokens",
+        "5",
+        "--backend",
+        "cpu",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.starts_with("the hat"), "{text}");
+    assert!(stderr(&o).contains("prefill"), "{}", stderr(&o));
+    let o = kernels(&[
+        "bench",
+        "llama",
+        "--model",
+        &model,
+        "--backend",
+        "cpu",
+        "--threads",
+        "1",
+        "--prompt-len",
+        "4",
+        "--new-tokens",
+        "3",
+        "--prefill-len",
+        "8",
+        "--runs",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(r["decode_tok_s"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+}
+
+/// The embedded demo model (addition), written as GGUF by kernels-core's writer as llama.cpp's
+/// converter would write it, keeps its held-out accuracy through `eval --model FILE.gguf`.
+#[test]
+fn the_demo_model_as_gguf_still_adds() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/adder");
+    let files = native_cli::llama::read_dir(&dir).unwrap();
+    let config = kernels_core::models::llama::LlamaConfig::from_json(&files.config).unwrap();
+    let bytes = kernels_core::gguf::llama::llama_to_gguf(&config, &files.tensors)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("adder.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    // KERNELS_KEEP_GGUF=FILE keeps a copy (to read it with gguf-py's GGUFReader by hand).
+    if let Some(keep) = std::env::var_os("KERNELS_KEEP_GGUF") {
+        std::fs::copy(&path, keep).unwrap();
+    }
+    let p = path.display().to_string();
+    let o = kernels(&[
+        "eval",
+        "--model",
+        &p,
+        "--problems",
+        "40",
+        "--backend",
+        "cpu",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["correct"], 40, "{r}");
+}
+
+#[test]
+fn a_bad_gguf_file_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.gguf");
+    std::fs::write(&path, b"GGUF\x01\0\0\0").unwrap();
+    let p = path.display().to_string();
+    let o = kernels(&["logits", "--model", &p, "--tokens", "1", "--backend", "cpu"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("bad.gguf") && e.contains("version 1"), "{e}");
+}
