@@ -380,3 +380,53 @@ fn qwen_architectures_map_their_extra_tensors() {
         assert_close(&format!("{family} through GGUF"), &got, &want);
     }
 }
+
+/// `tiny_llama_<q>.gguf`: the same tiny llama with its matrices quantized by the gguf package
+/// (the down projection, whose rows of 56 are not whole blocks, stays F32). Loaded, they stay
+/// packed, and the model's logits on every backend (CPU, wgpu, the emulated CUDA device when
+/// built with `cuda-emulator`) are those of the f32 model on the weights as the gguf package
+/// decodes them, within the llama golden budget.
+#[test]
+fn quantized_gguf_llamas_give_the_logits_of_their_gguf_decoded_weights() {
+    use kernels_core::DType;
+    let tokens: Vec<u32> = vec![1, 7, 12, 30, 4, 22, 9, 36];
+    for (name, dtype) in [("tiny_llama_q8_0", DType::Q8_0), ("tiny_llama_q4_0", DType::Q4_0)] {
+        let file = format!("{name}.gguf");
+        let files = read_dir(&fixture("gguf").join(&file)).unwrap();
+        let q = &files.tensors["model.layers.0.self_attn.q_proj.weight"];
+        assert_eq!(q.dtype(), dtype, "{file}: matrices stay packed");
+        assert_eq!(
+            files.tensors["model.layers.0.mlp.down_proj.weight"].dtype(),
+            DType::F32
+        );
+        // The reference: the f32 model on gguf-py's decoding of the same bytes.
+        let mut decoded = read_dir(&fixture("gguf").join(&file)).unwrap();
+        decoded.tensors = kernels_core::io::load_named(
+            &read(&format!("{file}.dequantized.safetensors")),
+            &file,
+        )
+        .unwrap();
+        let want = logits(
+            &build(&decoded, Rc::new(CpuBackend::reference())).unwrap(),
+            &tokens,
+            true,
+        )
+        .unwrap();
+        // The same bytes decoded by kernels-core: bit for bit gguf-py's.
+        for (n, t) in &decoded.tensors {
+            let ours = files.tensors[n].dequantize().unwrap();
+            assert!(ours.bit_eq(t), "{file}: {n} decodes differently");
+        }
+        let mut backends: Vec<(String, Rc<dyn Backend>)> = vec![
+            ("cpu-reference".into(), Rc::new(CpuBackend::reference())),
+            ("cpu".into(), Rc::new(CpuBackend::new())),
+        ];
+        for g in kernels_gpu::testing::gpu_backends("quantized_gguf_llamas") {
+            backends.push((g.name.to_string(), g.backend));
+        }
+        for (backend, be) in backends {
+            let got = logits(&build(&files, be).unwrap(), &tokens, true).unwrap();
+            assert_close(&format!("{file} on {backend}"), &got, &want);
+        }
+    }
+}

@@ -17,7 +17,7 @@ use super::{GgmlType, GgufFile, GgufWriter, TensorInfo, Value};
 use crate::error::{Error, Result};
 use crate::models::llama::{LlamaConfig, RopeKind, Variant};
 use crate::op::{RMS_NORM_EPS, ROPE_THETA};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 /// `general.architecture` values this module maps, and whether llama.cpp's converter permuted
 /// the q/k rows of that architecture (`LlamaModel.permute`; Qwen's converters do not).
@@ -396,12 +396,13 @@ fn move_rows(
 /// One tensor of a GGUF file as a [`Tensor`] of its row-major shape, from `bytes` (its data,
 /// possibly with rows permuted, in `info.ggml_type`'s layout).
 ///
-/// Today only `F32` loads; every other type is an error saying so (the low-precision dtypes
-/// will map `F16`, `BF16`, `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q4_K` and `Q6_K` to their own
-/// [`crate::DType`]).
+/// `F32` becomes an f32 tensor; `F16`, `BF16`, `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q4_K` and
+/// `Q6_K` keep their bytes as the [`crate::DType`] of the same name (decoded where they are
+/// read); every other ggml type is an error naming it and the ones that load.
 pub fn tensor_from_gguf(info: &TensorInfo, bytes: &[u8]) -> Result<Tensor> {
     let shape = info.shape();
-    match info.ggml_type {
+    let packed = |dtype: DType| Tensor::from_raw(&shape, dtype, bytes.to_vec());
+    let t = match info.ggml_type {
         GgmlType::F32 => {
             let values: Vec<f32> = bytes
                 .chunks_exact(4)
@@ -409,16 +410,30 @@ pub fn tensor_from_gguf(info: &TensorInfo, bytes: &[u8]) -> Result<Tensor> {
                 .collect();
             Tensor::from_f32(&shape, values)
         }
-        other => Err(Error::BadModelFile {
-            path: info.name.clone(),
-            why: format!(
-                "tensor `{}` has ggml type {}: not supported yet (only F32 GGUF tensors load \
-                 today)",
-                info.name,
-                other.name()
-            ),
-        }),
-    }
+        GgmlType::F16 => packed(DType::F16),
+        GgmlType::BF16 => packed(DType::BF16),
+        GgmlType::Q8_0 => packed(DType::Q8_0),
+        GgmlType::Q4_0 => packed(DType::Q4_0),
+        GgmlType::Q4_1 => packed(DType::Q4_1),
+        GgmlType::Q5_0 => packed(DType::Q5_0),
+        GgmlType::Q4_K => packed(DType::Q4_K),
+        GgmlType::Q6_K => packed(DType::Q6_K),
+        other => {
+            return Err(Error::BadModelFile {
+                path: info.name.clone(),
+                why: format!(
+                    "tensor `{}` has ggml type {}; the types that load are F32, F16, BF16, \
+                     Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K",
+                    info.name,
+                    other.name()
+                ),
+            });
+        }
+    };
+    t.map_err(|e| Error::BadModelFile {
+        path: info.name.clone(),
+        why: format!("tensor `{}`: {e}", info.name),
+    })
 }
 
 /// Every tensor of `file` under its Hugging Face name, the q/k rows of a permuted architecture

@@ -531,6 +531,7 @@ fn unsupported_architectures_and_types_are_named() {
             .contains("`llama.rope.scaling.type` = `longrope`"),
         "{e}"
     );
+    // F16 keeps its bytes; a type that does not load names the ones that do.
     let info = TensorInfo {
         name: "w".into(),
         dims: vec![4],
@@ -538,10 +539,19 @@ fn unsupported_architectures_and_types_are_named() {
         offset: 0,
         byte_size: 8,
     };
-    let e = llama::tensor_from_gguf(&info, &[0; 8])
+    let t = llama::tensor_from_gguf(&info, &[0; 8]).unwrap();
+    assert_eq!((t.dtype(), t.shape()), (crate::DType::F16, &[4usize][..]));
+    let info = TensorInfo {
+        name: "w".into(),
+        dims: vec![256],
+        ggml_type: GgmlType::Q2_K,
+        offset: 0,
+        byte_size: 84,
+    };
+    let e = llama::tensor_from_gguf(&info, &[0; 84])
         .unwrap_err()
         .to_string();
-    assert!(e.contains("F16") && e.contains("not supported yet"), "{e}");
+    assert!(e.contains("Q2_K") && e.contains("Q4_K and Q6_K"), "{e}");
 }
 
 #[test]
