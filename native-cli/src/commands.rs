@@ -13,4 +13,5 @@ pub mod logits;
 pub mod op;
 pub mod ops;
 pub mod parity;
+pub mod quantize;
 pub mod train;

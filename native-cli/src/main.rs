@@ -264,6 +264,20 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Quantize a llama checkpoint (a Hugging Face directory in f32, f16 or bf16, or a GGUF
+    /// file) and write it as GGUF v3: its matrices in --to (rows that are not whole blocks
+    /// fall back as llama.cpp does: q4_k to q5_0), norms in f32.
+    Quantize {
+        /// Model directory or .gguf file.
+        #[arg(long)]
+        model: PathBuf,
+        /// q8_0, q4_0 or q4_k (or f16, bf16, q4_1, q5_0).
+        #[arg(long, value_parser = native_cli::llama::parse_quantize)]
+        to: kernels_core::DType,
+        /// The GGUF file to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Train a model.
     Train {
         #[command(subcommand)]
@@ -626,6 +640,7 @@ fn run(cli: Cli) -> CliResult<()> {
             peak_gflops,
         }),
         Cmd::Gru { cmd } => run_gru(cmd),
+        Cmd::Quantize { model, to, out } => native_cli::commands::quantize::run(&model, to, &out),
         Cmd::Generate {
             model,
             prompt,

@@ -129,3 +129,57 @@ fn a_bad_gguf_file_is_an_error_naming_it() {
     let e = stderr(&o);
     assert!(e.contains("bad.gguf") && e.contains("version 1"), "{e}");
 }
+
+/// `kernels quantize` writes what `--quantize` does in memory: the written file's logits are the
+/// quantized-on-load directory's, bit for bit; a bad `--to` is refused before anything is
+/// written.
+#[test]
+fn quantize_writes_the_model_that_quantize_on_load_runs() {
+    let dir = std::env::temp_dir().join(format!("kernels-quantize-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("q8.gguf").display().to_string();
+    let src = fixture("llama/gqa_tied");
+    let o = kernels(&["quantize", "--model", &src, "--to", "q8_0", "--out", &out]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let args = |model: &str, extra: &[&str]| {
+        let mut v = vec![
+            "logits",
+            "--model",
+            model,
+            "--tokens",
+            "1,5,9,30,2,17",
+            "--all-positions",
+            "--backend",
+            "cpu",
+            "--json",
+        ];
+        v.extend_from_slice(extra);
+        v.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let run = |a: Vec<String>| {
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        let o = kernels(&refs);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["logits"].clone()
+    };
+    let written = run(args(&out, &[]));
+    let on_load = run(args(&src, &["--quantize", "q8_0"]));
+    assert_eq!(written, on_load);
+    let f32_logits = run(args(&src, &[]));
+    assert_ne!(written, f32_logits, "q8_0 changed nothing?");
+    let bad = dir.join("bad.gguf");
+    let o = kernels(&[
+        "quantize",
+        "--model",
+        &src,
+        "--to",
+        "q3_k",
+        "--out",
+        &bad.display().to_string(),
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("q3_k"), "{}", stderr(&o));
+    assert!(!bad.exists());
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -390,7 +390,10 @@ fn qwen_architectures_map_their_extra_tensors() {
 fn quantized_gguf_llamas_give_the_logits_of_their_gguf_decoded_weights() {
     use kernels_core::DType;
     let tokens: Vec<u32> = vec![1, 7, 12, 30, 4, 22, 9, 36];
-    for (name, dtype) in [("tiny_llama_q8_0", DType::Q8_0), ("tiny_llama_q4_0", DType::Q4_0)] {
+    for (name, dtype) in [
+        ("tiny_llama_q8_0", DType::Q8_0),
+        ("tiny_llama_q4_0", DType::Q4_0),
+    ] {
         let file = format!("{name}.gguf");
         let files = read_dir(&fixture("gguf").join(&file)).unwrap();
         let q = &files.tensors["model.layers.0.self_attn.q_proj.weight"];
@@ -401,11 +404,9 @@ fn quantized_gguf_llamas_give_the_logits_of_their_gguf_decoded_weights() {
         );
         // The reference: the f32 model on gguf-py's decoding of the same bytes.
         let mut decoded = read_dir(&fixture("gguf").join(&file)).unwrap();
-        decoded.tensors = kernels_core::io::load_named(
-            &read(&format!("{file}.dequantized.safetensors")),
-            &file,
-        )
-        .unwrap();
+        decoded.tensors =
+            kernels_core::io::load_named(&read(&format!("{file}.dequantized.safetensors")), &file)
+                .unwrap();
         let want = logits(
             &build(&decoded, Rc::new(CpuBackend::reference())).unwrap(),
             &tokens,

@@ -489,7 +489,8 @@ fn variant_of(arch: &str, rope: RopeKind) -> Variant {
 
 /// A GGUF file of a model, as llama.cpp's converter writes it: `general.architecture` and the
 /// `<arch>.*` metadata of `config` (read back by [`config_from_gguf`]), BOS/EOS ids, and every
-/// tensor of `tensors` (Hugging Face names, the loader's shapes) under its llama.cpp name as F32,
+/// tensor of `tensors` (Hugging Face names, the loader's shapes) under its llama.cpp name, in
+/// its own dtype (f32 as F32, a weight dtype as its ggml type),
 /// q/k rows permuted for `llama`. A config the metadata cannot express (Phi-3, Gemma 3, sliding
 /// windows, rope scaling other than linear and yarn) is an error. Add a tokenizer's
 /// `tokenizer.ggml.*` keys to the writer before writing it.
@@ -593,11 +594,16 @@ pub fn llama_to_gguf(
     for (hf, t) in tensors {
         let name = gguf_tensor_name(hf)
             .ok_or_else(|| bad(format!("tensor `{hf}` has no llama.cpp name")))?;
-        let bytes: Vec<u8> = t
-            .to_f32_vec()?
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect();
+        let (ggml_type, bytes) = match t.dtype() {
+            DType::F32 => (
+                GgmlType::F32,
+                t.to_f32_vec()?
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .collect::<Vec<u8>>(),
+            ),
+            d => (ggml_type_of(d, hf)?, t.packed_bytes()?.to_vec()),
+        };
         let rows = t.shape().first().copied().unwrap_or(0);
         let heads = if name.ends_with(".attn_q.weight") {
             Some(config.num_attention_heads)
@@ -612,9 +618,30 @@ pub fn llama_to_gguf(
             }
             _ => bytes,
         };
-        w.add_tensor(&name, t.shape(), GgmlType::F32, bytes)?;
+        w.add_tensor(&name, t.shape(), ggml_type, bytes)?;
     }
     Ok(w)
+}
+
+/// The ggml type of a weight dtype (each has one: the layouts are GGML's).
+fn ggml_type_of(d: DType, tensor: &str) -> Result<GgmlType> {
+    Ok(match d {
+        DType::F32 => GgmlType::F32,
+        DType::F16 => GgmlType::F16,
+        DType::BF16 => GgmlType::BF16,
+        DType::Q8_0 => GgmlType::Q8_0,
+        DType::Q4_0 => GgmlType::Q4_0,
+        DType::Q4_1 => GgmlType::Q4_1,
+        DType::Q5_0 => GgmlType::Q5_0,
+        DType::Q4_K => GgmlType::Q4_K,
+        DType::Q6_K => GgmlType::Q6_K,
+        DType::I32 | DType::I64 => {
+            return Err(Error::BadModelFile {
+                path: "<gguf writer>".into(),
+                why: format!("tensor `{tensor}` has integer dtype {d}"),
+            });
+        }
+    })
 }
 
 /// A GGUF model as the loader's parts: the config, the tensors by Hugging Face name, and the
