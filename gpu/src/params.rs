@@ -162,6 +162,12 @@ kernel_params! {
         u32: [n, dtype, dim, vocab],
         f32: [],
     }
+    /// Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of
+    /// dtype `dtype` (`WEIGHT_*`); `bias = 1` adds a bias.
+    MatvecParams("matvec") for ["matvec"] {
+        u32: [n, dtype, k, rows, bias],
+        f32: [],
+    }
     /// Embedding gradient: `n = vocab * dim` outputs summed over `tokens`.
     EmbeddingGradParams("embedding_grad") for ["embedding_backward"] {
         u32: [n, dim, tokens],

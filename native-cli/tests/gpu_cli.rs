@@ -232,6 +232,10 @@ fn op_on_wgpu_matches_the_cpu_within_budget() {
         if !kinds.contains(&case.op.kind()) {
             continue;
         }
+        // safetensors has no GGML block types: those cases stay in the parity suite.
+        if case.inputs.iter().any(|t| t.dtype().is_quantized()) {
+            continue;
+        }
         let spec = case.op.spec();
         let mut dirs = vec![Direction::Forward];
         if spec.differentiable() {

@@ -264,6 +264,8 @@ fn bench_llama_prints_the_protocol_object() {
         "dispatches_per_token",
         "submits_per_token",
         "bytes_down_per_token",
+        "weights",
+        "weight_bytes_per_token",
     ];
     assert_eq!(r.as_object().unwrap().len(), keys.len(), "{r}");
     for k in keys {

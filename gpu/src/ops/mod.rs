@@ -71,6 +71,11 @@ pub(crate) fn run(
         if let (Op::Embedding, F) = (*op, dir) {
             return Ok(vec![quant::embedding(be, name, args)?]);
         }
+        if dir == F
+            && let Some(out) = quant::matvec(be, name, op, args)?
+        {
+            return Ok(vec![out]);
+        }
         let decoded = quant::decoded(be, name, args)?;
         let refs: Vec<&Tensor> = decoded.iter().collect();
         return run(be, op, dir, &refs);

@@ -4,12 +4,13 @@
 //! decoded into f32 temporaries for the op's f32 kernels, as the CPU reference does. The
 //! weights themselves stay packed on the device.
 
+use kernels_core::op::{Activation, Op};
 use kernels_core::{DType, Result, Tensor};
 
 use super::common::arg;
 use super::layout::{check_ids, embedding_dims};
 use crate::device::{Device, Family, Grid, u32_of, weight_code};
-use crate::params::DequantizeParams;
+use crate::params::{DequantizeParams, MatvecParams};
 use crate::shapes;
 
 /// `x` decoded to f32 (an f32 `x` is returned as it is: a view of the same buffer).
@@ -76,4 +77,75 @@ pub(crate) fn decoded(
     args: &[&Tensor],
 ) -> Result<Vec<Tensor>> {
     args.iter().map(|t| dequantize(be, name, t)).collect()
+}
+
+/// Most rows of `x` [`matvec`] takes; more decode the weight for the tiled matmul.
+pub const MATVEC_MAX_ROWS: usize = 8;
+
+/// Decode's products with a packed weight, without decoding it whole: `x @ W^T` (`matmul`
+/// with `trans_b`, `W` the packed `b`) and `linear` without an activation, for at most
+/// [`MATVEC_MAX_ROWS`] rows of `x`. `None` for every other case (and for shapes that do not
+/// agree: the f32 path reports those).
+pub(crate) fn matvec(
+    be: &dyn Device,
+    name: &'static str,
+    op: &Op,
+    args: &[&Tensor],
+) -> Result<Option<Tensor>> {
+    let (x, w, bias) = match (*op, args) {
+        (
+            Op::Matmul {
+                trans_a: false,
+                trans_b: true,
+            },
+            [x, w],
+        ) => (*x, *w, None),
+        (
+            Op::Linear {
+                activation: Activation::None,
+            },
+            [x, w, b],
+        ) => (*x, *w, Some(*b)),
+        _ => return Ok(None),
+    };
+    if x.dtype() != DType::F32 || !w.dtype().is_weight() || w.rank() != 2 || x.rank() < 2 {
+        return Ok(None);
+    }
+    let (n, k) = (w.shape()[0], w.shape()[1]);
+    if x.shape()[x.rank() - 1] != k || k == 0 || n == 0 {
+        return Ok(None);
+    }
+    if let Some(b) = bias
+        && b.shape() != [n]
+    {
+        return Ok(None);
+    }
+    let rows = x.numel() / k;
+    if rows == 0 || rows > MATVEC_MAX_ROWS {
+        return Ok(None);
+    }
+    let mut out_shape = x.shape().to_vec();
+    if let Some(last) = out_shape.last_mut() {
+        *last = n;
+    }
+    let out = be.alloc(name, &out_shape, DType::F32)?;
+    let p = MatvecParams {
+        n: u32_of(name, "out features", n)?,
+        dtype: weight_code(w.dtype()),
+        k: u32_of(name, "in features", k)?,
+        rows: u32_of(name, "rows", rows)?,
+        bias: u32::from(bias.is_some()),
+    };
+    let b = bias.unwrap_or(x);
+    be.run_kernel(
+        name,
+        Family::Quant,
+        "matvec",
+        &[],
+        p,
+        &[x, b, w, w],
+        &[&out],
+        Grid::Groups(rows * n),
+    )?;
+    Ok(Some(out))
 }

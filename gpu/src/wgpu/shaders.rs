@@ -5,7 +5,7 @@ impl Family {
     /// variant (a prelude defining `row_sum` / `row_max`).
     pub fn has_subgroup_variant(self) -> bool {
         match self {
-            Family::Reduce | Family::Softmax | Family::Norm => true,
+            Family::Reduce | Family::Softmax | Family::Norm | Family::Quant => true,
             Family::Elementwise
             | Family::Matmul
             | Family::Layout
@@ -14,8 +14,7 @@ impl Family {
             | Family::Rope
             | Family::Attention
             | Family::Gru
-            | Family::Svd
-            | Family::Quant => false,
+            | Family::Svd => false,
         }
     }
     /// The source of the family's shader module: the family file, preceded for families

@@ -265,6 +265,27 @@ struct DequantizeParams {
     }
 };
 
+// Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of dtype
+// `dtype` (`WEIGHT_*`); `bias = 1` adds a bias.
+struct MatvecParams {
+    unsigned int n;
+    unsigned int dtype;
+    unsigned int k;
+    unsigned int rows;
+    unsigned int bias;
+    unsigned int c[4];
+    __device__ static MatvecParams of(const Params& raw) {
+        MatvecParams p;
+        p.n = raw.u[0];
+        p.dtype = raw.u[1];
+        p.k = raw.u[2];
+        p.rows = raw.u[3];
+        p.bias = raw.u[4];
+        for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
+        return p;
+    }
+};
+
 // Embedding gradient: `n = vocab * dim` outputs summed over `tokens`.
 struct EmbeddingGradParams {
     unsigned int n;

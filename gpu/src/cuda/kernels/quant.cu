@@ -114,3 +114,19 @@ KERNEL(dequantize_rows, DequantizeParams) {
     }
     out0[o] = decode((const unsigned char*)in2, p.dtype, (unsigned long long)id * d + o % d);
 }
+
+// Decode's products without a decoded copy of the weight: out0 [rows, n] = in0 [rows, k] @ W^T
+// (+ in1 = bias when p.bias = 1), W = in2 [n, k] packed. One block per output element; its
+// threads stride over k, decoding as they go, and the block sums.
+KERNEL(matvec, MatvecParams) {
+    unsigned long long g = blockIdx.x;
+    if (g >= (unsigned long long)p.rows * p.n) return;
+    unsigned long long r = g / p.n, j = g % p.n, k = p.k;
+    const unsigned char* w = (const unsigned char*)in2;
+    float acc = 0.0f;
+    for (unsigned long long i = threadIdx.x; i < k; i += blockDim.x) {
+        acc = acc + in0[r * k + i] * decode(w, p.dtype, j * k + i);
+    }
+    float s = block_sum(acc);
+    if (threadIdx.x == 0) out0[g] = p.bias == 1 ? s + in1[j] : s;
+}

@@ -169,6 +169,19 @@ fn dequantize_params() -> DequantizeParams {
     return DequantizeParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3);
 }
 
+// Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of dtype
+// `dtype` (`WEIGHT_*`); `bias = 1` adds a bias.
+struct MatvecParams {
+    n: u32,
+    dtype: u32,
+    k: u32,
+    rows: u32,
+    bias: u32,
+}
+fn matvec_params() -> MatvecParams {
+    return MatvecParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4);
+}
+
 // Embedding gradient: `n = vocab * dim` outputs summed over `tokens`.
 struct EmbeddingGradParams {
     n: u32,

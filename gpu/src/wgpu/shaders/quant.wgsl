@@ -6,6 +6,8 @@
 
 override WG: u32 = 256u;
 
+@group(0) @binding(1) var<storage, read> xin: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read> packed: array<u32>;
 @group(0) @binding(4) var<storage, read> ids: array<i32>;
 @group(0) @binding(5) var<storage, read_write> out0: array<f32>;
@@ -138,4 +140,25 @@ fn dequantize_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     let id = ids[o / d];
     if (id < 0 || u32(id) >= p.vocab) { out0[o] = 0.0; return; }
     out0[o] = decode(p.dtype, u32(id) * d + o % d);
+}
+
+// Decode's products without a decoded copy of the weight: out0 [rows, n] = xin [rows, k] @ W^T
+// (+ bias), W [n, k] packed. One workgroup per output element; its threads stride over k,
+// decoding as they go, and the workgroup sums (row_sum). p.bias = 1 adds bias[j].
+@compute @workgroup_size(256)
+fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+          @builtin(local_invocation_index) lid: u32) {
+    let p = matvec_params();
+    let g = wid.y * nwg.x + wid.x;
+    if (g >= p.rows * p.n) { return; }
+    let r = g / p.n;
+    let j = g % p.n;
+    var acc: f32 = 0.0;
+    for (var i: u32 = lid; i < p.k; i = i + 256u) {
+        acc = acc + xin[r * p.k + i] * decode(p.dtype, j * p.k + i);
+    }
+    let s = row_sum(lid, acc);
+    if (lid == 0u) {
+        out0[g] = select(s, s + bias[j], p.bias == 1u);
+    }
 }
