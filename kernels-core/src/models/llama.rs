@@ -15,9 +15,11 @@
 //!
 //! The config (`config.json`'s fields, checks, tensor names) is in `llama/config.rs`.
 
+pub mod addition;
 mod config;
 mod generate;
 mod parse;
+pub mod train;
 
 use alloc::format;
 use alloc::rc::Rc;
