@@ -25,14 +25,23 @@ use web_time::Instant;
 use crate::report::whole_number;
 use crate::zip::{self, ZipError};
 
-/// The model trained from scratch: small, so that 50 steps on software WebGPU (SwiftShader)
-/// take seconds, and still able to learn the task (74,880 parameters; the demo model, 204,480).
-pub const SCRATCH: Size = Size {
-    hidden: 64,
-    intermediate: 128,
+/// The model trained from scratch by default: the demo model's architecture
+/// (`native-cli/models/adder`, 204,480 parameters: 2 layers, hidden 96, 4 query heads sharing 2
+/// key/value heads, intermediate 256).
+pub const DEMO_SIZE: Size = Size {
+    hidden: 96,
+    intermediate: 256,
     layers: 2,
     heads: 4,
     kv_heads: 2,
+};
+
+/// A smaller one (hidden 64, intermediate 128: 74,880 parameters), for quick runs on slow
+/// devices (the e2e test's on SwiftShader); it learns the carries far more slowly.
+pub const SMALL_SIZE: Size = Size {
+    hidden: 64,
+    intermediate: 128,
+    ..DEMO_SIZE
 };
 
 /// The seed the held-out problems are drawn with (the CLI's).
@@ -40,11 +49,13 @@ pub const EVAL_SEED: u64 = 1;
 /// The most held-out problems one evaluation answers.
 pub const MAX_EVAL_PROBLEMS: usize = 10_000;
 
-/// Where the weights start.
+/// Where the weights start (the section's select).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
-    /// [`SCRATCH`], initialized from the seed.
+    /// [`DEMO_SIZE`], initialized from the seed.
     Scratch,
+    /// [`SMALL_SIZE`], initialized from the seed.
+    Small,
     /// The transformer section's model (fine-tuning).
     Loaded,
 }
@@ -53,23 +64,39 @@ impl Start {
     pub fn id(self) -> &'static str {
         match self {
             Start::Scratch => "scratch",
+            Start::Small => "small",
             Start::Loaded => "finetune",
         }
     }
     pub fn from_id(id: &str) -> Option<Start> {
-        match id {
-            "scratch" => Some(Start::Scratch),
-            "finetune" => Some(Start::Loaded),
-            _ => None,
+        [Start::Scratch, Start::Small, Start::Loaded]
+            .into_iter()
+            .find(|s| s.id() == id)
+    }
+    /// The size of a model from scratch (`None`: fine-tuning).
+    pub fn size(self) -> Option<Size> {
+        match self {
+            Start::Scratch => Some(DEMO_SIZE),
+            Start::Small => Some(SMALL_SIZE),
+            Start::Loaded => None,
         }
     }
     /// The default peak learning rate: lower when fine-tuning a trained model.
     pub fn default_lr(self) -> f32 {
         match self {
-            Start::Scratch => 3e-3,
+            Start::Scratch | Start::Small => 3e-3,
             Start::Loaded => 5e-4,
         }
     }
+}
+
+/// The weights a run starts from.
+#[derive(Debug, Clone, Copy)]
+pub enum Init<'a> {
+    /// A new model of this size, initialized from the seed.
+    Scratch(Size),
+    /// These weights (fine-tuning; the config must fit the task).
+    Weights(&'a LlamaConfig, &'a BTreeMap<String, Tensor>),
 }
 
 /// What the visitor sets.
@@ -91,9 +118,10 @@ pub struct Settings {
 
 impl Default for Settings {
     fn default() -> Self {
+        // The demo model's recipe (`kernels train transformer`'s defaults).
         Settings {
-            steps: 3000,
-            batch: 32,
+            steps: 6000,
+            batch: 64,
             lr: Start::Scratch.default_lr(),
             eval_every: 100,
             eval_problems: 200,
@@ -170,29 +198,25 @@ fn optimizer(lr: f32) -> AdamW {
 }
 
 impl Trainer {
-    /// A run on `backend`: from `tensors` (fine-tuning; the config must fit the task) or, with
-    /// `None`, from [`SCRATCH`] initialized from the seed. With `shadow`, the first
+    /// A run on `backend` from `init`. With `shadow`, the first
     /// `parity_steps` steps run on a CPU copy too.
     pub async fn new(
         settings: Settings,
-        start: Option<(&LlamaConfig, &BTreeMap<String, Tensor>)>,
+        init: Init<'_>,
         backend: Rc<dyn Backend>,
         shadow: bool,
     ) -> Result<Trainer> {
         let mut rng = Rng::new(settings.seed);
         // The weights on the host first: the backend's model and the CPU shadow start from the
         // same bits without a download.
-        let (config, host) = match start {
-            Some((config, tensors)) => {
+        let (config, host) = match init {
+            Init::Weights(config, tensors) => {
                 addition::check_fits(config)?;
                 (config.clone(), tensors.clone())
             }
-            None => {
-                let init = Llama::init(
-                    addition::config(SCRATCH),
-                    Rc::new(CpuBackend::new()),
-                    &mut rng,
-                )?;
+            Init::Scratch(size) => {
+                let init =
+                    Llama::init(addition::config(size), Rc::new(CpuBackend::new()), &mut rng)?;
                 (init.config.clone(), init.store.to_host().await?)
             }
         };
@@ -404,9 +428,14 @@ mod tests {
     #[test]
     fn a_run_trains_evaluates_and_saves_a_loadable_directory() {
         let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new());
-        let mut t = now_or_never(Trainer::new(settings(4), None, cpu.clone(), true))
-            .unwrap()
-            .unwrap();
+        let mut t = now_or_never(Trainer::new(
+            settings(4),
+            Init::Scratch(SMALL_SIZE),
+            cpu.clone(),
+            true,
+        ))
+        .unwrap()
+        .unwrap();
         let mut evals = 0;
         while !t.done() {
             let f = now_or_never(t.train_step()).unwrap().unwrap();
@@ -427,10 +456,10 @@ mod tests {
         let files = now_or_never(t.files()).unwrap().unwrap();
         // The directory loads as the transformer section's model, and fine-tunes.
         let src = crate::llm::Source::from_files("trained", &files).unwrap();
-        assert_eq!(src.config.hidden_size, SCRATCH.hidden);
+        assert_eq!(src.config.hidden_size, SMALL_SIZE.hidden);
         let mut again = now_or_never(Trainer::new(
             settings(1),
-            Some((&src.config, &src.checkpoint.tensors)),
+            Init::Weights(&src.config, &src.checkpoint.tensors),
             cpu,
             false,
         ))
@@ -446,19 +475,24 @@ mod tests {
     fn scratch_runs_repeat_and_models_off_the_task_are_refused() {
         let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new());
         let run = || {
-            let mut t = now_or_never(Trainer::new(settings(2), None, cpu.clone(), false))
-                .unwrap()
-                .unwrap();
+            let mut t = now_or_never(Trainer::new(
+                settings(2),
+                Init::Scratch(SMALL_SIZE),
+                cpu.clone(),
+                false,
+            ))
+            .unwrap()
+            .unwrap();
             now_or_never(t.train_step()).unwrap().unwrap();
             now_or_never(t.train_step()).unwrap().unwrap();
             t.losses
         };
         assert_eq!(run(), run());
-        let mut cfg = addition::config(SCRATCH);
+        let mut cfg = addition::config(SMALL_SIZE);
         cfg.vocab_size = 32;
         let e = now_or_never(Trainer::new(
             settings(2),
-            Some((&cfg, &BTreeMap::new())),
+            Init::Weights(&cfg, &BTreeMap::new()),
             cpu,
             false,
         ))

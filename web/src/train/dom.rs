@@ -10,8 +10,8 @@
 //!
 //! Hooks: `#train[data-state]` (`idle`, `running`, `paused`, `done`, `error`), `[data-step]`,
 //! `[data-loss]`, `[data-first-loss]`, `[data-backend]` (`webgpu` or `cpu`), `[data-start]`
-//! (`scratch` or `finetune`); `#train-parity[data-max-diff][data-max-rel][data-steps]` (empty
-//! until a parity step ran; on the CPU backend there is nothing to compare, and
+//! (`scratch`, `small` or `finetune`); `#train-parity[data-max-diff][data-max-rel][data-steps]`
+//! (empty until a parity step ran; on the CPU backend there is nothing to compare, and
 //! `[data-skipped]` says why); `#train-eval[data-accuracy][data-step]` (the last held-out
 //! exact match, 0..1); `#train-rate[data-steps-per-s][data-tokens-per-s]`;
 //! `#train-chart[data-points]`.
@@ -25,7 +25,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::{Document, HtmlInputElement, HtmlSelectElement};
 
-use super::{Settings, Start, Trainer, loss_range, zip_files};
+use super::{Init, Settings, Start, Trainer, loss_range, zip_files};
 use crate::app::{
     Active, App, JsResult, blank_canvas, by_id, describe, draw_frame, handle_loss, js_err,
     next_tick, on, report_error, save_download, set_text,
@@ -91,12 +91,12 @@ fn start_choice(doc: &Document) -> Start {
         .unwrap_or(Start::Scratch)
 }
 
-/// Picks where the weights start (`scratch` or `finetune`, from `?start=`), with its default
-/// learning rate.
+/// Picks where the weights start (`scratch`, `small` or `finetune`, from `?start=`), with its
+/// default learning rate.
 fn choose_start(app: &App, id: &str) {
     let Some(start) = Start::from_id(id) else {
         report_error(&format!(
-            "?start={id} is not a start; expected scratch or finetune"
+            "?start={id} is not a start; expected scratch, small or finetune"
         ));
         return;
     };
@@ -130,6 +130,8 @@ pub(crate) fn wire(app: &Rc<App>) -> JsResult<()> {
         }
     })?;
     on(app, "train-run", "click", |app| {
+        // A run started by hand goes to its last step (`?until=` is for automation).
+        section().until.set(None);
         spawn_local(async move { run(&app).await })
     })?;
     on(app, "train-pause", "click", |app| {
@@ -253,8 +255,8 @@ fn read_settings(doc: &Document, seed: u64) -> Result<Settings, String> {
 }
 
 /// `?autorun=train`: the inputs from the query where given (`steps`, `batch`, `lr`,
-/// `eval_every`, `eval_problems`, `parity_steps`, `start=scratch|finetune`), and `until=A` stops the run once the
-/// held-out accuracy reaches `A`; then a run, returning when it stops.
+/// `eval_every`, `eval_problems`, `parity_steps`, `start=scratch|small|finetune`), and `until=A`
+/// stops the run once the held-out accuracy reaches `A`; then a run, returning when it stops.
 pub(crate) async fn autorun(app: &Rc<App>, params: &web_sys::UrlSearchParams) {
     if let Some(start) = params.get("start") {
         choose_start(app, &start);
@@ -326,21 +328,15 @@ async fn start(app: &App, s: &Section) -> JsResult<()> {
     attr(doc, "train", "data-start", start.id());
     set_text(doc, "train-status", "setting up the model...");
     next_tick().await;
-    let trainer = match start {
-        Start::Scratch => Trainer::new(settings, None, backend, on_gpu).await,
-        Start::Loaded => {
-            let src = crate::llm::dom::current_source()
-                .ok_or_else(|| js_err("the transformer section has no model loaded yet"))?;
-            Trainer::new(
-                settings,
-                Some((&src.config, &src.checkpoint.tensors)),
-                backend,
-                on_gpu,
-            )
-            .await
-        }
-    }
-    .map_err(js_err)?;
+    let src = crate::llm::dom::current_source();
+    let init = match (start.size(), &src) {
+        (Some(size), _) => Init::Scratch(size),
+        (None, Some(src)) => Init::Weights(&src.config, &src.checkpoint.tensors),
+        (None, None) => return Err(js_err("the transformer section has no model loaded yet")),
+    };
+    let trainer = Trainer::new(settings, init, backend, on_gpu)
+        .await
+        .map_err(js_err)?;
     if !on_gpu {
         let why = match app.gpu.borrow().is_some() {
             true => "the CPU backend is selected in the header".to_string(),
