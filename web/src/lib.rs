@@ -17,9 +17,10 @@
 //! `llm::dom` and `train::dom`). `?autorun=parity` (or `bench`, `gru`, `llm`, or `all`) runs
 //! panels on load (`llm` with `?prompt=...` when given); `?autorun=train&steps=N` trains in the
 //! Train section (not part of `all`; `&batch=`, `&lr=`, `&eval_every=`, `&eval_problems=`,
-//! `&parity_steps=` set its inputs, `&start=finetune` starts from the transformer section's
-//! model, `&until=0.9` stops at that held-out accuracy): `#train[data-state][data-step]
-//! [data-loss]`, `#train-parity[data-max-diff]`. `?backend=cpu` forces the CPU backend.
+//! `&parity_steps=` set its inputs, `&start=small` trains the small model, `&start=finetune`
+//! starts from the transformer section's model, `&until=0.9` stops at that held-out
+//! accuracy): `#train[data-state][data-step][data-loss]`, `#train-parity[data-max-diff]`.
+//! `?backend=cpu` forces the CPU backend.
 
 pub mod llm;
 pub mod report;
