@@ -10,8 +10,10 @@
 //!
 //! Hooks: `#train[data-state]` (`idle`, `running`, `paused`, `done`, `error`), `[data-step]`,
 //! `[data-loss]`, `[data-first-loss]`, `[data-backend]` (`webgpu` or `cpu`), `[data-start]`
-//! (`scratch`, `small` or `finetune`); `#train-parity[data-max-diff][data-max-rel][data-steps]`
-//! (empty until a parity step ran; on the CPU backend there is nothing to compare, and
+//! (`scratch`, `small` or `finetune`);
+//! `#train-parity[data-max-diff][data-max-rel][data-steps][data-within]` (`data-within`: every
+//! parity step within `train::PARITY_ATOL` + `train::PARITY_RTOL` |loss|; empty until a parity
+//! step ran; on the CPU backend there is nothing to compare, and
 //! `[data-skipped]` says why); `#train-eval[data-accuracy][data-step]` (the last held-out
 //! exact match, 0..1); `#train-rate[data-steps-per-s][data-tokens-per-s]`;
 //! `#train-chart[data-points]`.
@@ -25,7 +27,9 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
 use web_sys::{Document, HtmlInputElement, HtmlSelectElement};
 
-use super::{Init, Settings, Start, Trainer, loss_range, zip_files};
+use super::{
+    Init, PARITY_ATOL, PARITY_RTOL, Settings, Start, Trainer, loss_range, parity_within, zip_files,
+};
 use crate::app::{
     Active, App, JsResult, blank_canvas, by_id, describe, draw_frame, handle_loss, js_err,
     next_tick, on, report_error, save_download, set_text,
@@ -479,15 +483,24 @@ async fn one_step(app: &App, s: &Section, tr: &mut Trainer) -> JsResult<bool> {
     }
     if let Some((d, r)) = tr.parity_diff() {
         let n = tr.parity.len();
+        let within = parity_within(&tr.parity);
         attr(doc, "train-parity", "data-max-diff", &format!("{d:e}"));
         attr(doc, "train-parity", "data-max-rel", &format!("{r:e}"));
         attr(doc, "train-parity", "data-steps", &n.to_string());
+        attr(
+            doc,
+            "train-parity",
+            "data-within",
+            if within { "true" } else { "false" },
+        );
         set_text(
             doc,
             "train-parity",
             &format!(
                 "first {n} steps also on the wasm CPU backend (same weights, same batches): \
-                 largest loss difference {d:.2e} ({r:.2e} relative)"
+                 largest loss difference {d:.2e} ({r:.2e} relative), {} the budget \
+                 |difference| <= {PARITY_ATOL:e} + {PARITY_RTOL:e} |loss|",
+                if within { "within" } else { "OUTSIDE" }
             ),
         );
     }
