@@ -368,7 +368,7 @@ async fn start(app: &App, s: &Section) -> JsResult<()> {
         "train-model",
         &format!(
             "{} llama, {params} parameters, on {}",
-            if start == Start::Scratch {
+            if start.size().is_some() {
                 "a new"
             } else {
                 "the loaded"
