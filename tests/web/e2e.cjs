@@ -3,7 +3,7 @@
 // Runs ?autorun=parity on WebGPU, ?autorun=parity&backend=cpu, ?autorun=bench, and
 // ?autorun=gru on WebGPU and on the CPU, ?autorun=llm (the transformer demo model on
 // `123+456=`) on WebGPU and on the CPU, ?autorun=train&steps=50 (the Train section) on WebGPU and
-// on the CPU (50 steps of 4 problems); waits for body[data-state=done], asserts the backend,
+// on the CPU (50 steps of 4 problems), and the Train section's pause, resume and reset; waits for body[data-state=done], asserts the backend,
 // that every parity row passed, that the transformer wrote the right sum with finite tokens/s, that the GRU plot drew finite points and follows a change of
 // the initial state, and that the page reported no error; saves a screenshot of each, and
 // prints the timings it saw; then the layout at desktop and phone widths (layout-*.png).
@@ -411,6 +411,47 @@ async function train(browser, query, want, name) {
   return problems.map((p) => `${name}: ${p}`);
 }
 
+// The Train section's controls on the wasm CPU: Train, Pause (the step stops moving), Resume
+// (it moves again), Reset (back to idle, step 0), with no autorun.
+async function trainControls(browser, name) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page.on('pageerror', (e) => console.log(`  [${name}] page error: ${e}`));
+  await page.goto(`${base}/?backend=cpu`);
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state), null, {
+    timeout: TIMEOUT_MS,
+  });
+  const problems = [];
+  const train = () => page.$eval('#train', (e) => ({ state: e.dataset.state, step: Number(e.dataset.step) }));
+  const until = (f, arg) => page.waitForFunction(f, arg, { timeout: 60000, polling: 50 });
+  await page.selectOption('#train-start', 'small');
+  await page.fill('#train-steps', '100000');
+  await page.fill('#train-batch', '4');
+  await page.fill('#train-eval-every', '100000');
+  await page.click('#train-run');
+  await until(() => Number(document.getElementById('train').dataset.step) >= 10);
+  await page.click('#train-pause');
+  await until(() => document.getElementById('train').dataset.state === 'paused');
+  const paused = await train();
+  await page.waitForTimeout(500);
+  const still = await train();
+  if (still.step !== paused.step) problems.push(`paused at step ${paused.step}, then at ${still.step}`);
+  await page.click('#train-pause');
+  await until((n) => Number(document.getElementById('train').dataset.step) > n + 5, paused.step);
+  const resumed = await train();
+  if (resumed.state !== 'running') problems.push(`after Resume the section is ${resumed.state}`);
+  await page.click('#train-pause');
+  await until(() => document.getElementById('train').dataset.state === 'paused');
+  await page.click('#train-reset');
+  await until(() => document.getElementById('train').dataset.state === 'idle');
+  const reset = await train();
+  if (reset.step !== 0) problems.push(`after Reset the step is ${reset.step}`);
+  const errors = await page.$$eval('#errors li', (li) => li.map((e) => e.textContent));
+  if (errors.length) problems.push(`page errors: ${errors.join('; ')}`);
+  console.log(`${name}: paused at step ${paused.step}, resumed to ${resumed.step}, reset to ${reset.step}`);
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
 (async () => {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -430,6 +471,7 @@ async function train(browser, query, want, name) {
     ['chat-cpu', () => chat(browser, 'chat-cpu')],
     ['train-webgpu', () => train(browser, TRAIN_QUERY, 'webgpu', 'train-webgpu')],
     ['train-cpu', () => train(browser, `${TRAIN_QUERY}&backend=cpu`, 'cpu', 'train-cpu')],
+    ['train-controls', () => trainControls(browser, 'train-controls')],
   ];
   // Measurements, run only when named in WEB_E2E_ONLY (minutes): the steps the wasm CPU backend
   // takes to 90% held-out exact match from scratch with the page's defaults (the demo model's
