@@ -3,8 +3,11 @@
 # tests/web/e2e.cjs drives headless Chromium (playwright-core from npm, the system's
 # /usr/bin/chromium): ?autorun=parity on WebGPU, the same with ?backend=cpu, the bench panel, and
 # the GRU world-model section (?autorun=gru) and the transformer section (?autorun=llm) on
-# WebGPU and on the CPU, and its chat mode on the CPU (chat-cpu). WEB_E2E_ONLY=llm-webgpu,llm-cpu
-# runs selected checks.
+# WebGPU and on the CPU, and its chat mode on the CPU (chat-cpu), and the Train section
+# (?autorun=train&steps=50: train-webgpu with its parity strip, train-cpu; train-controls:
+# pause, resume, reset).
+# WEB_E2E_ONLY=llm-webgpu,llm-cpu runs selected checks; WEB_E2E_ONLY=train-cpu-90 measures the
+# steps the wasm CPU takes to 90% held-out accuracy (minutes; never in the default run).
 # Screenshots go to target/web-e2e/. Needs trunk, wasm-bindgen, node/npm and chromium (tests/ci.sh
 # installs them). Usage: tests/web_e2e.sh
 set -euo pipefail

@@ -2,7 +2,8 @@
 // /usr/bin/chromium; no browser download). Usage: node e2e.cjs BASE_URL OUT_DIR
 // Runs ?autorun=parity on WebGPU, ?autorun=parity&backend=cpu, ?autorun=bench, and
 // ?autorun=gru on WebGPU and on the CPU, ?autorun=llm (the transformer demo model on
-// `123+456=`) on WebGPU and on the CPU; waits for body[data-state=done], asserts the backend,
+// `123+456=`) on WebGPU and on the CPU, ?autorun=train&steps=50 (the Train section) on WebGPU and
+// on the CPU (50 steps of 4 problems), and the Train section's pause, resume and reset; waits for body[data-state=done], asserts the backend,
 // that every parity row passed, that the transformer wrote the right sum with finite tokens/s, that the GRU plot drew finite points and follows a change of
 // the initial state, and that the page reported no error; saves a screenshot of each, and
 // prints the timings it saw; then the layout at desktop and phone widths (layout-*.png).
@@ -310,6 +311,147 @@ async function chat(browser, name) {
   return problems.map((p) => `${name}: ${p}`);
 }
 
+// The Train section's parity strip budget is the page's (web/src/train.rs, PARITY_ATOL and
+// PARITY_RTOL: every parity step's loss on WebGPU within 1e-5 + 1e-4 |loss| of the wasm CPU's,
+// the relative part being the CLI's budget for wgpu replicas against one CPU,
+// native-cli/tests/devices_cli.rs): the check asserts the page's #train-parity[data-within].
+
+// The small model from scratch (74,880 parameters), 50 steps of 4 problems, one evaluation at the
+// end on 50 held-out problems, the default 20 parity steps: on SwiftShader a step of this model
+// costs about 2 s at 4 problems (most of it fixed, per dispatch), about 12 s at 32.
+const TRAIN_QUERY = 'autorun=train&start=small&steps=50&batch=4&eval_every=50&eval_problems=50';
+
+// ?autorun=train&steps=N: a small llama trained from scratch on the addition task in the tab.
+// Asserts the run finished its steps with a finite loss that fell, the rates and the held-out
+// accuracy are figures, the chart drew every step, and (on WebGPU) the parity strip compared the
+// first steps with the wasm CPU within its budget. Then "use these weights" hands the
+// model to the transformer section and "download weights" gives a zip.
+async function train(browser, query, want, name) {
+  const r = await open(browser, query, name);
+  const { page } = r;
+  const read = () =>
+    page.evaluate(() => {
+      const t = document.getElementById('train');
+      const p = document.getElementById('train-parity');
+      const rate = document.getElementById('train-rate');
+      const ev = document.getElementById('train-eval');
+      const num = (v) => (v === undefined || v === '' ? NaN : Number(v));
+      return {
+        state: t.dataset.state,
+        step: num(t.dataset.step),
+        loss: num(t.dataset.loss),
+        first: num(t.dataset.firstLoss),
+        backend: t.dataset.backend,
+        maxDiff: num(p.dataset.maxDiff),
+        maxRel: num(p.dataset.maxRel),
+        paritySteps: num(p.dataset.steps),
+        within: p.dataset.within || '',
+        skipped: p.dataset.skipped || '',
+        parity: p.textContent,
+        stepsPerS: num(rate.dataset.stepsPerS),
+        tokensPerS: num(rate.dataset.tokensPerS),
+        accuracy: num(ev.dataset.accuracy),
+        evalStep: num(ev.dataset.step),
+        eval: ev.textContent,
+        points: num(document.getElementById('train-chart').dataset.points),
+        status: document.getElementById('train-status').textContent,
+      };
+    });
+  const got = await read();
+  const steps = Number(new URLSearchParams(query).get('steps'));
+  const until = Number(new URLSearchParams(query).get('until') || NaN);
+  console.log(
+    `${name}: backend ${got.backend}, ${got.step} steps, loss ${got.first} -> ${got.loss}, ` +
+      `${got.stepsPerS} steps/s, ${got.tokensPerS} tokens/s; held-out ${got.eval} ` +
+      `(last at step ${got.evalStep}); parity: ${got.parity}; page done in ${r.seconds} s`,
+  );
+  const problems = [];
+  if (r.state !== 'done') problems.push(`body data-state is ${r.state}, not done`);
+  if (got.state !== 'done') problems.push(`#train data-state is ${got.state}, not done (${got.status})`);
+  if (r.backend !== want || got.backend !== want) problems.push(`trained on ${got.backend}, expected ${want}`);
+  if (Number.isFinite(until)) {
+    if (!(got.accuracy >= until)) problems.push(`held-out accuracy ${got.accuracy} never reached ${until}`);
+  } else if (got.step !== steps) {
+    problems.push(`#train data-step is ${got.step}, expected ${steps}`);
+  }
+  if (!(Number.isFinite(got.loss) && got.loss < got.first)) problems.push(`the loss did not fall: ${got.first} -> ${got.loss}`);
+  for (const v of [got.stepsPerS, got.tokensPerS]) {
+    if (!Number.isFinite(v) || v <= 0) problems.push(`a rate is not a positive finite number: ${v}`);
+  }
+  if (!(got.accuracy >= 0 && got.accuracy <= 1)) problems.push(`held-out accuracy ${got.accuracy}`);
+  if (got.points !== got.step) problems.push(`the chart drew ${got.points} points for ${got.step} steps`);
+  if (want === 'webgpu') {
+    if (!(got.paritySteps > 0)) problems.push(`no parity steps ran (${got.parity})`);
+    if (got.within !== 'true') {
+      problems.push(`parity: outside the budget (largest difference ${got.maxDiff}, ${got.maxRel} relative)`);
+    }
+  } else if (!got.skipped) {
+    problems.push('on the CPU the parity strip should say it was skipped');
+  }
+  if (r.errors.length) problems.push(`page errors: ${r.errors.join('; ')}`);
+  // The trained model goes to the transformer section, and downloads as a zip.
+  await page.click('#train-use');
+  await page.waitForFunction(
+    () => /trained in this tab/.test(document.getElementById('llm-model').textContent),
+    null,
+    { timeout: 60000 },
+  );
+  const [download] = await Promise.all([page.waitForEvent('download', { timeout: 60000 }), page.click('#train-download')]);
+  const fs = require('fs');
+  const zipPath = path.join(outDir, `${name}.zip`);
+  await download.saveAs(zipPath);
+  const zip = fs.readFileSync(zipPath);
+  const listed = ['config.json', 'model.safetensors', 'tokenizer.json'].filter((f) => zip.includes(`adder-trained/${f}`));
+  console.log(`  ${name}: "use these weights" -> ${await page.textContent('#llm-model')}; zip ${zip.length} bytes with ${listed.join(', ')}`);
+  if (zip.readUInt32LE(0) !== 0x04034b50) problems.push('the download is not a zip');
+  if (listed.length !== 3) problems.push(`the zip lists ${listed.join(', ')}`);
+  const errors = await page.$$eval('#errors li', (li) => li.map((e) => e.textContent));
+  if (errors.length) problems.push(`page errors after use/download: ${errors.join('; ')}`);
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
+// The Train section's controls on the wasm CPU: Train, Pause (the step stops moving), Resume
+// (it moves again), Reset (back to idle, step 0), with no autorun.
+async function trainControls(browser, name) {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  page.on('pageerror', (e) => console.log(`  [${name}] page error: ${e}`));
+  await page.goto(`${base}/?backend=cpu`);
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state), null, {
+    timeout: TIMEOUT_MS,
+  });
+  const problems = [];
+  const train = () => page.$eval('#train', (e) => ({ state: e.dataset.state, step: Number(e.dataset.step) }));
+  const until = (f, arg) => page.waitForFunction(f, arg, { timeout: 60000, polling: 50 });
+  await page.selectOption('#train-start', 'small');
+  await page.fill('#train-steps', '100000');
+  await page.fill('#train-batch', '4');
+  await page.fill('#train-eval-every', '100000');
+  await page.click('#train-run');
+  await until(() => Number(document.getElementById('train').dataset.step) >= 10);
+  await page.click('#train-pause');
+  await until(() => document.getElementById('train').dataset.state === 'paused');
+  const paused = await train();
+  await page.waitForTimeout(500);
+  const still = await train();
+  if (still.step !== paused.step) problems.push(`paused at step ${paused.step}, then at ${still.step}`);
+  await page.click('#train-pause');
+  await until((n) => Number(document.getElementById('train').dataset.step) > n + 5, paused.step);
+  const resumed = await train();
+  if (resumed.state !== 'running') problems.push(`after Resume the section is ${resumed.state}`);
+  await page.click('#train-pause');
+  await until(() => document.getElementById('train').dataset.state === 'paused');
+  await page.click('#train-reset');
+  await until(() => document.getElementById('train').dataset.state === 'idle');
+  const reset = await train();
+  if (reset.step !== 0) problems.push(`after Reset the step is ${reset.step}`);
+  const errors = await page.$$eval('#errors li', (li) => li.map((e) => e.textContent));
+  if (errors.length) problems.push(`page errors: ${errors.join('; ')}`);
+  console.log(`${name}: paused at step ${paused.step}, resumed to ${resumed.step}, reset to ${reset.step}`);
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
 (async () => {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
@@ -327,10 +469,21 @@ async function chat(browser, name) {
     ['layout-desktop', () => layout(browser, 1280, 900, 'layout-desktop')],
     ['layout-phone', () => layout(browser, 390, 844, 'layout-phone')],
     ['chat-cpu', () => chat(browser, 'chat-cpu')],
+    ['train-webgpu', () => train(browser, TRAIN_QUERY, 'webgpu', 'train-webgpu')],
+    ['train-cpu', () => train(browser, `${TRAIN_QUERY}&backend=cpu`, 'cpu', 'train-cpu')],
+    ['train-controls', () => trainControls(browser, 'train-controls')],
+  ];
+  // Measurements, run only when named in WEB_E2E_ONLY (minutes): the steps the wasm CPU backend
+  // takes to 90% held-out exact match from scratch with the page's defaults (the demo model's
+  // recipe: 6000 steps of 64 problems), evaluated every 100 steps on 200 held-out problems.
+  const measurements = [
+    ['train-cpu-90', () => train(browser, 'autorun=train&backend=cpu&until=0.9', 'cpu', 'train-cpu-90')],
   ];
   // WEB_E2E_ONLY=gru-cpu,gru-webgpu runs a subset (while working on one section).
   const only = (process.env.WEB_E2E_ONLY || '').split(',').filter(Boolean);
-  const chosen = all.filter(([n]) => only.length === 0 || only.includes(n));
+  const chosen = all
+    .filter(([n]) => only.length === 0 || only.includes(n))
+    .concat(measurements.filter(([n]) => only.includes(n)));
   let problems = [];
   try {
     for (const [, check] of chosen) problems = problems.concat(await check());

@@ -1,8 +1,9 @@
 //! What the page and its sections share (wasm32 only): the backend state ([`App`], [`Active`]),
-//! DOM helpers, error reporting, yielding to the event loop, and what a lost device does.
+//! DOM helpers (canvas and chart frames, downloads, listeners), error reporting, yielding to the
+//! event loop, and what a lost device does.
 //!
-//! `page` uses the sections (`world::dom`, `llm::dom`) and both use this module; nothing here
-//! uses either of them.
+//! `page` uses the sections (`world::dom`, `llm::dom`, `train::dom`) and they use this module;
+//! nothing here uses any of them.
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -11,9 +12,13 @@ use kernels_gpu::WgpuBackend;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{Document, Element, HtmlSelectElement};
+use web_sys::{
+    Blob, CanvasRenderingContext2d, Document, Element, HtmlAnchorElement, HtmlCanvasElement,
+    HtmlSelectElement,
+};
 
 use crate::report::ParityLine;
+use crate::world::{Panel, tick_decimals, ticks};
 
 /// The backend work runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,4 +147,74 @@ pub(crate) async fn handle_loss(app: &App, gpu: &WgpuBackend, why: &str) {
         );
         show_backend(app);
     }
+}
+
+/// Calls `f` on every `event` of `#id`, for the page's lifetime.
+pub(crate) fn on(
+    app: &Rc<App>,
+    id: &str,
+    event: &str,
+    f: impl Fn(Rc<App>) + 'static,
+) -> JsResult<()> {
+    let el = by_id(&app.doc, id)?;
+    let app = app.clone();
+    let cb = Closure::<dyn Fn()>::new(move || f(app.clone()));
+    el.add_event_listener_with_callback(event, cb.as_ref().unchecked_ref())?;
+    // The page lives as long as its listeners.
+    cb.forget();
+    Ok(())
+}
+
+/// Offers `blob` to the visitor as a download named `filename`.
+pub(crate) fn save_download(doc: &Document, blob: &Blob, filename: &str) -> JsResult<()> {
+    let url = web_sys::Url::create_object_url_with_blob(blob)?;
+    let a: HtmlAnchorElement = doc.create_element("a")?.dyn_into()?;
+    a.set_href(&url);
+    a.set_download(filename);
+    a.click();
+    web_sys::Url::revoke_object_url(&url)?;
+    Ok(())
+}
+
+/// The canvas `#id` and its 2d context, painted white.
+pub(crate) fn blank_canvas(
+    doc: &Document,
+    id: &str,
+) -> JsResult<(HtmlCanvasElement, CanvasRenderingContext2d)> {
+    let canvas: HtmlCanvasElement = by_id(doc, id)?.dyn_into()?;
+    let ctx: CanvasRenderingContext2d = canvas
+        .get_context("2d")?
+        .ok_or_else(|| js_err("no 2d context"))?
+        .dyn_into()?;
+    ctx.set_fill_style_str("white");
+    ctx.fill_rect(
+        0.0,
+        0.0,
+        f64::from(canvas.width()),
+        f64::from(canvas.height()),
+    );
+    Ok((canvas, ctx))
+}
+
+/// A panel's frame, its value ticks on the left and their grid lines.
+pub(crate) fn draw_frame(ctx: &CanvasRenderingContext2d, panel: &Panel) -> JsResult<()> {
+    let Panel { x, y, w, h, .. } = *panel;
+    ctx.set_stroke_style_str("#999");
+    ctx.set_line_width(1.0);
+    ctx.stroke_rect(x, y, w, h);
+    ctx.set_font("11px system-ui, sans-serif");
+    ctx.set_fill_style_str("#444");
+    ctx.set_text_align("right");
+    let ys = ticks(panel.lo, panel.hi, 4);
+    let digits = tick_decimals(&ys);
+    for v in ys {
+        let py = panel.py(v);
+        ctx.fill_text(&format!("{v:.digits$}"), x - 6.0, py + 4.0)?;
+        ctx.set_stroke_style_str("#eee");
+        ctx.begin_path();
+        ctx.move_to(x, py);
+        ctx.line_to(x + w, py);
+        ctx.stroke();
+    }
+    Ok(())
 }

@@ -15,11 +15,11 @@ use kernels_gpu::{WgpuBackend, WgpuOptions};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
-use web_sys::{Document, Element, HtmlAnchorElement, HtmlSelectElement};
+use web_sys::{Document, Element, HtmlSelectElement};
 
 use crate::app::{
-    Active, App, JsResult, by_id, describe, document, handle_loss, js_err, next_tick, report_error,
-    set_body_state, set_text, show_backend,
+    Active, App, JsResult, by_id, describe, document, handle_loss, js_err, next_tick, on,
+    report_error, save_download, set_body_state, set_text, show_backend,
 };
 use crate::report::{
     BenchResult, PARITY_SEED, ParityLine, bench_chart_svg, fmt_time, missing_ops, parity_json,
@@ -119,9 +119,15 @@ async fn run() -> JsResult<()> {
             if matches!(what, "llm" | "all") {
                 crate::llm::dom::run(&app, params.get("prompt").as_deref()).await;
             }
-            if !matches!(what, "parity" | "bench" | "gru" | "llm" | "all") {
+            // Not part of `all`: a whole training run is long.
+            // Not part of `all`: a whole training run is long.
+            if what == "train" {
+                crate::train::dom::autorun(&app, &params).await;
+            }
+            if !matches!(what, "parity" | "bench" | "gru" | "llm" | "train" | "all") {
                 report_error(&format!(
-                    "?autorun={what} is not a panel; expected parity, bench, gru, llm or all"
+                    "?autorun={what} is not a panel; expected parity, bench, gru, llm, train or \
+                     all"
                 ));
             }
             set_body_state("done");
@@ -198,16 +204,6 @@ fn render_adapter(doc: &Document, gpu: &WgpuBackend) {
     set_text(doc, "adapter", &text);
 }
 
-fn on(app: &Rc<App>, id: &str, event: &str, f: impl Fn(Rc<App>) + 'static) -> JsResult<()> {
-    let el = by_id(&app.doc, id)?;
-    let app = app.clone();
-    let cb = Closure::<dyn Fn()>::new(move || f(app.clone()));
-    el.add_event_listener_with_callback(event, cb.as_ref().unchecked_ref())?;
-    // The page lives as long as its listeners.
-    cb.forget();
-    Ok(())
-}
-
 fn wire(app: &Rc<App>) -> JsResult<()> {
     on(app, "run-parity", "click", |app| {
         spawn_local(async move { run_parity(&app).await })
@@ -236,6 +232,7 @@ fn wire(app: &Rc<App>) -> JsResult<()> {
     })?;
     crate::world::dom::wire(app)?;
     crate::llm::dom::wire(app)?;
+    crate::train::dom::wire(app)?;
     Ok(())
 }
 
@@ -409,13 +406,7 @@ fn export_parity(app: &App) -> JsResult<()> {
     let opts = web_sys::BlobPropertyBag::new();
     opts.set_type("application/json");
     let blob = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts)?;
-    let url = web_sys::Url::create_object_url_with_blob(&blob)?;
-    let a: HtmlAnchorElement = app.doc.create_element("a")?.dyn_into()?;
-    a.set_href(&url);
-    a.set_download("parity.json");
-    a.click();
-    web_sys::Url::revoke_object_url(&url)?;
-    Ok(())
+    save_download(&app.doc, &blob, "parity.json")
 }
 
 /// Times one case on one backend: the median of [`BENCH_RUNS`] runs.

@@ -11,6 +11,15 @@ use std::time::Duration;
 use kernels_core::{Direction, OpKind};
 use kernels_gpu::parity::Row;
 
+/// A form field read as a whole number in `[lo, hi]`, or why not, naming the field.
+pub fn whole_number(text: &str, name: &str, lo: usize, hi: usize) -> Result<usize, String> {
+    text.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|v| (lo..=hi).contains(v))
+        .ok_or_else(|| format!("{name}: `{text}` is not a whole number in [{lo}, {hi}]"))
+}
+
 /// Seed of the page's parity inputs.
 pub const PARITY_SEED: u64 = 7;
 

@@ -25,6 +25,8 @@ use kernels_core::nn::ParamStore;
 use kernels_core::{Error, Result, Tensor};
 use web_time::Instant;
 
+use crate::report::whole_number;
+
 /// The horizon the shipped model was trained on; longer rollouts are allowed and drift.
 pub const TRAINED_STEPS: usize = 10;
 pub const MAX_STEPS: usize = 40;
@@ -75,16 +77,9 @@ impl Settings {
             }
             *slot = v;
         }
-        let int = |s: &str, name: &str, lo: usize, hi: usize| {
-            s.trim()
-                .parse::<usize>()
-                .ok()
-                .filter(|v| (lo..=hi).contains(v))
-                .ok_or_else(|| format!("{name}: `{s}` is not a whole number in [{lo}, {hi}]"))
-        };
-        let steps = int(fields[4], "steps", 1, MAX_STEPS)?;
+        let steps = whole_number(fields[4], "steps", 1, MAX_STEPS)?;
         // The residual matrix is [steps, 64]: its rank is at most `steps`.
-        let rank = int(fields[5], "rank", 1, steps.min(sim::FEATURES))?;
+        let rank = whole_number(fields[5], "rank", 1, steps.min(sim::FEATURES))?;
         Ok(Settings { state, steps, rank })
     }
 }

@@ -15,10 +15,12 @@
 //!
 //! The config (`config.json`'s fields, checks, tensor names) is in `llama/config.rs`.
 
+pub mod addition;
 mod config;
 mod generate;
 mod parse;
 mod quantize;
+pub mod train;
 
 use alloc::format;
 use alloc::rc::Rc;

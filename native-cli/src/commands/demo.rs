@@ -170,12 +170,7 @@ fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<(u
         let prompt = addition::prompt(a, b);
         emit(&format!("  {prompt}"))?;
         // The demo's tokenizer is one character per id: streamed the way `generate` streams.
-        let mut decode = |ids: &[u32]| -> CliResult<String> {
-            Ok(ids
-                .iter()
-                .map(|&i| addition::VOCAB.get(i as usize).copied().unwrap_or('?'))
-                .collect())
-        };
+        let mut decode = |ids: &[u32]| -> CliResult<String> { Ok(addition::text(ids)) };
         let mut stream = kernels_chat::TextStream::new();
         let (_, stats) = llama::generate_ids(
             &model,

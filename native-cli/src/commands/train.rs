@@ -11,14 +11,15 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
+use kernels_core::Rng;
+use kernels_core::models::llama::train::lr_at;
 use kernels_core::models::llama::{Llama, LlamaConfig};
-use kernels_core::op::{ADAMW_WEIGHT_DECAY, ROPE_THETA};
+use kernels_core::op::ADAMW_WEIGHT_DECAY;
 use kernels_core::optim::AdamW;
 use kernels_core::parallel::DataParallel;
-use kernels_core::{Rng, Tensor};
 use kernels_gpu::{BackendChoice, Selected, select_backend, select_devices};
 
-use crate::addition::{self, ANSWER_LEN, PROMPT_LEN};
+use crate::addition;
 use crate::{CliResult, emit_json_line, fail};
 
 /// Options of `kernels train transformer`.
@@ -74,49 +75,13 @@ pub fn step_json(
 
 /// The llama config of the addition model.
 pub fn config(args: &TrainArgs) -> LlamaConfig {
-    LlamaConfig {
-        hidden_size: args.hidden,
-        intermediate_size: args.intermediate,
-        num_hidden_layers: args.layers,
-        num_attention_heads: args.heads,
-        num_key_value_heads: args.kv_heads,
-        vocab_size: addition::VOCAB.len(),
-        rms_norm_eps: 1e-5,
-        rope_theta: ROPE_THETA,
-        max_position_embeddings: PROMPT_LEN + ANSWER_LEN,
-        tie_word_embeddings: true,
-        head_dim: args.hidden.checked_div(args.heads).unwrap_or(0),
-        bos_token_id: None,
-        eos_token_ids: vec![addition::END],
-        variant: Default::default(),
-    }
-}
-
-/// Warmup then cosine decay to a tenth.
-fn lr_at(step: usize, steps: usize, peak: f32) -> f32 {
-    let warmup = (steps / 20).clamp(1, 200);
-    if step < warmup {
-        return peak * (step + 1) as f32 / warmup as f32;
-    }
-    let t = (step - warmup) as f32 / (steps - warmup).max(1) as f32;
-    peak * (0.1 + 0.9 * 0.5 * (1.0 + (std::f32::consts::PI * t).cos()))
-}
-
-/// One batch: ids and next-token targets `[batch, PROMPT_LEN + ANSWER_LEN - 1]`.
-fn batch(rng: &mut Rng, n: usize) -> CliResult<(Vec<i32>, Vec<i32>)> {
-    let mut ids = Vec::new();
-    let mut targets = Vec::new();
-    for _ in 0..n {
-        let (a, b) = addition::draw(rng, false);
-        let seq = addition::ids(&format!(
-            "{}{}",
-            addition::prompt(a, b),
-            addition::answer(a, b)
-        ))?;
-        ids.extend(seq[..seq.len() - 1].iter().map(|&t| t as i32));
-        targets.extend(seq[1..].iter().map(|&t| t as i32));
-    }
-    Ok((ids, targets))
+    addition::config(addition::Size {
+        hidden: args.hidden,
+        intermediate: args.intermediate,
+        layers: args.layers,
+        heads: args.heads,
+        kv_heads: args.kv_heads,
+    })
 }
 
 /// Writes a file through a temporary beside it, so a failed run leaves the old one whole (and
@@ -197,9 +162,6 @@ pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
             .join("; "),
         dp.path().name()
     );
-    let seq = PROMPT_LEN + ANSWER_LEN - 1;
-    // Logits at these positions predict the answer's characters.
-    let positions: Vec<usize> = (PROMPT_LEN - 1..seq).collect();
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
@@ -216,22 +178,8 @@ pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
     let mut accuracy = None;
     for step in 0..args.steps {
         dp.set_lr(lr_at(step, args.steps, args.lr));
-        let (ids, targets) = batch(&mut rng, args.batch)?;
-        let report = pollster::block_on(dp.step(args.batch, |_, model, g, p, rows| {
-            let shard = Tensor::from_i32(
-                &[rows.len(), seq],
-                ids[rows.start * seq..rows.end * seq].to_vec(),
-            )?;
-            let shard = g.constant(g.backend().upload(&shard)?)?;
-            model.loss(
-                g,
-                p,
-                &shard,
-                &targets[rows.start * seq..rows.end * seq],
-                &positions,
-            )
-        }))?;
-        tokens += args.batch * seq;
+        let report = pollster::block_on(addition::train_step(&mut dp, &mut rng, args.batch))?;
+        tokens += args.batch * addition::SEQ;
         bar.inc(1);
         let last = step + 1 == args.steps;
         let checkpoint =

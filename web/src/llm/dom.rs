@@ -117,6 +117,28 @@ pub(crate) fn use_demo(app: &App, weights: &[u8]) {
     }
 }
 
+/// The section's model as loaded (the Train section fine-tunes it).
+pub(crate) fn current_source() -> Option<Rc<Source>> {
+    section().source.borrow().clone()
+}
+
+/// Makes a model trained in the tab the section's model (the Train section's "use these
+/// weights"); refused while a generation runs.
+pub(crate) fn use_trained(app: &App, src: Source) {
+    let s = section();
+    if s.running.get() {
+        report_error("transformer: a generation is in progress; use the weights after it");
+        return;
+    }
+    use_source(&app.doc, &s, src);
+    set_text(
+        &app.doc,
+        "llm-status",
+        "model trained in the Train section loaded; press Generate",
+    );
+    set_state(&app.doc, "idle");
+}
+
 fn fail(doc: &Document, msg: &str) {
     set_text(doc, "llm-status", &format!("error: {msg}"));
     report_error(&format!("transformer: {msg}"));

@@ -20,14 +20,15 @@ use kernels_gpu::WgpuBackend;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
-use web_sys::{CanvasRenderingContext2d, Document, HtmlCanvasElement, HtmlInputElement};
+use web_sys::{CanvasRenderingContext2d, Document, HtmlInputElement};
 
 use super::{
     Panel, Prediction, STEP_SECONDS, Series, Settings, agreement, compression_text, fmt_ms,
     points_drawn, predict, tick_decimals, ticks,
 };
 use crate::app::{
-    Active, App, JsResult, by_id, describe, handle_loss, js_err, next_tick, report_error, set_text,
+    Active, App, JsResult, blank_canvas, by_id, describe, draw_frame, handle_loss, js_err,
+    next_tick, report_error, set_text,
 };
 
 const INPUTS: [&str; 6] = [
@@ -303,14 +304,8 @@ const MEAN: &str = "#d62728";
 const BAND: &str = "rgba(214, 39, 40, 0.2)";
 
 fn draw(doc: &Document, p: &Prediction, settings: &Settings) -> JsResult<()> {
-    let canvas: HtmlCanvasElement = by_id(doc, "gru-plot")?.dyn_into()?;
-    let ctx: CanvasRenderingContext2d = canvas
-        .get_context("2d")?
-        .ok_or_else(|| js_err("no 2d context"))?
-        .dyn_into()?;
+    let (canvas, ctx) = blank_canvas(doc, "gru-plot")?;
     let (w, h) = (f64::from(canvas.width()), f64::from(canvas.height()));
-    ctx.set_fill_style_str("white");
-    ctx.fill_rect(0.0, 0.0, w, h);
     let (left, right, top, gap, bottom) = (64.0, 16.0, 28.0, 36.0, 44.0);
     let ph = (h - top - gap - bottom) / 2.0;
     let mut points = 0;
@@ -344,23 +339,7 @@ fn draw_panel(
     x_axis: bool,
 ) -> JsResult<()> {
     let Panel { x, y, w, h, .. } = *panel;
-    ctx.set_stroke_style_str("#999");
-    ctx.set_line_width(1.0);
-    ctx.stroke_rect(x, y, w, h);
-    ctx.set_font("11px system-ui, sans-serif");
-    ctx.set_fill_style_str("#444");
-    ctx.set_text_align("right");
-    let ys = ticks(panel.lo, panel.hi, 4);
-    let digits = tick_decimals(&ys);
-    for v in ys {
-        let py = panel.py(v);
-        ctx.fill_text(&format!("{v:.digits$}"), x - 6.0, py + 4.0)?;
-        ctx.set_stroke_style_str("#eee");
-        ctx.begin_path();
-        ctx.move_to(x, py);
-        ctx.line_to(x + w, py);
-        ctx.stroke();
-    }
+    draw_frame(ctx, panel)?;
     // y label, rotated.
     ctx.save();
     ctx.translate(16.0, y + h / 2.0)?;
