@@ -19,20 +19,32 @@ pub enum BackendChoice {
     Cpu,
     Wgpu,
     Cuda,
+    /// `cuda:N`: the CUDA device of ordinal `N` (`--devices cuda:0,cuda:1`).
+    CudaDevice(usize),
     Auto,
 }
 
 impl BackendChoice {
-    /// Parses `cpu`, `wgpu`, `cuda` or `auto` (case-insensitive).
+    /// Parses `cpu`, `wgpu`, `cuda`, `cuda:N` or `auto` (case-insensitive).
     pub fn parse(s: &str) -> Result<Self> {
-        match s.trim().to_ascii_lowercase().as_str() {
+        let lower = s.trim().to_ascii_lowercase();
+        if let Some(n) = lower.strip_prefix("cuda:") {
+            return n
+                .parse::<usize>()
+                .map(BackendChoice::CudaDevice)
+                .map_err(|_| Error::Backend {
+                    backend: s.trim().into(),
+                    why: format!("`cuda:{n}`: the device ordinal must be a whole number"),
+                });
+        }
+        match lower.as_str() {
             "cpu" => Ok(BackendChoice::Cpu),
             "wgpu" | "gpu" | "webgpu" => Ok(BackendChoice::Wgpu),
             "cuda" => Ok(BackendChoice::Cuda),
             "auto" | "" => Ok(BackendChoice::Auto),
             other => Err(Error::Backend {
                 backend: other.into(),
-                why: "unknown backend; expected cpu, wgpu, cuda or auto".into(),
+                why: "unknown backend; expected cpu, wgpu, cuda, cuda:N or auto".into(),
             }),
         }
     }
@@ -82,16 +94,25 @@ pub fn select_backend(choice: BackendChoice) -> Result<Selected> {
             Ok(wgpu_selected(be, reason))
         }
         BackendChoice::Cuda => {
-            new_cuda(|name| format!("requested cuda: {name}")).map_err(|e| Error::Backend {
+            new_cuda(None, |name| format!("requested cuda: {name}")).map_err(|e| Error::Backend {
                 backend: "cuda".into(),
                 why: format!("requested cuda, but it is unavailable: {e}"),
             })
         }
+        BackendChoice::CudaDevice(n) => new_cuda(Some(n), |name| {
+            format!("requested cuda:{n}: {name}")
+        })
+        .map_err(|e| Error::Backend {
+            backend: format!("cuda:{n}"),
+            why: format!("requested cuda:{n}, but it is unavailable: {e}"),
+        }),
         BackendChoice::Auto => {
             // Why CUDA was passed over, when it was compiled in (nothing otherwise, so builds
             // without the feature say what they always said).
             let cuda_note = if cfg!(feature = "cuda") {
-                match new_cuda(|name| format!("auto: found a CUDA device, using {name}")) {
+                match new_cuda(None, |name| {
+                    format!("auto: found a CUDA device, using {name}")
+                }) {
                     Ok(selected) => return Ok(selected),
                     Err(e) => format!("CUDA unavailable ({e}); "),
                 }
@@ -203,8 +224,11 @@ const NOT_COMPILED: &str = "this build has no CUDA backend: the `cuda` feature i
      (rebuild with `--features kernels-gpu/cuda`)";
 
 #[cfg(feature = "cuda")]
-fn new_cuda(reason: impl FnOnce(&str) -> String) -> Result<Selected> {
-    let be = Rc::new(crate::cuda::CudaBackend::new()?);
+fn new_cuda(ordinal: Option<usize>, reason: impl FnOnce(&str) -> String) -> Result<Selected> {
+    let be = Rc::new(match ordinal {
+        Some(n) => crate::cuda::CudaBackend::on_device(n)?,
+        None => crate::cuda::CudaBackend::new()?,
+    });
     Ok(Selected {
         backend: be.clone(),
         gpu: None,
@@ -214,7 +238,7 @@ fn new_cuda(reason: impl FnOnce(&str) -> String) -> Result<Selected> {
 }
 
 #[cfg(not(feature = "cuda"))]
-fn new_cuda(_reason: impl FnOnce(&str) -> String) -> Result<Selected> {
+fn new_cuda(_ordinal: Option<usize>, _reason: impl FnOnce(&str) -> String) -> Result<Selected> {
     Err(Error::Backend {
         backend: "cuda".into(),
         why: NOT_COMPILED.into(),
@@ -287,8 +311,17 @@ mod tests {
         let two = select_devices("cpu, cpu").unwrap();
         assert_eq!(two.len(), 2);
         assert!(two.iter().all(|s| s.backend.name() == "cpu"));
-        for bad in ["", "cpu,", "cpu,,cpu", "cpu,tpu"] {
+        for bad in ["", "cpu,", "cpu,,cpu", "cpu,tpu", "cpu,cuda:x", "cuda:-1"] {
             assert!(select_devices(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            BackendChoice::parse("CUDA:1").unwrap(),
+            BackendChoice::CudaDevice(1)
+        );
+        // `cuda:N` opens that device, or says why it cannot, naming it.
+        match select_devices("cuda:0,cuda:7") {
+            Ok(all) => assert!(all.iter().all(|s| s.backend.name().starts_with("cuda"))),
+            Err(e) => assert!(e.to_string().contains("cuda:"), "{e}"),
         }
     }
 

@@ -379,9 +379,9 @@ enum TrainCmd {
 /// Data-parallel training flags of `train transformer` and `gru train`.
 #[derive(clap::Args, Debug)]
 struct DpArgs {
-    /// Data-parallel replicas, one per entry (cpu, wgpu, cuda, auto), e.g. cpu,wgpu,wgpu: the
-    /// global batch is split across them and gradients averaged through the host. Default:
-    /// one replica on --backend.
+    /// Data-parallel replicas, one per entry (cpu, wgpu, cuda, cuda:N, auto), e.g.
+    /// cpu,wgpu,wgpu or cuda:0,cuda:1: the global batch is split across them and gradients
+    /// averaged through the host. Default: one replica on --backend.
     #[arg(long)]
     devices: Option<String>,
     /// Print ONE JSON object per logged step instead of the progress bar: {"step", "loss",

@@ -134,6 +134,11 @@ impl CudaBackend {
             })?,
             Err(_) => 0,
         };
+        Self::on_device(ordinal)
+    }
+
+    /// Opens CUDA device `ordinal` (`--devices cuda:0,cuda:1`: one context per device).
+    pub fn on_device(ordinal: usize) -> Result<Self> {
         let engine = guarded("opening the device", || driver::Driver::new(ordinal))?;
         Ok(Self::with_engine(Box::new(engine)))
     }
