@@ -112,7 +112,8 @@ fn tensor(input: Option<&Input>, kind: InputKind) -> Option<Tensor> {
             .unwrap_or(0)
     };
     match kind {
-        InputKind::Float => Tensor::from_f32(
+        // Weight slots get f32 here (the weight dtypes are the parity suite's).
+        InputKind::Float | InputKind::Weight => Tensor::from_f32(
             &shape,
             (0..n)
                 .map(|i| FLOATS[v(i) as usize % FLOATS.len()])
