@@ -181,8 +181,15 @@ impl Backend for CpuBackend {
         {
             return r;
         }
-        let decoded = decode_weights(op, dir, inputs)?;
-        let views = decoded
+        // Only ops given a weight dtype pay for the decoding (and its signature check).
+        let decoded;
+        let inputs: Vec<&Tensor> = if inputs.iter().any(|t| t.dtype().is_weight()) {
+            decoded = decode_weights(op, dir, inputs)?;
+            decoded.iter().collect()
+        } else {
+            inputs.to_vec()
+        };
+        let views = inputs
             .iter()
             .map(|t| host_view(op.name(), t))
             .collect::<Result<Vec<_>>>()?;

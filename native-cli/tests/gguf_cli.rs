@@ -19,7 +19,12 @@ fn fixture(rel: &str) -> String {
 }
 
 fn logits_json(model: &str) -> serde_json::Value {
-    let o = kernels(&[
+    logits_json_with(model, &[])
+}
+
+/// `kernels logits --json` of the fixed tokens on the CPU, with `extra` arguments.
+fn logits_json_with(model: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec![
         "logits",
         "--model",
         model,
@@ -29,7 +34,9 @@ fn logits_json(model: &str) -> serde_json::Value {
         "--backend",
         "cpu",
         "--json",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let o = kernels(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     serde_json::from_slice(&o.stdout).unwrap()
 }
@@ -141,32 +148,10 @@ fn quantize_writes_the_model_that_quantize_on_load_runs() {
     let src = fixture("llama/gqa_tied");
     let o = kernels(&["quantize", "--model", &src, "--to", "q8_0", "--out", &out]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let args = |model: &str, extra: &[&str]| {
-        let mut v = vec![
-            "logits",
-            "--model",
-            model,
-            "--tokens",
-            "1,5,9,30,2,17",
-            "--all-positions",
-            "--backend",
-            "cpu",
-            "--json",
-        ];
-        v.extend_from_slice(extra);
-        v.into_iter().map(String::from).collect::<Vec<_>>()
-    };
-    let run = |a: Vec<String>| {
-        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
-        let o = kernels(&refs);
-        assert!(o.status.success(), "{}", stderr(&o));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v["logits"].clone()
-    };
-    let written = run(args(&out, &[]));
-    let on_load = run(args(&src, &["--quantize", "q8_0"]));
+    let written = logits_json_with(&out, &[])["logits"].clone();
+    let on_load = logits_json_with(&src, &["--quantize", "q8_0"])["logits"].clone();
     assert_eq!(written, on_load);
-    let f32_logits = run(args(&src, &[]));
+    let f32_logits = logits_json(&src)["logits"].clone();
     assert_ne!(written, f32_logits, "q8_0 changed nothing?");
     let bad = dir.join("bad.gguf");
     let o = kernels(&[

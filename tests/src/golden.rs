@@ -64,3 +64,34 @@ pub fn logits_with_cache(model: &Llama, tokens: &[u32]) -> Vec<Vec<f32>> {
     assert_eq!(cache.len(), tokens.len());
     rows
 }
+
+/// A `golden.json` (written by the fixtures' `make_golden.py` scripts): the JSON, its
+/// `tokens`, and the rows of its `logits`.
+pub fn read_golden(path: &std::path::Path) -> (serde_json::Value, Vec<u32>, Vec<Vec<f32>>) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let tokens = v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    let logits = rows(&v, "logits");
+    (v, tokens, logits)
+}
+
+/// The rows of logits under `key` of a golden JSON.
+pub fn rows(v: &serde_json::Value, key: &str) -> Vec<Vec<f32>> {
+    v[key]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
+        .collect()
+}

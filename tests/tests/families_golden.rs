@@ -16,7 +16,7 @@ use std::rc::Rc;
 
 use kernels_core::{Backend, CpuBackend, Tensor};
 use kernels_gpu::testing;
-use kernels_tests::golden::{assert_close, logits_with_cache};
+use kernels_tests::golden::{assert_close, logits_with_cache, read_golden, rows};
 use native_cli::llama::{build, logits, read_dir};
 
 const CASES: &[&str] = &[
@@ -44,31 +44,11 @@ struct Golden {
 }
 
 fn golden(name: &str) -> Golden {
-    let text = std::fs::read_to_string(fixture(name).join("golden.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let rows = |key: &str| -> Vec<Vec<f32>> {
-        v[key]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap() as f32)
-                    .collect()
-            })
-            .collect()
-    };
+    let (v, tokens, logits) = read_golden(&fixture(name).join("golden.json"));
     Golden {
-        tokens: v["tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap() as u32)
-            .collect(),
-        logits: rows("logits"),
-        cached: rows("logits_cached"),
+        tokens,
+        logits,
+        cached: rows(&v, "logits_cached"),
     }
 }
 

@@ -11,7 +11,7 @@ use std::rc::Rc;
 
 use kernels_core::gguf::{GgmlType, GgufFile, GgufWriter, Value, llama, tokenizer};
 use kernels_core::{Backend, CpuBackend};
-use kernels_tests::golden::assert_close;
+use kernels_tests::golden::{assert_close, read_golden};
 use native_cli::llama::{build, logits, read_dir};
 
 fn fixture(name: &str) -> PathBuf {
@@ -172,28 +172,7 @@ fn tiny_llama_gguf_gives_the_safetensors_logits() {
             "{name}"
         );
     }
-    let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("llama").join("gqa_tied/golden.json")).unwrap(),
-    )
-    .unwrap();
-    let tokens: Vec<u32> = golden["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap() as u32)
-        .collect();
-    let want: Vec<Vec<f32>> = golden["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            r.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap() as f32)
-                .collect()
-        })
-        .collect();
+    let (_, tokens, want) = read_golden(&fixture("llama").join("gqa_tied/golden.json"));
     let la = logits(&a, &tokens, true).unwrap();
     assert_eq!(la, logits(&b, &tokens, true).unwrap());
     assert_close("tiny_llama.gguf vs transformers", &la, &want);
@@ -275,28 +254,7 @@ fn llama3_rope_factors_become_the_llama3_scaling() {
     };
     assert_eq!(factor, 8.0);
     assert!(!files.tensors.contains_key("rope_freqs.weight"));
-    let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture("families").join("llama3_rope/golden.json")).unwrap(),
-    )
-    .unwrap();
-    let tokens: Vec<u32> = golden["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap() as u32)
-        .collect();
-    let want: Vec<Vec<f32>> = golden["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            r.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap() as f32)
-                .collect()
-        })
-        .collect();
+    let (_, tokens, want) = read_golden(&fixture("families").join("llama3_rope/golden.json"));
     let got = logits(&model, &tokens, true).unwrap();
     assert_close("llama3_rope.gguf vs transformers", &got, &want);
     // Written back with kernels-core's writer, the factors are the converter's.

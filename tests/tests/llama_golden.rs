@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use kernels_core::{Backend, CpuBackend, Tensor};
 use kernels_gpu::testing;
-use kernels_tests::golden::{assert_close, logits_with_cache};
+use kernels_tests::golden::{assert_close, logits_with_cache, read_golden};
 use native_cli::llama::{build, logits, read_dir};
 
 const CASES: &[&str] = &["gqa_tied", "mha_untied", "gqa_untied_bf16"];
@@ -24,27 +24,8 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn golden(name: &str) -> (Vec<u32>, Vec<Vec<f32>>) {
-    let text = std::fs::read_to_string(fixture(name).join("golden.json")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let tokens = v["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap() as u32)
-        .collect();
-    let rows = v["logits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| {
-            r.as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_f64().unwrap() as f32)
-                .collect()
-        })
-        .collect();
-    (tokens, rows)
+    let (_, tokens, logits) = read_golden(&fixture(name).join("golden.json"));
+    (tokens, logits)
 }
 
 fn check_backend(backend: Rc<dyn Backend>) {

@@ -3,9 +3,10 @@
 use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
-use crate::device::{Device, Family, Grid, u32_of};
+use crate::device::{Device, Family, Grid, u32_of, weight_code};
 use crate::params::{
-    ConcatParams, EmbeddingGradParams, EmbeddingParams, KvWriteParams, TransposeParams,
+    ConcatParams, DequantizeParams, EmbeddingGradParams, EmbeddingParams, KvWriteParams,
+    TransposeParams,
 };
 use crate::shapes;
 
@@ -220,7 +221,7 @@ pub(crate) fn check_ids(
 }
 
 /// `(vocab, dim, out_shape)` of an embedding lookup: `weight [vocab, dim]`, ids not empty.
-pub(crate) fn embedding_dims(
+fn embedding_dims(
     name: &'static str,
     ids: &Tensor,
     w: &Tensor,
@@ -247,16 +248,29 @@ pub(crate) fn embedding(be: &dyn Device, name: &'static str, args: &[&Tensor]) -
     check_ids(be, name, ids, vocab)?;
     let out = be.alloc(name, &out_shape, DType::F32)?;
     let n = out.numel();
-    let p = EmbeddingParams {
-        n: u32_of(name, "elements", n)?,
-        dim: u32_of(name, "dim", d)?,
-        vocab: u32_of(name, "vocab", vocab)?,
+    let (n32, dim, vocab) = (
+        u32_of(name, "elements", n)?,
+        u32_of(name, "dim", d)?,
+        u32_of(name, "vocab", vocab)?,
+    );
+    // ids go to the fourth read-only slot (declared i32 in the shader); a packed table (a
+    // weight dtype) is decoded by the quant family, only the rows the ids pick.
+    let (family, entry, p): (_, _, crate::device::Params) = if w.dtype().is_weight() {
+        let p = DequantizeParams {
+            n: n32,
+            dtype: weight_code(w.dtype()),
+            dim,
+            vocab,
+        };
+        (Family::Quant, "dequantize_rows", p.into())
+    } else {
+        let p = EmbeddingParams { n: n32, dim, vocab };
+        (Family::Layout, "embedding", p.into())
     };
-    // ids go to the fourth read-only slot (declared i32 in the shader).
     be.run_kernel(
         name,
-        Family::Layout,
-        "embedding",
+        family,
+        entry,
         &[],
         p,
         &[w, w, w, ids],

@@ -69,7 +69,7 @@ pub(crate) fn run(
     // weight slots); `embedding` decodes just the rows its ids pick.
     if dtypes.iter().any(|d| d.is_weight()) {
         if let (Op::Embedding, F) = (*op, dir) {
-            return Ok(vec![quant::embedding(be, name, args)?]);
+            return Ok(vec![embedding(be, name, args)?]);
         }
         if dir == F
             && let Some(out) = quant::matvec(be, name, op, args)?

@@ -1,17 +1,13 @@
 //! Weight dtypes on a device: `dequantize` (the packed tensor decoded to f32 by the quant
-//! family's kernel), the embedding lookup of a packed table (only the picked rows decoded),
-//! and [`decoded`], which every other op that takes a weight runs on: the packed operands
+//! family's kernel), `matvec` (decode's products reading the packed rows), and [`decoded`], which every other op that takes a weight runs on: the packed operands
 //! decoded into f32 temporaries for the op's f32 kernels, as the CPU reference does. The
 //! weights themselves stay packed on the device.
 
 use kernels_core::op::{Activation, Op};
 use kernels_core::{DType, Result, Tensor};
 
-use super::common::arg;
-use super::layout::{check_ids, embedding_dims};
 use crate::device::{Device, Family, Grid, u32_of, weight_code};
 use crate::params::{DequantizeParams, MatvecParams};
-use crate::shapes;
 
 /// `x` decoded to f32 (an f32 `x` is returned as it is: a view of the same buffer).
 pub(crate) fn dequantize(be: &dyn Device, name: &'static str, x: &Tensor) -> Result<Tensor> {
@@ -37,33 +33,6 @@ pub(crate) fn dequantize(be: &dyn Device, name: &'static str, x: &Tensor) -> Res
         &[],
         p,
         &[x, x, x, x],
-        &[&out],
-        Grid::Elems(n),
-    )?;
-    Ok(out)
-}
-
-/// `embedding(ids, weight)` with a packed `weight`: only the rows the ids pick are decoded.
-pub(crate) fn embedding(be: &dyn Device, name: &'static str, args: &[&Tensor]) -> Result<Tensor> {
-    let (ids, w) = (arg(args, 0), arg(args, 1));
-    shapes::non_empty(name, "weight", w.shape())?;
-    let (vocab, d, out_shape) = embedding_dims(name, ids, w)?;
-    check_ids(be, name, ids, vocab)?;
-    let out = be.alloc(name, &out_shape, DType::F32)?;
-    let n = out.numel();
-    let p = DequantizeParams {
-        n: u32_of(name, "elements", n)?,
-        dtype: weight_code(w.dtype()),
-        dim: u32_of(name, "dim", d)?,
-        vocab: u32_of(name, "vocab", vocab)?,
-    };
-    be.run_kernel(
-        name,
-        Family::Quant,
-        "dequantize_rows",
-        &[],
-        p,
-        &[w, w, w, ids],
         &[&out],
         Grid::Elems(n),
     )?;
