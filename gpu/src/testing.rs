@@ -184,6 +184,35 @@ pub fn wgpu(test: &str) -> Option<WgpuBackend> {
     }
 }
 
+/// wgpu with `shader_f16: false` (f16 values decoded with integer arithmetic), for tests that
+/// run both f16 paths: `None` when the adapter has no shader-f16 (the default backend already
+/// is that path) or no adapter answers (after [`wgpu`]'s skip line).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn wgpu_without_shader_f16(test: &str) -> Option<WgpuBackend> {
+    let default = wgpu(test)?;
+    if !default.uses_shader_f16() {
+        eprintln!("{test}: the adapter has no shader-f16: its only path is the f32 one");
+        return None;
+    }
+    drop(default);
+    match WgpuBackend::with_options(crate::WgpuOptions {
+        shader_f16: false,
+        ..Default::default()
+    }) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            report(missing(
+                test,
+                "wgpu adapter without shader-f16",
+                &e.to_string(),
+                Need::InCi,
+                in_ci(),
+            ));
+            None
+        }
+    }
+}
+
 /// Whether a wgpu adapter answers, for tests that hand the GPU to another process (the CLI).
 /// `false` after a skip line; under `CI=true` no adapter is a failure.
 #[cfg(not(target_arch = "wasm32"))]

@@ -21,10 +21,47 @@ fn wgpu_matches_the_cpu_reference() {
     if gpu.adapter_info().name.contains("llvmpipe") {
         assert!(gpu.uses_subgroups(), "lavapipe reports subgroups");
     }
+    // Lavapipe has shader-f16: the default run takes the native-f16 path there (SwiftShader
+    // in the browser suite has not: the f32 path).
+    if gpu.adapter_info().name.contains("llvmpipe") {
+        assert!(gpu.uses_shader_f16(), "lavapipe reports shader-f16");
+    }
     suite(&gpu, OpKind::ALL);
     let built = gpu.pipelines_built();
-    let sg = built.iter().filter(|p| p.ends_with("+subgroup")).count();
+    let sg = built.iter().filter(|p| p.contains("+subgroup")).count();
     assert_eq!(sg > 0, gpu.uses_subgroups(), "{built:?}");
+    let f16 = built.iter().filter(|p| p.ends_with("+f16")).count();
+    assert_eq!(f16 > 0, gpu.uses_shader_f16(), "{built:?}");
+}
+
+/// The weight-dtype ops again with shader-f16 turned off, so the integer f16 decoding (the
+/// path of adapters without shader-f16) is tested on adapters that have it too.
+#[test]
+fn weight_dtypes_match_without_shader_f16() {
+    let Some(_) = testing::wgpu("weight_dtypes_match_without_shader_f16") else {
+        return;
+    };
+    let gpu = kernels_gpu::WgpuBackend::with_options(kernels_gpu::WgpuOptions {
+        shader_f16: false,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(!gpu.uses_shader_f16());
+    suite(
+        &gpu,
+        &[
+            OpKind::Dequantize,
+            OpKind::Matmul,
+            OpKind::Linear,
+            OpKind::Embedding,
+        ],
+    );
+    let built = gpu.pipelines_built();
+    assert!(
+        built.iter().any(|p| p.starts_with("quant/matvec")),
+        "{built:?}"
+    );
+    assert!(!built.iter().any(|p| p.ends_with("+f16")), "{built:?}");
 }
 
 /// The row-reduction ops again with subgroups turned off, so the workgroup-memory fallback is

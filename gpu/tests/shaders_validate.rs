@@ -24,14 +24,21 @@ fn every_wgsl_file_parses_and_validates() {
     let mut failures = Vec::new();
     let mut seen = 0;
     for family in Family::ALL {
-        let mut variants = vec![(false, naga::valid::Capabilities::empty())];
+        let mut variants = vec![(false, false, naga::valid::Capabilities::empty())];
         if family.has_subgroup_variant() {
-            variants.push((true, naga::valid::Capabilities::SUBGROUP));
+            variants.push((true, false, naga::valid::Capabilities::SUBGROUP));
         }
-        for (sg, caps) in variants {
+        if family.has_f16_variant() {
+            let f16 = naga::valid::Capabilities::SHADER_FLOAT16;
+            variants.push((false, true, f16));
+            if family.has_subgroup_variant() {
+                variants.push((true, true, f16 | naga::valid::Capabilities::SUBGROUP));
+            }
+        }
+        for (sg, f16, caps) in variants {
             seen += 1;
-            let label = format!("{}.wgsl (subgroups: {sg})", family.name());
-            match validate(&label, &family.module_source(sg), caps) {
+            let label = format!("{}.wgsl (subgroups: {sg}, f16: {f16})", family.name());
+            match validate(&label, &family.module_source(sg, f16), caps) {
                 Ok(0) => failures.push(format!("{label} has no entry point")),
                 Ok(_) => {}
                 Err(e) => failures.push(e),
@@ -84,6 +91,8 @@ fn embedded_shader_list_matches_the_directory() {
             [
                 "row_reduce_workgroup.wgsl",
                 "row_reduce_subgroup.wgsl",
+                "f16_native.wgsl",
+                "f16_integer.wgsl",
                 "prelude.wgsl",
             ]
             .iter()

@@ -341,8 +341,8 @@ fn qwen_architectures_map_their_extra_tensors() {
 
 /// `tiny_llama_<q>.gguf`: the same tiny llama with its matrices quantized by the gguf package
 /// (the down projection, whose rows of 56 are not whole blocks, stays F32). Loaded, they stay
-/// packed, and the model's logits on every backend (CPU, wgpu, the emulated CUDA device when
-/// built with `cuda-emulator`) are those of the f32 model on the weights as the gguf package
+/// packed, and the model's logits on every backend (CPU, wgpu on its native-f16 path and on its
+/// f32 path, the emulated CUDA device when built with `cuda-emulator`) are those of the f32 model on the weights as the gguf package
 /// decodes them, within the llama golden budget.
 #[test]
 fn quantized_gguf_llamas_give_the_logits_of_their_gguf_decoded_weights() {
@@ -382,6 +382,12 @@ fn quantized_gguf_llamas_give_the_logits_of_their_gguf_decoded_weights() {
         ];
         for g in kernels_gpu::testing::gpu_backends("quantized_gguf_llamas") {
             backends.push((g.name.to_string(), g.backend));
+        }
+        // wgpu's f32 path too, where the default one reads f16 natively (lavapipe).
+        if let Some(f32_path) =
+            kernels_gpu::testing::wgpu_without_shader_f16("quantized_gguf_llamas")
+        {
+            backends.push(("wgpu without shader-f16".into(), Rc::new(f32_path)));
         }
         for (backend, be) in backends {
             let got = logits(&build(&files, be).unwrap(), &tokens, true).unwrap();

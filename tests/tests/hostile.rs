@@ -57,6 +57,11 @@ fn every_gpu_backend_agrees_with_the_reference_on_hostile_input() {
         let n = assert_agrees(&*gpu.backend);
         eprintln!("{test}: ok on {} ({n} checks)", gpu.name);
     }
+    // wgpu's integer f16 decoding too, where the default path reads f16 natively.
+    if let Some(f32_path) = testing::wgpu_without_shader_f16(test) {
+        let n = assert_agrees(&f32_path);
+        eprintln!("{test}: ok on wgpu without shader-f16 ({n} checks)");
+    }
 }
 
 /// `sample` with a uniform outside `[0, 1)` (1.5, NaN, -0.5) is refused on every backend, as the

@@ -173,6 +173,15 @@ fn render_adapter(doc: &Document, gpu: &WgpuBackend) {
             }
             .to_string(),
         ),
+        (
+            "f16 reads",
+            if gpu.uses_shader_f16() {
+                "native (shader-f16)"
+            } else {
+                "integer decoding (no shader-f16)"
+            }
+            .to_string(),
+        ),
     ];
     if let Ok(card) = by_id(doc, "adapter-card") {
         card.set_inner_html("");

@@ -253,27 +253,29 @@ pub(crate) fn embedding(be: &dyn Device, name: &'static str, args: &[&Tensor]) -
         u32_of(name, "dim", d)?,
         u32_of(name, "vocab", vocab)?,
     );
-    // ids go to the fourth read-only slot (declared i32 in the shader); a packed table (a
-    // weight dtype) is decoded by the quant family, only the rows the ids pick.
-    let (family, entry, p): (_, _, crate::device::Params) = if w.dtype().is_weight() {
-        let p = DequantizeParams {
-            n: n32,
-            dtype: weight_code(w.dtype()),
-            dim,
-            vocab,
+    // A packed table (a weight dtype) is decoded by the quant family, only the rows the ids
+    // pick: ids in the second read-only slot, the table in the third and fourth (the quant
+    // family's layout). The f32 table's kernel takes ids in the fourth slot.
+    let (family, entry, p, inputs): (_, _, crate::device::Params, [&Tensor; 4]) =
+        if w.dtype().is_weight() {
+            let p = DequantizeParams {
+                n: n32,
+                dtype: weight_code(w.dtype()),
+                dim,
+                vocab,
+            };
+            (Family::Quant, "dequantize_rows", p.into(), [w, ids, w, w])
+        } else {
+            let p = EmbeddingParams { n: n32, dim, vocab };
+            (Family::Layout, "embedding", p.into(), [w, w, w, ids])
         };
-        (Family::Quant, "dequantize_rows", p.into())
-    } else {
-        let p = EmbeddingParams { n: n32, dim, vocab };
-        (Family::Layout, "embedding", p.into())
-    };
     be.run_kernel(
         name,
         family,
         entry,
         &[],
         p,
-        &[w, w, w, ids],
+        &inputs,
         &[&out],
         Grid::Elems(n),
     )?;

@@ -25,7 +25,8 @@ pub(crate) fn dequantize(be: &dyn Device, name: &'static str, x: &Tensor) -> Res
         dim: 0,
         vocab: 0,
     };
-    // The packed tensor goes to the third read-only slot (declared u32 in the shader).
+    // The packed tensor goes to the third read-only slot (declared u32 in the shader) and the
+    // fourth (the native-f16 reader's view).
     be.run_kernel(
         name,
         Family::Quant,
@@ -105,6 +106,7 @@ pub(crate) fn matvec(
         rows: u32_of(name, "rows", rows)?,
         bias: u32::from(bias.is_some()),
     };
+    // Slots: x, the bias (or x again, unread), the packed weight twice (quant.wgsl's layout).
     let b = bias.unwrap_or(x);
     be.run_kernel(
         name,

@@ -18,7 +18,30 @@ pub(crate) const RW_SLOTS: usize = 3;
 /// Bytes of the per-dispatch parameter block (`struct Params` in every shader).
 pub(crate) const PARAMS_BYTES: usize = 64;
 
-pub(crate) type PipelineKey = (Family, &'static str, Vec<(&'static str, u64)>);
+pub(crate) type PipelineKey = (Family, Variant, &'static str, Vec<(&'static str, u64)>);
+
+/// Which variant of a family's shader module a pipeline was built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Variant {
+    /// Row reductions with subgroup operations (`Features::SUBGROUP`).
+    pub(crate) subgroups: bool,
+    /// f16 values read with native f16 types (`Features::SHADER_F16`).
+    pub(crate) f16: bool,
+}
+
+/// What [`open`] found and enabled.
+pub(crate) struct Opened {
+    pub(crate) info: wgpu::AdapterInfo,
+    /// The limits requested.
+    pub(crate) limits: wgpu::Limits,
+    /// Subgroup operations are enabled.
+    pub(crate) subgroups: bool,
+    /// The smallest subgroup size the adapter reports.
+    pub(crate) subgroup_min: u32,
+    /// `shader-f16` is enabled.
+    pub(crate) f16: bool,
+    pub(crate) gpu: Gpu,
+}
 
 pub(crate) struct Recording {
     pub(crate) encoder: Option<wgpu::CommandEncoder>,
@@ -38,7 +61,7 @@ pub(crate) struct Gpu {
     pub(crate) shared: Arc<Shared>,
     pub(crate) layout: wgpu::BindGroupLayout,
     pub(crate) pipeline_layout: wgpu::PipelineLayout,
-    pub(crate) modules: RefCell<HashMap<(Family, bool), wgpu::ShaderModule>>,
+    pub(crate) modules: RefCell<HashMap<(Family, Variant), wgpu::ShaderModule>>,
     pub(crate) pipelines: RefCell<HashMap<PipelineKey, wgpu::ComputePipeline>>,
     /// Small constant tables uploaded once and kept (e.g. rope frequencies), by key.
     pub(crate) tables: RefCell<HashMap<String, Tensor>>,
@@ -73,14 +96,13 @@ pub(crate) fn map_wgpu_error(e: wgpu::Error, what: &str) -> Error {
     }
 }
 
-/// Opens a device on the preferred adapter of `instance`. Returns the adapter info, the limits
-/// requested, whether subgroups were enabled, the smallest subgroup size, and the device state
-/// (starting from `counters`).
+/// Opens a device on the preferred adapter of `instance`, with the device state starting from
+/// `counters`.
 pub(crate) async fn open(
     instance: &wgpu::Instance,
     options: &WgpuOptions,
     counters: Counters,
-) -> Result<(wgpu::AdapterInfo, wgpu::Limits, bool, u32, Gpu)> {
+) -> Result<Opened> {
     let adapter = instance
         .request_adapter(&wgpu::RequestAdapterOptions {
             power_preference: options.power_preference,
@@ -105,11 +127,14 @@ pub(crate) async fn open(
     let subgroups = options.subgroups
         && adapter.features().contains(wgpu::Features::SUBGROUP)
         && info.subgroup_min_size >= 4;
-    let required_features = if subgroups {
-        wgpu::Features::SUBGROUP
-    } else {
-        wgpu::Features::empty()
-    };
+    let f16 = options.shader_f16 && adapter.features().contains(wgpu::Features::SHADER_F16);
+    let mut required_features = wgpu::Features::empty();
+    if subgroups {
+        required_features |= wgpu::Features::SUBGROUP;
+    }
+    if f16 {
+        required_features |= wgpu::Features::SHADER_F16;
+    }
     let (device, queue) = adapter
         .request_device(&wgpu::DeviceDescriptor {
             label: Some("kernels"),
@@ -227,6 +252,13 @@ pub(crate) async fn open(
         lost,
         uncaptured,
     };
-    let min_sg = info.subgroup_min_size;
-    Ok((info, required_limits, subgroups, min_sg, gpu))
+    let subgroup_min = info.subgroup_min_size;
+    Ok(Opened {
+        info,
+        limits: required_limits,
+        subgroups,
+        subgroup_min,
+        f16,
+        gpu,
+    })
 }

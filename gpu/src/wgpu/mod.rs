@@ -41,6 +41,7 @@ mod shaders;
 mod svd;
 
 use self::device::Gpu;
+use self::device::Opened;
 use self::device::backend_err;
 use self::device::open;
 use self::map::{MapFuture, MapState};
@@ -67,6 +68,8 @@ pub struct WgpuBackend {
     pub(crate) subgroups: bool,
     /// Smallest subgroup size the adapter reports (sizes the subgroup reduction's levels).
     pub(crate) subgroup_min: u32,
+    /// f16 values are read with native f16 types (adapter has `shader-f16`, options allow it).
+    pub(crate) f16: bool,
     pub(crate) gpu: RefCell<Rc<Gpu>>,
     /// Devices this backend lost, with the reason: their tensors fail with `DeviceLost`.
     pub(crate) lost_devices: RefCell<Vec<(DeviceId, String)>>,
@@ -92,9 +95,8 @@ impl WgpuBackend {
             max_batch_dispatches: options.max_batch_dispatches.max(1),
             ..options
         };
-        let (info, device_limits, subgroups, subgroup_min, gpu) =
-            open(&instance, &options, Counters::default()).await?;
-        let mut limits = device_limits.clone();
+        let opened = open(&instance, &options, Counters::default()).await?;
+        let mut limits = opened.limits.clone();
         if let Some(cap) = options.max_storage_binding_cap {
             // Keep the cap a multiple of the offset alignment so chunks can start anywhere
             // on a chunk boundary.
@@ -104,13 +106,14 @@ impl WgpuBackend {
                 limits.max_storage_buffer_binding_size.min(cap);
         }
         Ok(WgpuBackend {
-            info,
+            info: opened.info,
             limits,
             options,
             instance,
-            subgroups,
-            subgroup_min,
-            gpu: RefCell::new(Rc::new(gpu)),
+            subgroups: opened.subgroups,
+            subgroup_min: opened.subgroup_min,
+            f16: opened.f16,
+            gpu: RefCell::new(Rc::new(opened.gpu)),
             lost_devices: RefCell::new(Vec::new()),
             loss_reported: Cell::new(false),
         })
@@ -128,10 +131,17 @@ impl WgpuBackend {
             .and_then(|l| l.clone())
             .unwrap_or_else(|| "replaced by recover()".into());
         let counters = old.shared.counters.lock().map(|c| *c).unwrap_or_default();
-        let (info, _, subgroups, _, gpu) = open(&self.instance, &self.options, counters).await?;
+        let Opened {
+            info,
+            subgroups,
+            f16,
+            gpu,
+            ..
+        } = open(&self.instance, &self.options, counters).await?;
         if info.name != self.info.name
             || info.backend != self.info.backend
             || subgroups != self.subgroups
+            || f16 != self.f16
         {
             return Err(backend_err(format!(
                 "recovery found a different adapter ({} on {:?}) than the lost device's ({} on {:?})",
@@ -155,6 +165,11 @@ impl WgpuBackend {
     /// Whether the row reductions use subgroup operations on this device.
     pub fn uses_subgroups(&self) -> bool {
         self.subgroups
+    }
+
+    /// Whether f16 values are read with native f16 types (`shader-f16`) on this device.
+    pub fn uses_shader_f16(&self) -> bool {
+        self.f16
     }
 
     /// The wgpu device (for tests that need to poke it, e.g. force a loss with `destroy`).

@@ -15,6 +15,10 @@ pub struct WgpuOptions {
     /// Use subgroup operations in the row reductions where the adapter has them; `false`
     /// forces the workgroup-memory path.
     pub subgroups: bool,
+    /// Read f16 values (f16 weights, the scales of quantized blocks) with native f16 types
+    /// where the adapter has `shader-f16`; `false` forces the f32 path, which decodes them
+    /// with integer arithmetic. Both give the same answers.
+    pub shader_f16: bool,
     /// Caps the max storage binding size the backend works within (for testing the
     /// chunked and `LimitExceeded` paths on a real device); rounded down to the storage
     /// offset alignment.
@@ -29,6 +33,7 @@ impl Default for WgpuOptions {
             max_batch_dispatches: 256,
             max_pool_bytes: 256 << 20,
             subgroups: true,
+            shader_f16: true,
             max_storage_binding_cap: None,
         }
     }

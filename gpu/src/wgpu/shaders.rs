@@ -17,20 +17,38 @@ impl Family {
             | Family::Svd => false,
         }
     }
+    /// Whether the family reads f16 values (f16 weights, block scales) and so comes in a
+    /// native-f16 variant (`shader-f16`) and an integer-decoding one.
+    pub fn has_f16_variant(self) -> bool {
+        self == Family::Quant
+    }
     /// The source of the family's shader module: the family file, preceded for families
     /// with row reductions by the prelude of the chosen variant (subgroup operations, or
-    /// the workgroup-memory fallback).
-    pub fn module_source(self, subgroups: bool) -> String {
+    /// the workgroup-memory fallback), and for families that read f16 values by the f16
+    /// reader of the chosen variant (native `f16`, or integer decoding).
+    pub fn module_source(self, subgroups: bool, f16: bool) -> String {
         let contract = crate::contract::WGSL_PRELUDE;
-        if !self.has_subgroup_variant() {
-            return format!("{contract}\n{}", self.source());
+        let mut s = String::new();
+        if self.has_f16_variant() && f16 {
+            // `enable` must come before any declaration.
+            s.push_str("enable f16;\n");
         }
-        let prelude = if subgroups {
-            ROW_REDUCE_SUBGROUP
-        } else {
-            ROW_REDUCE_WORKGROUP
-        };
-        format!("{contract}\n{prelude}\n{}", self.source())
+        s.push_str(contract);
+        s.push('\n');
+        if self.has_subgroup_variant() {
+            s.push_str(if subgroups {
+                ROW_REDUCE_SUBGROUP
+            } else {
+                ROW_REDUCE_WORKGROUP
+            });
+            s.push('\n');
+        }
+        if self.has_f16_variant() {
+            s.push_str(if f16 { F16_NATIVE } else { F16_INTEGER });
+            s.push('\n');
+        }
+        s.push_str(self.source());
+        s
     }
     /// The embedded WGSL source.
     pub fn source(self) -> &'static str {
@@ -56,3 +74,9 @@ impl Family {
 pub const ROW_REDUCE_WORKGROUP: &str = include_str!("shaders/row_reduce_workgroup.wgsl");
 /// The subgroup variant (needs `Features::SUBGROUP`).
 pub const ROW_REDUCE_SUBGROUP: &str = include_str!("shaders/row_reduce_subgroup.wgsl");
+
+/// f16 readers (`f16_at(byte offset)` of the `packed` words): native f16 (needs
+/// `Features::SHADER_F16`) ...
+pub const F16_NATIVE: &str = include_str!("shaders/f16_native.wgsl");
+/// ... and integer decoding, exact on any adapter.
+pub const F16_INTEGER: &str = include_str!("shaders/f16_integer.wgsl");

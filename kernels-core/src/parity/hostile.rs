@@ -110,7 +110,15 @@ fn non_finite(base: &Case) -> Result<Vec<Case>> {
             continue;
         }
         if base.inputs[i].dtype().is_weight() {
-            for value in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            // Non-finite values, and f16 subnormals (the smallest, and one with a full
+            // mantissa): a decoder that flushes them (native f16 on some devices) shows here.
+            for value in [
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                5.960_464_5e-8,
+                -6.097_555e-5,
+            ] {
                 let mut inputs = base.inputs.clone();
                 inputs[i] = packed_poisoned(&inputs[i], value)?;
                 v.push(case(base.op, inputs));

@@ -100,14 +100,14 @@ KERNEL(dequantize, DequantizeParams) {
     out0[o] = decode((const unsigned char*)in2, p.dtype, o);
 }
 
-// The embedding lookup of a packed table: in3 = ids [tokens] (i32), in2 = weight [vocab, dim];
+// The embedding lookup of a packed table: in1 = ids [tokens] (i32), in2 = weight [vocab, dim];
 // out0 = [tokens, dim], decoding only the rows the ids pick (out-of-range ids give 0; the op
 // layer refuses them before launching).
 KERNEL(dequantize_rows, DequantizeParams) {
     unsigned long long o = global_index();
     if (o >= p.n) return;
     unsigned long long d = p.dim;
-    int id = ((const int*)in3)[o / d];
+    int id = ((const int*)in1)[o / d];
     if (id < 0 || (unsigned int)id >= p.vocab) {
         out0[o] = 0.0f;
         return;

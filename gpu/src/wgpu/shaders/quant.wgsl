@@ -1,15 +1,18 @@
 // Weight dtypes decoded to f32: f16, bf16 and GGML's blocks (q8_0, q4_0, q4_1, q5_0, q4_k,
 // q6_k), byte for byte the layouts of kernels-core src/quant/decode.rs (the CPU reference,
 // bit-exact with the gguf package). One thread per output element. The packed bytes are read
-// as u32 words (WGSL has no byte loads); f16 fields are decoded with integer arithmetic, so
-// subnormal scales decode exactly whatever the adapter does with f16.
+// as u32 words (WGSL has no byte loads). `f16_at` comes from the f16 reader of the module's
+// variant: native f16 (f16_native.wgsl, where the adapter has shader-f16) or integer decoding
+// (f16_integer.wgsl); both give the exact f32 of every half, subnormals included.
 
 override WG: u32 = 256u;
 
+// Slot 2 holds the bias of `matvec` or the ids of `dequantize_rows`, as u32 bits. Slot 4 holds
+// the packed tensor again, for the native-f16 reader's `array<f16>` view (naga has no bitcast
+// from u32 to vec2<f16>).
 @group(0) @binding(1) var<storage, read> xin: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(2) var<storage, read> aux: array<u32>;
 @group(0) @binding(3) var<storage, read> packed: array<u32>;
-@group(0) @binding(4) var<storage, read> ids: array<i32>;
 @group(0) @binding(5) var<storage, read_write> out0: array<f32>;
 
 fn flat_index(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
@@ -22,25 +25,6 @@ fn byte_at(off: u32) -> u32 {
 
 fn u16_at(off: u32) -> u32 {
     return byte_at(off) | (byte_at(off + 1u) << 8u);
-}
-
-// IEEE binary16 bits to f32, exactly (subnormals included).
-fn f16_bits(h: u32) -> f32 {
-    let sign = (h & 0x8000u) << 16u;
-    let e = (h >> 10u) & 0x1fu;
-    let m = h & 0x3ffu;
-    if (e == 0u) {
-        let mag = f32(m) * 5.9604644775390625e-8; // m * 2^-24, exact
-        return select(mag, -mag, sign != 0u);
-    }
-    if (e == 31u) {
-        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
-    }
-    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
-}
-
-fn f16_at(off: u32) -> f32 {
-    return f16_bits(u16_at(off));
 }
 
 fn i8_of(b: u32) -> f32 {
@@ -127,7 +111,7 @@ fn dequantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw
     out0[o] = decode(p.dtype, o);
 }
 
-// The embedding lookup of a packed table: ids [tokens], packed = weight [vocab, dim];
+// The embedding lookup of a packed table: aux = ids [tokens] (i32), packed = weight [vocab, dim];
 // out0 = [tokens, dim], decoding only the rows the ids pick (ids out of range give 0, as the
 // f32 embedding kernel; the op layer refuses them before launching).
 @compute @workgroup_size(WG)
@@ -137,13 +121,13 @@ fn dequantize_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     let o = flat_index(wid, nwg, lid);
     if (o >= p.n) { return; }
     let d = p.dim;
-    let id = ids[o / d];
+    let id = bitcast<i32>(aux[o / d]);
     if (id < 0 || u32(id) >= p.vocab) { out0[o] = 0.0; return; }
     out0[o] = decode(p.dtype, u32(id) * d + o % d);
 }
 
 // Decode's products without a decoded copy of the weight: out0 [rows, n] = xin [rows, k] @ W^T
-// (+ bias), W [n, k] packed. One workgroup per output element; its threads stride over k,
+// (+ bias, in aux), W [n, k] packed. One workgroup per output element; its threads stride over k,
 // decoding as they go, and the workgroup sums (row_sum). p.bias = 1 adds bias[j].
 @compute @workgroup_size(256)
 fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -159,6 +143,6 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     }
     let s = row_sum(lid, acc);
     if (lid == 0u) {
-        out0[g] = select(s, s + bias[j], p.bias == 1u);
+        out0[g] = select(s, s + bitcast<f32>(aux[j]), p.bias == 1u);
     }
 }
