@@ -132,9 +132,9 @@ run cargo test -p kernels-gpu --features cuda --lib -- cuda select
 run cargo test -p kernels-gpu --features cuda --test cuda -- --nocapture
 # The llama golden and world-model tests over the whole backend matrix (kernels_gpu::testing),
 # the emulated CUDA device included: the model code runs through the CUDA launchers and kernels.
-# Each test prints the backends it ran on ("GPU backends: ..." and "ok on ..."). About 15 s
-# once built: every golden case runs on the emulator.
-run cargo test -p kernels-tests --features cuda-emulator --test llama_golden --test world -- --nocapture
+# Each test prints the backends it ran on ("GPU backends: ..." and "ok on ..."). About 25 s
+# once built: every golden case runs on the emulator, the quantized GGUF llamas included.
+run cargo test -p kernels-tests --features cuda-emulator --test llama_golden --test world --test gguf -- --nocapture
 
 step "tests (WGPU_BACKEND=$WGPU_BACKEND)"
 run cargo test --workspace --no-fail-fast

@@ -163,10 +163,11 @@ pub fn codes() -> Result<Vec<(String, u32)>> {
 pub fn wgsl_prelude() -> Result<String> {
     let mut s = format!("// {HEADER}\n\n");
     s.push_str(
-        "// The per-launch parameter block (binding 0): eight u32, then eight f32. Kernels never\n\
+        "// The per-launch parameter block (binding 0): twelve u32, then eight f32. Kernels never\n\
          // read it by slot: each entry point starts with `let p = <block>_params();`.\n\
          struct Params {\n    \
          u0: u32, u1: u32, u2: u32, u3: u32, u4: u32, u5: u32, u6: u32, u7: u32,\n    \
+         u8: u32, u9: u32, u10: u32, u11: u32,\n    \
          f0: f32, f1: f32, f2: f32, f3: f32, f4: f32, f5: f32, f6: f32, f7: f32,\n\
          }\n@group(0) @binding(0) var<uniform> kernel_params: Params;\n\n\
          // The named parameter blocks (gpu/src/params.rs).\n",
@@ -190,11 +191,11 @@ pub fn wgsl_prelude() -> Result<String> {
 pub fn cuda_header() -> Result<String> {
     let mut s = format!("// {HEADER}\n\n");
     s.push_str(
-        "// The per-launch parameter block, passed by value: eight u32, eight f32, then the launch's\n\
+        "// The per-launch parameter block, passed by value: twelve u32, eight f32, then the launch's\n\
          // constants (op codes and flags) in the order the family declares them: what the WGSL\n\
          // kernels get as override constants.\n\
          // Kernels never read it by slot: `KERNEL(entry, Block)` gives them their named block.\n\
-         struct Params {\n    unsigned int u[8];\n    float f[8];\n    unsigned int c[4];\n};\n\n\
+         struct Params {\n    unsigned int u[12];\n    float f[8];\n    unsigned int c[4];\n};\n\n\
          // The named parameter blocks (gpu/src/params.rs), each with the launch's constants.\n",
     );
     s.push_str(&cuda_blocks());

@@ -76,13 +76,18 @@ impl Family {
     }
 }
 
-/// The raw per-launch parameter block: eight u32 then eight f32 (`struct Params` in the WGSL
+/// u32 slots of the per-launch parameter block.
+pub const PARAM_U32S: usize = 12;
+/// f32 slots of the per-launch parameter block (80 bytes in all).
+pub const PARAM_F32S: usize = 8;
+
+/// The raw per-launch parameter block: twelve u32 then eight f32 (`struct Params` in the WGSL
 /// prelude and the CUDA header). The op layer never fills it by slot: it passes a named block of
 /// `crate::params`, which converts into it.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Params {
-    pub u: [u32; 8],
-    pub f: [f32; 8],
+    pub u: [u32; PARAM_U32S],
+    pub f: [f32; PARAM_F32S],
 }
 
 /// A kernel's specialization constants (op codes and flags), by name, in the order the family
@@ -160,6 +165,23 @@ pub struct Matmul<'t> {
     /// `(step_a, step_b, batch)`.
     pub steps_batch: (usize, usize, usize),
     pub fused: Fused<'t>,
+    /// `a` and `b` bound as these element ranges (`None`: whole), so a weight larger than one
+    /// storage binding is read in row blocks; offsets count from a range's start.
+    pub a_range: ElemRange,
+    pub b_range: ElemRange,
+    /// Where the outputs go when the product is a block of a larger one (`None`: `out` is
+    /// `[batch, m, n]`).
+    pub out_at: Option<OutAt>,
+}
+
+/// Where a block of a larger product writes: output `(batch, r, c)` at element
+/// `batch * batch_stride + offset + r * ldc + c` of `out`, adding bias `bias_offset + c`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutAt {
+    pub ldc: usize,
+    pub offset: usize,
+    pub batch_stride: usize,
+    pub bias_offset: usize,
 }
 
 /// Hook: matmul (the tiled WGSL kernels on wgpu, cuBLAS SGEMM on CUDA).

@@ -1,5 +1,5 @@
 //! The kernels' named parameter blocks, declared once. Each declaration gives a Rust struct with
-//! named fields that converts into the 64-byte per-launch block (`Params`: eight u32, then
+//! named fields that converts into the 80-byte per-launch block (`Params`: twelve u32, then
 //! eight f32), and the generator (`crate::contract`) emits the same struct, with an accessor that
 //! reads it out of the raw block, into the WGSL prelude and the CUDA header. Kernels read
 //! `p.rows`, never a slot: WGSL entry points start with `let p = <block>_params();`, CUDA kernels
@@ -51,7 +51,10 @@ macro_rules! kernel_params {
                 pub const F: &'static [&'static str] = &[$(stringify!($f)),*];
             }
 
-            const _: () = assert!($name::U.len() <= 8 && $name::F.len() <= 8);
+            const _: () = assert!(
+                $name::U.len() <= crate::device::PARAM_U32S
+                    && $name::F.len() <= crate::device::PARAM_F32S
+            );
 
             impl From<$name> for Params {
                 fn from(b: $name) -> Params {
@@ -110,9 +113,12 @@ kernel_params! {
         f32: [],
     }
     /// A batch of products `op(a) [m, k] @ op(b) [k, n]`: operands at element offsets with batch
-    /// strides (0: shared); `first_batch` is this dispatch's first batch.
+    /// strides (0: shared); `first_batch` is this dispatch's first batch. Output `(batch, r, c)`
+    /// goes to `batch * c_batch + c_offset + r * ldc + c`, and reads bias `bias_offset + c`
+    /// (`c_batch = m * n`, `ldc = n`, offsets 0, unless the product is a block of a larger one,
+    /// as when a weight is split over bindings).
     MatmulParams("matmul") for ["matmul", "matmul_vec4", "matmul_rows"] {
-        u32: [m, n, k, stride_a, stride_b, first_batch, offset_a, offset_b],
+        u32: [m, n, k, stride_a, stride_b, first_batch, offset_a, offset_b, ldc, c_offset, c_batch, bias_offset],
         f32: [],
     }
     /// Row kernels over `rows` rows of `cols`.
@@ -151,21 +157,26 @@ kernel_params! {
         u32: [n, cap, rows, width, pos],
         f32: [],
     }
-    /// Embedding lookup: `n = tokens * dim` outputs from a `[vocab, dim]` table.
+    /// Embedding lookup: `n = tokens * dim` outputs from a `[vocab, dim]` table, of which the
+    /// binding holds rows `first..first + rows` (all of them unless the table is split over
+    /// bindings: each launch writes the outputs whose ids it holds, the first one those of
+    /// ids out of range).
     EmbeddingParams("embedding") for ["embedding"] {
-        u32: [n, dim, vocab],
+        u32: [n, dim, vocab, first, rows],
         f32: [],
     }
     /// Weight-dtype decoding: `n` outputs of the dtype coded `dtype` (`WEIGHT_*`); for
-    /// `dequantize_rows`, rows of `dim` picked by ids from a `[vocab, dim]` table.
+    /// `dequantize_rows`, rows of `dim` picked by ids from a `[vocab, dim]` table whose binding
+    /// holds rows `first..first + rows` (as `EmbeddingParams`).
     DequantizeParams("dequantize") for ["dequantize", "dequantize_rows"] {
-        u32: [n, dtype, dim, vocab],
+        u32: [n, dtype, dim, vocab, first, rows],
         f32: [],
     }
     /// Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of
-    /// dtype `dtype` (`WEIGHT_*`); `bias = 1` adds a bias.
+    /// dtype `dtype` (`WEIGHT_*`); `bias = 1` adds a bias. The outputs go to columns
+    /// `col0..col0 + n` of rows of `ldo` (as `MatmulParams`' `ldc`).
     MatvecParams("matvec") for ["matvec"] {
-        u32: [n, dtype, k, rows, bias],
+        u32: [n, dtype, k, rows, bias, ldo, col0],
         f32: [],
     }
     /// Embedding gradient: `n = vocab * dim` outputs summed over `tokens`.
@@ -259,7 +270,7 @@ mod tests {
             top_p: 0.9,
         }
         .into();
-        assert_eq!(p.u, [2, 3, 4, 0, 0, 0, 0, 0]);
+        assert_eq!(p.u, [2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(p.f, [0.5, 0.9, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]);
     }
 

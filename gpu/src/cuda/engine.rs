@@ -9,13 +9,13 @@ use kernels_core::Result;
 
 use crate::device::Family;
 
-/// Per-launch parameters: eight u32, eight f32, then the launch's specialization constants
+/// Per-launch parameters: twelve u32, eight f32, then the launch's specialization constants
 /// (`struct Params` in the prelude), passed by value.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Params {
-    pub u: [u32; 8],
-    pub f: [f32; 8],
+    pub u: [u32; crate::device::PARAM_U32S],
+    pub f: [f32; crate::device::PARAM_F32S],
     pub c: [u32; 4],
 }
 

@@ -18,6 +18,14 @@ impl MatmulHook for CudaBackend {
         let ((m, n, k), (stride_a, stride_b, batch)) = (mm.mnk, mm.steps_batch);
         let (out, fused, be) = (mm.out, mm.fused, self);
         let dev: &dyn Device = be;
+        if mm.a_range.is_some() || mm.b_range.is_some() || mm.out_at.is_some() {
+            // Only products split over storage bindings ask for these; one CUDA binding holds
+            // any tensor (`chunk_elems` is unbounded), so none is ever split here.
+            return Err(Error::Backend {
+                backend: "cuda".into(),
+                why: format!("{name}: a product split over bindings reached cuBLAS"),
+            });
+        }
         if fused.a_dact.is_some() {
             // The op layer asks `activation_grad` first and passes the scaled operand.
             return Err(Error::Backend {

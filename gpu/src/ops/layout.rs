@@ -253,32 +253,47 @@ pub(crate) fn embedding(be: &dyn Device, name: &'static str, args: &[&Tensor]) -
         u32_of(name, "dim", d)?,
         u32_of(name, "vocab", vocab)?,
     );
-    // A packed table (a weight dtype) is decoded by the quant family, only the rows the ids
-    // pick: ids in the second read-only slot, the table in the third and fourth (the quant
-    // family's layout). The f32 table's kernel takes ids in the fourth slot.
-    let (family, entry, p, inputs): (_, _, crate::device::Params, [&Tensor; 4]) =
-        if w.dtype().is_weight() {
-            let p = DequantizeParams {
-                n: n32,
-                dtype: weight_code(w.dtype()),
-                dim,
-                vocab,
+    // A table larger than one binding is read in row blocks, one launch each writing the
+    // outputs whose ids fall in its block.
+    for ((first, rows), range) in super::split::table_blocks(be, name, w)? {
+        let (first, rows) = (u32_of(name, "vocab", first)?, u32_of(name, "vocab", rows)?);
+        let t = (w, range);
+        let i = (ids, None);
+        // A packed table (a weight dtype) is decoded by the quant family, only the rows the
+        // ids pick: ids in the second read-only slot, the table in the third and fourth (the
+        // quant family's layout). The f32 table's kernel takes ids in the fourth slot.
+        let (family, entry, p, inputs): (_, _, crate::device::Params, [_; 4]) =
+            if w.dtype().is_weight() {
+                let p = DequantizeParams {
+                    n: n32,
+                    dtype: weight_code(w.dtype()),
+                    dim,
+                    vocab,
+                    first,
+                    rows,
+                };
+                (Family::Quant, "dequantize_rows", p.into(), [t, i, t, t])
+            } else {
+                let p = EmbeddingParams {
+                    n: n32,
+                    dim,
+                    vocab,
+                    first,
+                    rows,
+                };
+                (Family::Layout, "embedding", p.into(), [t, t, t, i])
             };
-            (Family::Quant, "dequantize_rows", p.into(), [w, ids, w, w])
-        } else {
-            let p = EmbeddingParams { n: n32, dim, vocab };
-            (Family::Layout, "embedding", p.into(), [w, w, w, ids])
-        };
-    be.run_kernel(
-        name,
-        family,
-        entry,
-        &[],
-        p,
-        &inputs,
-        &[&out],
-        Grid::Elems(n),
-    )?;
+        be.run_ranges(
+            name,
+            family,
+            entry,
+            &[],
+            p,
+            &inputs,
+            &[(&out, None)],
+            Grid::Elems(n),
+        )?;
+    }
     Ok(out)
 }
 

@@ -29,6 +29,9 @@ pub(crate) fn matmul(
             mnk: (d.m, d.n, d.k),
             steps_batch: (d.a_step, d.b_step, d.batch),
             fused: Fused::default(),
+            a_range: None,
+            b_range: None,
+            out_at: None,
         },
     )?;
     Ok(out)
@@ -64,6 +67,9 @@ pub(crate) fn matmul_at(
             mnk: (m, n, k),
             steps_batch: (0, 0, 1),
             fused: Fused::default(),
+            a_range: None,
+            b_range: None,
+            out_at: None,
         },
     )
 }
@@ -96,6 +102,9 @@ pub(crate) fn linear_forward(
                 act: Some(activation),
                 a_dact: None,
             },
+            a_range: None,
+            b_range: None,
+            out_at: None,
         },
     )?;
     Ok(out)
@@ -143,6 +152,9 @@ pub(crate) fn linear_backward(
             mnk: (rows, in_f, out_f),
             steps_batch: (0, 0, 1),
             fused,
+            a_range: None,
+            b_range: None,
+            out_at: None,
         },
     )?;
     let gw = be.alloc(name, w.shape(), DType::F32)?;
@@ -155,6 +167,9 @@ pub(crate) fn linear_backward(
             mnk: (out_f, in_f, rows),
             steps_batch: (0, 0, 1),
             fused,
+            a_range: None,
+            b_range: None,
+            out_at: None,
         },
     )?;
     let gb = be.alloc(name, b.shape(), DType::F32)?;

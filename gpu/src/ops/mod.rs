@@ -2,7 +2,7 @@
 //! composition, host steps) written once against [`Device`], for wgpu and CUDA alike, and an
 //! exhaustive `match` over the op vocabulary (a new op is a compile error here until handled).
 
-use kernels_core::op::{Direction, Op};
+use kernels_core::op::{Activation, Direction, Op};
 use kernels_core::{DType, Error, Result, Tensor};
 
 use crate::device::Device;
@@ -20,6 +20,7 @@ mod optim;
 mod quant;
 mod rope;
 mod rows;
+mod split;
 mod svd;
 
 use crate::device::{SCALE_CODE, gelu_code, unary_code};
@@ -54,6 +55,45 @@ pub(crate) fn run_donated(
     run(be, op, Direction::Forward, &all)
 }
 
+/// `matmul` and `linear` forward with a 2-D weight operand too large for one binding, in row
+/// blocks of the weight ([`split::product`]); `None` for every other case.
+fn split_product(
+    be: &dyn Device,
+    name: &'static str,
+    op: &Op,
+    args: &[&Tensor],
+) -> Result<Option<Tensor>> {
+    match (*op, args) {
+        (Op::Matmul { trans_a, trans_b }, [a, b]) => {
+            let d = shapes::matmul(name, a.shape(), b.shape(), trans_a, trans_b)?;
+            split::product(
+                be,
+                name,
+                (a, trans_a),
+                (b, trans_b),
+                &d,
+                None,
+                Activation::None,
+            )
+        }
+        (Op::Linear { activation }, [x, w, bias]) => {
+            let (rows, in_f, out_f) =
+                kernels_core::cpu::linear::check(x.shape(), w.shape(), bias.shape())?;
+            let d = kernels_core::cpu::matmul::MatmulShape {
+                m: rows,
+                k: in_f,
+                n: out_f,
+                batch: 1,
+                a_step: 0,
+                b_step: 0,
+                out_shape: kernels_core::cpu::linear::out_shape(x.shape(), out_f),
+            };
+            split::product(be, name, (x, false), (w, true), &d, Some(bias), activation)
+        }
+        _ => Ok(None),
+    }
+}
+
 /// Runs one op (arity, dtypes and shapes checked first).
 pub(crate) fn run(
     be: &dyn Device,
@@ -76,9 +116,19 @@ pub(crate) fn run(
         {
             return Ok(vec![out]);
         }
+        if dir == F
+            && let Some(out) = split_product(be, name, op, args)?
+        {
+            return Ok(vec![out]);
+        }
         let decoded = quant::decoded(be, name, args)?;
         let refs: Vec<&Tensor> = decoded.iter().collect();
         return run(be, op, dir, &refs);
+    }
+    if dir == F
+        && let Some(out) = split_product(be, name, op, args)?
+    {
+        return Ok(vec![out]);
     }
     match (*op, dir) {
         (Op::Matmul { trans_a, trans_b }, F) => {

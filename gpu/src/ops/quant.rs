@@ -22,8 +22,7 @@ pub(crate) fn dequantize(be: &dyn Device, name: &'static str, x: &Tensor) -> Res
     let p = DequantizeParams {
         n: u32_of(name, "elements", n)?,
         dtype: weight_code(x.dtype()),
-        dim: 0,
-        vocab: 0,
+        ..Default::default()
     };
     // The packed tensor goes to the third read-only slot (declared u32 in the shader) and the
     // fourth (the native-f16 reader's view).
@@ -98,25 +97,32 @@ pub(crate) fn matvec(
     if let Some(last) = out_shape.last_mut() {
         *last = n;
     }
+    // A weight larger than one binding is read in row blocks, one launch each.
+    let blocks = super::split::weight_blocks(be, name, w)?;
     let out = be.alloc(name, &out_shape, DType::F32)?;
-    let p = MatvecParams {
-        n: u32_of(name, "out features", n)?,
-        dtype: weight_code(w.dtype()),
-        k: u32_of(name, "in features", k)?,
-        rows: u32_of(name, "rows", rows)?,
-        bias: u32::from(bias.is_some()),
-    };
-    // Slots: x, the bias (or x again, unread), the packed weight twice (quant.wgsl's layout).
-    let b = bias.unwrap_or(x);
-    be.run_kernel(
-        name,
-        Family::Quant,
-        "matvec",
-        &[],
-        p,
-        &[x, b, w, w],
-        &[&out],
-        Grid::Groups(rows * n),
-    )?;
+    for ((first, cnt), range) in blocks {
+        let p = MatvecParams {
+            n: u32_of(name, "out features", cnt)?,
+            dtype: weight_code(w.dtype()),
+            k: u32_of(name, "in features", k)?,
+            rows: u32_of(name, "rows", rows)?,
+            bias: u32::from(bias.is_some()),
+            ldo: u32_of(name, "out features", n)?,
+            col0: u32_of(name, "out features", first)?,
+        };
+        // Slots: x, the bias (or x again, unread), the packed weight twice (quant.wgsl's
+        // layout).
+        let b = bias.unwrap_or(x);
+        be.run_ranges(
+            name,
+            Family::Quant,
+            "matvec",
+            &[],
+            p,
+            &[(x, None), (b, None), (w, range), (w, range)],
+            &[(&out, None)],
+            Grid::Groups(rows * cnt),
+        )?;
+    }
     Ok(Some(out))
 }

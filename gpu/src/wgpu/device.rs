@@ -16,7 +16,7 @@ use kernels_core::{DeviceId, Error, Result, Tensor};
 pub(crate) const RO_SLOTS: usize = 4;
 pub(crate) const RW_SLOTS: usize = 3;
 /// Bytes of the per-dispatch parameter block (`struct Params` in every shader).
-pub(crate) const PARAMS_BYTES: usize = 64;
+pub(crate) const PARAMS_BYTES: usize = 4 * (crate::device::PARAM_U32S + crate::device::PARAM_F32S);
 
 pub(crate) type PipelineKey = (Family, Variant, &'static str, Vec<(&'static str, u64)>);
 
@@ -202,7 +202,9 @@ pub(crate) async fn open(
         bind_group_layouts: &[Some(&layout)],
         immediate_size: 0,
     });
-    let slot = (required_limits.min_uniform_buffer_offset_alignment as usize).max(PARAMS_BYTES);
+    // Each dispatch's block starts on the uniform offset alignment.
+    let align = (required_limits.min_uniform_buffer_offset_alignment as usize).max(1);
+    let slot = PARAMS_BYTES.div_ceil(align) * align;
     let max_batch = options.max_batch_dispatches.max(1);
     let arena = device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("params-arena"),

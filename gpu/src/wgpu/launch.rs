@@ -10,7 +10,7 @@ use super::device::RO_SLOTS;
 use super::device::RW_SLOTS;
 use super::device::backend_err;
 use crate::device::Family;
-use crate::device::{Device, Grid, Launch, Params};
+use crate::device::{Device, Grid, Launch, PARAM_U32S, Params};
 
 /// Threads per workgroup of the one-thread-per-element kernels (`WG` in the shaders).
 const ELEM_WORKGROUP: u64 = 256;
@@ -22,7 +22,7 @@ pub(crate) fn params_bytes(p: &Params) -> [u8; PARAMS_BYTES] {
         out[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
     }
     for (i, v) in p.f.iter().enumerate() {
-        out[32 + i * 4..32 + i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+        out[4 * PARAM_U32S + i * 4..4 * PARAM_U32S + i * 4 + 4].copy_from_slice(&v.to_le_bytes());
     }
     out
 }

@@ -5,7 +5,7 @@ use kernels_core::op::Activation;
 use kernels_core::{Error, Result, Tensor};
 
 use super::WgpuBackend;
-use crate::device::{Family, Matmul, MatmulHook, act_code, u32_of};
+use crate::device::{Family, Matmul, MatmulHook, OutAt, act_code, u32_of};
 use crate::params::MatmulParams;
 
 /// The matmul entry point: `matmul_vec4` when each operand's contiguous dim, batch stride and
@@ -53,7 +53,16 @@ fn matmul(be: &WgpuBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
         mnk: (m, n, k),
         steps_batch: (step_a, step_b, batch),
         fused,
+        a_range,
+        b_range,
+        out_at,
     } = *mm;
+    let at = out_at.unwrap_or(OutAt {
+        ldc: n,
+        offset: 0,
+        batch_stride: m * n,
+        bias_offset: 0,
+    });
     let max = be.max_groups();
     // Few rows (a decode step): one thread per column; else 64x64 tiles.
     let (entry, gx, gy_tiles) = if m <= MATMUL_ROWS_MAX {
@@ -85,9 +94,9 @@ fn matmul(be: &WgpuBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
         ("ACT", fused.act.map_or(0, act_code)),
         ("A_DACT", fused.a_dact.map_or(0, |(_, d)| act_code(d))),
     ];
-    // Unused slots get `a` (bound, never read).
-    let bias = fused.bias.unwrap_or(a);
-    let gy = fused.a_dact.map_or(a, |(t, _)| t);
+    // Unused slots get `a` as `a` is bound (bound, never read).
+    let bias = fused.bias.map_or((a, a_range), |t| (t, None));
+    let gy = fused.a_dact.map_or((a, a_range), |(t, _)| (t, None));
     let mut first = 0usize;
     while first < batch {
         let count = (batch - first).min(max as usize);
@@ -100,6 +109,10 @@ fn matmul(be: &WgpuBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
             first_batch: u32_of(name, "batch", first)?,
             offset_a: u32_of(name, "offset", off_a)?,
             offset_b: u32_of(name, "offset", off_b)?,
+            ldc: u32_of(name, "output row length", at.ldc)?,
+            c_offset: u32_of(name, "output offset", at.offset)?,
+            c_batch: u32_of(name, "output batch stride", at.batch_stride)?,
+            bias_offset: u32_of(name, "bias offset", at.bias_offset)?,
         };
         be.dispatch(
             name,
@@ -107,7 +120,7 @@ fn matmul(be: &WgpuBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
             entry,
             &consts,
             p.into(),
-            &[(a, None), (b, None), (bias, None), (gy, None)],
+            &[(a, a_range), (b, b_range), bias, gy],
             &[(out, None)],
             (gx, gy_tiles, count as u32),
         )?;

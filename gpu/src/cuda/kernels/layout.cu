@@ -85,10 +85,12 @@ KERNEL(embedding, EmbeddingParams) {
     unsigned long long d = p.dim;
     int id = ((const int*)in3)[o / d];
     if (id < 0 || (unsigned int)id >= p.vocab) {
-        out0[o] = 0.0f;
+        if (p.first == 0) out0[o] = 0.0f;
         return;
     }
-    out0[o] = in0[(unsigned long long)id * d + o % d];
+    unsigned int row = (unsigned int)id;
+    if (row < p.first || row - p.first >= p.rows) return;
+    out0[o] = in0[(unsigned long long)(row - p.first) * d + o % d];
 }
 
 // in3 = ids [tokens], in0 = grad_out [tokens, d]; out0 = grad_weight [vocab, d]: each thread

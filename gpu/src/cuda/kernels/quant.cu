@@ -109,15 +109,19 @@ KERNEL(dequantize_rows, DequantizeParams) {
     unsigned long long d = p.dim;
     int id = ((const int*)in1)[o / d];
     if (id < 0 || (unsigned int)id >= p.vocab) {
-        out0[o] = 0.0f;
+        if (p.first == 0) out0[o] = 0.0f;
         return;
     }
-    out0[o] = decode((const unsigned char*)in2, p.dtype, (unsigned long long)id * d + o % d);
+    unsigned int row = (unsigned int)id;
+    if (row < p.first || row - p.first >= p.rows) return;
+    out0[o] = decode((const unsigned char*)in2, p.dtype,
+                     (unsigned long long)(row - p.first) * d + o % d);
 }
 
 // Decode's products without a decoded copy of the weight: out0 [rows, n] = in0 [rows, k] @ W^T
 // (+ in1 = bias when p.bias = 1), W = in2 [n, k] packed. One block per output element; its
-// threads stride over k, decoding as they go, and the block sums.
+// threads stride over k, decoding as they go, and the block sums. Outputs (and the bias) at
+// columns p.col0.. of rows of p.ldo (a column block, as the WGSL kernel's).
 KERNEL(matvec, MatvecParams) {
     unsigned long long g = blockIdx.x;
     if (g >= (unsigned long long)p.rows * p.n) return;
@@ -128,5 +132,6 @@ KERNEL(matvec, MatvecParams) {
         acc = acc + in0[r * k + i] * decode(w, p.dtype, j * k + i);
     }
     float s = block_sum(acc);
-    if (threadIdx.x == 0) out0[g] = p.bias == 1 ? s + in1[j] : s;
+    unsigned long long col = p.col0 + j;
+    if (threadIdx.x == 0) out0[r * p.ldo + col] = p.bias == 1 ? s + in1[col] : s;
 }

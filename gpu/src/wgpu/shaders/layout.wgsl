@@ -130,8 +130,14 @@ fn embedding(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg
     if (o >= p.n) { return; }
     let d = p.dim;
     let id = ids[o / d];
-    if (id < 0 || u32(id) >= p.vocab) { out0[o] = 0.0; return; }
-    out0[o] = in0[u32(id) * d + (o % d)];
+    if (id < 0 || u32(id) >= p.vocab) {
+        // Out of range: 0, written by the launch that holds the table's first rows.
+        if (p.first == 0u) { out0[o] = 0.0; }
+        return;
+    }
+    let row = u32(id);
+    if (row < p.first || row - p.first >= p.rows) { return; }
+    out0[o] = in0[(row - p.first) * d + (o % d)];
 }
 
 // ids [tokens], in0 = grad_out [tokens, d]; out0 = grad_weight [vocab, d]: each thread owns one

@@ -88,8 +88,10 @@ fn load_b(base: u32, k: u32, n: u32) -> f32 {
 }
 
 // `MatmulParams`: M, N, K, the batch strides of a and b, the first batch of this dispatch and
-// the element offsets of a and b (row blocks of a
-// larger buffer, e.g. one step of a sequence).
+// the element offsets of a and b (row blocks of a larger buffer, e.g. one step of a sequence);
+// output (batch, r, c) at batch * c_batch + c_offset + r * ldc + c, bias at bias_offset + c (a
+// block of a larger product, when a weight is split over bindings; c_batch = M * N, ldc = N
+// and offsets 0 otherwise).
 @compute @workgroup_size(16, 16, 1)
 fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
           @builtin(local_invocation_index) lidx: u32) {
@@ -100,7 +102,7 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
     let batch = wid.z + p.first_batch;
     let base_a = batch * p.stride_a + p.offset_a;
     let base_b = batch * p.stride_b + p.offset_b;
-    let base_c = batch * m_len * n_len;
+    let base_c = batch * p.c_batch + p.c_offset;
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
 
@@ -154,8 +156,8 @@ fn store_tile(acc: ptr<function, array<f32, 16>>, lid: vec3<u32>, base_c: u32, r
             let col = col0 + lid.x * TN + j;
             if (col < n_len) {
                 var v = (*acc)[i * TN + j];
-                if (BIAS) { v = v + bias[col]; }
-                c[base_c + r * n_len + col] = act(v);
+                if (BIAS) { v = v + bias[p.bias_offset + col]; }
+                c[base_c + r * p.ldc + col] = act(v);
             }
         }
     }
@@ -189,7 +191,7 @@ fn matmul_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     let batch = wid.z + p.first_batch;
     let base_a = batch * p.stride_a + p.offset_a;
     let base_b = batch * p.stride_b + p.offset_b;
-    let base_c = batch * m_len * n_len;
+    let base_c = batch * p.c_batch + p.c_offset;
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
 
@@ -258,7 +260,7 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     let batch = wid.z + p.first_batch;
     let base_a = batch * p.stride_a + p.offset_a;
     let base_b = batch * p.stride_b + p.offset_b;
-    let base_c = batch * m_len * n_len;
+    let base_c = batch * p.c_batch + p.c_offset;
     var acc: array<f32, 8>;
     for (var i: u32 = 0u; i < SMALL_M; i = i + 1u) { acc[i] = 0.0; }
     for (var k: u32 = 0u; k < k_len; k = k + 1u) {
@@ -269,7 +271,7 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     }
     for (var i: u32 = 0u; i < m_len; i = i + 1u) {
         var v = acc[i];
-        if (BIAS) { v = v + bias[col]; }
-        c[base_c + i * n_len + col] = act(v);
+        if (BIAS) { v = v + bias[p.bias_offset + col]; }
+        c[base_c + i * p.ldc + col] = act(v);
     }
 }

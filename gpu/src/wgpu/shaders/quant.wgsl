@@ -122,13 +122,21 @@ fn dequantize_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     if (o >= p.n) { return; }
     let d = p.dim;
     let id = bitcast<i32>(aux[o / d]);
-    if (id < 0 || u32(id) >= p.vocab) { out0[o] = 0.0; return; }
-    out0[o] = decode(p.dtype, u32(id) * d + o % d);
+    if (id < 0 || u32(id) >= p.vocab) {
+        // Out of range: 0, written by the launch that holds the table's first rows.
+        if (p.first == 0u) { out0[o] = 0.0; }
+        return;
+    }
+    let row = u32(id);
+    if (row < p.first || row - p.first >= p.rows) { return; }
+    out0[o] = decode(p.dtype, (row - p.first) * d + o % d);
 }
 
 // Decode's products without a decoded copy of the weight: out0 [rows, n] = xin [rows, k] @ W^T
 // (+ bias, in aux), W [n, k] packed. One workgroup per output element; its threads stride over k,
-// decoding as they go, and the workgroup sums (row_sum). p.bias = 1 adds bias[j].
+// decoding as they go, and the workgroup sums (row_sum). p.bias = 1 adds bias[j]. The outputs
+// (and the bias) are columns p.col0.. of rows of p.ldo: a column block of a wider product when
+// the weight is split over bindings (the binding then starts at the block's first row).
 @compute @workgroup_size(256)
 fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
           @builtin(local_invocation_index) lid: u32) {
@@ -143,6 +151,7 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     }
     let s = row_sum(lid, acc);
     if (lid == 0u) {
-        out0[g] = select(s, s + bitcast<f32>(aux[j]), p.bias == 1u);
+        let col = p.col0 + j;
+        out0[r * p.ldo + col] = select(s, s + bitcast<f32>(aux[col]), p.bias == 1u);
     }
 }
