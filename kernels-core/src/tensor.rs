@@ -15,6 +15,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 pub use crate::dtype::DType;
 use crate::error::{Error, Result};
+pub use crate::packed::{PackedBytes, SharedBytes};
 
 /// Identity of the device a tensor lives on. `DeviceId::CPU` is host memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -57,7 +58,7 @@ pub enum Storage {
     I64(Arc<Vec<i64>>),
     /// The little-endian bytes of a weight dtype (`f16`, `bf16`, GGML blocks): see
     /// [`crate::quant`].
-    Packed(Arc<Vec<u8>>),
+    Packed(PackedBytes),
     Device(Arc<dyn DeviceBuffer>),
 }
 
@@ -136,6 +137,21 @@ impl Tensor {
     /// the quantized ones; blocks run along the last dimension, so it must hold a whole number
     /// of them). Fails unless `bytes` is exactly the size `shape` needs.
     pub fn from_raw(shape: &[usize], dtype: DType, bytes: Vec<u8>) -> Result<Self> {
+        Self::from_packed(shape, dtype, PackedBytes::owned(bytes))
+    }
+    /// As [`Tensor::from_raw`], with `part` (bytes of `owner`: a memory-mapped file, say) shared
+    /// with `owner` rather than copied; copied when `part` is not inside `owner`.
+    pub fn from_shared(
+        shape: &[usize],
+        dtype: DType,
+        owner: &SharedBytes,
+        part: &[u8],
+    ) -> Result<Self> {
+        let bytes =
+            PackedBytes::within(owner, part).unwrap_or_else(|| PackedBytes::owned(part.to_vec()));
+        Self::from_packed(shape, dtype, bytes)
+    }
+    fn from_packed(shape: &[usize], dtype: DType, bytes: PackedBytes) -> Result<Self> {
         if !dtype.is_weight() {
             return Err(Error::DTypeMismatch {
                 op: "tensor",
@@ -163,7 +179,7 @@ impl Tensor {
             Some(need) if need == bytes.len() => Ok(Tensor {
                 shape: shape.to_vec(),
                 dtype,
-                storage: Storage::Packed(Arc::new(bytes)),
+                storage: Storage::Packed(bytes),
             }),
             need => Err(Error::bad_shape(
                 "tensor",
@@ -276,7 +292,7 @@ impl Tensor {
             Storage::F32(a) => Arc::get_mut(a).is_some(),
             Storage::I32(a) => Arc::get_mut(a).is_some(),
             Storage::I64(a) => Arc::get_mut(a).is_some(),
-            Storage::Packed(a) => Arc::get_mut(a).is_some(),
+            Storage::Packed(a) => a.is_unique(),
             Storage::Device(a) => Arc::get_mut(a).is_some(),
         }
     }

@@ -120,21 +120,21 @@ pub fn read_gguf(path: &Path) -> CliResult<ModelFiles> {
         .map_err(|e| fail(format!("{origin}: {e}")))?
         .len();
     // An empty file cannot be mapped; it parses (to an error) as an empty slice.
-    let map = if len == 0 {
-        None
+    let owner: kernels_core::SharedBytes = if len == 0 {
+        std::sync::Arc::new(Vec::<u8>::new())
     } else {
-        // SAFETY: the map is read-only and dropped before this function returns (the tensors
-        // are copied out of it). Another process truncating the file meanwhile could fault the
-        // read (SIGBUS), as with any mmap-based loader; the bytes themselves are only ever read
-        // through bounds-checked slices.
-        Some(
+        // SAFETY: the map is read-only, and the packed tensors keep it alive (they share its
+        // pages instead of copying them). Another process truncating the file meanwhile could
+        // fault a read (SIGBUS), as with any mmap-based loader; the bytes themselves are only
+        // ever read through bounds-checked slices.
+        std::sync::Arc::new(
             unsafe { memmap2::Mmap::map(&file) }
                 .map_err(|e| fail(format!("{origin}: cannot map the file: {e}")))?,
         )
     };
-    let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
+    let bytes: &[u8] = (*owner).as_ref();
     let parsed = kernels_core::gguf::GgufFile::parse(bytes, &origin)?;
-    let model = kernels_core::gguf::llama::load_llama(&parsed)?;
+    let model = kernels_core::gguf::llama::load_llama_in(&parsed, Some(&owner))?;
     let tokenizer = model
         .tokenizer_json
         .map(|b| {

@@ -395,3 +395,19 @@ fn quantized_gguf_llamas_give_the_logits_of_their_gguf_decoded_weights() {
         }
     }
 }
+
+/// `--model FILE.gguf` memory-maps the file and its packed tensors share the map's pages
+/// instead of copying them (the q/k matrices, whose rows are put back in Hugging Face order,
+/// are copies).
+#[test]
+fn gguf_packed_tensors_share_the_memory_map() {
+    use kernels_core::tensor::Storage;
+    let files = read_dir(&fixture("gguf").join("tiny_llama_q8_0.gguf")).unwrap();
+    let shared = |name: &str| match files.tensors[name].storage() {
+        Storage::Packed(p) => p.is_shared_range(),
+        other => panic!("{name}: {other:?}"),
+    };
+    assert!(shared("model.layers.0.mlp.gate_proj.weight"));
+    assert!(shared("model.embed_tokens.weight"));
+    assert!(!shared("model.layers.0.self_attn.q_proj.weight"));
+}

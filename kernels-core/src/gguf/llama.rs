@@ -17,7 +17,7 @@ use super::{GgmlType, GgufFile, GgufWriter, TensorInfo, Value};
 use crate::error::{Error, Result};
 use crate::models::llama::{LlamaConfig, RopeKind, Variant};
 use crate::op::{RMS_NORM_EPS, ROPE_THETA};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::{DType, SharedBytes, Tensor};
 
 /// `general.architecture` values this module maps, and whether llama.cpp's converter permuted
 /// the q/k rows of that architecture (`LlamaModel.permute`; Qwen's converters do not).
@@ -400,8 +400,21 @@ fn move_rows(
 /// `Q6_K` keep their bytes as the [`crate::DType`] of the same name (decoded where they are
 /// read); every other ggml type is an error naming it and the ones that load.
 pub fn tensor_from_gguf(info: &TensorInfo, bytes: &[u8]) -> Result<Tensor> {
+    tensor_from_gguf_in(info, bytes, None)
+}
+
+/// [`tensor_from_gguf`], with the packed types sharing `bytes` with `owner` (the whole file's
+/// buffer: a memory map) instead of copying them, when given.
+pub fn tensor_from_gguf_in(
+    info: &TensorInfo,
+    bytes: &[u8],
+    owner: Option<&SharedBytes>,
+) -> Result<Tensor> {
     let shape = info.shape();
-    let packed = |dtype: DType| Tensor::from_raw(&shape, dtype, bytes.to_vec());
+    let packed = |dtype: DType| match owner {
+        Some(o) => Tensor::from_shared(&shape, dtype, o, bytes),
+        None => Tensor::from_raw(&shape, dtype, bytes.to_vec()),
+    };
     let t = match info.ggml_type {
         GgmlType::F32 => {
             let values: Vec<f32> = bytes
@@ -443,6 +456,17 @@ pub fn tensors_from_gguf(
     file: &GgufFile<'_>,
     config: &LlamaConfig,
 ) -> Result<BTreeMap<String, Tensor>> {
+    tensors_from_gguf_in(file, config, None)
+}
+
+/// [`tensors_from_gguf`], the packed tensors sharing the file's bytes with `owner` (the buffer
+/// `file` was parsed from) rather than copied, when given; q/k rows put back in order are
+/// copies either way.
+pub fn tensors_from_gguf_in(
+    file: &GgufFile<'_>,
+    config: &LlamaConfig,
+    owner: Option<&SharedBytes>,
+) -> Result<BTreeMap<String, Tensor>> {
     let arch = architecture(file)?;
     let permute = permuted(arch);
     let mut out = BTreeMap::new();
@@ -470,7 +494,7 @@ pub fn tensors_from_gguf(
             Some(n_head) if permute && info.dims.len() == 2 => {
                 tensor_from_gguf(info, &unpermute_rows(data, rows, n_head, &info.name)?)?
             }
-            _ => tensor_from_gguf(info, data)?,
+            _ => tensor_from_gguf_in(info, data, owner)?,
         };
         out.insert(hf, t);
     }
@@ -659,8 +683,14 @@ pub struct GgufModel {
 /// Reads a parsed GGUF file's model: [`config_from_gguf`], [`tensors_from_gguf`] and the
 /// tokenizer.
 pub fn load_llama(file: &GgufFile<'_>) -> Result<GgufModel> {
+    load_llama_in(file, None)
+}
+
+/// [`load_llama`], the packed tensors sharing `owner`'s bytes (the buffer `file` was parsed
+/// from: a memory map on native, the file's bytes in the page) instead of copies.
+pub fn load_llama_in(file: &GgufFile<'_>, owner: Option<&SharedBytes>) -> Result<GgufModel> {
     let config = config_from_gguf(file)?;
-    let tensors = tensors_from_gguf(file, &config)?;
+    let tensors = tensors_from_gguf_in(file, &config, owner)?;
     let tokenizer_json = match file.get("tokenizer.ggml.model") {
         None => None,
         Some(_) => Some(
