@@ -265,3 +265,55 @@ fn hand_checked_values() {
         Err(Error::DeviceMismatch { .. })
     ));
 }
+
+/// Decode's three forms of a product with a packed weight (`x @ W^T`, the llama's `W @ h^T`
+/// with one row per batch entry, and `a^T @ W^T` with `a [.., k, 1]`) read the packed rows in
+/// `matvec`, never a decoded copy of the weight.
+#[test]
+fn decode_forms_of_packed_products_take_matvec() {
+    use kernels_core::op::Op;
+    let Some(gpu) = testing::wgpu("decode_forms_of_packed_products_take_matvec") else {
+        return;
+    };
+    let rng = |shape: &[usize], seed: u64| {
+        let n = shape.iter().product();
+        Tensor::from_f32(shape, kernels_core::Rng::new(seed).normal_vec(n, 0.0, 1.0)).unwrap()
+    };
+    let w = rng(&[9, 64], 1).quantize(DType::Q4_0).unwrap();
+    let cases: Vec<(bool, Vec<Tensor>)> = vec![
+        (false, vec![rng(&[2, 64], 2), w.clone()]),
+        (false, vec![w.clone(), rng(&[2, 1, 64], 3)]),
+        (true, vec![rng(&[2, 64, 1], 4), w.clone()]),
+    ];
+    for (trans_a, args) in cases {
+        let op = Op::Matmul {
+            trans_a,
+            trans_b: true,
+        };
+        let refs: Vec<&Tensor> = args.iter().collect();
+        let want = kernels_core::CpuBackend::reference()
+            .run(&op, Direction::Forward, &refs)
+            .unwrap();
+        let dev: Vec<Tensor> = args.iter().map(|t| gpu.upload(t).unwrap()).collect();
+        let dev_refs: Vec<&Tensor> = dev.iter().collect();
+        let got = gpu.run(&op, Direction::Forward, &dev_refs).unwrap();
+        let got = gpu.download_blocking(&got[0]).unwrap();
+        assert_eq!(got.shape(), want[0].shape());
+        let c = kernels_core::numerics::compare(
+            got.as_f32().unwrap(),
+            want[0].as_f32().unwrap(),
+            1e-5,
+            1e-5,
+        );
+        assert!(c.pass, "{op}: {c:?}");
+    }
+    let built = gpu.pipelines_built();
+    assert!(
+        built.iter().any(|p| p.starts_with("quant/matvec")),
+        "{built:?}"
+    );
+    assert!(
+        !built.iter().any(|p| p.starts_with("quant/dequantize")),
+        "{built:?}"
+    );
+}

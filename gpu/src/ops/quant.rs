@@ -48,40 +48,86 @@ pub(crate) fn decoded(
     args.iter().map(|t| dequantize(be, name, t)).collect()
 }
 
+/// `x`'s shape with its last dim `w`'s rows.
+fn last_dim_to(x: &Tensor, w: &Tensor) -> Vec<usize> {
+    let mut shape = x.shape().to_vec();
+    if let (Some(last), Some(&n)) = (shape.last_mut(), w.shape().first()) {
+        *last = n;
+    }
+    shape
+}
+
 /// Most rows of `x` [`matvec`] takes; more decode the weight for the tiled matmul.
 pub const MATVEC_MAX_ROWS: usize = 8;
 
 /// Decode's products with a packed weight, without decoding it whole: `x @ W^T` (`matmul`
-/// with `trans_b`, `W` the packed `b`) and `linear` without an activation, for at most
-/// [`MATVEC_MAX_ROWS`] rows of `x`. `None` for every other case (and for shapes that do not
-/// agree: the f32 path reports those).
+/// with `trans_b`, `W` the packed `b`; `linear` without an activation), and the llama's decode
+/// forms of the same product, `W @ h^T` with one row of `h` per batch entry (`W` the packed `a`)
+/// and `a^T @ W^T` with `a [.., k, 1]`, whose outputs have the memory of the rows' product:
+/// for at most [`MATVEC_MAX_ROWS`] rows. `None` for every other case (and for shapes that do
+/// not agree: the f32 path reports those).
 pub(crate) fn matvec(
     be: &dyn Device,
     name: &'static str,
     op: &Op,
     args: &[&Tensor],
 ) -> Result<Option<Tensor>> {
-    let (x, w, bias) = match (*op, args) {
+    // The product as rows `x [rows, k] @ W^T`, with the op's output shape (the same memory).
+    let (x, w, bias, out_shape) = match (*op, args) {
+        // `W @ h^T` with one row of `h` per batch entry (decode's projections): `[.., n, 1]`
+        // is the memory of the rows `h @ W^T`.
+        (
+            Op::Matmul {
+                trans_a: false,
+                trans_b: true,
+            },
+            [w, h],
+        ) if w.dtype().is_weight() && h.rank() >= 2 && h.shape()[h.rank() - 2] == 1 => {
+            let mut shape = h.shape()[..h.rank() - 2].to_vec();
+            shape.extend([w.shape().first().copied().unwrap_or(0), 1]);
+            (*h, *w, None, shape)
+        }
+        // `a^T @ W^T` with `a [.., k, 1]` (decode's o_proj): `a`'s memory is the rows.
+        (
+            Op::Matmul {
+                trans_a: true,
+                trans_b: true,
+            },
+            [a, w],
+        ) if w.dtype().is_weight() && a.rank() >= 2 && a.shape()[a.rank() - 1] == 1 => {
+            let mut shape = a.shape()[..a.rank() - 2].to_vec();
+            shape.extend([1, w.shape().first().copied().unwrap_or(0)]);
+            (*a, *w, None, shape)
+        }
         (
             Op::Matmul {
                 trans_a: false,
                 trans_b: true,
             },
             [x, w],
-        ) => (*x, *w, None),
+        ) => (*x, *w, None, last_dim_to(x, w)),
         (
             Op::Linear {
                 activation: Activation::None,
             },
             [x, w, b],
-        ) => (*x, *w, Some(*b)),
+        ) => (*x, *w, Some(*b), last_dim_to(x, w)),
         _ => return Ok(None),
     };
     if x.dtype() != DType::F32 || !w.dtype().is_weight() || w.rank() != 2 || x.rank() < 2 {
         return Ok(None);
     }
     let (n, k) = (w.shape()[0], w.shape()[1]);
-    if x.shape()[x.rank() - 1] != k || k == 0 || n == 0 {
+    // `x`'s elements are the rows of `k` (its last dim, or the `k` of `[.., k, 1]`).
+    if k == 0
+        || n == 0
+        || !x.numel().is_multiple_of(k)
+        || out_shape.iter().product::<usize>() != x.numel() / k * n
+    {
+        return Ok(None);
+    }
+    let last = x.shape()[x.rank() - 1];
+    if last != k && !(last == 1 && x.shape()[x.rank() - 2] == k) {
         return Ok(None);
     }
     if let Some(b) = bias
@@ -92,10 +138,6 @@ pub(crate) fn matvec(
     let rows = x.numel() / k;
     if rows == 0 || rows > MATVEC_MAX_ROWS {
         return Ok(None);
-    }
-    let mut out_shape = x.shape().to_vec();
-    if let Some(last) = out_shape.last_mut() {
-        *last = n;
     }
     // A weight larger than one binding is read in row blocks, one launch each.
     let blocks = super::split::weight_blocks(be, name, w)?;

@@ -74,6 +74,22 @@ pub(super) fn cases(kind: OpKind, g: &mut Gen) -> Result<Vec<Case>> {
                     },
                     vec![g.f(&[2, 5], Dist::Normal)?, g.weight(&[5, k], dtype)?],
                 ));
+                // The llama's decode forms: `W @ h^T` with one row of `h` per batch entry (the
+                // weight as `a`) and `a^T @ W^T` with `a [batch, k, 1]`.
+                v.push(case(
+                    Op::Matmul {
+                        trans_a: false,
+                        trans_b: true,
+                    },
+                    vec![g.weight(&[9, k], dtype)?, g.f(&[2, 1, k], Dist::Normal)?],
+                ));
+                v.push(case(
+                    Op::Matmul {
+                        trans_a: true,
+                        trans_b: true,
+                    },
+                    vec![g.f(&[2, k, 1], Dist::Normal)?, g.weight(&[9, k], dtype)?],
+                ));
             }
         }
         OpKind::Embedding => {
