@@ -266,7 +266,11 @@ enum Cmd {
     },
     /// Quantize a llama checkpoint (a Hugging Face directory in f32, f16 or bf16, or a GGUF
     /// file) and write it as GGUF v3: its matrices in --to (rows that are not whole blocks
-    /// fall back as llama.cpp does: q4_k to q5_0), norms in f32.
+    /// fall back as llama.cpp does: q4_k to q5_0), norms in f32, and the tokenizer as
+    /// llama.cpp's converter writes it (tokenizer.json and tokenizer_config.json as
+    /// tokenizer.ggml.*: SentencePiece-style BPE as `llama`, byte-level BPE as `gpt2`; a
+    /// tokenizer it cannot express is refused by name; without a tokenizer.json only the
+    /// weights and config are written, with a note).
     Quantize {
         /// Model directory or .gguf file.
         #[arg(long)]
