@@ -195,6 +195,29 @@ fn special_ids_flags_and_chat_template_follow_tokenizer_config() {
         Some(true)
     );
     assert!(g.get("tokenizer.chat_template").is_none());
+
+    // A tokenizer_config.json that names no BOS: the template's; one naming another: refused.
+    let bytes = write(
+        &dir.json,
+        Some(b"{\"eos_token\": \"</s>\"}"),
+        vocab_len(&dir.json),
+    );
+    let g = GgufFile::parse(&bytes, "t.gguf").unwrap();
+    assert_eq!(
+        g.get_usize_opt("tokenizer.ggml.bos_token_id").unwrap(),
+        Some(1)
+    );
+    let files = HfTokenizer {
+        path: "tokenizer.json",
+        tokenizer_json: &dir.json,
+        tokenizer_config: Some(b"{\"bos_token\": \"</s>\"}"),
+        chat_template_jinja: None,
+    };
+    let e = tokenizer_metadata(&files, vocab_len(&dir.json))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("adds `<s>` before the text"), "{e}");
 }
 
 /// gguf-py's files, read as `tokenizer.json` and written back, read back the same: the writer

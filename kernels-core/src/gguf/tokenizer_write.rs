@@ -28,12 +28,19 @@
 //!
 //! Special token ids, as gguf-py's `SpecialVocab` finds them: `tokenizer_config.json`'s
 //! `bos_token`, `eos_token`, `unk_token` and `pad_token` (a string or `{"content": ...}`) looked
-//! up in `added_tokens`; without a `tokenizer_config.json`, the tokens the post-processor's
-//! template adds. `add_bos_token` / `add_eos_token`: `tokenizer_config.json`'s, else whether the
+//! up in `added_tokens`; where it names no BOS or EOS (or there is no `tokenizer_config.json`),
+//! the tokens the post-processor's template adds before and after the text. A template adding
+//! another token than the BOS or EOS named is refused. `add_bos_token` / `add_eos_token`: `tokenizer_config.json`'s, else whether the
 //! post-processor's template adds them; always written (false when nothing adds them: the reader
 //! and llama.cpp default to adding BOS for `llama`). `tokenizer.chat_template`:
 //! `tokenizer_config.json`'s `chat_template` when it is a string (or the `default` entry of a
 //! list), else `chat_template.jinja`'s text.
+//!
+//! Added tokens are matched in the raw text, as llama.cpp matches them: one with
+//! `"normalized": true` in a SentencePiece-style `tokenizer.json` is matched by the `tokenizers`
+//! crate after the normalizer instead, so a text holding such a token literally can encode
+//! differently there (texts without it encode the same). Added tokens with `lstrip`, `rstrip`
+//! or `single_word` are refused.
 
 use alloc::collections::BTreeMap;
 use alloc::format;
@@ -467,11 +474,10 @@ pub fn tokenizer_metadata(
             .or_else(|| str_of(e, "content"))
             .map(String::from)
     };
-    let has_config = config.is_object();
-    let bos =
-        config_token("bos").or_else(|| (!has_config).then(|| template.first.clone()).flatten());
-    let eos =
-        config_token("eos").or_else(|| (!has_config).then(|| template.last.clone()).flatten());
+    // `SpecialVocab` takes them from the template only without a tokenizer_config.json; here
+    // also when it does not name them (else the template's tokens could not be written).
+    let bos = config_token("bos").or_else(|| template.first.clone());
+    let eos = config_token("eos").or_else(|| template.last.clone());
     for (what, t) in [("before", &template.first), ("after", &template.last)] {
         let want = if what == "before" { &bos } else { &eos };
         if let Some(t) = t
