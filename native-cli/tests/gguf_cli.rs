@@ -263,5 +263,22 @@ fn quantize_writes_the_tokenizer_and_the_file_alone_generates() {
         e.contains("tokenizer.json") && e.contains("`WordLevel`"),
         "{e}"
     );
+    assert!(e.contains("--no-tokenizer"), "{e}");
     assert!(!bad.exists());
+    let o = kernels(&[
+        "quantize",
+        "--model",
+        &adder.display().to_string(),
+        "--to",
+        "q8_0",
+        "--out",
+        &bad.display().to_string(),
+        "--no-tokenizer",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = String::from_utf8_lossy(&o.stdout).to_string() + &stderr(&o);
+    assert!(said.contains("no tokenizer (--no-tokenizer)"), "{said}");
+    let g = std::fs::read(&bad).unwrap();
+    let g = kernels_core::gguf::GgufFile::parse(&g, "adder.gguf").unwrap();
+    assert!(g.get("tokenizer.ggml.model").is_none());
 }

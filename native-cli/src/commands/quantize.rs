@@ -17,8 +17,8 @@ use crate::atomic_write::write_atomically;
 use crate::llama::{quantize_files, read_dir};
 use crate::{CliResult, emit, fail};
 
-/// `kernels quantize`.
-pub fn run(model: &Path, to: DType, out: &Path) -> CliResult<()> {
+/// `kernels quantize` (`with_tokenizer` false: `--no-tokenizer`).
+pub fn run(model: &Path, to: DType, out: &Path, with_tokenizer: bool) -> CliResult<()> {
     let mut files = read_dir(model)?;
     let config = match &files.parsed_config {
         Some(c) => c.clone(),
@@ -33,8 +33,14 @@ pub fn run(model: &Path, to: DType, out: &Path) -> CliResult<()> {
     quantize_files(&mut files, Some(to))?;
     let mut writer = llama_to_gguf(&config, &files.tensors)
         .map_err(|e| fail(format!("{}: {e}", files.origin)))?;
-    let tokenizer = if model.is_dir() {
-        tokenizer_of_dir(&mut writer, model, config.vocab_size)?
+    let tokenizer = if !with_tokenizer {
+        false
+    } else if model.is_dir() {
+        tokenizer_of_dir(&mut writer, model, config.vocab_size).map_err(|e| {
+            fail(format!(
+                "{e} (--no-tokenizer writes the weights and config without it)"
+            ))
+        })?
     } else {
         tokenizer_of_gguf(&mut writer, model)?
     };
@@ -42,10 +48,12 @@ pub fn run(model: &Path, to: DType, out: &Path) -> CliResult<()> {
         .to_bytes()
         .map_err(|e| fail(format!("{}: {e}", out.display())))?;
     write_atomically(out, &bytes).map_err(|e| fail(format!("{}: {e}", out.display())))?;
-    let note = if tokenizer {
-        ""
-    } else {
-        "; no tokenizer: the checkpoint has no tokenizer.json, so llama.cpp cannot run the file"
+    let note = match (tokenizer, with_tokenizer) {
+        (true, _) => "",
+        (false, true) => {
+            "; no tokenizer: the checkpoint has no tokenizer.json, so llama.cpp cannot run the file"
+        }
+        (false, false) => "; no tokenizer (--no-tokenizer), so llama.cpp cannot run the file",
     };
     emit(&format!(
         "wrote {} ({:.1} MB, {} tensors{note})\n",
