@@ -254,6 +254,40 @@ fn the_reader_s_tokenizer_json_writes_back_to_the_same_tokenizer() {
     }
 }
 
+/// Llama 3's post-processor: `Sequence[ByteLevel, TemplateProcessing]` adding BOS.
+#[test]
+fn a_llama3_style_post_processor_adds_bos() {
+    let bytes = std::fs::read(fixtures().join("llama_bpe_tokenizer.gguf")).unwrap();
+    let g = GgufFile::parse(&bytes, "llama_bpe_tokenizer.gguf").unwrap();
+    let mut spec = tokenizer_json(&g).unwrap();
+    let bos = "<|endoftext|>";
+    spec["post_processor"] = serde_json::json!({"type": "Sequence", "processors": [
+        {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+        {"type": "TemplateProcessing",
+         "single": [{"SpecialToken": {"id": bos, "type_id": 0}},
+                    {"Sequence": {"id": "A", "type_id": 0}}],
+         "pair": [{"SpecialToken": {"id": bos, "type_id": 0}},
+                  {"Sequence": {"id": "A", "type_id": 0}},
+                  {"SpecialToken": {"id": bos, "type_id": 1}},
+                  {"Sequence": {"id": "B", "type_id": 1}}],
+         "special_tokens": {bos: {"id": bos, "ids": [0], "tokens": [bos]}}}]});
+    let json = serde_json::to_vec(&spec).unwrap();
+    let config = serde_json::json!({"bos_token": bos, "eos_token": bos}).to_string();
+    let n = vocab_len(&json);
+    let written = write(&json, Some(config.as_bytes()), n);
+    let w = GgufFile::parse(&written, "w.gguf").unwrap();
+    assert_eq!(w.get_str("tokenizer.ggml.pre").unwrap(), "llama-bpe");
+    assert_eq!(
+        w.get_bool_opt("tokenizer.ggml.add_bos_token").unwrap(),
+        Some(true)
+    );
+    assert_eq!(
+        w.get_usize_opt("tokenizer.ggml.bos_token_id").unwrap(),
+        Some(0)
+    );
+    check_same_encodings("llama3-style", &json, &read_back(&written));
+}
+
 fn unsupported(json: &serde_json::Value) -> String {
     let files = HfTokenizer {
         path: "dir/tokenizer.json",

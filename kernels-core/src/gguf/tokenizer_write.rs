@@ -439,14 +439,7 @@ pub fn tokenizer_metadata(
                 .unwrap_or_else(|| format!("[PAD{i}]"))
         })
         .collect();
-    let first_id = |t: &str| -> Option<usize> {
-        // The first added token of that content (as SpecialVocab), else the vocabulary's.
-        added
-            .iter()
-            .find(|a| a.content == t)
-            .map(|a| a.id)
-            .or_else(|| vocab.get(t).and_then(Json::as_u64).map(|i| i as usize))
-    };
+    let added_at: BTreeMap<usize, &Added> = added.iter().map(|a| (a.id, a)).collect();
     let unk_token = str_of(model, "unk_token");
 
     // Token types.
@@ -456,7 +449,7 @@ pub fn tokenizer_metadata(
                 return UNUSED;
             }
             let t = tokens[i].as_str();
-            match added.iter().find(|a| a.id == i) {
+            match added_at.get(&i) {
                 Some(_) if spm && Some(t) == unk_token => UNKNOWN,
                 Some(a) if a.special || looks_special(t) => CONTROL,
                 Some(_) => USER_DEFINED,
@@ -508,7 +501,7 @@ pub fn tokenizer_metadata(
     let eos_id = id_of(&eos);
     let unk_id = id_of(&config_token("unk")).or_else(|| {
         unk_token
-            .and_then(first_id)
+            .and_then(|u| tokens.iter().position(|t| t == u))
             .and_then(|i| u32::try_from(i).ok())
     });
     let pad_id = id_of(&config_token("pad"));
@@ -537,7 +530,7 @@ pub fn tokenizer_metadata(
             );
         }
         let space_prefix = spm_space_prefix(&ctx, &j)?;
-        let scores = spm_scores(&ctx, &tokens, &types, &merges, &first_id)?;
+        let scores = spm_scores(&ctx, &tokens, &types, &merges)?;
         push("tokenizer.ggml.model", Value::from("llama"));
         push("tokenizer.ggml.pre", Value::from("default"));
         push("tokenizer.ggml.tokens", strings(tokens));
@@ -608,8 +601,15 @@ fn spm_scores(
     tokens: &[String],
     types: &[i32],
     merges: &[(String, String)],
-    first_id: &dyn Fn(&str) -> Option<usize>,
 ) -> Result<Vec<f32>> {
+    // Ids as the reader's merges name them: the first of duplicate tokens.
+    let first: BTreeMap<&str, usize> = tokens
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, t)| (t.as_str(), i))
+        .collect();
+    let first_id = |t: &str| first.get(t).copied();
     let mut rank: BTreeMap<&str, usize> = BTreeMap::new();
     let mut pairs: Vec<(usize, usize)> = Vec::with_capacity(merges.len());
     for (k, (l, r)) in merges.iter().enumerate() {
