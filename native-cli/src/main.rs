@@ -266,7 +266,11 @@ enum Cmd {
     },
     /// Quantize a llama checkpoint (a Hugging Face directory in f32, f16 or bf16, or a GGUF
     /// file) and write it as GGUF v3: its matrices in --to (rows that are not whole blocks
-    /// fall back as llama.cpp does: q4_k to q5_0), norms in f32.
+    /// fall back as llama.cpp does: q4_k to q5_0), norms in f32, and the tokenizer as
+    /// llama.cpp's converter writes it (tokenizer.json and tokenizer_config.json as
+    /// tokenizer.ggml.*: SentencePiece-style BPE as `llama`, byte-level BPE as `gpt2`; a
+    /// tokenizer it cannot express is refused by name, see --no-tokenizer; without a
+    /// tokenizer.json only the weights and config are written, with a note).
     Quantize {
         /// Model directory or .gguf file.
         #[arg(long)]
@@ -277,6 +281,10 @@ enum Cmd {
         /// The GGUF file to write.
         #[arg(long)]
         out: PathBuf,
+        /// Write the weights and config only, not the tokenizer (for a tokenizer.json that
+        /// has no GGUF form, such as the WordLevel ones of random benchmark checkpoints).
+        #[arg(long)]
+        no_tokenizer: bool,
     },
     /// Train a model.
     Train {
@@ -641,7 +649,12 @@ fn run(cli: Cli) -> CliResult<()> {
             peak_gflops,
         }),
         Cmd::Gru { cmd } => run_gru(cmd),
-        Cmd::Quantize { model, to, out } => native_cli::commands::quantize::run(&model, to, &out),
+        Cmd::Quantize {
+            model,
+            to,
+            out,
+            no_tokenizer,
+        } => native_cli::commands::quantize::run(&model, to, &out, !no_tokenizer),
         Cmd::Generate {
             model,
             prompt,

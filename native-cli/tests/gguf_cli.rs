@@ -148,6 +148,9 @@ fn quantize_writes_the_model_that_quantize_on_load_runs() {
     let src = fixture("llama/gqa_tied");
     let o = kernels(&["quantize", "--model", &src, "--to", "q8_0", "--out", &out]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // gqa_tied has no tokenizer.json: the weights are written, with a note.
+    let said = String::from_utf8_lossy(&o.stdout).to_string() + &stderr(&o);
+    assert!(said.contains("no tokenizer.json"), "{said}");
     let written = logits_json_with(&out, &[])["logits"].clone();
     let on_load = logits_json_with(&src, &["--quantize", "q8_0"])["logits"].clone();
     assert_eq!(written, on_load);
@@ -167,4 +170,115 @@ fn quantize_writes_the_model_that_quantize_on_load_runs() {
     assert!(stderr(&o).contains("q3_k"), "{}", stderr(&o));
     assert!(!bad.exists());
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A checkpoint directory with a tokenizer: gqa_tied's weights and the 37-token SentencePiece
+/// tokenizer of tiny_llama.gguf as a `tokenizer.json` (what kernels-core's reader makes of it),
+/// with a `tokenizer_config.json`.
+fn dir_with_tokenizer(dir: &Path) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/llama/gqa_tied");
+    for f in ["config.json", "model.safetensors", "generation_config.json"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    let bytes = std::fs::read(fixture("gguf/tiny_llama.gguf")).unwrap();
+    let g = kernels_core::gguf::GgufFile::parse(&bytes, "tiny_llama.gguf").unwrap();
+    let spec = kernels_core::gguf::tokenizer::tokenizer_json(&g).unwrap();
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        serde_json::to_vec(&spec).unwrap(),
+    )
+    .unwrap();
+    let config = serde_json::json!({"bos_token": "<s>", "eos_token": "</s>",
+        "unk_token": "<unk>", "add_bos_token": true,
+        "chat_template": "{% for m in messages %}{{ m['content'] }}{% endfor %}"});
+    std::fs::write(dir.join("tokenizer_config.json"), config.to_string()).unwrap();
+}
+
+/// `kernels quantize` writes the tokenizer: the file alone (no tokenizer.json beside it) runs
+/// `generate`, which gives the text the directory gives quantized on load; a tokenizer the
+/// GGUF keys cannot express is refused by name and nothing is written.
+#[test]
+fn quantize_writes_the_tokenizer_and_the_file_alone_generates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("ckpt");
+    std::fs::create_dir_all(&src).unwrap();
+    dir_with_tokenizer(&src);
+    let out_dir = tmp.path().join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join("q8.gguf").display().to_string();
+    let s = src.display().to_string();
+    let o = kernels(&["quantize", "--model", &s, "--to", "q8_0", "--out", &out]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = String::from_utf8_lossy(&o.stdout).to_string() + &stderr(&o);
+    assert!(!said.contains("tokenizer"), "{said}");
+    let generate = |model: &str, extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            model,
+            "--prompt",
+            "the hat is in the",
+            "--max-tokens",
+            "6",
+            "--backend",
+            "cpu",
+        ];
+        args.extend_from_slice(extra);
+        let o = kernels(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let from_file = generate(&out, &[]);
+    assert!(from_file.starts_with("the hat is in the"), "{from_file}");
+    assert_eq!(from_file, generate(&s, &["--quantize", "q8_0"]));
+    let g = std::fs::read(&out).unwrap();
+    let g = kernels_core::gguf::GgufFile::parse(&g, "q8.gguf").unwrap();
+    assert_eq!(g.get_str("tokenizer.ggml.model").unwrap(), "llama");
+    assert_eq!(
+        g.get_str("tokenizer.chat_template").unwrap(),
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    );
+
+    // Quantizing the written file again keeps its tokenizer.
+    let again = out_dir.join("again.gguf").display().to_string();
+    let o = kernels(&["quantize", "--model", &out, "--to", "q8_0", "--out", &again]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(generate(&again, &[]), from_file);
+
+    // The demo model's WordLevel tokenizer has no GGUF form.
+    let adder = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/adder");
+    let bad = out_dir.join("adder.gguf");
+    let o = kernels(&[
+        "quantize",
+        "--model",
+        &adder.display().to_string(),
+        "--to",
+        "q8_0",
+        "--out",
+        &bad.display().to_string(),
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("tokenizer.json") && e.contains("`WordLevel`"),
+        "{e}"
+    );
+    assert!(e.contains("--no-tokenizer"), "{e}");
+    assert!(!bad.exists());
+    let o = kernels(&[
+        "quantize",
+        "--model",
+        &adder.display().to_string(),
+        "--to",
+        "q8_0",
+        "--out",
+        &bad.display().to_string(),
+        "--no-tokenizer",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = String::from_utf8_lossy(&o.stdout).to_string() + &stderr(&o);
+    assert!(said.contains("no tokenizer (--no-tokenizer)"), "{said}");
+    let g = std::fs::read(&bad).unwrap();
+    let g = kernels_core::gguf::GgufFile::parse(&g, "adder.gguf").unwrap();
+    assert!(g.get("tokenizer.ggml.model").is_none());
 }

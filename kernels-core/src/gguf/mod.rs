@@ -1,8 +1,9 @@
 //! GGUF files (llama.cpp's model format, versions 3 and 2): a reader over `&[u8]` that borrows
 //! the tensor data ([`GgufFile`]), a writer ([`GgufWriter`]), the ggml tensor types
 //! ([`GgmlType`]), the mapping of a `llama` file to [`crate::models::llama::LlamaConfig`] and
-//! Hugging Face tensor names ([`llama`]), and its tokenizer as a `tokenizer.json`
-//! ([`tokenizer`]).
+//! Hugging Face tensor names ([`llama`]), its tokenizer as a `tokenizer.json`
+//! ([`tokenizer`]), and a `tokenizer.json` as `tokenizer.ggml.*` metadata
+//! ([`tokenizer_write`]).
 //!
 //! Layout (little-endian): the magic `GGUF`, the version (u32), the tensor count and the
 //! metadata count (u64 each), the metadata key/values (key string, value type u32, value), the
@@ -37,6 +38,7 @@ mod read;
 #[cfg(test)]
 mod tests;
 pub mod tokenizer;
+pub mod tokenizer_write;
 mod types;
 mod value;
 mod write;

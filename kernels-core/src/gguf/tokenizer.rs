@@ -9,7 +9,9 @@
 //!   unless `tokenizer.ggml.add_bos_token` is false.
 //! - `gpt2` (byte-level BPE): the vocabulary and `tokenizer.ggml.merges`, with the
 //!   pre-tokenizer `tokenizer.ggml.pre` names (`default`/`gpt-2`, `llama-bpe`/`llama3`,
-//!   `qwen2`).
+//!   `qwen2`, which also normalizes to NFC as Qwen2's `tokenizer.json` does).
+//!
+//! [`super::tokenizer_write`] is the inverse: a `tokenizer.json` as these keys.
 //!
 //! Control and user-defined tokens (`tokenizer.ggml.token_type` 3 and 4) become added tokens, so
 //! they are matched whole in text.
@@ -31,8 +33,8 @@ const TOKEN_CONTROL: i64 = 3;
 const TOKEN_USER_DEFINED: i64 = 4;
 
 /// GPT-2's default split, used by the `ByteLevel` pre-tokenizer itself.
-const PRE_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const PRE_QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub(super) const PRE_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub(super) const PRE_QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// The vocabulary and what comes with it, checked against each other.
 struct Vocab<'f> {
@@ -136,43 +138,50 @@ impl Vocab<'_> {
         self.tokens.get(id as usize).map(|t| (id, *t))
     }
 
-    /// SentencePiece's merges: every split of a token into two tokens, ranked by the token's
-    /// score (descending; by id when the file has no scores), ties in id order.
+    /// SentencePiece's merges as token pairs ([`sentencepiece_merges`]).
     fn sentencepiece_merges(&self) -> Json {
-        let ids: BTreeMap<&str, usize> = self
-            .tokens
-            .iter()
-            .enumerate()
-            .rev()
-            .map(|(i, t)| (*t, i))
-            .collect();
-        let score = |id: usize| match &self.scores {
-            Some(s) => s.get(id).copied().unwrap_or(f32::NEG_INFINITY),
-            None => -(id as f32),
-        };
-        let mut merges: Vec<(f32, usize, usize)> = Vec::new();
-        for (id, token) in self.tokens.iter().enumerate() {
-            let mut local: Vec<(usize, usize)> = token
-                .char_indices()
-                .skip(1)
-                .filter_map(|(at, _)| {
-                    let (l, r) = token.split_at(at);
-                    Some((*ids.get(l)?, *ids.get(r)?))
-                })
-                .collect();
-            local.sort_unstable();
-            merges.extend(local.into_iter().map(|(l, r)| (score(id), l, r)));
-        }
-        // Stable: equal scores keep the order above.
-        merges.sort_by(|a, b| b.0.total_cmp(&a.0));
         let names = |i: usize| self.tokens.get(i).copied().unwrap_or("");
         Json::Array(
-            merges
+            sentencepiece_merges(&self.tokens, self.scores.as_deref())
                 .into_iter()
-                .map(|(_, l, r)| json!([names(l), names(r)]))
+                .map(|(l, r)| json!([names(l), names(r)]))
                 .collect(),
         )
     }
+}
+
+/// SentencePiece's merges (as Hugging Face's `SentencePieceExtractor` derives them): every split
+/// of a token into two tokens, ranked by the token's score (descending; by id when there are no
+/// scores), ties in id order; the splits of one token in order of (left id, right id). Pairs of
+/// ids, the first id of duplicate tokens. The writer ([`super::tokenizer_write`]) checks that a
+/// `tokenizer.json`'s merges are exactly these for the scores it writes.
+pub(super) fn sentencepiece_merges(tokens: &[&str], scores: Option<&[f32]>) -> Vec<(usize, usize)> {
+    let ids: BTreeMap<&str, usize> = tokens
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, t)| (*t, i))
+        .collect();
+    let score = |id: usize| match scores {
+        Some(s) => s.get(id).copied().unwrap_or(f32::NEG_INFINITY),
+        None => -(id as f32),
+    };
+    let mut merges: Vec<(f32, usize, usize)> = Vec::new();
+    for (id, token) in tokens.iter().enumerate() {
+        let mut local: Vec<(usize, usize)> = token
+            .char_indices()
+            .skip(1)
+            .filter_map(|(at, _)| {
+                let (l, r) = token.split_at(at);
+                Some((*ids.get(l)?, *ids.get(r)?))
+            })
+            .collect();
+        local.sort_unstable();
+        merges.extend(local.into_iter().map(|(l, r)| (score(id), l, r)));
+    }
+    // Stable: equal scores keep the order above.
+    merges.sort_by(|a, b| b.0.total_cmp(&a.0));
+    merges.into_iter().map(|(_, l, r)| (l, r)).collect()
 }
 
 /// `TemplateProcessing` adding BOS (and EOS) when the file asks for them, `Null` when it adds
@@ -307,10 +316,11 @@ pub fn tokenizer_json(file: &GgufFile<'_>) -> Result<Json> {
                      "invert": false},
                     byte_level(false)]})
             };
-            let (pre_tokenizer, ignore_merges) = match pre {
-                "default" | "gpt-2" => (byte_level(true), false),
-                "llama-bpe" | "llama3" => (split(PRE_LLAMA3), true),
-                "qwen2" => (split(PRE_QWEN2), false),
+            // Qwen2's tokenizer.json normalizes to NFC first (llama.cpp does not).
+            let (pre_tokenizer, ignore_merges, normalizer) = match pre {
+                "default" | "gpt-2" => (byte_level(true), false, Json::Null),
+                "llama-bpe" | "llama3" => (split(PRE_LLAMA3), true, Json::Null),
+                "qwen2" => (split(PRE_QWEN2), false, json!({"type": "NFC"})),
                 other => {
                     return Err(file.bad(format!(
                         "`tokenizer.ggml.pre` = `{other}` not supported (supported: default, \
@@ -327,7 +337,7 @@ pub fn tokenizer_json(file: &GgufFile<'_>) -> Result<Json> {
             Ok(json!({
                 "version": "1.0", "truncation": null, "padding": null,
                 "added_tokens": added,
-                "normalizer": null,
+                "normalizer": normalizer,
                 "pre_tokenizer": pre_tokenizer,
                 "post_processor": post,
                 "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true,

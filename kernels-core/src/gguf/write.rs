@@ -48,6 +48,25 @@ impl GgufWriter {
         Ok(())
     }
 
+    /// [`GgufWriter::add_metadata`], replacing the value of a key already added (in its place).
+    pub fn set_metadata(&mut self, key: &str, value: Value) -> Result<()> {
+        match self.metadata.iter().position(|(k, _)| k == key) {
+            None => self.add_metadata(key, value),
+            Some(i) => {
+                check_array_types(key, &value)?;
+                if key == "general.alignment"
+                    && !matches!(value, Value::U32(a) if a.is_power_of_two())
+                {
+                    return Err(bad(format!(
+                        "`general.alignment` = {value:?} must be a u32 power of two"
+                    )));
+                }
+                self.metadata[i].1 = value;
+                Ok(())
+            }
+        }
+    }
+
     /// Adds a tensor of `shape` (row-major, outermost first, as the rest of this crate writes
     /// shapes; the file stores the reverse) whose data is `bytes` in `ggml_type`'s layout.
     pub fn add_tensor(

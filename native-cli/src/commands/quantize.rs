@@ -1,20 +1,24 @@
 //! `kernels quantize --model DIR --to q4_k --out FILE.gguf`: a Hugging Face checkpoint (f32,
 //! f16 or bf16; or a GGUF file) with its matrices quantized as it loads, written as a GGUF v3
-//! file that the `gguf` package and llama.cpp's tools read back. The file is written whole or
+//! file that the `gguf` package and llama.cpp's tools read back, with the tokenizer
+//! (`tokenizer.json` and `tokenizer_config.json` as `tokenizer.ggml.*`, kernels-core's
+//! `gguf::tokenizer_write`; a GGUF file's own `tokenizer.*` keys). The file is written whole or
 //! not at all (a temporary beside it, then a rename).
 
 use std::path::Path;
 
 use kernels_core::DType;
 use kernels_core::gguf::llama::llama_to_gguf;
+use kernels_core::gguf::tokenizer_write::{HfTokenizer, add_tokenizer};
+use kernels_core::gguf::{GgufFile, GgufWriter};
 use kernels_core::models::llama::LlamaConfig;
 
 use crate::atomic_write::write_atomically;
 use crate::llama::{quantize_files, read_dir};
 use crate::{CliResult, emit, fail};
 
-/// `kernels quantize`.
-pub fn run(model: &Path, to: DType, out: &Path) -> CliResult<()> {
+/// `kernels quantize` (`with_tokenizer` false: `--no-tokenizer`).
+pub fn run(model: &Path, to: DType, out: &Path, with_tokenizer: bool) -> CliResult<()> {
     let mut files = read_dir(model)?;
     let config = match &files.parsed_config {
         Some(c) => c.clone(),
@@ -27,16 +31,86 @@ pub fn run(model: &Path, to: DType, out: &Path) -> CliResult<()> {
         .validate()
         .map_err(|e| fail(format!("{}: {e}", files.origin)))?;
     quantize_files(&mut files, Some(to))?;
-    let writer = llama_to_gguf(&config, &files.tensors)
+    let mut writer = llama_to_gguf(&config, &files.tensors)
         .map_err(|e| fail(format!("{}: {e}", files.origin)))?;
+    let tokenizer = if !with_tokenizer {
+        false
+    } else if model.is_dir() {
+        tokenizer_of_dir(&mut writer, model, config.vocab_size).map_err(|e| {
+            fail(format!(
+                "{e} (--no-tokenizer writes the weights and config without it)"
+            ))
+        })?
+    } else {
+        tokenizer_of_gguf(&mut writer, model)?
+    };
     let bytes = writer
         .to_bytes()
         .map_err(|e| fail(format!("{}: {e}", out.display())))?;
     write_atomically(out, &bytes).map_err(|e| fail(format!("{}: {e}", out.display())))?;
+    let note = match (tokenizer, with_tokenizer) {
+        (true, _) => "",
+        (false, true) => {
+            "; no tokenizer: the checkpoint has no tokenizer.json, so llama.cpp cannot run the file"
+        }
+        (false, false) => "; no tokenizer (--no-tokenizer), so llama.cpp cannot run the file",
+    };
     emit(&format!(
-        "wrote {} ({:.1} MB, {} tensors; the tokenizer is not written: tokenizer.ggml.* from a tokenizer.json is not implemented yet)\n",
+        "wrote {} ({:.1} MB, {} tensors{note})\n",
         out.display(),
         bytes.len() as f64 / 1e6,
         files.tensors.len()
     ))
+}
+
+/// Reads a file of `dir` when it exists.
+fn read_opt(dir: &Path, name: &str) -> CliResult<Option<Vec<u8>>> {
+    let path = dir.join(name);
+    match std::fs::read(&path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(fail(format!("{}: {e}", path.display()))),
+    }
+}
+
+/// Adds the `tokenizer.ggml.*` keys of `dir`'s `tokenizer.json` (false when there is none).
+fn tokenizer_of_dir(w: &mut GgufWriter, dir: &Path, vocab_size: usize) -> CliResult<bool> {
+    let Some(json) = read_opt(dir, "tokenizer.json")? else {
+        return Ok(false);
+    };
+    let config = read_opt(dir, "tokenizer_config.json")?;
+    let jinja = read_opt(dir, "chat_template.jinja")?;
+    let jinja = jinja
+        .map(|b| {
+            String::from_utf8(b).map_err(|_| {
+                fail(format!(
+                    "{}: not UTF-8",
+                    dir.join("chat_template.jinja").display()
+                ))
+            })
+        })
+        .transpose()?;
+    let path = dir.join("tokenizer.json").display().to_string();
+    let files = HfTokenizer {
+        path: &path,
+        tokenizer_json: &json,
+        tokenizer_config: config.as_deref(),
+        chat_template_jinja: jinja.as_deref(),
+    };
+    add_tokenizer(w, &files, vocab_size)?;
+    Ok(true)
+}
+
+/// Copies a GGUF file's `tokenizer.*` keys (false when it has no `tokenizer.ggml.model`).
+fn tokenizer_of_gguf(w: &mut GgufWriter, path: &Path) -> CliResult<bool> {
+    let origin = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| fail(format!("{origin}: {e}")))?;
+    let file = GgufFile::parse(&bytes, &origin)?;
+    let has = file.get("tokenizer.ggml.model").is_some();
+    for (k, v) in &file.metadata {
+        if k.starts_with("tokenizer.") {
+            w.set_metadata(k, v.clone())?;
+        }
+    }
+    Ok(has)
 }
