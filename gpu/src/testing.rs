@@ -186,7 +186,7 @@ pub fn wgpu(test: &str) -> Option<WgpuBackend> {
 
 /// wgpu with `shader_f16: false` (f16 values decoded with integer arithmetic), for tests that
 /// run both f16 paths: `None` when the adapter has no shader-f16 (the default backend already
-/// is that path) or no adapter answers (after [`wgpu`]'s skip line).
+/// is that path) or no adapter answers (after [`wgpu()`]'s skip line).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn wgpu_without_shader_f16(test: &str) -> Option<WgpuBackend> {
     let default = wgpu(test)?;
