@@ -66,6 +66,12 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
         (Op::GruSequence, Direction::Backward) => {
             Some(super::gru::sequence_backward_with(args, matmul_slices))
         }
+        (Op::GruEnsemble, Direction::Forward) => {
+            Some(super::gru::ensemble_forward_with(args, matmul_slices))
+        }
+        (Op::GruEnsemble, Direction::Backward) => {
+            Some(super::gru::ensemble_backward_with(args, matmul_slices))
+        }
         (Op::Linear { activation }, Direction::Forward) => {
             Some(linear_forward(kernel, activation, args))
         }
