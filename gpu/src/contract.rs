@@ -142,6 +142,7 @@ pub fn codes() -> Result<Vec<(String, u32)>> {
             | Op::Attention { .. }
             | Op::GruCell
             | Op::GruSequence
+            | Op::GruEnsemble
             | Op::SvdLowrank { .. } => {}
         }
     }

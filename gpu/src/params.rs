@@ -227,16 +227,18 @@ kernel_params! {
         u32: [seq_q, seq_kv, head_dim, head_dim_v, heads_q, group, items, kv_len],
         f32: [scale],
     }
-    /// A GRU step's fused gates: `batch_hidden = batch * hidden` threads at `step`; `flags`
-    /// bit 0 writes h_n, bit 1 the gate trace.
+    /// A GRU step's fused gates for `members` GRUs at once (1 but for `gru_ensemble`):
+    /// `batch_hidden = batch * hidden` threads per member at `step` of `seq`; `flags` bit 0
+    /// writes h_n, bit 1 the gate trace.
     GruForwardParams("gru_forward") for ["gate_forward"] {
-        u32: [batch_hidden, hidden, step, batch, flags],
+        u32: [batch_hidden, hidden, step, batch, flags, seq, members],
         f32: [],
     }
-    /// A GRU step's gate gradients: `h_offset` is the element offset of h_prev in its buffer;
-    /// `mode` says where the incoming hidden-state gradient comes from (see the kernel).
+    /// A GRU step's gate gradients for `members` GRUs at once; h_prev is h0 at step 0, else
+    /// the output at `step - 1` of `seq`; `mode` says where the incoming hidden-state gradient
+    /// comes from (see the kernel).
     GruBackwardParams("gru_backward") for ["gate_backward"] {
-        u32: [batch_hidden, hidden, step, h_offset, batch, mode],
+        u32: [batch_hidden, hidden, step, seq, batch, mode, members],
         f32: [],
     }
     /// Orthonormalizes the columns of `batch` matrices `[rows, cols]`.

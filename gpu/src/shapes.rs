@@ -187,6 +187,38 @@ pub fn gru(name: &'static str, sequence: bool, args: &[&[usize]]) -> Result<GruD
     })
 }
 
+/// `gru_ensemble` geometry: every input has a leading member axis (x `[members, seq, batch,
+/// input]`), and each member's slices are a `gru_sequence`'s. `(members, per-member dims)`.
+pub fn gru_ensemble(name: &'static str, args: &[&[usize]]) -> Result<(usize, GruDims)> {
+    let xs = args.first().copied().unwrap_or_default();
+    let &[members, _, _, _] = xs else {
+        return Err(Error::bad_shape(
+            name,
+            "x",
+            xs,
+            "needs rank 4 [members, seq, batch, input]",
+        ));
+    };
+    non_empty(name, "x", xs)?;
+    let names = ["x", "h0", "weight_ih", "weight_hh", "bias_ih", "bias_hh"];
+    let mut per = Vec::with_capacity(names.len());
+    for (i, what) in names.iter().enumerate() {
+        let s = args.get(i).copied().unwrap_or_default();
+        match s.split_first() {
+            Some((&m, rest)) if m == members => per.push(rest),
+            _ => {
+                return Err(Error::bad_shape(
+                    name,
+                    what,
+                    s,
+                    format!("expected {members} members first"),
+                ));
+            }
+        }
+    }
+    Ok((members, gru(name, true, &per)?))
+}
+
 /// cross_entropy geometry: logits `[..., classes]`, targets the leading dims; `(rows, classes)`.
 pub fn cross_entropy(
     name: &'static str,

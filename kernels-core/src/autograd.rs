@@ -518,6 +518,31 @@ impl Graph {
             }),
         }
     }
+    /// An ensemble of one-layer GRUs over stacked weights (a leading member axis on every
+    /// input; x `[members, seq, batch, input]`): `(output [members, seq, batch, hidden],
+    /// h_n [members, batch, hidden])`.
+    pub fn gru_ensemble(
+        &self,
+        x: &Var,
+        h0: &Var,
+        weight_ih: &Var,
+        weight_hh: &Var,
+        bias_ih: &Var,
+        bias_hh: &Var,
+    ) -> Result<(Var, Var)> {
+        let mut outs = self.apply(
+            &Op::GruEnsemble,
+            &[x, h0, weight_ih, weight_hh, bias_ih, bias_hh],
+        )?;
+        let h_n = outs.pop();
+        let output = outs.pop();
+        match (output, h_n, outs.is_empty()) {
+            (Some(o), Some(h), true) => Ok((o, h)),
+            _ => Err(Error::Autograd {
+                why: "gru_ensemble: expected two outputs".into(),
+            }),
+        }
+    }
     /// `F.cross_entropy(logits, targets)`, mean over rows.
     pub fn cross_entropy(&self, logits: &Var, targets: &Var) -> Result<Var> {
         self.apply1(Op::CrossEntropy, &[logits, targets])

@@ -701,6 +701,29 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             }
             v
         }
+        K::GruEnsemble => {
+            let mut v = Vec::new();
+            // One member of one step; three members of odd sizes; members * batch * hidden
+            // just above a workgroup (258 threads).
+            for (m, s, b, i, h) in [
+                (1usize, 1usize, 1usize, 2usize, 3usize),
+                (3, 4, 3, 5, 7),
+                (2, 2, 3, 2, 43),
+            ] {
+                v.push(case(
+                    Op::GruEnsemble,
+                    vec![
+                        g.f(&[m, s, b, i], Normal)?,
+                        g.f(&[m, b, h], Normal)?,
+                        g.f(&[m, 3 * h, i], Uniform(-0.5, 0.5))?,
+                        g.f(&[m, 3 * h, h], Uniform(-0.5, 0.5))?,
+                        g.f(&[m, 3 * h], Uniform(-0.5, 0.5))?,
+                        g.f(&[m, 3 * h], Uniform(-0.5, 0.5))?,
+                    ],
+                ));
+            }
+            v
+        }
         K::CrossEntropy => vec![
             case(
                 Op::CrossEntropy,

@@ -213,10 +213,12 @@ pub async fn predict(
     let p = store.bind(&g)?;
     let s0 = g.constant(backend.upload(&s0)?)?;
     let roll = model.rollout(&g, &p, &s0, settings.steps)?;
-    let mut members = Vec::with_capacity(roll.members.len());
-    for m in &roll.members {
-        members.push(backend.download(m.tensor()).await?.to_f32_vec()?);
-    }
+    let members = roll
+        .download_members(&*backend)
+        .await?
+        .iter()
+        .map(Tensor::to_f32_vec)
+        .collect::<Result<Vec<_>>>()?;
     let rollout = start.elapsed();
 
     let (mean, _) = ensemble_stats(&g, &roll)?;

@@ -2,7 +2,7 @@
 //! device's matmul hook (tiled WGSL on wgpu, cuBLAS on CUDA).
 
 use kernels_core::op::Activation;
-use kernels_core::{DType, Error, Result, Tensor};
+use kernels_core::{DType, Result, Tensor};
 
 use super::common::arg;
 use super::elementwise::sum_rows;
@@ -35,43 +35,6 @@ pub(crate) fn matmul(
         },
     )?;
     Ok(out)
-}
-
-/// `out [m, n] = op(a) @ op(b)` for one matrix each, read from element offsets `off_a` and
-/// `off_b` of larger buffers (one step of a sequence, say), written into `out`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn matmul_at(
-    be: &dyn Device,
-    name: &'static str,
-    (a, off_a, trans_a): (&Tensor, usize, bool),
-    (b, off_b, trans_b): (&Tensor, usize, bool),
-    out: &Tensor,
-    (m, n, k): (usize, usize, usize),
-) -> Result<()> {
-    let fits =
-        |t: &Tensor, off: usize, len: usize| off.checked_add(len).is_some_and(|e| e <= t.numel());
-    if !fits(a, off_a, m * k) || !fits(b, off_b, k * n) || out.numel() != m * n {
-        return Err(Error::bad_shape(
-            name,
-            "matmul operand",
-            a.shape(),
-            format!("[{m}, {k}] @ [{k}, {n}] at offsets {off_a}, {off_b} does not fit"),
-        ));
-    }
-    be.matmul(
-        name,
-        &Matmul {
-            a: (a, off_a, trans_a),
-            b: (b, off_b, trans_b),
-            out,
-            mnk: (m, n, k),
-            steps_batch: (0, 0, 1),
-            fused: Fused::default(),
-            a_range: None,
-            b_range: None,
-            out_at: None,
-        },
-    )
 }
 
 /// `linear` forward: one matmul `x [rows, in] @ weight^T` with the bias and activation in its

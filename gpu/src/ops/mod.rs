@@ -289,6 +289,8 @@ pub(crate) fn run(
         (Op::GruCell, B) => gru::backward(be, name, false, args),
         (Op::GruSequence, F) => gru::sequence_forward(be, name, args),
         (Op::GruSequence, B) => gru::backward(be, name, true, args),
+        (Op::GruEnsemble, F) => gru::ensemble_forward(be, name, args),
+        (Op::GruEnsemble, B) => gru::ensemble_backward(be, name, args),
         (
             Op::SvdLowrank {
                 rank,

@@ -474,5 +474,19 @@ pub fn sequence_backward_with<T: Real>(args: &[View<T>], mm: MatmulFn<T>) -> Res
     Ok(grads_out(dm, x_shape.to_vec(), grad_x, dh, pg))
 }
 
+mod ensemble;
+
+pub use ensemble::{ensemble_backward_with, ensemble_forward_with};
+
+/// Forward of `gru_ensemble` (see [`ensemble_forward_with`]).
+pub fn ensemble_forward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    ensemble_forward_with(args, matmul_slices::<T>)
+}
+
+/// Backward of `gru_ensemble` (see [`ensemble_backward_with`]).
+pub fn ensemble_backward<T: Real>(args: &[View<T>]) -> Result<Vec<Owned<T>>> {
+    ensemble_backward_with(args, matmul_slices::<T>)
+}
+
 #[cfg(test)]
 mod tests;

@@ -154,6 +154,8 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
         (Op::GruCell, B) => gru::cell_backward(args),
         (Op::GruSequence, F) => gru::sequence_forward(args),
         (Op::GruSequence, B) => gru::sequence_backward(args),
+        (Op::GruEnsemble, F) => gru::ensemble_forward(args),
+        (Op::GruEnsemble, B) => gru::ensemble_backward(args),
         (Op::CrossEntropy, F) => loss::cross_entropy_forward(args),
         (Op::CrossEntropy, B) => loss::cross_entropy_backward(args),
         (Op::Mse, F) => loss::mse_forward(args),

@@ -5,26 +5,32 @@
 //!
 //! ```text
 //! s0 [B, F]  --encoder: Linear F -> E, ReLU-->  z [B, E]
-//! per member e of M:
-//!   h0_e   = tanh(init_e(z))                       [B, H]   the initial hidden state
-//!   x      = z repeated over the steps             [N, B, E] the GRU's input at every step
-//!   out_e  = GRU_e(x, h0_e)                        [N, B, H] one gru_sequence op: all N steps
-//!   pred_e = s0 + readout_e(out_e)                 [N, B, F] the state features at t = 1..N
+//! all members e of M together, their parameters stacked on a leading member axis:
+//!   h0     = tanh(init(z))                         [M, B, H]    the initial hidden states
+//!   x      = z repeated over members and steps     [M, N, B, E] the GRUs' input at every step
+//!   out    = GRU(x, h0)                            [M, N, B, H] one gru_ensemble op: all N steps
+//!   pred   = s0 + readout(out)                     [M, N, B, F] the state features at t = 1..N
 //! ensemble mean and spread (std over the members) per step and feature
 //! ```
 //!
 //! Why this shape:
 //! - The GRU's input is the encoded initial state at every step, known before the rollout
-//!   starts: the input projections of all steps are then one matmul up front (inside
-//!   `gru_sequence`), and each step costs only the recurrent product and the gate kernel (on
-//!   wgpu 2 dispatches per step and member). The model is an open-loop decoder: it does not
-//!   feed its own predictions back, so errors do not compound through re-encoding, and the
-//!   whole rollout stays on the device. `z` at every step keeps the initial condition in view
-//!   while `h` carries the evolving state.
+//!   starts: the input projections of all steps and members are then one batched matmul up
+//!   front (inside `gru_ensemble`), and each step costs only the recurrent product of all
+//!   members (one batched matmul) and the gate kernel of all members: 2 dispatches per step of
+//!   the whole ensemble on wgpu (2 launches on CUDA), whatever the number of members
+//!   ([`ensemble`]). The model is an open-loop decoder: it does not feed its own predictions
+//!   back, so errors do not compound through re-encoding, and the whole rollout stays on the
+//!   device. `z` at every step keeps the initial condition in view while `h` carries the
+//!   evolving state.
 //! - The readout predicts the change from `s0`: a zero readout is the persistence baseline
 //!   ("no change"), which the model must beat.
 //! - Members differ by initialization only and train on the same batches (a deep ensemble);
-//!   their disagreement is the uncertainty estimate.
+//!   their disagreement is the uncertainty estimate. The store keeps each member's tensors
+//!   (the names below); the rollout stacks them ([`WorldModel::stack`], differentiable, or
+//!   [`WorldModel::stacked_weights`] once for inference). [`WorldModel::rollout_per_member`]
+//!   is the same rollout member by member (one `gru_sequence` each), the reference the stacked
+//!   one is tested against.
 //!
 //! Residual compression ([`residual_svd`], [`apply_correction`], [`compress_residuals`]): the
 //! residuals `pred - truth`, as a `[N * B, F]` matrix, are compressed by `svd_lowrank` to rank k
@@ -38,7 +44,10 @@
 //! `members.{e}.init.{weight,bias}`, `members.{e}.gru.{weight_ih_l0,weight_hh_l0,bias_ih_l0,
 //! bias_hh_l0}`, `members.{e}.readout.{weight,bias}`.
 
+pub mod ensemble;
 pub mod sim;
+
+pub use ensemble::{Ensemble, EnsembleWeights};
 
 use alloc::format;
 use alloc::rc::Rc;
@@ -98,10 +107,27 @@ pub struct WorldModel {
     pub members: Vec<Member>,
 }
 
-/// A rollout: every member's predictions `[steps, batch, features]`.
+/// A rollout: every member's predictions, stacked `[members, steps, batch, features]`.
 #[derive(Debug, Clone)]
 pub struct Rollout {
-    pub members: Vec<Var>,
+    pub stacked: Var,
+}
+
+impl Rollout {
+    /// The number of members.
+    pub fn members(&self) -> usize {
+        self.stacked.shape().first().copied().unwrap_or(0)
+    }
+    /// Every member's predictions `[steps, batch, features]` on the host, in one download.
+    pub async fn download_members(&self, backend: &dyn Backend) -> Result<Vec<Tensor>> {
+        let all = backend.download(self.stacked.tensor()).await?;
+        let shape = all.shape().get(1..).unwrap_or(&[]).to_vec();
+        let v = all.as_f32()?;
+        let per = v.len() / self.members().max(1);
+        v.chunks_exact(per.max(1))
+            .map(|m| Tensor::from_f32(&shape, m.to_vec()))
+            .collect()
+    }
 }
 
 impl WorldModel {
@@ -174,8 +200,9 @@ impl WorldModel {
         self.encoder.forward_act(g, p, s, Activation::Relu)
     }
 
-    /// Rolls every member `steps` steps ahead from the encoded state `z` of `s0`. Predictions
-    /// are for t = 1..=steps.
+    /// Rolls every member `steps` steps ahead from the encoded state `z` of `s0`, all members
+    /// together ([`WorldModel::stack`] then [`WorldModel::rollout_ensemble`]). Predictions are
+    /// for t = 1..=steps.
     pub fn rollout_from(
         &self,
         g: &Graph,
@@ -184,6 +211,21 @@ impl WorldModel {
         z: &Var,
         steps: usize,
     ) -> Result<Rollout> {
+        self.check_state("s0", s0.shape())?;
+        let e = self.stack(g, p)?;
+        self.rollout_ensemble(g, &e, s0, z, steps)
+    }
+
+    /// The rollout member by member (one `gru_sequence` per member, each `[steps, batch,
+    /// features]`): the reference [`WorldModel::rollout_from`] is tested against.
+    pub fn rollout_per_member(
+        &self,
+        g: &Graph,
+        p: &Params,
+        s0: &Var,
+        steps: usize,
+    ) -> Result<Vec<Var>> {
+        let z = self.encode(g, p, s0)?;
         let batch = self.check_state("s0", s0.shape())?;
         let WorldConfig {
             features,
@@ -191,13 +233,6 @@ impl WorldModel {
             hidden,
             ..
         } = self.config;
-        if z.shape() != [batch, embed] {
-            return Err(Error::mismatch(
-                "WorldModel::rollout",
-                &[batch, embed],
-                z.shape(),
-            ));
-        }
         if steps == 0 {
             return Err(Error::Empty {
                 op: "WorldModel::rollout",
@@ -206,20 +241,18 @@ impl WorldModel {
         }
         // z at every step: a broadcast add onto zeros (the add's backward sums the steps).
         let zeros = g.constant(g.backend().zeros(&[steps, batch, embed])?)?;
-        let x = g.add(&zeros, z)?;
-        let members = self
-            .members
+        let x = g.add(&zeros, &z)?;
+        self.members
             .iter()
             .map(|m| {
-                let h0 = m.init.forward_act(g, p, z, Activation::Tanh)?;
+                let h0 = m.init.forward_act(g, p, &z, Activation::Tanh)?;
                 let (out, _h_n) = m.gru.forward(g, p, &x, Some(&h0))?;
                 let flat = g.reshape(&out, &[steps * batch, hidden])?;
                 let delta = m.readout.forward(g, p, &flat)?;
                 let delta = g.reshape(&delta, &[steps, batch, features])?;
                 g.add(&delta, s0)
             })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Rollout { members })
+            .collect()
     }
 
     /// [`WorldModel::encode`] then [`WorldModel::rollout_from`].
@@ -238,19 +271,11 @@ impl WorldModel {
             }
         };
         let roll = self.rollout(g, p, s0, steps)?;
-        let mut total: Option<Var> = None;
-        for pred in &roll.members {
-            let l = g.mse(pred, truth)?;
-            total = Some(match total {
-                Some(t) => g.add(&t, &l)?,
-                None => l,
-            });
-        }
-        let total = total.ok_or_else(|| Error::Empty {
-            op: "WorldModel::loss",
-            tensor: "members".into(),
-        })?;
-        g.scale(&total, 1.0 / self.members.len() as f32)
+        // Every member has as many predictions: the mean of the members' MSEs is the MSE of
+        // the stacked predictions against the truth repeated per member.
+        let zeros = g.constant(g.backend().zeros(roll.stacked.shape())?)?;
+        let truth = g.add(&zeros, truth)?;
+        g.mse(&roll.stacked, &truth)
     }
 
     /// One BPTT step with AdamW: forward, backward through the whole rollout, update. Returns
@@ -276,29 +301,26 @@ impl WorldModel {
 
 /// Ensemble mean and spread (population std over the members), each `[steps, batch, features]`.
 pub fn ensemble_stats(g: &Graph, roll: &Rollout) -> Result<(Var, Var)> {
-    let n = roll.members.len();
-    let first = roll.members.first().ok_or_else(|| Error::Empty {
-        op: "ensemble_stats",
-        tensor: "members".into(),
-    })?;
-    let mut sum = first.clone();
-    for m in roll.members.iter().skip(1) {
-        sum = g.add(&sum, m)?;
-    }
-    let mean = g.scale(&sum, 1.0 / n as f32)?;
-    let mut sq: Option<Var> = None;
-    for m in &roll.members {
-        let d = g.sub(m, &mean)?;
-        let d2 = g.mul(&d, &d)?;
-        sq = Some(match sq {
-            Some(s) => g.add(&s, &d2)?,
-            None => d2,
-        });
-    }
-    let var = match sq {
-        Some(s) => g.scale(&s, 1.0 / n as f32)?,
-        None => mean.clone(),
+    let shape = roll.stacked.shape().to_vec();
+    let (members, per) = match shape.split_first() {
+        Some((&m, rest)) if m > 0 && !rest.is_empty() => (m, rest.to_vec()),
+        _ => {
+            return Err(Error::Empty {
+                op: "ensemble_stats",
+                tensor: "members".into(),
+            });
+        }
     };
+    let n: usize = per.iter().product();
+    // The mean over the leading axis: [M, n] -> [n, M] -> mean over the last dim.
+    let over_members = |v: &Var| -> Result<Var> {
+        let flat = g.reshape(v, &[members, n])?;
+        let m = g.mean(&g.transpose(&flat)?)?;
+        g.reshape(&m, &per)
+    };
+    let mean = over_members(&roll.stacked)?;
+    let d = g.sub(&roll.stacked, &mean)?;
+    let var = over_members(&g.mul(&d, &d)?)?;
     let spread = g.sqrt(&var)?;
     Ok((mean, spread))
 }
@@ -627,12 +649,15 @@ pub async fn evaluate(
     let mut pers_sum = alloc::vec![0.0f64; steps];
     let mut spread_sum = alloc::vec![0.0f64; steps];
     let mut n = 0usize;
+    let stacked = model.stacked_weights(store)?;
     for chunk in starts.chunks(batch.max(1)) {
         let (s0, truth) = windows.gather(chunk, steps)?;
         let g = Graph::inference(store.backend().clone());
         let p = store.bind(&g)?;
+        let e = stacked.bind(&g)?;
         let s0_dev = g.constant(backend.upload(&s0)?)?;
-        let roll = model.rollout(&g, &p, &s0_dev, steps)?;
+        let z = model.encode(&g, &p, &s0_dev)?;
+        let roll = model.rollout_ensemble(&g, &e, &s0_dev, &z, steps)?;
         let (mean, spread) = ensemble_stats(&g, &roll)?;
         let mean = backend.download(mean.tensor()).await?;
         let spread = backend.download(spread.tensor()).await?;

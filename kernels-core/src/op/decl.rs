@@ -672,6 +672,20 @@ declare_ops! {
             nan: "IEEE through the gates; a NaN state carries to every later step",
         },
     ],
+    /// A deep ensemble of one-layer GRUs computed together: every input carries a leading
+    /// member axis (the members' weights stacked), and member `m` is `gru_sequence` of the
+    /// `m`-th slices. A step of all members is one batched product and one gate kernel.
+    GruEnsemble => [
+        GruEnsemble "gru_ensemble" {
+            inputs: [x, h0, weight_ih, weight_hh, bias_ih, bias_hh],
+            outputs: [output, h_n],
+            grad: [x, h0, weight_ih, weight_hh, bias_ih, bias_hh],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE_BWD,
+            doc: "gru_sequence per member over stacked weights; x [members, seq, batch, input], h0 [members, batch, hidden], weight_ih [members, 3*hidden, input], weight_hh [members, 3*hidden, hidden], biases [members, 3*hidden]",
+            nan: "IEEE through the gates, member by member; a NaN state carries to every later step of its member",
+        },
+    ],
     CrossEntropy => [
         CrossEntropy "cross_entropy" {
             inputs: [logits, targets: Int],

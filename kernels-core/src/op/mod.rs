@@ -100,7 +100,8 @@ impl OpKind {
             | K::KvWrite
             | K::Attention
             | K::GruCell
-            | K::GruSequence => false,
+            | K::GruSequence
+            | K::GruEnsemble => false,
             K::CrossEntropy | K::Mse | K::Argmax | K::AdamwStep | K::SgdStep => false,
             K::Dequantize => false,
             K::Sample => false,
@@ -264,6 +265,7 @@ impl Op {
             Op::Attention { .. } => last(0).max(dim(1, 2)).max(dim(0, 2)),
             Op::GruCell => last(0) + last(1),
             Op::GruSequence => (last(0) + last(1)) * dim(0, 0).max(1),
+            Op::GruEnsemble => (last(0) + last(1)) * dim(0, 1).max(1),
             Op::CrossEntropy => last(0) * dim(0, 0).max(1),
             Op::Mse => numel(0),
             Op::SvdLowrank { .. } => numel(0),

@@ -283,6 +283,7 @@ fn out_of_range(base: &Case) -> Result<Vec<Case>> {
         | Op::Concat
         | Op::GruCell
         | Op::GruSequence
+        | Op::GruEnsemble
         // No integer inputs and no attribute a value can push out of range (or one the
         // attribute parser already bounds): the non-finite cases are their hostile inputs.
         | Op::Mse => Vec::new(),

@@ -177,12 +177,17 @@ pub fn run(clock: &mut dyn Clock) -> Result<Report> {
         let p = store.bind(&g)?;
         let s0 = g.constant(backend.upload(&Tensor::from_f32(&[1, features], state.clone())?)?)?;
         let roll = world.rollout(&g, &p, &s0, ROLLOUT_STEPS)?;
-        let member = roll.members.first().ok_or_else(|| Error::Empty {
-            op: "embedded workload",
-            tensor: "ensemble members".into(),
-        })?;
         backend.flush()?;
-        download(backend.as_ref(), member.tensor())?.to_f32_vec()?
+        // The first member's predictions: the first block of the stacked ones.
+        let all = download(backend.as_ref(), roll.stacked.tensor())?.to_f32_vec()?;
+        let per = all.len() / roll.members().max(1);
+        if roll.members() == 0 {
+            return Err(Error::Empty {
+                op: "embedded workload",
+                tensor: "ensemble members".into(),
+            });
+        }
+        all.get(..per).unwrap_or_default().to_vec()
     };
     let t_rollout = clock.now();
 

@@ -480,14 +480,17 @@ struct AttentionParams {
     }
 };
 
-// A GRU step's fused gates: `batch_hidden = batch * hidden` threads at `step`; `flags` bit 0 writes
-// h_n, bit 1 the gate trace.
+// A GRU step's fused gates for `members` GRUs at once (1 but for `gru_ensemble`): `batch_hidden =
+// batch * hidden` threads per member at `step` of `seq`; `flags` bit 0 writes h_n, bit 1 the gate
+// trace.
 struct GruForwardParams {
     unsigned int batch_hidden;
     unsigned int hidden;
     unsigned int step;
     unsigned int batch;
     unsigned int flags;
+    unsigned int seq;
+    unsigned int members;
     unsigned int c[4];
     __device__ static GruForwardParams of(const Params& raw) {
         GruForwardParams p;
@@ -496,29 +499,34 @@ struct GruForwardParams {
         p.step = raw.u[2];
         p.batch = raw.u[3];
         p.flags = raw.u[4];
+        p.seq = raw.u[5];
+        p.members = raw.u[6];
         for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
         return p;
     }
 };
 
-// A GRU step's gate gradients: `h_offset` is the element offset of h_prev in its buffer; `mode`
-// says where the incoming hidden-state gradient comes from (see the kernel).
+// A GRU step's gate gradients for `members` GRUs at once; h_prev is h0 at step 0, else the output
+// at `step - 1` of `seq`; `mode` says where the incoming hidden-state gradient comes from (see the
+// kernel).
 struct GruBackwardParams {
     unsigned int batch_hidden;
     unsigned int hidden;
     unsigned int step;
-    unsigned int h_offset;
+    unsigned int seq;
     unsigned int batch;
     unsigned int mode;
+    unsigned int members;
     unsigned int c[4];
     __device__ static GruBackwardParams of(const Params& raw) {
         GruBackwardParams p;
         p.batch_hidden = raw.u[0];
         p.hidden = raw.u[1];
         p.step = raw.u[2];
-        p.h_offset = raw.u[3];
+        p.seq = raw.u[3];
         p.batch = raw.u[4];
         p.mode = raw.u[5];
+        p.members = raw.u[6];
         for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
         return p;
     }

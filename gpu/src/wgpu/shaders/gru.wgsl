@@ -48,39 +48,46 @@ fn tanh_safe(x: f32) -> f32 {
     return select(t, -t, x < 0.0);
 }
 
-// in0 = gi [seq * batch, 3H] (x @ W_ih^T, no bias), in1 = gh [batch, 3H] (h_prev @ W_hh^T),
-// in2 = h0, in3 = biases [6H] (b_ih ++ b_hh).
-// out0 = output [seq, batch, H] (h' written at step t; h_prev read from step t - 1 when t > 0,
-// since a buffer cannot be bound read-only and read-write in one dispatch), out1 = h_n
-// [batch, H] (when p.flags & 1), out2 = trace [seq, batch, 4H] (r, z, n, W_hn h + b_hn; when
-// p.flags & 2).
+// One thread per (member, batch, hidden unit): `p.members` GRUs at once (1 but for
+// gru_ensemble), each member's tensors one block after the other.
+// in0 = gi [members, seq * batch, 3H] (x @ W_ih^T, no bias), in1 = gh [members, batch, 3H]
+// (h_prev @ W_hh^T), in2 = h0 [members, batch, H], in3 = biases [members, 6H] (b_ih ++ b_hh).
+// out0 = output [members, seq, batch, H] (h' written at step t; h_prev read from step t - 1
+// when t > 0, since a buffer cannot be bound read-only and read-write in one dispatch),
+// out1 = h_n [members, batch, H] (when p.flags & 1), out2 = trace [members, seq, batch, 4H]
+// (r, z, n, W_hn h + b_hn; when p.flags & 2).
 @compute @workgroup_size(256)
 fn gate_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
     let p = gru_forward_params();
     let idx = flat_index(wid, nwg, lid);
     let bh = p.batch_hidden;
-    if (idx >= bh) { return; }
+    if (idx >= p.members * bh) { return; }
     let hd = p.hidden;
     let t = p.step;
-    let b = idx / hd;
-    let j = idx % hd;
-    let gi = (t * p.batch + b) * 3u * hd;
-    let gh = b * 3u * hd;
-    let r = sigmoid(in0[gi + j] + in3[j] + in1[gh + j] + in3[3u * hd + j]);
-    let z = sigmoid(in0[gi + hd + j] + in3[hd + j] + in1[gh + hd + j] + in3[4u * hd + j]);
-    let hn = in1[gh + 2u * hd + j] + in3[5u * hd + j];
-    let n = tanh_safe(in0[gi + 2u * hd + j] + in3[2u * hd + j] + r * hn);
+    let m = idx / bh;
+    let i = idx % bh;
+    let b = i / hd;
+    let j = i % hd;
+    let gi = ((m * p.seq + t) * p.batch + b) * 3u * hd;
+    let gh = (idx / hd) * 3u * hd;
+    let bs = m * 6u * hd;
+    let r = sigmoid(in0[gi + j] + in3[bs + j] + in1[gh + j] + in3[bs + 3u * hd + j]);
+    let z = sigmoid(in0[gi + hd + j] + in3[bs + hd + j] + in1[gh + hd + j]
+        + in3[bs + 4u * hd + j]);
+    let hn = in1[gh + 2u * hd + j] + in3[bs + 5u * hd + j];
+    let n = tanh_safe(in0[gi + 2u * hd + j] + in3[bs + 2u * hd + j] + r * hn);
+    let o = m * p.seq * bh + t * bh + i;
     var h: f32;
     if (t == 0u) {
         h = in2[idx];
     } else {
-        h = out0[(t - 1u) * bh + idx];
+        h = out0[o - bh];
     }
     let h_next = (1.0 - z) * n + z * h;
-    out0[t * bh + idx] = h_next;
+    out0[o] = h_next;
     if ((p.flags & 2u) != 0u) {
-        let tr = (t * bh + idx) * 4u;
+        let tr = o * 4u;
         out2[tr] = r;
         out2[tr + 1u] = z;
         out2[tr + 2u] = n;
@@ -91,12 +98,14 @@ fn gate_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) 
     }
 }
 
-// in0 = trace [seq, batch, 4H], in1 = h_prev (at offset p.h_offset), in2 = grad_output
-// [seq, batch, H] (step t used), in3 = mm [batch, H]: dgh_{t+1} @ W_hh (mode 2) or grad_h_n
-// (mode 1); unused in mode 0.
-// out0 = d_gi [seq * batch, 3H], out1 = d_gh [seq * batch, 3H] (step t written),
-// out2 = dh [batch, H]: read as the carried z * grad of the step after (mode 2), written as
-// z * grad of this step.
+// One thread per (member, batch, hidden unit), as the forward.
+// in0 = trace [members, seq, batch, 4H], in1 = h_prev: h0 [members, batch, H] at step 0, else
+// the forward's output [members, seq, batch, H] (step t - 1 read), in2 = grad_output
+// [members, seq, batch, H] (step t used), in3 = mm [members, batch, H]: dgh_{t+1} @ W_hh
+// (mode 2) or grad_h_n (mode 1); unused in mode 0.
+// out0 = d_gi [members, seq * batch, 3H], out1 = d_gh [members, seq * batch, 3H] (step t
+// written), out2 = dh [members, batch, H]: read as the carried z * grad of the step after
+// (mode 2), written as z * grad of this step.
 // p.mode: 0 grad = grad_output[t]; 1 grad = grad_output[t] + in3; 2 grad = grad_output[t]
 // + out2 + in3.
 @compute @workgroup_size(256)
@@ -105,18 +114,26 @@ fn gate_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     let p = gru_backward_params();
     let idx = flat_index(wid, nwg, lid);
     let bh = p.batch_hidden;
-    if (idx >= bh) { return; }
+    if (idx >= p.members * bh) { return; }
     let hd = p.hidden;
     let t = p.step;
-    let b = idx / hd;
-    let j = idx % hd;
-    let tr = (t * bh + idx) * 4u;
+    let m = idx / bh;
+    let i = idx % bh;
+    let b = i / hd;
+    let j = i % hd;
+    let o = m * p.seq * bh + t * bh + i;
+    let tr = o * 4u;
     let r = in0[tr];
     let z = in0[tr + 1u];
     let n = in0[tr + 2u];
     let hn = in0[tr + 3u];
-    let h = in1[p.h_offset + idx];
-    var go = in2[t * bh + idx];
+    var h: f32;
+    if (t == 0u) {
+        h = in1[idx];
+    } else {
+        h = in1[o - bh];
+    }
+    var go = in2[o];
     if (p.mode == 1u) {
         go = go + in3[idx];
     } else if (p.mode == 2u) {
@@ -127,7 +144,7 @@ fn gate_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     let da_n = dn * (1.0 - n * n);
     let da_r = da_n * hn * r * (1.0 - r);
     let da_z = dz * z * (1.0 - z);
-    let row = (t * p.batch + b) * 3u * hd;
+    let row = ((m * p.seq + t) * p.batch + b) * 3u * hd;
     out0[row + j] = da_r;
     out0[row + hd + j] = da_z;
     out0[row + 2u * hd + j] = da_n;

@@ -303,31 +303,36 @@ fn attention_params() -> AttentionParams {
     return AttentionParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4, kernel_params.u5, kernel_params.u6, kernel_params.u7, kernel_params.f0);
 }
 
-// A GRU step's fused gates: `batch_hidden = batch * hidden` threads at `step`; `flags` bit 0 writes
-// h_n, bit 1 the gate trace.
+// A GRU step's fused gates for `members` GRUs at once (1 but for `gru_ensemble`): `batch_hidden =
+// batch * hidden` threads per member at `step` of `seq`; `flags` bit 0 writes h_n, bit 1 the gate
+// trace.
 struct GruForwardParams {
     batch_hidden: u32,
     hidden: u32,
     step: u32,
     batch: u32,
     flags: u32,
+    seq: u32,
+    members: u32,
 }
 fn gru_forward_params() -> GruForwardParams {
-    return GruForwardParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4);
+    return GruForwardParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4, kernel_params.u5, kernel_params.u6);
 }
 
-// A GRU step's gate gradients: `h_offset` is the element offset of h_prev in its buffer; `mode`
-// says where the incoming hidden-state gradient comes from (see the kernel).
+// A GRU step's gate gradients for `members` GRUs at once; h_prev is h0 at step 0, else the output
+// at `step - 1` of `seq`; `mode` says where the incoming hidden-state gradient comes from (see the
+// kernel).
 struct GruBackwardParams {
     batch_hidden: u32,
     hidden: u32,
     step: u32,
-    h_offset: u32,
+    seq: u32,
     batch: u32,
     mode: u32,
+    members: u32,
 }
 fn gru_backward_params() -> GruBackwardParams {
-    return GruBackwardParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4, kernel_params.u5);
+    return GruBackwardParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4, kernel_params.u5, kernel_params.u6);
 }
 
 // Orthonormalizes the columns of `batch` matrices `[rows, cols]`.

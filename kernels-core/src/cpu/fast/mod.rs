@@ -66,6 +66,12 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
         (Op::GruSequence, Direction::Backward) => {
             Some(super::gru::sequence_backward_with(args, matmul_slices))
         }
+        (Op::GruEnsemble, Direction::Forward) => {
+            Some(super::gru::ensemble_forward_with(args, matmul_slices))
+        }
+        (Op::GruEnsemble, Direction::Backward) => {
+            Some(super::gru::ensemble_backward_with(args, matmul_slices))
+        }
         (Op::Linear { activation }, Direction::Forward) => {
             Some(linear_forward(kernel, activation, args))
         }
@@ -777,8 +783,9 @@ mod tests {
         ));
     }
 
-    /// gru_sequence and gru_cell on the fast GEMM against the reference (plain loops), forward
-    /// and backward, within the op's budgets, on awkward sizes (primes, hidden 1, seq 1).
+    /// gru_sequence, gru_cell and gru_ensemble (one member) on the fast GEMM against the
+    /// reference (plain loops), forward and backward, within the op's budgets, on awkward sizes
+    /// (primes, hidden 1, seq 1).
     #[test]
     fn gru_matches_the_reference() {
         let mut rng = Rng::new(17);
@@ -801,14 +808,23 @@ mod tests {
                 .zip(&data)
                 .map(|(s, d)| View::float(s, d))
                 .collect();
-            for kind in [OpKind::GruSequence, OpKind::GruCell] {
+            // The ensemble of one member: the same tensors with a leading member axis.
+            let members: Vec<Vec<usize>> =
+                shapes.iter().map(|s| [&[1usize][..], s].concat()).collect();
+            for kind in [OpKind::GruSequence, OpKind::GruCell, OpKind::GruEnsemble] {
                 let op = Op::default_for(kind).unwrap();
-                let args: Vec<View<f32>> = if kind == OpKind::GruCell {
-                    let mut a = args.clone();
-                    a[0] = View::float(&shapes[0][1..], &data[0][..batch * input]);
-                    a
-                } else {
-                    args.clone()
+                let args: Vec<View<f32>> = match kind {
+                    OpKind::GruCell => {
+                        let mut a = args.clone();
+                        a[0] = View::float(&shapes[0][1..], &data[0][..batch * input]);
+                        a
+                    }
+                    OpKind::GruEnsemble => members
+                        .iter()
+                        .zip(&data)
+                        .map(|(s, d)| View::float(s, d))
+                        .collect(),
+                    _ => args.clone(),
                 };
                 let spec = kind.spec();
                 let k = input + hidden;

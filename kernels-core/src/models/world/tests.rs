@@ -54,10 +54,12 @@ fn rollout_shapes_members_differ_and_zero_readout_is_persistence() {
     let p = store.bind(&g).unwrap();
     let s0v = g.constant(s0.clone()).unwrap();
     let roll = model.rollout(&g, &p, &s0v, 4).unwrap();
-    assert_eq!(roll.members.len(), 3);
-    assert!(roll.members.iter().all(|m| m.shape() == [4, 7, 5]));
-    let a = roll.members[0].tensor().to_f32_vec().unwrap();
-    let b = roll.members[1].tensor().to_f32_vec().unwrap();
+    assert_eq!(roll.members(), 3);
+    assert_eq!(roll.stacked.shape(), [3, 4, 7, 5]);
+    let members = ready(roll.download_members(&**store.backend())).unwrap();
+    assert!(members.iter().all(|m| m.shape() == [4, 7, 5]));
+    let a = members[0].to_f32_vec().unwrap();
+    let b = members[1].to_f32_vec().unwrap();
     assert!(a.iter().zip(&b).any(|(x, y)| (x - y).abs() > 1e-3));
     let (mean, spread) = ensemble_stats(&g, &roll).unwrap();
     let (mean, spread) = (
@@ -65,14 +67,25 @@ fn rollout_shapes_members_differ_and_zero_readout_is_persistence() {
         spread.tensor().to_f32_vec().unwrap(),
     );
     // Mean and population std by hand at one element.
-    let vals: Vec<f32> = roll
-        .members
-        .iter()
-        .map(|m| m.tensor().to_f32_vec().unwrap()[9])
-        .collect();
+    let vals: Vec<f32> = members.iter().map(|m| m.to_f32_vec().unwrap()[9]).collect();
     let m = vals.iter().sum::<f32>() / 3.0;
     let sd = (vals.iter().map(|v| (v - m) * (v - m)).sum::<f32>() / 3.0).sqrt();
     assert!((mean[9] - m).abs() < 1e-6 && (spread[9] - sd).abs() < 1e-5);
+
+    // The stacked rollout is the per-member one.
+    let per = model.rollout_per_member(&g, &p, &s0v, 4).unwrap();
+    for (want, got) in per.iter().zip(&members) {
+        let (w, o) = (
+            want.tensor().to_f32_vec().unwrap(),
+            got.to_f32_vec().unwrap(),
+        );
+        assert!(w.iter().zip(&o).all(|(x, y)| (x - y).abs() < 1e-5));
+    }
+    // So is the one from weights stacked once.
+    let e = model.stacked_weights(&store).unwrap().bind(&g).unwrap();
+    let z = model.encode(&g, &p, &s0v).unwrap();
+    let again = model.rollout_ensemble(&g, &e, &s0v, &z, 4).unwrap();
+    assert!(again.stacked.tensor().bit_eq(roll.stacked.tensor()));
 
     // With every readout zeroed, each member predicts "no change".
     for e in 0..3 {
@@ -87,11 +100,9 @@ fn rollout_shapes_members_differ_and_zero_readout_is_persistence() {
     let s0v = g.constant(s0.clone()).unwrap();
     let roll = model.rollout(&g, &p, &s0v, 3).unwrap();
     let s = s0.to_f32_vec().unwrap();
-    for mbr in &roll.members {
-        let v = mbr.tensor().to_f32_vec().unwrap();
-        for step in v.chunks_exact(s.len()) {
-            assert_eq!(step, s.as_slice());
-        }
+    let v = roll.stacked.tensor().to_f32_vec().unwrap();
+    for step in v.chunks_exact(s.len()) {
+        assert_eq!(step, s.as_slice());
     }
 }
 

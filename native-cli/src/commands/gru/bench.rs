@@ -183,8 +183,10 @@ pub fn measure(o: &GruBenchOptions) -> CliResult<GruBench> {
         let s0 = g.constant(t.backend.upload(&s0_host)?)?;
         let truth = g.constant(t.backend.upload(&truth_host)?)?;
         let z = model.encode(&g, &p, &s0)?;
+        // The members' weights stacked once, as a loaded model's inference does.
+        let e = model.stacked_weights(&store)?.bind(&g)?;
         let rollout = |steps: usize| -> kernels_core::Result<Var> {
-            let roll = model.rollout_from(&g, &p, &s0, &z, steps)?;
+            let roll = model.rollout_ensemble(&g, &e, &s0, &z, steps)?;
             Ok(ensemble_stats(&g, &roll)?.0)
         };
         let mean = rollout(o.steps)?;
@@ -219,7 +221,7 @@ pub fn measure(o: &GruBenchOptions) -> CliResult<GruBench> {
         })?;
         stage("total", &mut || {
             let z = model.encode(&g, &p, &s0)?;
-            let roll = model.rollout_from(&g, &p, &s0, &z, o.steps)?;
+            let roll = model.rollout_ensemble(&g, &e, &s0, &z, o.steps)?;
             let (mean, _) = ensemble_stats(&g, &roll)?;
             let (u, s, v) = residual_svd(&g, &mean, &truth, o.rank, 0)?;
             apply_correction(&g, &mean, &u, &s, &v).map(drop)
@@ -291,11 +293,12 @@ pub fn table(b: &GruBench, o: &GruBenchOptions) -> String {
     }
     if let (Some(d), Some(n)) = (b.dispatches_per_step, b.rollout_dispatches) {
         s += &format!(
-            "wgpu rollout: {n} dispatches for {} steps; each further step adds {d:.1} \
-             ({:.1} per member: the recurrent matmul h W_hh^T and the fused gate kernel; the \
-             input projections of all steps are one matmul up front per member)\n",
+            "wgpu rollout: {n} dispatches for {} steps; each further step adds {d:.1} for \
+             all {} members together (one batched matmul h W_hh^T over the members and one \
+             fused gate kernel; the input projections of all steps and members are one \
+             batched matmul up front)\n",
             o.steps,
-            d / WorldConfig::DEFAULT.members as f64
+            WorldConfig::DEFAULT.members
         );
     }
     for n in &b.notes {
