@@ -213,7 +213,7 @@ impl Source {
         self.checkpoint.tensors.values().map(|t| t.byte_len()).sum()
     }
 
-    /// `weights 0.3 MB, q4_k: matrices 6 q4_k, 8 q5_0, 1 f32`: the bytes, the choice (or
+    /// `weights 0.12 MB, q4_k on load: matrices 13 q5_0, 2 q4_k`: the bytes, the choice (or
     /// `as stored`, or `GGUF`), and the matrices' dtypes by count.
     pub fn weights_text(&self) -> String {
         let mut by_type: BTreeMap<&str, usize> = BTreeMap::new();
@@ -228,9 +228,10 @@ impl Source {
             (false, Some(d)) => format!("{d} on load"),
             (false, None) => "as stored".to_string(),
         };
+        let mb = self.weight_bytes() as f64 / 1e6;
+        let digits = if mb < 10.0 { 2 } else { 1 };
         format!(
-            "weights {:.1} MB, {how}: matrices {}",
-            self.weight_bytes() as f64 / 1e6,
+            "weights {mb:.digits$} MB, {how}: matrices {}",
             types.join(", ")
         )
     }
