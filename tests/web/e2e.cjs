@@ -263,16 +263,31 @@ async function pickModel(page, dir) {
   );
 }
 
-async function generateIn(page, prompt, maxTokens) {
+// Generates from the prompt box; with `progress`, prints the section's status and output every
+// `progress` seconds while it runs (a slow model on SwiftShader).
+async function generateIn(page, prompt, maxTokens, progress) {
   await page.fill('#llm-prompt', prompt);
   await page.fill('#llm-max', String(maxTokens));
   const t0 = Date.now();
   await page.click('#llm-run');
-  await page.waitForFunction(
-    () => ['done', 'error'].includes(document.getElementById('transformer-demo').dataset.state),
-    null,
-    { timeout: TIMEOUT_MS, polling: 500 },
-  );
+  const finished = () => ['done', 'error'].includes(document.getElementById('transformer-demo').dataset.state);
+  if (progress) {
+    for (;;) {
+      try {
+        await page.waitForFunction(finished, null, { timeout: progress * 1000, polling: 500 });
+        break;
+      } catch (e) {
+        if (Date.now() - t0 > TIMEOUT_MS) throw e;
+        const [status, output] = await page.evaluate(() => [
+          document.getElementById('llm-status').textContent,
+          document.getElementById('llm-output').textContent,
+        ]);
+        console.log(`  ${((Date.now() - t0) / 1000).toFixed(0)} s: ${status} ${JSON.stringify(output)}`);
+      }
+    }
+  } else {
+    await page.waitForFunction(finished, null, { timeout: TIMEOUT_MS, polling: 500 });
+  }
   const seconds = (Date.now() - t0) / 1000;
   const got = await page.evaluate(() => {
     const w = document.getElementById('llm-weights');
@@ -341,7 +356,7 @@ async function bigGguf(browser, name) {
   const picked = (Date.now() - t0) / 1000;
   const status = await page.textContent('#llm-status');
   console.log(`${name}: picked in ${picked.toFixed(1)} s: ${status}`);
-  const got = await generateIn(page, prompt, tokens);
+  const got = await generateIn(page, prompt, tokens, 60);
   const mb = (b) => (b / 1e6).toFixed(1);
   const n = /done: (\d+) tokens/.exec(got.status);
   console.log(
