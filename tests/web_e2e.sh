@@ -5,9 +5,14 @@
 # the GRU world-model section (?autorun=gru) and the transformer section (?autorun=llm) on
 # WebGPU and on the CPU, and its chat mode on the CPU (chat-cpu), and the Train section
 # (?autorun=train&steps=50: train-webgpu with its parity strip, train-cpu; train-controls:
-# pause, resume, reset).
+# pause, resume, reset), the demo model quantized on load (?quantize=q4_k on WebGPU and the CPU,
+# q8_0 on the CPU: llm-q4k-webgpu, llm-q4k-cpu, llm-q8-cpu) and a Q4_0 GGUF picked as a directory
+# (gguf-webgpu, gguf-cpu).
 # WEB_E2E_ONLY=llm-webgpu,llm-cpu runs selected checks; WEB_E2E_ONLY=train-cpu-90 measures the
-# steps the wasm CPU takes to 90% held-out accuracy (minutes; never in the default run).
+# steps the wasm CPU takes to 90% held-out accuracy (minutes; never in the default run);
+# WEB_E2E_ONLY=big-gguf WEB_E2E_MODEL_DIR=DIR loads a large model directory on WebGPU and prints
+# its load time, tokens, WebGPU storage bytes and wasm memory (never in the default run; see
+# README "Weights in 16, 8 and 4 bits"). WEB_E2E_SKIP_FIRST_LOAD=1 skips the first-load figures.
 # Screenshots go to target/web-e2e/. Needs trunk, wasm-bindgen, node/npm and chromium (tests/ci.sh
 # installs them). Usage: tests/web_e2e.sh
 set -euo pipefail
@@ -45,5 +50,6 @@ done
 NODE_PATH="$PWD/$OUT/node_modules" node tests/web/e2e.cjs "http://127.0.0.1:$PORT" "$OUT"
 # First load, as figures (not asserted: timings): wasm and weights bytes, first paint, time to
 # interactive and to ready, on localhost and at 20 Mbit/s.
+[ -n "${WEB_E2E_SKIP_FIRST_LOAD:-}" ] && exit 0
 NODE_PATH="$PWD/$OUT/node_modules" node tests/web/first_load.cjs "http://127.0.0.1:$PORT" 3
 NODE_PATH="$PWD/$OUT/node_modules" node tests/web/first_load.cjs "http://127.0.0.1:$PORT" 3 20

@@ -200,3 +200,31 @@ fn cpu_and_wgpu_train_the_same_from_the_same_init() {
     }
     println!("cpu vs wgpu over 20 steps: max loss difference {worst:.3e}");
 }
+
+/// The memory counters: an upload adds its size class to `storage_bytes` (and the peak); a
+/// dropped tensor's buffer stays the backend's, free in the pool, until `trim_pool` frees it.
+#[test]
+fn storage_bytes_follow_buffers_created_and_freed() {
+    let Some(gpu) = testing::wgpu("storage_bytes_follow_buffers_created_and_freed") else {
+        return;
+    };
+    gpu.trim_pool();
+    let start = gpu.counters();
+    assert!(start.peak_storage_bytes >= start.storage_bytes);
+    // 1,000,000 f32s: a 4 MB tensor in the 4 MiB size class.
+    let t = gpu
+        .upload(&Tensor::from_f32(&[1000, 1000], vec![0.5; 1_000_000]).unwrap())
+        .unwrap();
+    let held = gpu.counters();
+    assert_eq!(held.storage_bytes - start.storage_bytes, 4 << 20);
+    assert!(held.peak_storage_bytes >= held.storage_bytes);
+    drop(t);
+    let pooled = gpu.counters();
+    assert_eq!(pooled.storage_bytes, held.storage_bytes);
+    assert_eq!(pooled.pool_bytes - start.pool_bytes, 4 << 20);
+    gpu.trim_pool();
+    let trimmed = gpu.counters();
+    assert_eq!(trimmed.storage_bytes, start.storage_bytes);
+    assert_eq!(trimmed.pool_bytes, 0);
+    assert_eq!(trimmed.peak_storage_bytes, held.peak_storage_bytes);
+}

@@ -3,7 +3,9 @@
 // Runs ?autorun=parity on WebGPU, ?autorun=parity&backend=cpu, ?autorun=bench, and
 // ?autorun=gru on WebGPU and on the CPU, ?autorun=llm (the transformer demo model on
 // `123+456=`) on WebGPU and on the CPU, ?autorun=train&steps=50 (the Train section) on WebGPU and
-// on the CPU (50 steps of 4 problems), and the Train section's pause, resume and reset; waits for body[data-state=done], asserts the backend,
+// on the CPU (50 steps of 4 problems), and the Train section's pause, resume and reset;
+// ?autorun=llm&quantize=q4_k (and q8_0) on WebGPU and the CPU (the demo model quantized on load
+// writes what `kernels generate --quantize` writes), and a Q4_0 GGUF picked as a directory on both; waits for body[data-state=done], asserts the backend,
 // that every parity row passed, that the transformer wrote the right sum with finite tokens/s, that the GRU plot drew finite points and follows a change of
 // the initial state, and that the page reported no error; saves a screenshot of each, and
 // prints the timings it saw; then the layout at desktop and phone widths (layout-*.png).
@@ -34,7 +36,9 @@ function ms(text) {
   return m[2] === 'ms' ? Number(m[1]) : Number(m[1]) / 1000;
 }
 
-async function open(browser, query, name) {
+// Opens the page and waits for the body's data-state to be done or error (an autorun's end), or
+// ready when `until` is 'ready' (no autorun).
+async function open(browser, query, name, until = 'done') {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   page.on('pageerror', (e) => console.log(`  [${name}] page error: ${e}`));
   page.on('console', (m) => {
@@ -43,8 +47,8 @@ async function open(browser, query, name) {
   const t0 = Date.now();
   await page.goto(`${base}/?${query}`);
   await page.waitForFunction(
-    () => ['done', 'error'].includes(document.body.dataset.state),
-    null,
+    (want) => [want, 'error'].includes(document.body.dataset.state),
+    until,
     { timeout: TIMEOUT_MS, polling: 500 },
   );
   const seconds = ((Date.now() - t0) / 1000).toFixed(1);
@@ -186,12 +190,26 @@ function sumAnswer(prompt) {
   return `${String(a + b).padStart(4, '0').split('').reverse().join('')}$`;
 }
 
-async function llm(browser, prompt, backend, name) {
-  const query = `autorun=llm&prompt=${encodeURIComponent(prompt)}` + (backend === 'cpu' ? '&backend=cpu' : '');
+// `kernels generate --model native-cli/models/adder --prompt 123+456= --quantize F` prints
+// `123+456=9750$` for F = q8_0, q4_0 and q4_k (and without --quantize): the demo model quantized
+// on load must write the same on the page.
+const CLI_QUANTIZED = { q8_0: '9750$', q4_0: '9750$', q4_k: '9750$' };
+// The demo model's f32 weights, 820,000-odd bytes: quantized on load it must be smaller.
+const DEMO_F32_BYTES = 800000;
+
+async function llm(browser, prompt, backend, name, quantize) {
+  const query =
+    `autorun=llm&prompt=${encodeURIComponent(prompt)}` +
+    (backend === 'cpu' ? '&backend=cpu' : '') +
+    (quantize ? `&quantize=${quantize}` : '');
   const r = await open(browser, query, name);
   const got = await r.page.evaluate(() => {
     const tps = document.getElementById('llm-tps');
+    const w = document.getElementById('llm-weights');
     return {
+      weights: w.textContent,
+      weightBytes: Number(w.dataset.bytes),
+      quantize: w.dataset.quantize,
       state: document.getElementById('transformer-demo').dataset.state,
       output: document.getElementById('llm-output').textContent,
       backend: document.getElementById('llm-backend').textContent.trim(),
@@ -201,12 +219,16 @@ async function llm(browser, prompt, backend, name) {
       status: document.getElementById('llm-status').textContent,
     };
   });
-  const want = sumAnswer(prompt);
+  const want = quantize ? CLI_QUANTIZED[quantize] : sumAnswer(prompt);
   console.log(
     `${name}: backend ${got.backend}, ${prompt} -> ${got.output} (want ${want}); ${got.tps}; ` +
-      `${got.status} (page done in ${r.seconds} s)`,
+      `${got.status}; ${got.weights} (page done in ${r.seconds} s)`,
   );
   const problems = [];
+  if (got.quantize !== (quantize || 'stored')) problems.push(`#llm-weights data-quantize is ${got.quantize}`);
+  if (quantize && !(got.weightBytes > 0 && got.weightBytes < DEMO_F32_BYTES / 3)) {
+    problems.push(`quantized to ${quantize}, the weights are ${got.weightBytes} bytes`);
+  }
   if (r.state !== 'done') problems.push(`body data-state is ${r.state}, not done`);
   if (got.state !== 'done') problems.push(`#transformer-demo data-state is ${got.state}, not done`);
   if (got.output !== want) problems.push(`#llm-output is ${JSON.stringify(got.output)}, expected ${want}`);
@@ -217,6 +239,139 @@ async function llm(browser, prompt, backend, name) {
   }
   if (r.errors.length) problems.push(`page errors: ${r.errors.join('; ')}`);
   await r.page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
+// A GGUF file picked as a directory (kernels-core's gguf reader, as `--model FILE.gguf`):
+// tests/fixtures/gguf/tiny_llama_q4_0.gguf (Q4_0 matrices, written by gguf-py, its SentencePiece
+// tokenizer in the metadata). The weights choice is set to q4_k first: a GGUF keeps its own
+// types. `kernels generate --model tests/fixtures/gguf/tiny_llama_q4_0.gguf --prompt "the hat"
+// --max-tokens 8` prints `the hat` then GGUF_WANT, on the CPU and on wgpu.
+const GGUF_WANT = 'egggggg</s>';
+
+async function pickModel(page, dir) {
+  await page.evaluate(() => {
+    delete document.getElementById('llm-weights').dataset.loadMs;
+  });
+  await page.setInputFiles('#llm-dir', dir);
+  await page.waitForFunction(
+    () =>
+      document.getElementById('llm-weights').dataset.loadMs !== undefined ||
+      document.getElementById('transformer-demo').dataset.state === 'error',
+    null,
+    { timeout: TIMEOUT_MS, polling: 200 },
+  );
+}
+
+// Generates from the prompt box; with `progress`, prints the section's status and output every
+// `progress` seconds while it runs (a slow model on SwiftShader).
+async function generateIn(page, prompt, maxTokens, progress) {
+  await page.fill('#llm-prompt', prompt);
+  await page.fill('#llm-max', String(maxTokens));
+  const t0 = Date.now();
+  await page.click('#llm-run');
+  const finished = () => ['done', 'error'].includes(document.getElementById('transformer-demo').dataset.state);
+  if (progress) {
+    for (;;) {
+      try {
+        await page.waitForFunction(finished, null, { timeout: progress * 1000, polling: 500 });
+        break;
+      } catch (e) {
+        if (Date.now() - t0 > TIMEOUT_MS) throw e;
+        const [status, output] = await page.evaluate(() => [
+          document.getElementById('llm-status').textContent,
+          document.getElementById('llm-output').textContent,
+        ]);
+        console.log(`  ${((Date.now() - t0) / 1000).toFixed(0)} s: ${status} ${JSON.stringify(output)}`);
+      }
+    }
+  } else {
+    await page.waitForFunction(finished, null, { timeout: TIMEOUT_MS, polling: 500 });
+  }
+  const seconds = (Date.now() - t0) / 1000;
+  const got = await page.evaluate(() => {
+    const w = document.getElementById('llm-weights');
+    const m = document.getElementById('llm-memory');
+    const tps = document.getElementById('llm-tps');
+    return {
+      state: document.getElementById('transformer-demo').dataset.state,
+      output: document.getElementById('llm-output').textContent,
+      backend: document.getElementById('llm-backend').textContent.trim(),
+      status: document.getElementById('llm-status').textContent,
+      model: document.getElementById('llm-model').textContent,
+      weights: w.textContent,
+      weightBytes: Number(w.dataset.bytes),
+      quantize: w.dataset.quantize,
+      loadMs: Number(w.dataset.loadMs),
+      uploadMs: Number(m.dataset.uploadMs),
+      deviceBytes: Number(m.dataset.deviceBytes),
+      devicePeak: Number(m.dataset.devicePeak),
+      wasmBytes: Number(m.dataset.wasmBytes),
+      tps: tps.textContent,
+      errors: [...document.querySelectorAll('#errors li')].map((e) => e.textContent),
+    };
+  });
+  return { ...got, seconds };
+}
+
+async function gguf(browser, backend, name) {
+  const fs = require('fs');
+  const os = require('os');
+  const dir = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'kernels-gguf-')), 'tiny_gguf');
+  fs.mkdirSync(dir);
+  fs.copyFileSync(path.join(__dirname, '..', 'fixtures', 'gguf', 'tiny_llama_q4_0.gguf'), path.join(dir, 'tiny_llama_q4_0.gguf'));
+  const r = await open(browser, backend === 'cpu' ? 'backend=cpu&quantize=q4_k' : 'quantize=q4_k', name, 'ready');
+  const { page } = r;
+  await pickModel(page, dir);
+  const got = await generateIn(page, 'the hat', 8);
+  console.log(
+    `${name}: backend ${got.backend}, "the hat" -> ${JSON.stringify(got.output)} (want ${GGUF_WANT}); ` +
+      `${got.weights}; ${got.status}`,
+  );
+  const problems = [];
+  if (got.state !== 'done') problems.push(`#transformer-demo data-state is ${got.state} (${got.status})`);
+  if (got.output !== GGUF_WANT) problems.push(`#llm-output is ${JSON.stringify(got.output)}, expected ${GGUF_WANT}`);
+  if (got.backend !== backend) problems.push(`#llm-backend is ${got.backend}, expected ${backend}`);
+  if (got.quantize !== 'gguf' || !/GGUF/.test(got.weights)) problems.push(`weights: ${got.quantize}, ${got.weights}`);
+  if (!/q4_0/.test(got.weights)) problems.push(`the Q4_0 matrices are not named: ${got.weights}`);
+  if (got.errors.length) problems.push(`page errors: ${got.errors.join('; ')}`);
+  await page.screenshot({ path: path.join(outDir, `${name}.png`), fullPage: true });
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
+// The 0.5B figure (a measurement, never in CI): WEB_E2E_MODEL_DIR (a directory with one .gguf
+// and a tokenizer.json, e.g. tests/web/make_big05.py's model after `kernels quantize --to q4_k`)
+// picked on WebGPU, WEB_E2E_TOKENS (4) tokens from WEB_E2E_PROMPT (`t1 t2 t3 t4`). Prints the load
+// time, the upload and generation times, the tokens, the WebGPU storage bytes and the wasm memory.
+async function bigGguf(browser, name) {
+  const dir = process.env.WEB_E2E_MODEL_DIR;
+  if (!dir) return [`${name}: set WEB_E2E_MODEL_DIR to the model directory`];
+  const prompt = process.env.WEB_E2E_PROMPT || 't1 t2 t3 t4';
+  const tokens = Number(process.env.WEB_E2E_TOKENS || 4);
+  const r = await open(browser, 'backend=webgpu', name, 'ready');
+  const { page } = r;
+  const t0 = Date.now();
+  await pickModel(page, dir);
+  const picked = (Date.now() - t0) / 1000;
+  const status = await page.textContent('#llm-status');
+  console.log(`${name}: picked in ${picked.toFixed(1)} s: ${status}`);
+  const got = await generateIn(page, prompt, tokens, 60);
+  const mb = (b) => (b / 1e6).toFixed(1);
+  const n = /done: (\d+) tokens/.exec(got.status);
+  console.log(
+    `${name}: ${got.model}\n  ${got.weights}\n  load (read, parse) ${(got.loadMs / 1000).toFixed(1)} s; ` +
+      `upload and warm-up ${(got.uploadMs / 1000).toFixed(1)} s; run (upload, warm-up, generation) ` +
+      `${got.seconds.toFixed(1)} s; ${n ? n[1] : '?'} tokens: ${JSON.stringify(got.output)}; ${got.tps}; ${got.status}\n` +
+      `  WebGPU storage buffers ${mb(got.deviceBytes)} MB (peak ${mb(got.devicePeak)} MB), ` +
+      `wasm memory ${mb(got.wasmBytes)} MB; backend ${got.backend}`,
+  );
+  const problems = [];
+  if (got.state !== 'done') problems.push(`#transformer-demo data-state is ${got.state} (${got.status})`);
+  if (got.backend !== 'webgpu') problems.push(`ran on ${got.backend}`);
+  if (got.errors.length) problems.push(`page errors: ${got.errors.join('; ')}`);
+  await page.screenshot({ path: path.join(outDir, `${name}.png`), fullPage: true });
+  await page.close();
   return problems.map((p) => `${name}: ${p}`);
 }
 
@@ -466,6 +621,11 @@ async function trainControls(browser, name) {
     ['gru-cpu', () => gru(browser, 'autorun=gru&backend=cpu', 'gru-cpu', 'cpu')],
     ['llm-webgpu', () => llm(browser, '123+456=', 'webgpu', 'llm-webgpu')],
     ['llm-cpu', () => llm(browser, '123+456=', 'cpu', 'llm-cpu')],
+    ['llm-q4k-webgpu', () => llm(browser, '123+456=', 'webgpu', 'llm-q4k-webgpu', 'q4_k')],
+    ['llm-q8-cpu', () => llm(browser, '123+456=', 'cpu', 'llm-q8-cpu', 'q8_0')],
+    ['llm-q4k-cpu', () => llm(browser, '123+456=', 'cpu', 'llm-q4k-cpu', 'q4_k')],
+    ['gguf-webgpu', () => gguf(browser, 'webgpu', 'gguf-webgpu')],
+    ['gguf-cpu', () => gguf(browser, 'cpu', 'gguf-cpu')],
     ['layout-desktop', () => layout(browser, 1280, 900, 'layout-desktop')],
     ['layout-phone', () => layout(browser, 390, 844, 'layout-phone')],
     ['chat-cpu', () => chat(browser, 'chat-cpu')],
@@ -475,9 +635,11 @@ async function trainControls(browser, name) {
   ];
   // Measurements, run only when named in WEB_E2E_ONLY (minutes): the steps the wasm CPU backend
   // takes to 90% held-out exact match from scratch with the page's defaults (the demo model's
-  // recipe: 6000 steps of 64 problems), evaluated every 100 steps on 200 held-out problems.
+  // recipe: 6000 steps of 64 problems), evaluated every 100 steps on 200 held-out problems; and
+  // big-gguf, a large model picked on WebGPU (WEB_E2E_MODEL_DIR, see bigGguf).
   const measurements = [
     ['train-cpu-90', () => train(browser, 'autorun=train&backend=cpu&until=0.9', 'cpu', 'train-cpu-90')],
+    ['big-gguf', () => bigGguf(browser, 'big-gguf')],
   ];
   // WEB_E2E_ONLY=gru-cpu,gru-webgpu runs a subset (while working on one section).
   const only = (process.env.WEB_E2E_ONLY || '').split(',').filter(Boolean);

@@ -15,7 +15,9 @@
 //! `data-failed`; the body gets `data-state="done"` when an autorun finishes (the GRU section's,
 //! the transformer section's and the Train section's hooks are listed in `world::dom`,
 //! `llm::dom` and `train::dom`). `?autorun=parity` (or `bench`, `gru`, `llm`, or `all`) runs
-//! panels on load (`llm` with `?prompt=...` when given); `?autorun=train&steps=N` trains in the
+//! panels on load (`llm` with `?prompt=...` when given; `?quantize=q4_k` (or `q8_0`, `q4_0`,
+//! `stored`) sets the transformer section's weights choice before its demo model loads);
+//! `?autorun=train&steps=N` trains in the
 //! Train section (not part of `all`; `&batch=`, `&lr=`, `&eval_every=`, `&eval_problems=`,
 //! `&parity_steps=` set its inputs, `&start=small` trains the small model, `&start=finetune`
 //! starts from the transformer section's model, `&until=0.9` stops at that held-out

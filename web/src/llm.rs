@@ -11,6 +11,10 @@
 //! `chat_template.jinja`) is an instruct model: the section chats with it ([`PageChat`]),
 //! through kernels-chat's template code, the CLI's (`kernels chat`). Streamed text goes through
 //! kernels-chat's `TextStream` in both modes, so it is the tokenizer's decode of the ids.
+//!
+//! Quantize on load: the section's weights choice (as stored, q8_0, q4_0, q4_k) re-encodes a
+//! checkpoint's matrices as it loads ([`Source::quantize`], kernels-core's
+//! `quantize_checkpoint`, what the CLI's `--quantize` runs). A GGUF file keeps its own types.
 
 #[cfg(target_arch = "wasm32")]
 pub(crate) mod dom;
@@ -20,8 +24,10 @@ use std::rc::Rc;
 
 use kernels_chat::{ChatTemplate, Message, generation_config_eos};
 use kernels_core::models::hf::{self, Checkpoint};
-use kernels_core::models::llama::{LlamaConfig, StopReason};
-use kernels_core::{Error, Result};
+use kernels_core::models::llama::{
+    LlamaConfig, QUANTIZE_CHOICES, QuantizeSummary, StopReason, quantize_checkpoint,
+};
+use kernels_core::{DType, Error, Result};
 
 // The loader the `kernels` tool uses (one implementation; see the file).
 #[path = "../../native-cli/src/tokenizer_json.rs"]
@@ -44,6 +50,28 @@ pub struct Source {
     pub tokenizer: PageTokenizer,
     /// The chat template and end-of-turn ids of an instruct model (None: plain completion).
     pub chat: Option<Rc<PageChat>>,
+    /// Loaded from a GGUF file: its tensors keep the file's types.
+    pub gguf: bool,
+    /// The format its matrices were quantized to on load ([`Source::quantize`]).
+    pub quantized: Option<DType>,
+}
+
+/// The weights choice by name: `stored` (or empty) keeps the checkpoint's types, `q8_0`, `q4_0`
+/// or `q4_k` quantizes its matrices on load (kernels-core's `QUANTIZE_CHOICES`, the CLI's
+/// `--quantize`).
+pub fn parse_quantize(name: &str) -> Result<Option<DType>> {
+    if matches!(name, "" | "stored") {
+        return Ok(None);
+    }
+    DType::from_name(name)
+        .filter(|d| QUANTIZE_CHOICES.contains(d))
+        .map(Some)
+        .ok_or_else(|| Error::BadAttr {
+            op: "quantize",
+            attr: "weights",
+            value: name.into(),
+            why: "expected stored, q8_0, q4_0 or q4_k".into(),
+        })
 }
 
 /// An instruct model's chat setup, as `kernels chat` reads it.
@@ -162,7 +190,59 @@ impl Source {
             checkpoint,
             tokenizer,
             chat,
+            gguf: false,
+            quantized: None,
         })
+    }
+
+    /// Quantize on load: the matrices re-encoded as `to` by kernels-core's
+    /// `quantize_checkpoint` (rows that are not whole blocks fall back as the CLI's
+    /// `--quantize` does). `None` and a GGUF file (which keeps its own types) change nothing
+    /// and give `None`.
+    pub fn quantize(&mut self, to: Option<DType>) -> Result<Option<QuantizeSummary>> {
+        let Some(to) = to.filter(|_| !self.gguf) else {
+            return Ok(None);
+        };
+        let summary = quantize_checkpoint(&mut self.checkpoint.tensors, to)?;
+        self.quantized = Some(to);
+        Ok(Some(summary))
+    }
+
+    /// Bytes of every tensor as loaded (what goes to the device).
+    pub fn weight_bytes(&self) -> usize {
+        self.checkpoint.tensors.values().map(|t| t.byte_len()).sum()
+    }
+
+    /// `weights 0.12 MB, q4_k on load: matrices 13 q5_0, 2 q4_k`: the bytes, the choice (or
+    /// `as stored`, or `GGUF`), and the matrices' dtypes by count.
+    pub fn weights_text(&self) -> String {
+        let mut by_type: BTreeMap<&str, usize> = BTreeMap::new();
+        for t in self.checkpoint.tensors.values().filter(|t| t.rank() == 2) {
+            *by_type.entry(t.dtype().name()).or_default() += 1;
+        }
+        let mut counts: Vec<(&str, usize)> = by_type.into_iter().collect();
+        counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let types: Vec<String> = counts.iter().map(|(d, n)| format!("{n} {d}")).collect();
+        let how = match (self.gguf, self.quantized) {
+            (true, _) => "GGUF, its own types (the weights choice does not apply)".to_string(),
+            (false, Some(d)) => format!("{d} on load"),
+            (false, None) => "as stored".to_string(),
+        };
+        let mb = self.weight_bytes() as f64 / 1e6;
+        let digits = if mb < 10.0 { 2 } else { 1 };
+        format!(
+            "weights {mb:.digits$} MB, {how}: matrices {}",
+            types.join(", ")
+        )
+    }
+
+    /// The weights choice in effect, for `data-quantize`: `stored`, `gguf` or the format.
+    pub fn quantize_id(&self) -> &'static str {
+        match (self.gguf, self.quantized) {
+            (true, _) => "gguf",
+            (false, Some(d)) => d.name(),
+            (false, None) => "stored",
+        }
     }
 }
 
@@ -180,21 +260,24 @@ impl Source {
         let path = format!("{origin}/{name}");
         let parsed = kernels_core::gguf::GgufFile::parse(bytes, &path)?;
         let model = kernels_core::gguf::llama::load_llama(&parsed)?;
-        let tokenizer = model
-            .tokenizer_json
-            .as_deref()
-            .ok_or_else(|| Error::Missing {
-                what: "tokenizer (tokenizer.ggml.* metadata)".into(),
-                name: path.clone(),
-            })
-            .and_then(|b| {
-                tokenizer_json::tokenizer_from_bytes(b)
-                    .map(PageTokenizer)
-                    .map_err(|why| Error::BadModelFile {
-                        path: path.clone(),
-                        why: format!("tokenizer.ggml.*: {why}"),
-                    })
-            })?;
+        // The file's tokenizer; else the directory's tokenizer.json (`kernels quantize` does not
+        // write tokenizer.ggml.* yet).
+        let tokenizer = match (model.tokenizer_json.as_deref(), files.get("tokenizer.json")) {
+            (Some(b), _) => tokenizer_json::tokenizer_from_bytes(b)
+                .map(PageTokenizer)
+                .map_err(|why| Error::BadModelFile {
+                    path: path.clone(),
+                    why: format!("tokenizer.ggml.*: {why}"),
+                })?,
+            (None, Some(b)) => PageTokenizer::from_json(origin, b)?,
+            (None, None) => {
+                return Err(Error::Missing {
+                    what: "tokenizer (tokenizer.ggml.* metadata, or tokenizer.json beside it)"
+                        .into(),
+                    name: path.clone(),
+                });
+            }
+        };
         // The directory's small text files, and the file's template when it has none.
         let mut text_files: BTreeMap<String, Vec<u8>> = files
             .iter()
@@ -219,6 +302,8 @@ impl Source {
             },
             tokenizer,
             chat,
+            gguf: true,
+            quantized: None,
         })
     }
 }
@@ -437,6 +522,90 @@ mod tests {
             .collect();
         let e = Source::from_files("mine", &cut).unwrap_err();
         assert!(e.to_string().contains("mine/t.gguf"), "{e}");
+    }
+
+    /// The weights choice: the demo model quantized on load by kernels-core's
+    /// `quantize_checkpoint` (its 96-wide rows fall back from q4_k to q5_0, as the CLI's
+    /// `--quantize q4_k` does), still answering `123+456=` as `kernels generate --quantize q4_k`
+    /// does (`9750$`); a GGUF file keeps its types.
+    #[test]
+    fn the_weights_choice_quantizes_on_load() {
+        assert_eq!(parse_quantize("stored").unwrap(), None);
+        assert_eq!(parse_quantize("q4_k").unwrap(), Some(DType::Q4_K));
+        assert_eq!(parse_quantize("q8_0").unwrap(), Some(DType::Q8_0));
+        let e = parse_quantize("q2_k").unwrap_err();
+        assert!(e.to_string().contains("q2_k"), "{e}");
+        let stored = Source::demo(DEMO_WEIGHTS).unwrap();
+        assert_eq!(stored.quantize_id(), "stored");
+        assert!(
+            stored.weights_text().contains("as stored"),
+            "{}",
+            stored.weights_text()
+        );
+        for (to, want) in [(DType::Q8_0, "9750$"), (DType::Q4_K, "9750$")] {
+            let mut s = Source::demo(DEMO_WEIGHTS).unwrap();
+            let summary = s.quantize(Some(to)).unwrap().unwrap();
+            assert_eq!(s.quantize_id(), to.name());
+            assert!(
+                s.weight_bytes() < stored.weight_bytes() / 3,
+                "{}",
+                s.weights_text()
+            );
+            assert_eq!(summary.bytes_after, s.weight_bytes());
+            let text = s.weights_text();
+            assert!(text.contains(&format!("{to} on load")), "{text}");
+            if to == DType::Q4_K {
+                assert!(text.contains("q5_0") && text.contains("q4_k"), "{text}");
+            }
+            let model = Llama::from_tensors(
+                s.config.clone(),
+                &s.checkpoint.tensors,
+                Rc::new(CpuBackend::new()),
+            )
+            .unwrap();
+            let opts = GenerateOptions {
+                max_new_tokens: 16,
+                sampling: Default::default(),
+                stop_tokens: s.config.eos_token_ids.clone(),
+            };
+            let prompt = s.tokenizer.encode(DEMO_PROMPT).unwrap();
+            let (ids, _) = now_or_never(generate(&model, &prompt, &opts, &mut |_, _| true))
+                .unwrap()
+                .unwrap();
+            assert_eq!(s.tokenizer.decode(&ids).unwrap(), want, "{to}");
+        }
+        let gguf = include_bytes!("../../tests/fixtures/gguf/tiny_llama_q8_0.gguf");
+        let files: BTreeMap<String, Vec<u8>> = [("t.gguf".to_string(), gguf.to_vec())]
+            .into_iter()
+            .collect();
+        let mut g = Source::from_files("mine", &files).unwrap();
+        let before = g.weight_bytes();
+        assert_eq!(g.quantize(Some(DType::Q4_K)).unwrap(), None);
+        assert_eq!((g.quantize_id(), g.weight_bytes()), ("gguf", before));
+        assert!(g.weights_text().contains("GGUF"), "{}", g.weights_text());
+    }
+
+    /// A GGUF file without tokenizer metadata (what `kernels quantize` writes) takes the
+    /// directory's tokenizer.json; with neither, the error says what is missing.
+    #[test]
+    fn a_gguf_without_a_tokenizer_takes_the_directory_s() {
+        let demo = Source::demo(DEMO_WEIGHTS).unwrap();
+        let bytes =
+            kernels_core::gguf::llama::llama_to_gguf(&demo.config, &demo.checkpoint.tensors)
+                .unwrap()
+                .to_bytes()
+                .unwrap();
+        let mut files: BTreeMap<String, Vec<u8>> =
+            [("model.gguf".to_string(), bytes)].into_iter().collect();
+        let e = Source::from_files("mine", &files).unwrap_err();
+        assert!(e.to_string().contains("tokenizer.json"), "{e}");
+        files.insert("tokenizer.json".into(), DEMO_TOKENIZER.to_vec());
+        let s = Source::from_files("mine", &files).unwrap();
+        assert!(s.gguf);
+        assert_eq!(
+            s.tokenizer.encode(DEMO_PROMPT).unwrap(),
+            demo.tokenizer.encode(DEMO_PROMPT).unwrap()
+        );
     }
 
     /// The qwen2 family checkpoint (vocabulary 37, context widened) with the chat fixture's

@@ -89,6 +89,9 @@ async fn run() -> JsResult<()> {
     set_text(&doc, "notice", &notice);
     show_backend(&app);
     wire(&app)?;
+    if let Some(q) = params.get("quantize") {
+        crate::llm::dom::set_quantize(&doc, &q);
+    }
     set_text(&doc, "status", "loading the models' weights...");
     match crate::assets::fetch_models(&doc).await {
         Ok((demo, world)) => {

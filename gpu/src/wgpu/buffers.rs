@@ -98,7 +98,11 @@ impl WgpuBackend {
                 | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
-        g.shared.count(|c| c.buffers_created += 1);
+        g.shared.count(|c| {
+            c.buffers_created += 1;
+            c.storage_bytes += class;
+            c.peak_storage_bytes = c.peak_storage_bytes.max(c.storage_bytes);
+        });
         Ok((buf, class))
     }
 

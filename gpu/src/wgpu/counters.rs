@@ -21,11 +21,17 @@ pub struct Counters {
     /// tiled kernel's re-reads of its operands through the caches are not counted). Against
     /// an op's minimum it shows intermediates that fusion would remove.
     pub bytes_touched: u64,
+    /// Bytes of the storage buffers the backend holds now, in use or free in the pool (each a
+    /// whole size class): its device memory for tensors, staging buffers for readback aside.
+    pub storage_bytes: u64,
+    /// The most `storage_bytes` has been since the backend was made.
+    pub peak_storage_bytes: u64,
 }
 
 impl Counters {
-    /// What happened between `earlier` and `self`, field by field; `pool_bytes` is a level, not a
-    /// count, so it keeps `self`'s value.
+    /// What happened between `earlier` and `self`, field by field; `pool_bytes`,
+    /// `storage_bytes` and `peak_storage_bytes` are levels, not counts, so they keep `self`'s
+    /// values.
     pub fn since(&self, earlier: &Counters) -> Counters {
         Counters {
             dispatches: self.dispatches.saturating_sub(earlier.dispatches),
@@ -39,6 +45,8 @@ impl Counters {
             pool_bytes: self.pool_bytes,
             buffers_evicted: self.buffers_evicted.saturating_sub(earlier.buffers_evicted),
             bytes_touched: self.bytes_touched.saturating_sub(earlier.bytes_touched),
+            storage_bytes: self.storage_bytes,
+            peak_storage_bytes: self.peak_storage_bytes,
         }
     }
 }

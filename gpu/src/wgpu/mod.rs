@@ -217,7 +217,10 @@ impl WgpuBackend {
             free.lists.clear();
             free.held = 0;
         }
-        g.shared.count(|c| c.pool_bytes = 0);
+        g.shared.count(|c| {
+            c.storage_bytes = c.storage_bytes.saturating_sub(c.pool_bytes);
+            c.pool_bytes = 0;
+        });
     }
 
     /// A constant table uploaded on first use and kept for the backend's lifetime.

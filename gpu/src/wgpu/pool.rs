@@ -49,7 +49,12 @@ impl Shared {
         if class > self.max_bytes {
             // Keeping it would evict everything else and still not fit.
             drop(buf);
-            self.count(|c| c.buffers_evicted += 1);
+            self.count(|c| {
+                c.buffers_evicted += 1;
+                if kind == PoolKind::Storage {
+                    c.storage_bytes = c.storage_bytes.saturating_sub(class);
+                }
+            });
             return;
         }
         let freed_in_batch = self.batch.load(Ordering::Relaxed);
@@ -70,6 +75,7 @@ impl Shared {
             0
         };
         let mut evicted = 0;
+        let mut storage_evicted = 0;
         // Above the cap, release the least recently freed buffers (the ones the current
         // workload has stopped asking for) until the pool fits again.
         while free.held > self.max_bytes {
@@ -93,6 +99,7 @@ impl Shared {
             free.held = free.held.saturating_sub(key.1);
             if key.0 == PoolKind::Storage {
                 storage_delta -= key.1 as i64;
+                storage_evicted += key.1;
             }
             evicted += 1;
             drop(victim);
@@ -101,6 +108,7 @@ impl Shared {
         self.count(|c| {
             c.pool_bytes = c.pool_bytes.saturating_add_signed(storage_delta);
             c.buffers_evicted += evicted;
+            c.storage_bytes = c.storage_bytes.saturating_sub(storage_evicted);
         });
     }
 

@@ -17,6 +17,16 @@
 //! in a chat, the last reply), `#llm-chat` (one `p[data-role]` per turn, `user` or
 //! `assistant`), `#llm-backend` (`webgpu` or `cpu`: the backend the run used),
 //! `#llm-tps[data-prefill][data-decode]` (tokens/s), `#llm-model`.
+//!
+//! Weights: `#llm-quantize` (`stored`, `q8_0`, `q4_0`, `q4_k`; `?quantize=q4_k` sets it before
+//! the demo model loads) quantizes a checkpoint as it loads: the demo model again at once, a
+//! picked directory when it is read; a GGUF file keeps its types.
+//! `#llm-weights[data-bytes][data-quantize][data-load-ms]` shows the loaded model's weight
+//! bytes and types (`data-quantize`: `stored`, `gguf` or the format; `data-load-ms`: reading,
+//! parsing and quantizing a picked directory). After a run, `#llm-memory[data-device-bytes]
+//! [data-device-peak][data-wasm-bytes][data-upload-ms]`: the WebGPU backend's storage buffers
+//! now and at most (its pool counters), the wasm memory's size, and the time the model took
+//! to reach the backend (upload, and on WebGPU the warm-up run).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -24,14 +34,14 @@ use std::rc::Rc;
 
 use kernels_chat::{Message, TextStream};
 use kernels_core::models::llama::{GenerateOptions, Generation, Llama, Sampling};
-use kernels_core::{Backend, CpuBackend};
+use kernels_core::{Backend, CpuBackend, DType};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{JsFuture, spawn_local};
-use web_sys::{Document, File, HtmlInputElement};
+use web_sys::{Document, File, HtmlInputElement, HtmlSelectElement};
 use web_time::Instant;
 
-use super::{DEMO_PROMPT, Source, dir_name, fmt_rate, rate, stop_text, wanted};
+use super::{DEMO_PROMPT, Source, dir_name, fmt_rate, parse_quantize, rate, stop_text, wanted};
 use crate::app::{
     Active, App, JsResult, by_id, describe, handle_loss, js_err, next_tick, report_error, set_text,
 };
@@ -46,6 +56,8 @@ struct Section {
     running: Cell<bool>,
     /// The chat so far (instruct models).
     conversation: RefCell<Vec<Message>>,
+    /// The demo model's weights file, to load it again when the weights choice changes.
+    demo_weights: RefCell<Option<Rc<Vec<u8>>>>,
 }
 
 thread_local! {
@@ -92,6 +104,11 @@ pub(crate) fn wire(app: &Rc<App>) -> JsResult<()> {
     by_id(&app.doc, "llm-dir")?
         .add_event_listener_with_callback("change", on_pick.as_ref().unchecked_ref())?;
     on_pick.forget();
+    let quantize_doc = app.doc.clone();
+    let on_quantize = Closure::<dyn Fn()>::new(move || quantize_changed(&quantize_doc));
+    by_id(&app.doc, "llm-quantize")?
+        .add_event_listener_with_callback("change", on_quantize.as_ref().unchecked_ref())?;
+    on_quantize.forget();
     let reset_doc = app.doc.clone();
     let on_reset = Closure::<dyn Fn()>::new(move || {
         let s = section();
@@ -106,14 +123,75 @@ pub(crate) fn wire(app: &Rc<App>) -> JsResult<()> {
 }
 
 /// Makes the demo model the section's model, from the weights file the page fetched
-/// (`models/adder/model.safetensors`); its config and tokenizer are embedded.
+/// (`models/adder/model.safetensors`); its config and tokenizer are embedded. The weights
+/// choice applies.
 pub(crate) fn use_demo(app: &App, weights: &[u8]) {
-    match Source::demo(weights) {
+    let s = section();
+    *s.demo_weights.borrow_mut() = Some(Rc::new(weights.to_vec()));
+    load_demo(&app.doc, &s);
+}
+
+fn load_demo(doc: &Document, s: &Section) {
+    let Some(weights) = s.demo_weights.borrow().clone() else {
+        return;
+    };
+    let loaded = chosen_quantize(doc).and_then(|q| {
+        let mut src = Source::demo(&weights).map_err(js_err)?;
+        src.quantize(q).map_err(js_err)?;
+        Ok(src)
+    });
+    match loaded {
         Ok(src) => {
-            use_source(&app.doc, &section(), src);
-            set_state(&app.doc, "idle");
+            use_source(doc, s, src);
+            set_state(doc, "idle");
         }
-        Err(e) => fail(&app.doc, &format!("the demo model: {e}")),
+        Err(e) => fail(doc, &format!("the demo model: {}", describe(&e))),
+    }
+}
+
+/// `?quantize=q4_k` (or `stored`, `q8_0`, `q4_0`): the weights choice, set before the demo
+/// model loads. A name that is not one is an error on the page.
+pub(crate) fn set_quantize(doc: &Document, name: &str) {
+    let set = parse_quantize(name)
+        .map_err(js_err)
+        .and_then(|_| Ok(by_id(doc, "llm-quantize")?.dyn_into::<HtmlSelectElement>()?))
+        .map(|select| select.set_value(if name.is_empty() { "stored" } else { name }));
+    if let Err(e) = set {
+        report_error(&format!("?quantize={name}: {}", describe(&e)));
+    }
+}
+
+/// The weights choice: `None` keeps the checkpoint's types.
+fn chosen_quantize(doc: &Document) -> JsResult<Option<DType>> {
+    let select: HtmlSelectElement = by_id(doc, "llm-quantize")?.dyn_into()?;
+    parse_quantize(&select.value()).map_err(js_err)
+}
+
+/// The weights choice changed: the demo model loads again with it; another model keeps its
+/// weights until a directory is picked (its files are not kept).
+fn quantize_changed(doc: &Document) {
+    let s = section();
+    if s.running.get() {
+        report_error(
+            "transformer: a generation is in progress; the weights choice applies to the next model loaded",
+        );
+        return;
+    }
+    let origin = s.source.borrow().as_ref().map(|src| src.origin.clone());
+    match origin.as_deref() {
+        Some(super::DEMO_ORIGIN) => {
+            load_demo(doc, &s);
+            set_text(
+                doc,
+                "llm-status",
+                "demo model loaded with the new weights choice",
+            );
+        }
+        _ => set_text(
+            doc,
+            "llm-status",
+            "the weights choice applies to the next directory picked (pick it again)",
+        ),
     }
 }
 
@@ -160,6 +238,11 @@ fn use_source(doc: &Document, s: &Section, src: Source) {
             c.max_position_embeddings
         ),
     );
+    set_text(doc, "llm-weights", &src.weights_text());
+    if let Ok(e) = by_id(doc, "llm-weights") {
+        let _ = e.set_attribute("data-bytes", &src.weight_bytes().to_string());
+        let _ = e.set_attribute("data-quantize", src.quantize_id());
+    }
     let chat = src.chat.is_some();
     if let Ok(e) = by_id(doc, "transformer-demo") {
         let _ = e.set_attribute("data-mode", if chat { "chat" } else { "complete" });
@@ -197,6 +280,9 @@ async fn pick(app: &Rc<App>) -> JsResult<()> {
     let files = input(&app.doc, "llm-dir")?
         .files()
         .ok_or_else(|| js_err("no files picked"))?;
+    let t0 = Instant::now();
+    set_state(&app.doc, "loading");
+    let quantize = chosen_quantize(&app.doc)?;
     let mut bytes = BTreeMap::new();
     let mut origin = String::from("picked directory");
     for i in 0..files.length() {
@@ -208,10 +294,24 @@ async fn pick(app: &Rc<App>) -> JsResult<()> {
         let buf = JsFuture::from(file.array_buffer()).await?;
         bytes.insert(name.to_string(), js_sys::Uint8Array::new(&buf).to_vec());
     }
-    let src = Source::from_files(&origin, &bytes).map_err(js_err)?;
+    set_text(&app.doc, "llm-status", "parsing the model...");
+    next_tick().await;
+    let mut src = Source::from_files(&origin, &bytes).map_err(js_err)?;
+    drop(bytes);
+    if quantize.is_some() && !src.gguf {
+        set_text(&app.doc, "llm-status", "quantizing...");
+        next_tick().await;
+    }
+    src.quantize(quantize).map_err(js_err)?;
     let s = section();
     use_source(&app.doc, &s, src);
-    set_text(&app.doc, "llm-status", "directory loaded; press Generate");
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    by_id(&app.doc, "llm-weights")?.set_attribute("data-load-ms", &format!("{ms:.0}"))?;
+    set_text(
+        &app.doc,
+        "llm-status",
+        &format!("directory loaded in {:.1} s; press Generate", ms / 1e3),
+    );
     set_state(&app.doc, "idle");
     Ok(())
 }
@@ -266,6 +366,7 @@ async fn model(app: &App, s: &Section, src: &Source) -> JsResult<(Active, Rc<Lla
     {
         return Ok((which, m.clone()));
     }
+    let t0 = Instant::now();
     let gpu = app.gpu.borrow().clone();
     let backend: Rc<dyn Backend> = match (which, gpu) {
         (Active::WebGpu, Some(g)) => g,
@@ -284,6 +385,8 @@ async fn model(app: &App, s: &Section, src: &Source) -> JsResult<(Active, Rc<Lla
         let mut warm = Generation::start(&m, &[0], &opts).map_err(js_err)?;
         while warm.next_token().await.map_err(js_err)?.is_some() {}
     }
+    let ms = t0.elapsed().as_secs_f64() * 1e3;
+    by_id(&app.doc, "llm-memory")?.set_attribute("data-upload-ms", &format!("{ms:.0}"))?;
     *s.model.borrow_mut() = Some((which, s.generation.get(), m.clone()));
     Ok((which, m))
 }
@@ -393,5 +496,32 @@ async fn run_once(app: &App, s: &Section) -> JsResult<()> {
         "llm-status",
         &format!("done: {n} tokens, {}", stop_text(run.stopped())),
     );
+    show_memory(app, which)?;
+    Ok(())
+}
+
+/// `#llm-memory`: the WebGPU backend's storage buffers (in use or pooled) now and at most, and
+/// the wasm memory's size.
+fn show_memory(app: &App, which: Active) -> JsResult<()> {
+    let e = by_id(&app.doc, "llm-memory")?;
+    let wasm = wasm_bindgen::memory()
+        .dyn_into::<js_sys::WebAssembly::Memory>()?
+        .buffer()
+        .dyn_into::<js_sys::ArrayBuffer>()?
+        .byte_length();
+    e.set_attribute("data-wasm-bytes", &wasm.to_string())?;
+    let mut text = format!("wasm memory {:.1} MB", f64::from(wasm) / 1e6);
+    let gpu = app.gpu.borrow().clone();
+    if let (Active::WebGpu, Some(g)) = (which, gpu) {
+        let c = g.counters();
+        e.set_attribute("data-device-bytes", &c.storage_bytes.to_string())?;
+        e.set_attribute("data-device-peak", &c.peak_storage_bytes.to_string())?;
+        text = format!(
+            "WebGPU buffers {:.1} MB (peak {:.1} MB), {text}",
+            c.storage_bytes as f64 / 1e6,
+            c.peak_storage_bytes as f64 / 1e6
+        );
+    }
+    e.set_text_content(Some(&format!("· {text}")));
     Ok(())
 }
