@@ -21,13 +21,14 @@ pub(crate) mod dom;
 
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use kernels_chat::{ChatTemplate, Message, generation_config_eos};
 use kernels_core::models::hf::{self, Checkpoint};
 use kernels_core::models::llama::{
     LlamaConfig, QUANTIZE_CHOICES, QuantizeSummary, StopReason, quantize_checkpoint,
 };
-use kernels_core::{DType, Error, Result};
+use kernels_core::{DType, Error, Result, SharedBytes};
 
 // The loader the `kernels` tool uses (one implementation; see the file).
 #[path = "../../native-cli/src/tokenizer_json.rs"]
@@ -163,15 +164,9 @@ impl Source {
     /// From a directory's files by name (the ones [`wanted`] picked). A directory holding a
     /// `.gguf` file loads that ([`Source::from_gguf`]).
     pub fn from_files(origin: &str, files: &BTreeMap<String, Vec<u8>>) -> Result<Source> {
-        let mut gguf = files.iter().filter(|(n, _)| n.ends_with(".gguf"));
-        if let Some((name, bytes)) = gguf.next() {
-            if let Some((other, _)) = gguf.next() {
-                return Err(Error::BadModelFile {
-                    path: origin.into(),
-                    why: format!("holds two GGUF files, `{name}` and `{other}`: pick one"),
-                });
-            }
-            return Source::from_gguf(origin, name, bytes, files);
+        if let Some(name) = gguf_name(origin, files)? {
+            let owner: SharedBytes = Arc::new(files.get(&name).cloned().unwrap_or_default());
+            return Source::from_gguf(origin, &name, &owner, files);
         }
         let checkpoint = hf::load_checkpoint_from_map(origin, files)?;
         let config = LlamaConfig::from_json(&checkpoint.config)?;
@@ -246,7 +241,29 @@ impl Source {
     }
 }
 
+/// The one `.gguf` file among `files`, if any; two are an error.
+fn gguf_name(origin: &str, files: &BTreeMap<String, Vec<u8>>) -> Result<Option<String>> {
+    let mut gguf = files.keys().filter(|n| n.ends_with(".gguf"));
+    match (gguf.next(), gguf.next()) {
+        (Some(name), Some(other)) => Err(Error::BadModelFile {
+            path: origin.into(),
+            why: format!("holds two GGUF files, `{name}` and `{other}`: pick one"),
+        }),
+        (name, _) => Ok(name.cloned()),
+    }
+}
+
 impl Source {
+    /// [`Source::from_files`], taking the files: a GGUF file's bytes become the buffer its
+    /// packed tensors share (no copy of the weights in the tab's memory).
+    pub fn from_owned_files(origin: &str, mut files: BTreeMap<String, Vec<u8>>) -> Result<Source> {
+        if let Some(name) = gguf_name(origin, &files)? {
+            let owner: SharedBytes = Arc::new(files.remove(&name).unwrap_or_default());
+            return Source::from_gguf(origin, &name, &owner, &files);
+        }
+        Source::from_files(origin, &files)
+    }
+
     /// From a GGUF file `name` of the picked directory (kernels-core's `gguf`, as the CLI reads
     /// `--model FILE.gguf`): config from its metadata, tensors, the tokenizer from
     /// `tokenizer.ggml.*`, and the chat template from `tokenizer.chat_template` unless the
@@ -254,12 +271,14 @@ impl Source {
     pub fn from_gguf(
         origin: &str,
         name: &str,
-        bytes: &[u8],
+        owner: &SharedBytes,
         files: &BTreeMap<String, Vec<u8>>,
     ) -> Result<Source> {
         let path = format!("{origin}/{name}");
+        let bytes: &[u8] = (**owner).as_ref();
         let parsed = kernels_core::gguf::GgufFile::parse(bytes, &path)?;
-        let model = kernels_core::gguf::llama::load_llama(&parsed)?;
+        // The packed tensors share `owner`'s bytes.
+        let model = kernels_core::gguf::llama::load_llama_in(&parsed, Some(owner))?;
         // The file's tokenizer; else the directory's tokenizer.json (`kernels quantize` does not
         // write tokenizer.ggml.* yet).
         let tokenizer = match (model.tokenizer_json.as_deref(), files.get("tokenizer.json")) {

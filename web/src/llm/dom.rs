@@ -296,8 +296,8 @@ async fn pick(app: &Rc<App>) -> JsResult<()> {
     }
     set_text(&app.doc, "llm-status", "parsing the model...");
     next_tick().await;
-    let mut src = Source::from_files(&origin, &bytes).map_err(js_err)?;
-    drop(bytes);
+    // Taken by value: a GGUF file's bytes are shared by its packed tensors, not copied.
+    let mut src = Source::from_owned_files(&origin, bytes).map_err(js_err)?;
     if quantize.is_some() && !src.gguf {
         set_text(&app.doc, "llm-status", "quantizing...");
         next_tick().await;
