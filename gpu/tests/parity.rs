@@ -317,3 +317,76 @@ fn decode_forms_of_packed_products_take_matvec() {
         "{built:?}"
     );
 }
+
+/// Decode's `matvec` sums 8 elements per block before the scale multiplies; where a scale or an
+/// activation is infinite or NaN it must still give the reference's NaN and infinity positions
+/// (the reference decodes each weight, then multiplies).
+#[test]
+fn matvec_keeps_the_references_nan_and_inf() {
+    use kernels_core::op::Op;
+    let Some(gpu) = testing::wgpu("matvec_keeps_the_references_nan_and_inf") else {
+        return;
+    };
+    let normal = |shape: &[usize], seed: u64| {
+        let n = shape.iter().product();
+        Tensor::from_f32(shape, kernels_core::Rng::new(seed).normal_vec(n, 0.0, 1.0)).unwrap()
+    };
+    let op = Op::Matmul {
+        trans_a: false,
+        trans_b: true,
+    };
+    let inf = 0x7c00u16.to_le_bytes(); // f16 +inf
+    for dtype in [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q4_K,
+        DType::Q6_K,
+        DType::F16,
+    ] {
+        let w = if dtype == DType::Q6_K {
+            // No Q6_K quantizer: random quants and scales, a small f16 super-scale.
+            let mut b: Vec<u8> = (0..5 * 210)
+                .map(|i| (kernels_core::Rng::new(i as u64).next_u64() % 251) as u8)
+                .collect();
+            for blk in b.chunks_mut(210) {
+                blk[208..210].copy_from_slice(&0x211fu16.to_le_bytes());
+            }
+            Tensor::from_raw(&[5, 256], dtype, b).unwrap()
+        } else {
+            normal(&[5, 256], 1).quantize(dtype).unwrap()
+        };
+        // Row 1's first block scale infinite (f16: element 300, in row 1).
+        let mut bytes = w.packed_bytes().unwrap().to_vec();
+        let row = bytes.len() / 5;
+        let at = row + if dtype == DType::Q6_K { 208 } else { 0 };
+        bytes[at..at + 2].copy_from_slice(&inf);
+        let w_inf = Tensor::from_raw(&[5, 256], dtype, bytes).unwrap();
+        let x = normal(&[2, 256], 2);
+        let mut xv = x.as_f32().unwrap().to_vec();
+        xv[3] = f32::INFINITY;
+        xv[256 + 17] = f32::NAN;
+        let x_bad = Tensor::from_f32(&[2, 256], xv).unwrap();
+        for (what, a, b) in [("inf scale", &x, &w_inf), ("inf/NaN x", &x_bad, &w)] {
+            let want = kernels_core::CpuBackend::reference()
+                .run(&op, Direction::Forward, &[a, b])
+                .unwrap();
+            let (da, db) = (gpu.upload(a).unwrap(), gpu.upload(b).unwrap());
+            let got = gpu.run(&op, Direction::Forward, &[&da, &db]).unwrap();
+            let got = gpu.download_blocking(&got[0]).unwrap();
+            let c = kernels_core::numerics::compare(
+                got.as_f32().unwrap(),
+                want[0].as_f32().unwrap(),
+                1e-4,
+                1e-4,
+            );
+            assert!(
+                c.pass,
+                "{dtype:?} {what}: {c:?}\n got {:?}\nwant {:?}",
+                got.as_f32().unwrap(),
+                want[0].as_f32().unwrap()
+            );
+        }
+    }
+}

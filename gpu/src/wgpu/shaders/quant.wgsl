@@ -101,6 +101,126 @@ fn decode(dtype: u32, i: u32) -> f32 {
     }
 }
 
+// Weight elements i..i+8 (i a multiple of 8, so never across a block) dotted with xin[xo..xo+8].
+// A non-finite result (a NaN or infinite scale or activation) is computed again element by
+// element, so NaN and infinity come out where the reference's (decode, then multiply) put them.
+fn dot8(dtype: u32, i: u32, xo: u32) -> f32 {
+    let v = dot8_blocks(dtype, i, xo);
+    if ((bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u) {
+        return v;
+    }
+    return dot8_each(dtype, i, xo);
+}
+
+fn dot8_each(dtype: u32, i: u32, xo: u32) -> f32 {
+    var s: f32 = 0.0;
+    for (var t: u32 = 0u; t < 8u; t = t + 1u) {
+        s = s + xin[xo + t] * decode(dtype, i + t);
+    }
+    return s;
+}
+
+// The block's scales decoded once for the 8 elements, and the quants summed against x before
+// the scales multiply (the f32 rounding differs from the elementwise decode's in the order).
+fn dot8_blocks(dtype: u32, i: u32, xo: u32) -> f32 {
+    switch dtype {
+        case WEIGHT_Q8_0: {
+            let b = (i / 32u) * 34u + 2u + i % 32u;
+            var s: f32 = 0.0;
+            for (var t: u32 = 0u; t < 8u; t = t + 1u) {
+                s = s + xin[xo + t] * i8_of(byte_at(b + t));
+            }
+            return f16_at((i / 32u) * 34u) * s;
+        }
+        case WEIGHT_Q4_0: {
+            let b = (i / 32u) * 18u;
+            let e = i % 32u;
+            let q0 = b + 2u + e % 16u;
+            let sh = 4u * (e / 16u);
+            var s: f32 = 0.0;
+            for (var t: u32 = 0u; t < 8u; t = t + 1u) {
+                s = s + xin[xo + t] * f32(i32((byte_at(q0 + t) >> sh) & 0xfu) - 8);
+            }
+            return f16_at(b) * s;
+        }
+        case WEIGHT_Q4_1: {
+            let b = (i / 32u) * 20u;
+            let e = i % 32u;
+            let q0 = b + 4u + e % 16u;
+            let sh = 4u * (e / 16u);
+            var s: f32 = 0.0;
+            var sx: f32 = 0.0;
+            for (var t: u32 = 0u; t < 8u; t = t + 1u) {
+                let x = xin[xo + t];
+                s = s + x * f32((byte_at(q0 + t) >> sh) & 0xfu);
+                sx = sx + x;
+            }
+            return f16_at(b) * s + f16_at(b + 2u) * sx;
+        }
+        case WEIGHT_Q5_0: {
+            let b = (i / 32u) * 22u;
+            let e = i % 32u;
+            let qh = u16_at(b + 2u) | (u16_at(b + 4u) << 16u);
+            let q0 = b + 6u + e % 16u;
+            let sh = 4u * (e / 16u);
+            var s: f32 = 0.0;
+            for (var t: u32 = 0u; t < 8u; t = t + 1u) {
+                let lo = (byte_at(q0 + t) >> sh) & 0xfu;
+                let q = lo | (((qh >> (e + t)) & 1u) << 4u);
+                s = s + xin[xo + t] * f32(i32(q) - 16);
+            }
+            return f16_at(b) * s;
+        }
+        case WEIGHT_Q4_K: {
+            let b = (i / 256u) * 144u;
+            let e = i % 256u;
+            let c = e / 64u;
+            let hi = (e % 64u) / 32u;
+            let j = 2u * c + hi;
+            var sc: u32;
+            var m: u32;
+            if (j < 4u) {
+                sc = byte_at(b + 4u + j) & 63u;
+                m = byte_at(b + 8u + j) & 63u;
+            } else {
+                sc = (byte_at(b + 8u + j) & 0xfu) | ((byte_at(b + j) >> 6u) << 4u);
+                m = (byte_at(b + 8u + j) >> 4u) | ((byte_at(b + 4u + j) >> 6u) << 4u);
+            }
+            let q0 = b + 16u + 32u * c + e % 32u;
+            let sh = 4u * hi;
+            var s: f32 = 0.0;
+            var sx: f32 = 0.0;
+            for (var t: u32 = 0u; t < 8u; t = t + 1u) {
+                let x = xin[xo + t];
+                s = s + x * f32((byte_at(q0 + t) >> sh) & 0xfu);
+                sx = sx + x;
+            }
+            return f16_at(b) * f32(sc) * s - f16_at(b + 2u) * f32(m) * sx;
+        }
+        case WEIGHT_Q6_K: {
+            let b = (i / 256u) * 210u;
+            let e = i % 256u;
+            let h = e / 128u;
+            let k = (e % 128u) / 32u;
+            let l0 = e % 32u;
+            let ql0 = b + 64u * h + 32u * (k & 1u) + l0;
+            let qh0 = b + 128u + 32u * h + l0;
+            let shl = 4u * (k >> 1u);
+            let shh = 2u * k;
+            var s: f32 = 0.0;
+            for (var t: u32 = 0u; t < 8u; t = t + 1u) {
+                let ql = (byte_at(ql0 + t) >> shl) & 0xfu;
+                let qh = (byte_at(qh0 + t) >> shh) & 3u;
+                s = s + xin[xo + t] * f32(i32(ql | (qh << 4u)) - 32);
+            }
+            return f16_at(b + 208u) * i8_of(byte_at(b + 192u + e / 16u)) * s;
+        }
+        default: {
+            return dot8_each(dtype, i, xo);
+        }
+    }
+}
+
 // packed = x of weight dtype p.dtype; out0 = f32 [p.n].
 @compute @workgroup_size(WG)
 fn dequantize(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -146,8 +266,15 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     let r = g / p.n;
     let j = g % p.n;
     var acc: f32 = 0.0;
-    for (var i: u32 = lid; i < p.k; i = i + 256u) {
-        acc = acc + xin[r * p.k + i] * decode(p.dtype, j * p.k + i);
+    if (p.k % 8u == 0u) {
+        // Groups of 8 elements (never across a block): each block's scales decoded once.
+        for (var i: u32 = lid * 8u; i < p.k; i = i + 2048u) {
+            acc = acc + dot8(p.dtype, j * p.k + i, r * p.k + i);
+        }
+    } else {
+        for (var i: u32 = lid; i < p.k; i = i + 256u) {
+            acc = acc + xin[r * p.k + i] * decode(p.dtype, j * p.k + i);
+        }
     }
     let s = row_sum(lid, acc);
     if (lid == 0u) {
