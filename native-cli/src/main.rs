@@ -408,7 +408,7 @@ enum BenchCmd {
     ///
     /// --json prints ONE object: {"model", "backend", "threads", "params", "decode_tok_s",
     /// "prefill_tok_s", "dispatches_per_token", "submits_per_token", "bytes_down_per_token", "weights",
-    /// "weight_bytes_per_token"},
+    /// "weight_bytes_per_token", "device_peak_bytes"},
     /// null where a figure does not apply (the CPU keeps no counters; CUDA has no submits).
     #[command(verbatim_doc_comment)]
     Llama(BenchLlamaArgs),

@@ -266,6 +266,7 @@ fn bench_llama_prints_the_protocol_object() {
         "bytes_down_per_token",
         "weights",
         "weight_bytes_per_token",
+        "device_peak_bytes",
     ];
     assert_eq!(r.as_object().unwrap().len(), keys.len(), "{r}");
     for k in keys {
@@ -287,6 +288,7 @@ fn bench_llama_prints_the_protocol_object() {
         "dispatches_per_token",
         "submits_per_token",
         "bytes_down_per_token",
+        "device_peak_bytes",
     ] {
         assert!(r[k].is_null(), "{k} in {r}");
     }

@@ -54,12 +54,15 @@ pub struct LlamaBenchReport {
     /// Bytes of weights one decode step reads: every matrix whole, except an untied embedding
     /// table, of which it reads one row.
     pub weight_bytes_per_token: usize,
+    /// The most bytes of storage buffers the device held at once (wgpu's pool counters: in
+    /// use or pooled); `None` where the backend keeps no such count (CPU, CUDA).
+    pub device_peak_bytes: Option<u64>,
 }
 
 impl LlamaBenchReport {
     /// `{"model", "backend", "threads", "params", "decode_tok_s", "prefill_tok_s",
     /// "dispatches_per_token", "submits_per_token", "bytes_down_per_token", "weights",
-    /// "weight_bytes_per_token"}`.
+    /// "weight_bytes_per_token", "device_peak_bytes"}`.
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "model": self.model,
@@ -73,6 +76,7 @@ impl LlamaBenchReport {
             "bytes_down_per_token": self.bytes_down_per_token,
             "weights": self.weights,
             "weight_bytes_per_token": self.weight_bytes_per_token,
+            "device_peak_bytes": self.device_peak_bytes,
         })
     }
 }
@@ -89,6 +93,13 @@ enum Counting {
 type Snapshot = (u64, Option<u64>, u64);
 
 impl Counting {
+    /// The most storage bytes the device has held (wgpu only).
+    fn peak_bytes(&self) -> Option<u64> {
+        match self {
+            Counting::Wgpu(g) => Some(g.counters().peak_storage_bytes),
+            _ => None,
+        }
+    }
     fn snapshot(&self) -> Option<Snapshot> {
         match self {
             Counting::None => None,
@@ -242,6 +253,7 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
         bytes_down_per_token: bytes_down,
         weights,
         weight_bytes_per_token,
+        device_peak_bytes: counting.peak_bytes(),
     })
 }
 
@@ -274,7 +286,7 @@ pub fn run(opts: &LlamaBenchOptions) -> CliResult<()> {
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
     emit(&format!(
         "{} on {} ({:.2}M params, {}, {:.1} MB of weights read per token): decode {:.1} tok/s ({} new after a {}-token prompt), \
-         prefill {:.1} tok/s ({} tokens); per decode token: {} dispatches, {} submits, {} bytes down\n",
+         prefill {:.1} tok/s ({} tokens); per decode token: {} dispatches, {} submits, {} bytes down; device peak {}\n",
         r.model,
         r.backend,
         r.params as f64 / 1e6,
@@ -288,5 +300,7 @@ pub fn run(opts: &LlamaBenchOptions) -> CliResult<()> {
         opt(r.dispatches_per_token),
         opt(r.submits_per_token),
         opt(r.bytes_down_per_token),
+        r.device_peak_bytes
+            .map_or("-".to_string(), |b| format!("{:.1} MB", b as f64 / 1e6)),
     ))
 }
