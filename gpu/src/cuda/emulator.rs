@@ -81,7 +81,14 @@ type EmuRun = unsafe extern "C" fn(
 
 /// The families compiled into shared libraries, once per test process.
 struct Libraries {
-    libs: HashMap<Family, libloading::Library>,
+    libs: HashMap<Family, Loaded>,
+}
+
+/// One family's library and its `emu_run`, looked up once when it is loaded (a lookup per
+/// launch failed now and then, "dlsym failed", in a CI run).
+struct Loaded {
+    lib: libloading::Library,
+    run: EmuRun,
 }
 
 /// Why not, when there is no C++ compiler or a family does not build (built once per process;
@@ -124,7 +131,13 @@ fn build_libraries() -> std::result::Result<Libraries, String> {
             // SAFETY: the library is ours, built just now; its initializers only set globals.
             let lib = unsafe { libloading::Library::new(&so) }
                 .map_err(|e| format!("loading {}: {e}", so.display()))?;
-            Ok((f, lib))
+            // SAFETY: `emu_run` has the runtime's signature (`EmuRun`); the pointer is used only
+            // while `lib`, kept beside it in the static table, stays loaded.
+            let run: EmuRun = unsafe {
+                *lib.get::<EmuRun>(b"emu_run")
+                    .map_err(|e| format!("{}: emu_run: {e}", so.display()))?
+            };
+            Ok((f, Loaded { lib, run }))
         })
         .collect::<std::result::Result<HashMap<_, _>, String>>();
     // Loaded libraries stay mapped once their files are gone: nothing is left in /tmp.
@@ -202,11 +215,12 @@ impl Engine for EmulatedDevice {
                 outputs.len()
             )));
         }
-        let lib = self
+        let loaded = self
             .libs
             .libs
             .get(&kernel.family)
             .ok_or_else(|| err(format!("no library for {}", kernel.family.name())))?;
+        let lib = &loaded.lib;
         let mut ins = [std::ptr::null::<f32>(); 4];
         for (d, m) in ins.iter_mut().zip(inputs) {
             *d = host_mem(*m, kernel.entry)?.ptr();
@@ -222,10 +236,7 @@ impl Engine for EmulatedDevice {
             let f: libloading::Symbol<Kern> = lib
                 .get(kernel.entry.as_bytes())
                 .map_err(|e| err(format!("kernel {}: {e}", kernel.entry)))?;
-            let run: libloading::Symbol<EmuRun> = lib
-                .get(b"emu_run")
-                .map_err(|e| err(format!("emu_run: {e}")))?;
-            run(
+            (loaded.run)(
                 *f,
                 grid.blocks,
                 grid.threads,

@@ -138,8 +138,12 @@ pub(crate) mod host {
     ) -> Result<(), String> {
         let src = dir.join(format!("{}.cpp", f.name()));
         std::fs::write(&src, host_source(f)).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("host_runtime"), include_str!("host_runtime.hpp"))
-            .map_err(|e| e.to_string())?;
+        // Families compile in parallel in one directory: the shared header is written under
+        // a name of this family's and renamed into place (atomic), so no compiler ever reads
+        // it half-written (one that did built a library without `emu_run`, now and then).
+        let staged = dir.join(format!("host_runtime.{}", f.name()));
+        std::fs::write(&staged, include_str!("host_runtime.hpp")).map_err(|e| e.to_string())?;
+        std::fs::rename(&staged, dir.join("host_runtime")).map_err(|e| e.to_string())?;
         let out = Command::new(cc)
             .args([
                 "-std=c++17",
