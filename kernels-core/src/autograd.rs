@@ -505,16 +505,20 @@ impl Graph {
         bias_ih: &Var,
         bias_hh: &Var,
     ) -> Result<(Var, Var)> {
-        let mut outs = self.apply(
+        self.apply2(
             &Op::GruSequence,
             &[x, h0, weight_ih, weight_hh, bias_ih, bias_hh],
-        )?;
-        let h_n = outs.pop();
-        let output = outs.pop();
-        match (output, h_n, outs.is_empty()) {
-            (Some(o), Some(h), true) => Ok((o, h)),
+        )
+    }
+    /// `op`'s two outputs.
+    fn apply2(&self, op: &Op, inputs: &[&Var]) -> Result<(Var, Var)> {
+        let mut outs = self.apply(op, inputs)?;
+        let second = outs.pop();
+        let first = outs.pop();
+        match (first, second, outs.is_empty()) {
+            (Some(a), Some(b), true) => Ok((a, b)),
             _ => Err(Error::Autograd {
-                why: "gru_sequence: expected two outputs".into(),
+                why: format!("{}: expected two outputs", op.name()),
             }),
         }
     }
@@ -530,18 +534,10 @@ impl Graph {
         bias_ih: &Var,
         bias_hh: &Var,
     ) -> Result<(Var, Var)> {
-        let mut outs = self.apply(
+        self.apply2(
             &Op::GruEnsemble,
             &[x, h0, weight_ih, weight_hh, bias_ih, bias_hh],
-        )?;
-        let h_n = outs.pop();
-        let output = outs.pop();
-        match (output, h_n, outs.is_empty()) {
-            (Some(o), Some(h), true) => Ok((o, h)),
-            _ => Err(Error::Autograd {
-                why: "gru_ensemble: expected two outputs".into(),
-            }),
-        }
+        )
     }
     /// `F.cross_entropy(logits, targets)`, mean over rows.
     pub fn cross_entropy(&self, logits: &Var, targets: &Var) -> Result<Var> {

@@ -31,6 +31,17 @@ fn i8_of(b: u32) -> f32 {
     return f32(i32(b) - select(0, 256, b >= 128u));
 }
 
+// The 6-bit scale and min of sub-block j of the Q4_K super-block at byte b.
+fn q4k_scale_min(b: u32, j: u32) -> vec2<u32> {
+    if (j < 4u) {
+        return vec2<u32>(byte_at(b + 4u + j) & 63u, byte_at(b + 8u + j) & 63u);
+    }
+    return vec2<u32>(
+        (byte_at(b + 8u + j) & 0xfu) | ((byte_at(b + j) >> 6u) << 4u),
+        (byte_at(b + 8u + j) >> 4u) | ((byte_at(b + 4u + j) >> 6u) << 4u),
+    );
+}
+
 // Element i of a tensor of weight dtype `dtype` (the WEIGHT_* codes).
 fn decode(dtype: u32, i: u32) -> f32 {
     switch dtype {
@@ -70,15 +81,9 @@ fn decode(dtype: u32, i: u32) -> f32 {
             let c = e / 64u;
             let hi = (e % 64u) / 32u;
             let j = 2u * c + hi;
-            var sc: u32;
-            var m: u32;
-            if (j < 4u) {
-                sc = byte_at(b + 4u + j) & 63u;
-                m = byte_at(b + 8u + j) & 63u;
-            } else {
-                sc = (byte_at(b + 8u + j) & 0xfu) | ((byte_at(b + j) >> 6u) << 4u);
-                m = (byte_at(b + 8u + j) >> 4u) | ((byte_at(b + 4u + j) >> 6u) << 4u);
-            }
+            let sm = q4k_scale_min(b, j);
+            let sc = sm.x;
+            let m = sm.y;
             let q = (byte_at(b + 16u + 32u * c + e % 32u) >> (4u * hi)) & 0xfu;
             let dl = f16_at(b) * f32(sc);
             let ml = f16_at(b + 2u) * f32(m);
@@ -177,15 +182,9 @@ fn dot8_blocks(dtype: u32, i: u32, xo: u32) -> f32 {
             let c = e / 64u;
             let hi = (e % 64u) / 32u;
             let j = 2u * c + hi;
-            var sc: u32;
-            var m: u32;
-            if (j < 4u) {
-                sc = byte_at(b + 4u + j) & 63u;
-                m = byte_at(b + 8u + j) & 63u;
-            } else {
-                sc = (byte_at(b + 8u + j) & 0xfu) | ((byte_at(b + j) >> 6u) << 4u);
-                m = (byte_at(b + 8u + j) >> 4u) | ((byte_at(b + 4u + j) >> 6u) << 4u);
-            }
+            let sm = q4k_scale_min(b, j);
+            let sc = sm.x;
+            let m = sm.y;
             let q0 = b + 16u + 32u * c + e % 32u;
             let sh = 4u * hi;
             var s: f32 = 0.0;
