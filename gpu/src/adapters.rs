@@ -26,9 +26,19 @@ impl AdapterSummary {
 }
 
 /// True for software rasterizers (lavapipe, SwiftShader, WARP): their timings say nothing about
-/// GPU speed.
+/// GPU speed. wgpu says `DeviceType::Cpu` natively; in a browser it says so only for a "fallback
+/// adapter", and Chromium's SwiftShader need not be one, so the name counts too.
 pub fn is_software(info: &wgpu::AdapterInfo) -> bool {
+    let name = info.name.to_ascii_lowercase();
     info.device_type == wgpu::DeviceType::Cpu
+        || [
+            "swiftshader",
+            "llvmpipe",
+            "lavapipe",
+            "microsoft basic render",
+        ]
+        .iter()
+        .any(|s| name.contains(s))
 }
 
 /// `SHADER_F16` -> `shader-f16`.

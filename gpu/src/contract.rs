@@ -122,6 +122,7 @@ pub fn codes() -> Result<Vec<(String, u32)>> {
             Op::Gelu { .. } | Op::Linear { .. } | Op::Scale { .. } => {}
             // No kernel switches on a code for these.
             Op::Matmul { .. }
+            | Op::MatmulAdd { .. }
             | Op::Swiglu
             | Op::Softmax { .. }
             | Op::LogSoftmax { .. }

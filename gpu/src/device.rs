@@ -126,12 +126,16 @@ pub type Operand<'t> = (&'t Tensor, usize, bool);
 
 /// Elementwise work fused into a matmul (the `linear` op): a bias added and an activation
 /// applied to each output, and/or each element of `a` scaled by the derivative of an activation
-/// read from `gy` (laid out like `a`) as it is loaded.
+/// read from `gy` (laid out like `a`) as it is loaded, or (`matmul_add`) the product added to
+/// the output's old contents.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Fused<'t> {
     pub bias: Option<&'t Tensor>,
     pub act: Option<Activation>,
     pub a_dact: Option<(&'t Tensor, Activation)>,
+    /// Add the product to what `out` holds instead of overwriting it (`matmul_add` into its
+    /// donated residual); never with a bias or an activation.
+    pub accumulate: bool,
 }
 
 /// What a GPU backend gives the op layer: the core below, and the hooks where the backends'
@@ -152,6 +156,11 @@ pub trait Device: MatmulHook + AttentionHook + SvdHook {
     fn chunk_elems(&self) -> usize;
     /// Records (or queues) one kernel launch.
     fn launch(&self, op: &'static str, l: &Launch<'_>) -> Result<()>;
+    /// Whether decode's packed products run one thread per output (`matvec_each`) instead of
+    /// one workgroup per output: for adapters that run on the CPU, where barriers are slow.
+    fn per_output_matvec(&self) -> bool {
+        false
+    }
 }
 
 /// `batch` products `out = fused(op(a) @ op(b))`, `op(a) [m, k]`, `op(b) [k, n]`, operands at

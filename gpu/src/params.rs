@@ -174,9 +174,10 @@ kernel_params! {
     }
     /// Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of
     /// dtype `dtype` (`WEIGHT_*`); `bias = 1` adds a bias. The outputs go to columns
-    /// `col0..col0 + n` of rows of `ldo` (as `MatmulParams`' `ldc`).
-    MatvecParams("matvec") for ["matvec"] {
-        u32: [n, dtype, k, rows, bias, ldo, col0],
+    /// `col0..col0 + n` of rows of `ldo` (as `MatmulParams`' `ldc`); `accum = 1` adds them to
+    /// what is there (`matmul_add` into its residual).
+    MatvecParams("matvec") for ["matvec", "matvec_each"] {
+        u32: [n, dtype, k, rows, bias, ldo, col0, accum],
         f32: [],
     }
     /// Embedding gradient: `n = vocab * dim` outputs summed over `tokens`.

@@ -341,6 +341,101 @@ pub fn check_kv_write_donation(label: &str, be: &dyn Backend) -> usize {
     cases.len()
 }
 
+/// Checks `matmul_add` with a donated residual on `be` against the CPU reference, within the
+/// op's budget, on every parity case (f32 and every weight dtype, each transpose form, the
+/// llama's decode forms) plus one with NaN and infinities in the residual: a residual whose
+/// storage nothing else holds receives the product in place (the result shares its buffer), one
+/// that is shared (a clone kept) is left unchanged; a residual of the wrong shape is an error
+/// naming the op. Returns the number of cases checked; panics naming the case otherwise.
+#[cfg(not(target_arch = "wasm32"))]
+// Test support: a mismatch must fail the calling test.
+#[allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
+pub fn check_matmul_add_donation(label: &str, be: &dyn Backend) -> usize {
+    use kernels_core::op::{Direction, Op, OpKind};
+    use kernels_core::{CpuBackend, Tensor, numerics, parity};
+    let mut cases: Vec<(Op, Vec<Tensor>)> = parity::cases(OpKind::MatmulAdd, 5)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.op, c.inputs))
+        .collect();
+    let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0];
+    let residual: Vec<f32> = (0..2 * 3).map(|i| special[i % 4] + i as f32).collect();
+    cases.push((
+        Op::MatmulAdd {
+            trans_a: false,
+            trans_b: true,
+        },
+        vec![
+            Tensor::from_f32(&[2, 3], residual).unwrap(),
+            Tensor::from_f32(&[2, 5], (0..10).map(|i| i as f32 * 0.25).collect()).unwrap(),
+            Tensor::from_f32(&[3, 5], (0..15).map(|i| 1.0 - i as f32 * 0.125).collect()).unwrap(),
+        ],
+    ));
+    let cpu = CpuBackend::reference();
+    let down = |t: &Tensor| pollster::block_on(be.download(t)).unwrap();
+    let buffer = |t: &Tensor| {
+        t.device_buffer()
+            .map(|b| std::sync::Arc::as_ptr(b) as *const ())
+    };
+    for (i, (op, inputs)) in cases.iter().enumerate() {
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let want = cpu.run(op, Direction::Forward, &refs).unwrap().remove(0);
+        let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+        let (atol, rtol) = op.spec().budget.at(op.reduced_len(&shapes));
+        let within = |got: &Tensor, how: &str| {
+            let c = numerics::compare(
+                &got.to_f32_vec().unwrap(),
+                &want.to_f32_vec().unwrap(),
+                atol,
+                rtol,
+            );
+            assert!(
+                c.pass,
+                "{label}: case {i} ({op}, {:?}) {how}: {c:?}",
+                inputs[2].dtype()
+            );
+        };
+        let (a, b) = (
+            be.upload(&inputs[1]).unwrap(),
+            be.upload(&inputs[2]).unwrap(),
+        );
+        // Unique: the product lands in the residual's own buffer.
+        let residual = be.upload(&inputs[0]).unwrap();
+        let before = buffer(&residual);
+        let got = be.run_donated(op, residual, &[&a, &b]).unwrap().remove(0);
+        assert_eq!(
+            before,
+            buffer(&got),
+            "{label}: case {i} ({op}): not accumulated in place"
+        );
+        within(&down(&got), "in place");
+        // Shared: a new tensor, and the clone keeps the residual.
+        let residual = be.upload(&inputs[0]).unwrap();
+        let kept = residual.clone();
+        let got = be.run_donated(op, residual, &[&a, &b]).unwrap().remove(0);
+        within(&down(&got), "copied");
+        assert!(
+            down(&kept).bit_eq(&inputs[0]),
+            "{label}: case {i} ({op}): a shared residual was written"
+        );
+    }
+    // A residual that is not the product's shape: an error naming the op, before any launch.
+    let (op, inputs) = &cases[1];
+    let wrong = Tensor::zeros(&[inputs[0].numel() + 1]).unwrap();
+    let e = be
+        .run_donated(
+            op,
+            be.upload(&wrong).unwrap(),
+            &[
+                &be.upload(&inputs[1]).unwrap(),
+                &be.upload(&inputs[2]).unwrap(),
+            ],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("matmul_add"), "{label}: {e}");
+    cases.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

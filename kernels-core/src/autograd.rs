@@ -343,6 +343,10 @@ impl Graph {
     pub fn silu(&self, x: &Var) -> Result<Var> {
         self.unary(UnaryOp::Silu, x)
     }
+    /// `silu(gate) * up` as one op (`swiglu`).
+    pub fn swiglu(&self, gate: &Var, up: &Var) -> Result<Var> {
+        self.apply1(Op::Swiglu, &[gate, up])
+    }
     /// `F.gelu(x)` (exact erf form).
     pub fn gelu(&self, x: &Var) -> Result<Var> {
         self.gelu_with(x, GeluApprox::None)
@@ -464,15 +468,37 @@ impl Graph {
     /// written in place and the result shares that storage (no copy of the cache). In a
     /// recording graph the op is applied like any other (out of place) and is differentiable.
     pub fn kv_write(&self, cache: Var, rows: &Var, pos: usize) -> Result<Var> {
-        let op = Op::KvWrite { pos };
+        self.apply_donated(Op::KvWrite { pos }, cache, &[rows])
+    }
+    /// `residual + op(a) @ op(b)` (`matmul_add`: the residual add in the product's epilogue).
+    ///
+    /// `residual` is taken by value, as `kv_write`'s cache: in an inference graph it is donated,
+    /// so when no other tensor shares its storage the product is accumulated into it (one
+    /// kernel, no separate add). In a recording graph it is an ordinary differentiable op.
+    pub fn matmul_add(
+        &self,
+        residual: Var,
+        a: &Var,
+        b: &Var,
+        trans_a: bool,
+        trans_b: bool,
+    ) -> Result<Var> {
+        self.apply_donated(Op::MatmulAdd { trans_a, trans_b }, residual, &[a, b])
+    }
+    /// An op whose first input may be donated ([`crate::op::OpKind::donates_first_input`]):
+    /// [`Backend::run_donated`] in an inference graph, [`Graph::apply1`] in a recording one.
+    fn apply_donated(&self, op: Op, first: Var, rest: &[&Var]) -> Result<Var> {
         if self.recording {
-            return self.apply1(op, &[&cache, rows]);
+            let mut all = alloc::vec![&first];
+            all.extend_from_slice(rest);
+            return self.apply1(op, &all);
         }
-        self.check_var(op.name(), &cache)?;
-        self.check_var(op.name(), rows)?;
-        let mut outs = self
-            .backend
-            .run_donated(&op, cache.tensor, &[&rows.tensor])?;
+        self.check_var(op.name(), &first)?;
+        for v in rest {
+            self.check_var(op.name(), v)?;
+        }
+        let rest: Vec<&Tensor> = rest.iter().map(|v| &v.tensor).collect();
+        let mut outs = self.backend.run_donated(&op, first.tensor, &rest)?;
         match (outs.pop(), outs.is_empty()) {
             (Some(t), true) => {
                 self.check_device(op.name(), &t)?;

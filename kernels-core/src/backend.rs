@@ -150,6 +150,62 @@ pub fn decode_weights(op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec
         .collect()
 }
 
+impl CpuBackend {
+    /// `matmul_add` forward as matmul's fast forward plus the residual, added into the
+    /// residual's own elements when no other tensor holds them (a donated residual), else into
+    /// the product.
+    fn matmul_add(
+        &self,
+        mut residual: Tensor,
+        a: &Tensor,
+        b: &Tensor,
+        (trans_a, trans_b): (bool, bool),
+    ) -> Result<Vec<Tensor>> {
+        let op = Op::MatmulAdd { trans_a, trans_b };
+        let dtypes = [residual.dtype(), a.dtype(), b.dtype()];
+        op.check_signature(Direction::Forward, &dtypes)?;
+        let product = self.run(
+            &Op::Matmul { trans_a, trans_b },
+            Direction::Forward,
+            &[a, b],
+        )?;
+        let Some(mut product) = product.into_iter().next() else {
+            return Err(Error::Arity {
+                op: "matmul_add",
+                expected: 1,
+                got: 0,
+            });
+        };
+        if product.shape() != residual.shape() {
+            return Err(Error::mismatch(
+                "matmul_add",
+                product.shape(),
+                residual.shape(),
+            ));
+        }
+        let p = product.to_f32_vec()?;
+        if let Some(r) = residual.f32_mut_if_unique()
+            && r.len() == p.len()
+        {
+            for (x, y) in r.iter_mut().zip(&p) {
+                *x += *y;
+            }
+            return Ok(alloc::vec![residual]);
+        }
+        let r = residual.to_f32_vec()?;
+        if let Some(out) = product.f32_mut_if_unique()
+            && out.len() == r.len()
+        {
+            for (x, y) in out.iter_mut().zip(&r) {
+                *x += *y;
+            }
+            return Ok(alloc::vec![product]);
+        }
+        let sum = r.iter().zip(&p).map(|(x, y)| x + y).collect();
+        Ok(alloc::vec![Tensor::from_f32(residual.shape(), sum)?])
+    }
+}
+
 impl Backend for CpuBackend {
     fn name(&self) -> String {
         if self.reference_only {
@@ -176,6 +232,13 @@ impl Backend for CpuBackend {
         Box::pin(core::future::ready(r))
     }
     fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
+        if !self.reference_only
+            && let (Op::MatmulAdd { trans_a, trans_b }, Direction::Forward, [residual, a, b]) =
+                (*op, dir, inputs)
+        {
+            // The product on whichever fast path takes it (packed decode rows included).
+            return self.matmul_add((*residual).clone(), a, b, (trans_a, trans_b));
+        }
         if !self.reference_only
             && let Some(r) = cpu::fast::packed::run(op, dir, inputs)
         {
@@ -204,6 +267,11 @@ impl Backend for CpuBackend {
         out.into_iter().map(owned_to_tensor).collect()
     }
     fn run_donated(&self, op: &Op, mut donated: Tensor, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
+        if let (Op::MatmulAdd { trans_a, trans_b }, [a, b]) = (op, rest)
+            && !self.reference_only
+        {
+            return self.matmul_add(donated, a, b, (*trans_a, *trans_b));
+        }
         // Writing into the donated cache gives exactly the reference's copy-then-overwrite.
         if let (Op::KvWrite { pos }, [rows]) = (op, rest) {
             let k = cpu::layout::KvDims::new(*pos, donated.shape(), rows.shape())?;

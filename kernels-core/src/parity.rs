@@ -229,6 +229,29 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
             ));
             v
         }
+        K::MatmulAdd => {
+            // Each transpose form, a batched product with a shared 2-D operand, and the
+            // llama's residual forms: o_proj as `a^T @ W^T` with `a [batch, k, 1]` (decode) and
+            // `down_proj` as `x @ W^T` over `[batch, seq, k]`.
+            let mut v = Vec::new();
+            for (ta, tb, a, b, out) in [
+                (false, false, &[1, 1][..], &[1, 1][..], &[1, 1][..]),
+                (false, false, &[17, 15], &[15, 16], &[17, 16]),
+                (true, false, &[13, 7], &[13, 5], &[7, 5]),
+                (false, true, &[2, 5, 7], &[3, 7], &[2, 5, 3]),
+                (true, true, &[2, 65, 1], &[33, 65], &[2, 1, 33]),
+                (false, true, &[2, 3, 64], &[70, 64], &[2, 3, 70]),
+            ] {
+                v.push(case(
+                    Op::MatmulAdd {
+                        trans_a: ta,
+                        trans_b: tb,
+                    },
+                    vec![g.f(out, Normal)?, g.f(a, Normal)?, g.f(b, Normal)?],
+                ));
+            }
+            v
+        }
         K::Add => {
             let mut v = binary(&mut g, BinaryOp::Add)?;
             v.push(Case {

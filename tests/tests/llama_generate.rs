@@ -135,9 +135,10 @@ fn wgpu_samples_on_the_device_and_matches_the_cpu() {
             // The only upload is the step's uniform (4 bytes) or nothing more than that.
             assert!(step.bytes_uploaded <= 4, "{s:?}: {step:?}");
             assert_eq!(step.submits, 1, "{s:?}: one submit per token: {step:?}");
-            // 18 per layer (2 layers) plus embedding, final norm, lm_head and sample: a guard
-            // against regressions, above the goal of 8 per layer.
-            assert!(step.dispatches <= 18 * 2 + 4, "{s:?}: {step:?}");
+            // 15 per layer (2 layers: the residual adds are in o_proj's and down_proj's
+            // epilogues, silu(gate) * up is one swiglu) plus embedding, final norm, lm_head and
+            // sample: a guard against regressions, above the goal of 8 per layer.
+            assert!(step.dispatches <= 15 * 2 + 4, "{s:?}: {step:?}");
         }
     }
 }

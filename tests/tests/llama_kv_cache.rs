@@ -42,6 +42,8 @@ struct Seen {
     /// `kv_write`s that wrote into the donated cache, and those that copied it.
     in_place: usize,
     copied: usize,
+    /// `matmul_add`s that accumulated into the donated residual (the residual stream `x`).
+    residual_in_place: usize,
 }
 
 /// The CPU backend, counting what each op makes.
@@ -84,7 +86,9 @@ impl Backend for Counting {
         let outs = self.inner.run_donated(op, donated, rest)?;
         let mut s = self.seen.borrow_mut();
         for t in &outs {
-            if data_ptr(t) == before {
+            if data_ptr(t) == before && matches!(op, Op::MatmulAdd { .. }) {
+                s.residual_in_place += 1;
+            } else if data_ptr(t) == before {
                 s.in_place += 1;
             } else {
                 s.elems_made += t.numel();
@@ -122,6 +126,7 @@ fn cpu_decode_steps_write_the_cache_in_place_and_make_the_same_bytes_at_every_po
             elems_made: w[1].elems_made - w[0].elems_made,
             in_place: w[1].in_place - w[0].in_place,
             copied: w[1].copied - w[0].copied,
+            residual_in_place: w[1].residual_in_place - w[0].residual_in_place,
         })
         .collect();
     let layers = model.config.num_hidden_layers;
@@ -129,6 +134,12 @@ fn cpu_decode_steps_write_the_cache_in_place_and_make_the_same_bytes_at_every_po
         // Keys and values of every layer written into the cache itself, never copied.
         assert_eq!(step.in_place, 2 * layers, "decode step {i}: {step:?}");
         assert_eq!(step.copied, 0, "decode step {i}: {step:?}");
+        // Both residual adds of every layer accumulated into `x` (o_proj's and down_proj's).
+        assert_eq!(
+            step.residual_in_place,
+            2 * layers,
+            "decode step {i}: {step:?}"
+        );
         // Every op's output has the same size at position 6 as at position 54.
         assert_eq!(step.elems_made, steps[0].elems_made, "decode step {i}");
     }

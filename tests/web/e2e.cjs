@@ -354,6 +354,8 @@ async function bigGguf(browser, name) {
   const t0 = Date.now();
   await pickModel(page, dir);
   const picked = (Date.now() - t0) / 1000;
+  const adapter = (await page.textContent('#adapter-card')) || '';
+  console.log(`${name}: adapter card: ${adapter.replace(/\s+/g, ' ').trim()}`);
   const status = await page.textContent('#llm-status');
   console.log(`${name}: picked in ${picked.toFixed(1)} s: ${status}`);
   const got = await generateIn(page, prompt, tokens, 60);

@@ -185,6 +185,15 @@ fn render_adapter(doc: &Document, gpu: &WgpuBackend) {
             }
             .to_string(),
         ),
+        (
+            "packed decode products",
+            if gpu.uses_per_output_matvec() {
+                "one thread per output (software adapter: no barriers)"
+            } else {
+                "one workgroup per output"
+            }
+            .to_string(),
+        ),
     ];
     if let Ok(card) = by_id(doc, "adapter-card") {
         card.set_inner_html("");

@@ -252,7 +252,7 @@ impl Engine for Driver {
         let (pa, ga) = slice(a, "sgemm")?.device_ptr(&self.stream);
         let (pb, gb) = slice(b, "sgemm")?.device_ptr(&self.stream);
         let (pc, gc) = slice(c, "sgemm")?.device_ptr(&self.stream);
-        let (alpha, beta) = (1.0f32, 0.0f32);
+        let (alpha, beta) = (1.0f32, if g.accumulate { 1.0f32 } else { 0.0 });
         // SAFETY: the launcher checked that every operand's offset plus its extent fits its
         // buffer; the pointers stay valid while the guards live.
         unsafe {

@@ -279,14 +279,14 @@ fn host_sgemm(g: &Gemm, a: &HostMem, b: &HostMem, c: &HostMem) -> Result<()> {
         (&b.0, g.offset_b, cm.ld_first, cm.stride_first),
         (&a.0, g.offset_a, cm.ld_second, cm.stride_second),
         (&c.0, g.offset_c, cm.ldc, cm.stride_c),
-        g.batch,
+        (g.batch, g.accumulate),
     )
 }
 
 type Operand<'a> = (&'a [AtomicU32], usize, usize, usize);
 
-/// cuBLAS `sgemm_strided_batched` with alpha 1, beta 0: for each batch `i`,
-/// `C_i = op(A_i) op(B_i)` in column-major storage, `C_i [m, n]` with leading dimension `ldc`;
+/// cuBLAS `sgemm_strided_batched` with alpha 1 and beta 0 (or 1, `accumulate`): for each batch
+/// `i`, `C_i = op(A_i) op(B_i)` (`+ C_i`) in column-major storage, `C_i [m, n]` with leading dimension `ldc`;
 /// `op(A_i)` is `[m, k]` (stored `[m, k]` with `lda`, or `[k, m]` when transposed). Every
 /// element read or written is bounds-checked: an error, never an out-of-range access.
 fn column_major_sgemm(
@@ -295,7 +295,7 @@ fn column_major_sgemm(
     (a, off_a, lda, stride_a): Operand<'_>,
     (b, off_b, ldb, stride_b): Operand<'_>,
     (c, off_c, ldc, stride_c): Operand<'_>,
-    batch: usize,
+    (batch, accumulate): (usize, bool),
 ) -> Result<()> {
     let get = |buf: &[AtomicU32], i: usize, what: &str| -> Result<f32> {
         buf.get(i)
@@ -317,9 +317,15 @@ fn column_major_sgemm(
                     acc += f64::from(get(a, ba + ai, "A")?) * f64::from(get(b, bb + bj, "B")?);
                 }
                 let ci = bc + i + j * ldc;
-                c.get(ci)
-                    .ok_or_else(|| err(format!("sgemm writes C[{ci}] of {}", c.len())))?
-                    .store((acc as f32).to_bits(), Ordering::Relaxed);
+                let cell = c
+                    .get(ci)
+                    .ok_or_else(|| err(format!("sgemm writes C[{ci}] of {}", c.len())))?;
+                let v = if accumulate {
+                    f32::from_bits(cell.load(Ordering::Relaxed)) + acc as f32
+                } else {
+                    acc as f32
+                };
+                cell.store(v.to_bits(), Ordering::Relaxed);
             }
         }
     }
@@ -361,6 +367,7 @@ mod tests {
                 offset_a: 0,
                 offset_b: 0,
                 offset_c: 0,
+                accumulate: false,
             };
             host_sgemm(&g, &ma, &mb, &mc).unwrap();
             let got: Vec<f32> =
@@ -487,6 +494,8 @@ mod tests {
         );
         // kv_write into a donated cache: the in-place kernel.
         assert!(crate::testing::check_kv_write_donation("emulated cuda", &be) > 0);
+        // matmul_add into a donated residual: cuBLAS with beta = 1, matvec's accumulate.
+        assert!(crate::testing::check_matmul_add_donation("emulated cuda", &be) > 0);
         // Every KERNEL of every family ran under the real launchers.
         let launched = dev.launched();
         let never: Vec<String> = Family::cuda_families()

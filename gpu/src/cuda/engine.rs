@@ -66,6 +66,8 @@ pub struct Gemm {
     pub offset_a: usize,
     pub offset_b: usize,
     pub offset_c: usize,
+    /// Add the product to `C` (cuBLAS beta = 1) instead of overwriting it.
+    pub accumulate: bool,
 }
 
 /// A column-major SGEMM call (cuBLAS's convention), as [`Gemm::to_column_major`] maps it.

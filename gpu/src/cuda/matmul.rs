@@ -26,6 +26,16 @@ impl MatmulHook for CudaBackend {
                 why: format!("{name}: a product split over bindings reached cuBLAS"),
             });
         }
+        if fused.accumulate
+            && (fused.bias.is_some() || fused.act.is_some_and(|a| a != Activation::None))
+        {
+            return Err(Error::Backend {
+                backend: "cuda".into(),
+                why: format!(
+                    "{name}: a product accumulated into its output with a bias or activation"
+                ),
+            });
+        }
         if fused.a_dact.is_some() {
             // The op layer asks `activation_grad` first and passes the scaled operand.
             return Err(Error::Backend {
@@ -45,6 +55,7 @@ impl MatmulHook for CudaBackend {
             offset_a,
             offset_b,
             offset_c: 0,
+            accumulate: fused.accumulate,
         };
         be.gemm(name, &g, a, b, out)?;
         if let Some(bias) = fused.bias {

@@ -2,7 +2,7 @@
 //! device's matmul hook (tiled WGSL on wgpu, cuBLAS on CUDA).
 
 use kernels_core::op::Activation;
-use kernels_core::{DType, Result, Tensor};
+use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
 use super::elementwise::sum_rows;
@@ -18,8 +18,34 @@ pub(crate) fn matmul(
     trans_a: bool,
     trans_b: bool,
 ) -> Result<Tensor> {
+    matmul_into(be, name, (a, trans_a), (b, trans_b), None)
+}
+
+/// The output of a product of `shape`: a fresh tensor, or `acc` when the product is added into
+/// it (`matmul_add` on its donated residual), which must have that shape.
+pub(crate) fn product_out(
+    be: &dyn Device,
+    name: &'static str,
+    shape: &[usize],
+    acc: Option<&Tensor>,
+) -> Result<Tensor> {
+    match acc {
+        Some(t) if t.shape() == shape && t.dtype() == DType::F32 => Ok(t.clone()),
+        Some(t) => Err(Error::mismatch(name, shape, t.shape())),
+        None => be.alloc(name, shape, DType::F32),
+    }
+}
+
+/// `op(a) @ op(b)` into a fresh tensor, or added into `acc`.
+pub(crate) fn matmul_into(
+    be: &dyn Device,
+    name: &'static str,
+    (a, trans_a): (&Tensor, bool),
+    (b, trans_b): (&Tensor, bool),
+    acc: Option<&Tensor>,
+) -> Result<Tensor> {
     let d = shapes::matmul(name, a.shape(), b.shape(), trans_a, trans_b)?;
-    let out = be.alloc(name, &d.out_shape, DType::F32)?;
+    let out = product_out(be, name, &d.out_shape, acc)?;
     be.matmul(
         name,
         &Matmul {
@@ -28,7 +54,10 @@ pub(crate) fn matmul(
             out: &out,
             mnk: (d.m, d.n, d.k),
             steps_batch: (d.a_step, d.b_step, d.batch),
-            fused: Fused::default(),
+            fused: Fused {
+                accumulate: acc.is_some(),
+                ..Fused::default()
+            },
             a_range: None,
             b_range: None,
             out_at: None,
@@ -64,6 +93,7 @@ pub(crate) fn linear_forward(
                 bias: Some(b),
                 act: Some(activation),
                 a_dact: None,
+                accumulate: false,
             },
             a_range: None,
             b_range: None,
@@ -104,6 +134,7 @@ pub(crate) fn linear_backward(
         bias: None,
         act: None,
         a_dact,
+        accumulate: false,
     };
     let gx = be.alloc(name, x.shape(), DType::F32)?;
     be.matmul(

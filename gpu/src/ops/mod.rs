@@ -35,7 +35,8 @@ use rows::{argmax, norm_backward, norm_forward, reduce, sample, softmax};
 
 /// [`kernels_core::Backend::run_donated`] on a device: `kv_write` into a donated cache whose
 /// buffer no other tensor holds is written in place (one launch over the new rows, and the
-/// result is the donated tensor); everything else is [`run`].
+/// result is the donated tensor), and `matmul_add` accumulates its product into such a
+/// residual (the product's own launches, nothing more); everything else is [`run`].
 pub(crate) fn run_donated(
     be: &dyn Device,
     op: &Op,
@@ -47,6 +48,13 @@ pub(crate) fn run_donated(
     {
         op.check_signature(Direction::Forward, &[donated.dtype(), rows.dtype()])?;
         layout::kv_write_in_place(be, op.name(), *pos, &donated, rows)?;
+        return Ok(vec![donated]);
+    }
+    if let (Op::MatmulAdd { trans_a, trans_b }, [a, b]) = (op, rest)
+        && donated.storage_is_unique()
+    {
+        op.check_signature(Direction::Forward, &[donated.dtype(), a.dtype(), b.dtype()])?;
+        product(be, op.name(), (a, *trans_a), (b, *trans_b), Some(&donated))?;
         return Ok(vec![donated]);
     }
     let mut all: Vec<&Tensor> = Vec::with_capacity(rest.len() + 1);
@@ -62,6 +70,7 @@ fn split_product(
     name: &'static str,
     op: &Op,
     args: &[&Tensor],
+    acc: Option<&Tensor>,
 ) -> Result<Option<Tensor>> {
     match (*op, args) {
         (Op::Matmul { trans_a, trans_b }, [a, b]) => {
@@ -74,6 +83,7 @@ fn split_product(
                 &d,
                 None,
                 Activation::None,
+                acc,
             )
         }
         (Op::Linear { activation }, [x, w, bias]) => {
@@ -88,9 +98,86 @@ fn split_product(
                 b_step: 0,
                 out_shape: kernels_core::cpu::linear::out_shape(x.shape(), out_f),
             };
-            split::product(be, name, (x, false), (w, true), &d, Some(bias), activation)
+            split::product(
+                be,
+                name,
+                (x, false),
+                (w, true),
+                &d,
+                Some(bias),
+                activation,
+                acc,
+            )
         }
         _ => Ok(None),
+    }
+}
+
+/// `op(a) @ op(b)` on the path `matmul` forward takes for these operands (decode's packed
+/// `matvec`, a weight split over bindings, a decoded weight, the tiled matmul), into a fresh
+/// tensor or added into `acc`.
+fn product(
+    be: &dyn Device,
+    name: &'static str,
+    (a, trans_a): (&Tensor, bool),
+    (b, trans_b): (&Tensor, bool),
+    acc: Option<&Tensor>,
+) -> Result<Tensor> {
+    let op = Op::Matmul { trans_a, trans_b };
+    let args = [a, b];
+    if a.dtype().is_weight() || b.dtype().is_weight() {
+        if let Some(out) = quant::matvec(be, name, &op, &args, acc)? {
+            return Ok(out);
+        }
+        if let Some(out) = split_product(be, name, &op, &args, acc)? {
+            return Ok(out);
+        }
+        let (a, b) = (
+            quant::dequantize(be, name, a)?,
+            quant::dequantize(be, name, b)?,
+        );
+        return product(be, name, (&a, trans_a), (&b, trans_b), acc);
+    }
+    if let Some(out) = split_product(be, name, &op, &args, acc)? {
+        return Ok(out);
+    }
+    matmul::matmul_into(be, name, (a, trans_a), (b, trans_b), acc)
+}
+
+/// `matmul_add` out of place: the product, then `residual + product` (in place, the product is
+/// added into the donated residual: [`run_donated`]); backward: the residual's gradient is the
+/// output's, the operands' are matmul's.
+fn matmul_add(
+    be: &dyn Device,
+    name: &'static str,
+    (trans_a, trans_b): (bool, bool),
+    dir: Direction,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    let residual = common::arg(args, 0);
+    match dir {
+        Direction::Forward => {
+            let p = product(
+                be,
+                name,
+                (arg(args, 1), trans_a),
+                (arg(args, 2), trans_b),
+                None,
+            )?;
+            shapes::same(name, residual.shape(), p.shape())?;
+            let add = kernels_core::op::BinaryOp::Add;
+            Ok(vec![binary_forward(be, name, add, &[residual, &p])?])
+        }
+        Direction::Backward => {
+            let g = arg(args, 4);
+            shapes::same(name, residual.shape(), g.shape())?;
+            let (a, b) = (arg(args, 1), arg(args, 2));
+            let decoded = quant::decoded(be, name, &[a, b])?;
+            let mut grads = vec![g.clone()];
+            let rest = [&decoded[0], &decoded[1], arg(args, 3), g];
+            grads.extend(matmul_backward(be, name, &rest, trans_a, trans_b)?);
+            Ok(grads)
+        }
     }
 }
 
@@ -105,6 +192,9 @@ pub(crate) fn run(
     op.check_signature(dir, &dtypes)?;
     use Direction::{Backward as B, Forward as F};
     let name = op.name();
+    if let Op::MatmulAdd { trans_a, trans_b } = *op {
+        return matmul_add(be, name, (trans_a, trans_b), dir, args);
+    }
     // Weight dtypes: decoded where an op reads them (the signature check let them only into
     // weight slots); `embedding` decodes just the rows its ids pick.
     if dtypes.iter().any(|d| d.is_weight()) {
@@ -112,12 +202,12 @@ pub(crate) fn run(
             return Ok(vec![embedding(be, name, args)?]);
         }
         if dir == F
-            && let Some(out) = quant::matvec(be, name, op, args)?
+            && let Some(out) = quant::matvec(be, name, op, args, None)?
         {
             return Ok(vec![out]);
         }
         if dir == F
-            && let Some(out) = split_product(be, name, op, args)?
+            && let Some(out) = split_product(be, name, op, args, None)?
         {
             return Ok(vec![out]);
         }
@@ -126,7 +216,7 @@ pub(crate) fn run(
         return run(be, op, dir, &refs);
     }
     if dir == F
-        && let Some(out) = split_product(be, name, op, args)?
+        && let Some(out) = split_product(be, name, op, args, None)?
     {
         return Ok(vec![out]);
     }
@@ -136,6 +226,10 @@ pub(crate) fn run(
             Ok(vec![out])
         }
         (Op::Matmul { trans_a, trans_b }, B) => matmul_backward(be, name, args, trans_a, trans_b),
+        // Taken before the weight dtypes are decoded (above).
+        (Op::MatmulAdd { trans_a, trans_b }, d) => {
+            matmul_add(be, name, (trans_a, trans_b), d, args)
+        }
         (Op::Linear { activation }, F) => Ok(vec![linear_forward(be, name, activation, args)?]),
         (Op::Linear { activation }, B) => linear_backward(be, name, activation, args),
         (Op::Binary(b), F) => Ok(vec![binary_forward(be, name, b, args)?]),

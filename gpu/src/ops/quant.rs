@@ -65,12 +65,13 @@ pub const MATVEC_MAX_ROWS: usize = 8;
 /// forms of the same product, `W @ h^T` with one row of `h` per batch entry (`W` the packed `a`)
 /// and `a^T @ W^T` with `a [.., k, 1]`, whose outputs have the memory of the rows' product:
 /// for at most [`MATVEC_MAX_ROWS`] rows. `None` for every other case (and for shapes that do
-/// not agree: the f32 path reports those).
+/// not agree: the f32 path reports those). With `acc`, the product is added into it.
 pub(crate) fn matvec(
     be: &dyn Device,
     name: &'static str,
     op: &Op,
     args: &[&Tensor],
+    acc: Option<&Tensor>,
 ) -> Result<Option<Tensor>> {
     // The product as rows `x [rows, k] @ W^T`, with the op's output shape (the same memory).
     let (x, w, bias, out_shape) = match (*op, args) {
@@ -141,7 +142,7 @@ pub(crate) fn matvec(
     }
     // A weight larger than one binding is read in row blocks, one launch each.
     let blocks = super::split::weight_blocks(be, name, w)?;
-    let out = be.alloc(name, &out_shape, DType::F32)?;
+    let out = super::matmul::product_out(be, name, &out_shape, acc)?;
     for ((first, cnt), range) in blocks {
         let p = MatvecParams {
             n: u32_of(name, "out features", cnt)?,
@@ -151,19 +152,25 @@ pub(crate) fn matvec(
             bias: u32::from(bias.is_some()),
             ldo: u32_of(name, "out features", n)?,
             col0: u32_of(name, "out features", first)?,
+            accum: u32::from(acc.is_some()),
         };
         // Slots: x, the bias (or x again, unread), the packed weight twice (quant.wgsl's
         // layout).
         let b = bias.unwrap_or(x);
+        let (entry, grid) = if be.per_output_matvec() {
+            ("matvec_each", Grid::Elems(rows * cnt))
+        } else {
+            ("matvec", Grid::Groups(rows * cnt))
+        };
         be.run_ranges(
             name,
             Family::Quant,
-            "matvec",
+            entry,
             &[],
             p,
             &[(x, None), (b, None), (w, range), (w, range)],
             &[(&out, None)],
-            Grid::Groups(rows * cnt),
+            grid,
         )?;
     }
     Ok(Some(out))

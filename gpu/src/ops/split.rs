@@ -117,6 +117,7 @@ pub(crate) fn product(
     d: &MatmulShape,
     bias: Option<&Tensor>,
     act: Activation,
+    acc: Option<&Tensor>,
 ) -> Result<Option<Tensor>> {
     let side_b = trans_b && d.b_step == 0 && b.rank() == 2;
     let side_a = !trans_a && d.a_step == 0 && a.rank() == 2 && bias.is_none();
@@ -149,7 +150,7 @@ pub(crate) fn product(
         });
     }
     let blocks = row_blocks(be, name, "the weight", rows, (packed_row, f32_row))?;
-    let out = be.alloc(name, &d.out_shape, DType::F32)?;
+    let out = super::matmul::product_out(be, name, &d.out_shape, acc)?;
     for &(first, cnt) in &blocks {
         let range = words_of(w, (first, cnt), packed_row, rows);
         let temp;
@@ -186,6 +187,7 @@ pub(crate) fn product(
                     bias,
                     act: Some(act),
                     a_dact: None,
+                    accumulate: acc.is_some(),
                 },
                 a_range: None,
                 b_range: blk_range,
@@ -207,6 +209,7 @@ pub(crate) fn product(
                     bias: None,
                     act: Some(act),
                     a_dact: None,
+                    accumulate: acc.is_some(),
                 },
                 a_range: blk_range,
                 b_range: None,

@@ -249,6 +249,9 @@ impl WgpuBackend {
 }
 
 impl Device for WgpuBackend {
+    fn per_output_matvec(&self) -> bool {
+        self.per_output_matvec
+    }
     fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
         WgpuBackend::alloc(self, op, shape, dtype)
     }

@@ -93,6 +93,7 @@ fn matmul(be: &WgpuBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
         ("BIAS", u32::from(fused.bias.is_some())),
         ("ACT", fused.act.map_or(0, act_code)),
         ("A_DACT", fused.a_dact.map_or(0, |(_, d)| act_code(d))),
+        ("ACCUM", u32::from(fused.accumulate)),
     ];
     // Unused slots get `a` as `a` is bound (bound, never read).
     let bias = fused.bias.map_or((a, a_range), |t| (t, None));

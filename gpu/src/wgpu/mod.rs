@@ -70,6 +70,8 @@ pub struct WgpuBackend {
     pub(crate) subgroup_min: u32,
     /// f16 values are read with native f16 types (adapter has `shader-f16`, options allow it).
     pub(crate) f16: bool,
+    /// Decode's packed products run one invocation per output ([`WgpuOptions::per_output_matvec`]).
+    pub(crate) per_output_matvec: bool,
     pub(crate) gpu: RefCell<Rc<Gpu>>,
     /// Devices this backend lost, with the reason: their tensors fail with `DeviceLost`.
     pub(crate) lost_devices: RefCell<Vec<(DeviceId, String)>>,
@@ -105,7 +107,12 @@ impl WgpuBackend {
             limits.max_storage_buffer_binding_size =
                 limits.max_storage_buffer_binding_size.min(cap);
         }
+        let per_output_matvec = options
+            .per_output_matvec
+            .or_else(matvec_from_env)
+            .unwrap_or_else(|| crate::adapters::is_software(&opened.info));
         Ok(WgpuBackend {
+            per_output_matvec,
             info: opened.info,
             limits,
             options,
@@ -165,6 +172,11 @@ impl WgpuBackend {
     /// Whether the row reductions use subgroup operations on this device.
     pub fn uses_subgroups(&self) -> bool {
         self.subgroups
+    }
+
+    /// Whether decode's packed products run one invocation per output (no barriers) here.
+    pub fn uses_per_output_matvec(&self) -> bool {
+        self.per_output_matvec
     }
 
     /// Whether f16 values are read with native f16 types (`shader-f16`) on this device.
@@ -349,4 +361,15 @@ impl Backend for WgpuBackend {
     fn flush(&self) -> Result<()> {
         self.scoped("flush", || self.submit())
     }
+}
+
+/// `KERNELS_MATVEC=each|workgroup` (native only; anything else is ignored).
+fn matvec_from_env() -> Option<bool> {
+    #[cfg(not(target_arch = "wasm32"))]
+    match std::env::var("KERNELS_MATVEC").as_deref() {
+        Ok("each") => return Some(true),
+        Ok("workgroup") => return Some(false),
+        _ => {}
+    }
+    None
 }

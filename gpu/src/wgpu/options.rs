@@ -19,6 +19,12 @@ pub struct WgpuOptions {
     /// where the adapter has `shader-f16`; `false` forces the f32 path, which decodes them
     /// with integer arithmetic. Both give the same answers.
     pub shader_f16: bool,
+    /// Run decode's packed products (`matvec`) one invocation per output with no barrier
+    /// (`Some(true)`), or one workgroup per output (`Some(false)`). `None` chooses: the
+    /// `KERNELS_MATVEC` variable (`each` or `workgroup`) where set, else one invocation per
+    /// output on software adapters (lavapipe, SwiftShader), which run barriers slowly, and one
+    /// workgroup per output on GPUs.
+    pub per_output_matvec: Option<bool>,
     /// Caps the max storage binding size the backend works within (for testing the
     /// chunked and `LimitExceeded` paths on a real device); rounded down to the storage
     /// offset alignment.
@@ -34,6 +40,7 @@ impl Default for WgpuOptions {
             max_pool_bytes: 256 << 20,
             subgroups: true,
             shader_f16: true,
+            per_output_matvec: None,
             max_storage_binding_cap: None,
         }
     }

@@ -357,3 +357,44 @@ pub fn backward<T: Real>(trans_a: bool, trans_b: bool, args: &[View<T>]) -> Resu
 
 #[cfg(test)]
 mod tests;
+
+const ADD_OP: &str = "matmul_add";
+
+/// `matmul_add` forward: `residual + op(a) @ op(b)`, the product made by `product` (matmul's
+/// forward on `[a, b]`: this reference's, or a fast path's). Args: `residual`, `a`, `b`.
+pub fn add_forward_with<T: Real>(
+    args: &[View<T>],
+    product: impl FnOnce(&[View<T>]) -> Result<Vec<Owned<T>>>,
+) -> Result<Vec<Owned<T>>> {
+    let (r_shape, r) = float_arg(ADD_OP, args, 0, "residual")?;
+    let mut outs = product(args.get(1..).unwrap_or(&[]))?;
+    let Some(out) = outs.first_mut() else {
+        return Err(Error::Arity {
+            op: ADD_OP,
+            expected: 1,
+            got: 0,
+        });
+    };
+    same_shape(ADD_OP, &out.shape, r_shape)?;
+    if let super::OwnedData::Float(v) = &mut out.data {
+        for (o, x) in v.iter_mut().zip(r) {
+            *o = *x + *o;
+        }
+    }
+    Ok(outs)
+}
+
+/// `matmul_add` backward. Args: `residual`, `a`, `b`, `out`, `grad_out`. Returns
+/// `[grad_residual, grad_a, grad_b]`: the residual's is `grad_out` itself, the operands' are
+/// matmul's (made by `product_grad` from `[a, b, out, grad_out]`).
+pub fn add_backward_with<T: Real>(
+    args: &[View<T>],
+    product_grad: impl FnOnce(&[View<T>]) -> Result<Vec<Owned<T>>>,
+) -> Result<Vec<Owned<T>>> {
+    let (r_shape, _) = float_arg(ADD_OP, args, 0, "residual")?;
+    let (g_shape, g) = float_arg(ADD_OP, args, 4, "grad_out")?;
+    same_shape(ADD_OP, r_shape, g_shape)?;
+    let mut grads = vec![Owned::float(g_shape.to_vec(), g.to_vec())];
+    grads.extend(product_grad(args.get(1..).unwrap_or(&[]))?);
+    Ok(grads)
+}

@@ -66,6 +66,12 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
     match (*op, dir) {
         (Op::Matmul { trans_a, trans_b }, F) => matmul::forward(trans_a, trans_b, args),
         (Op::Matmul { trans_a, trans_b }, B) => matmul::backward(trans_a, trans_b, args),
+        (Op::MatmulAdd { trans_a, trans_b }, F) => {
+            matmul::add_forward_with(args, |p| matmul::forward(trans_a, trans_b, p))
+        }
+        (Op::MatmulAdd { trans_a, trans_b }, B) => {
+            matmul::add_backward_with(args, |p| matmul::backward(trans_a, trans_b, p))
+        }
         (Op::Linear { activation }, F) => linear::forward(activation, args),
         (Op::Linear { activation }, B) => linear::backward(activation, args),
         (Op::Binary(b), F) => elementwise::binary_forward(b, args),

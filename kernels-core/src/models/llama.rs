@@ -434,11 +434,16 @@ impl Llama {
                 let t = g.transpose(&a)?;
                 g.reshape(&t, &[batch, hq * d, seq])?
             };
-            let mut o = g.matmul_t(&a_cols, w("self_attn.o_proj.weight")?, true, true)?;
-            if var.sandwich_norms {
-                o = norm(&o, "post_attention_layernorm.weight")?;
-            }
-            x = g.add(&x, &o)?;
+            // The residual add in o_proj's epilogue (`matmul_add`: accumulated into `x` itself
+            // in an inference graph); Gemma 3 norms the product first.
+            let wo = w("self_attn.o_proj.weight")?;
+            x = if var.sandwich_norms {
+                let o = g.matmul_t(&a_cols, wo, true, true)?;
+                let o = norm(&o, "post_attention_layernorm.weight")?;
+                g.add(&x, &o)?
+            } else {
+                g.matmul_add(x, &a_cols, wo, true, true)?
+            };
             let h2 = if var.sandwich_norms {
                 norm(&x, "pre_feedforward_layernorm.weight")?
             } else {
@@ -446,16 +451,21 @@ impl Llama {
             };
             let gate = g.matmul_t(&h2, w("mlp.gate_proj.weight")?, false, true)?;
             let up = g.matmul_t(&h2, w("mlp.up_proj.weight")?, false, true)?;
-            let gate = match var.mlp_act {
-                MlpAct::Silu => g.silu(&gate)?,
-                MlpAct::GeluTanh => g.gelu_with(&gate, GeluApprox::Tanh)?,
+            let act = match var.mlp_act {
+                MlpAct::Silu => g.swiglu(&gate, &up)?,
+                MlpAct::GeluTanh => {
+                    let gate = g.gelu_with(&gate, GeluApprox::Tanh)?;
+                    g.mul(&gate, &up)?
+                }
             };
-            let act = g.mul(&gate, &up)?;
-            let mut down = g.matmul_t(&act, w("mlp.down_proj.weight")?, false, true)?;
-            if var.sandwich_norms {
-                down = norm(&down, "post_feedforward_layernorm.weight")?;
-            }
-            x = g.add(&x, &down)?;
+            let wd = w("mlp.down_proj.weight")?;
+            x = if var.sandwich_norms {
+                let down = g.matmul_t(&act, wd, false, true)?;
+                let down = norm(&down, "post_feedforward_layernorm.weight")?;
+                g.add(&x, &down)?
+            } else {
+                g.matmul_add(x, &act, wd, false, true)?
+            };
         }
         if let Some(k) = cache {
             k.len = total;

@@ -296,6 +296,24 @@ declare_ops! {
             nan: "IEEE: a NaN or infinity reaches every output its row or column feeds (0 * inf = NaN)",
         },
     ],
+    /// `residual + op(a) @ op(b)`: matmul with a residual added in its epilogue (a transformer
+    /// block's `x + o_proj(..)`), `residual` of the product's shape. Output 0 may alias
+    /// `residual` when it is donated ([`crate::backend::Backend::run_donated`]): the product is
+    /// then accumulated into it, with no separate `add` and no copy.
+    MatmulAdd {
+        trans_a: bool = false,
+        trans_b: bool = false,
+    } => [
+        MatmulAdd "matmul_add" {
+            inputs: [residual, a: Weight, b: Weight],
+            outputs: [out],
+            grad: [residual, a, b],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE,
+            doc: "residual + op(a) @ op(b) (the residual add in matmul's epilogue); out may alias residual when it is donated",
+            nan: "as matmul, then + residual in IEEE (inf + -inf = NaN)",
+        },
+    ],
     /// `act(x @ weight^T + bias)`: x `[..., in]`, weight `[out, in]`, bias `[out]`.
     Linear {
         activation: Activation = (Activation::None),

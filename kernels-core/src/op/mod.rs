@@ -54,9 +54,10 @@ impl OpKind {
 
     /// Whether output 0 may alias input 0 when the caller donates it
     /// ([`crate::backend::Backend::run_donated`]): the op's result is input 0 with some elements
-    /// replaced, so a backend can write those elements into input 0's storage. Only `kv_write`.
+    /// replaced or added to, so a backend can write the result into input 0's storage:
+    /// `kv_write` (rows replaced) and `matmul_add` (the product added to the residual).
     pub fn donates_first_input(self) -> bool {
-        matches!(self, OpKind::KvWrite)
+        matches!(self, OpKind::KvWrite | OpKind::MatmulAdd)
     }
 
     /// Whether this op rejects NaN and infinities in its float inputs (`Error::NonFinite`)
@@ -70,6 +71,7 @@ impl OpKind {
             // An iterative factorization of a matrix with a NaN is NaN everywhere: refuse it.
             K::SvdLowrank => true,
             K::Matmul
+            | K::MatmulAdd
             | K::Linear
             | K::Add
             | K::Sub
@@ -248,6 +250,12 @@ impl Op {
                 };
                 ka.unwrap_or(1).max(other.unwrap_or(1)).max(m.unwrap_or(1))
             }
+            // The product's (the residual is input 0 and adds nothing to reduce).
+            Op::MatmulAdd { trans_a, trans_b } => Op::Matmul {
+                trans_a: *trans_a,
+                trans_b: *trans_b,
+            }
+            .reduced_len(input_shapes.get(1..).unwrap_or(&[])),
             // Forward reduces over in; backward over out (grad x) and rows (grad weight, bias).
             Op::Linear { .. } => last(0).max(dim(1, 0)).max(numel(0) / last(0).max(1)),
             Op::Binary(_) => numel(0) / numel(1).max(1),

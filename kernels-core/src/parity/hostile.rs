@@ -266,6 +266,7 @@ fn out_of_range(base: &Case) -> Result<Vec<Case>> {
             nesterov,
         })],
         Op::Matmul { .. }
+        | Op::MatmulAdd { .. }
         | Op::Linear { .. }
         | Op::Binary(_)
         | Op::Unary(_)

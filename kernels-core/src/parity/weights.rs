@@ -103,6 +103,34 @@ pub(super) fn cases(kind: OpKind, g: &mut Gen) -> Result<Vec<Case>> {
                 ));
             }
         }
+        OpKind::MatmulAdd => {
+            // The residual forms of a quantized llama: `down_proj` rows and decode's o_proj.
+            for dtype in DType::WEIGHT {
+                let k = cols(dtype, 1);
+                v.push(case(
+                    Op::MatmulAdd {
+                        trans_a: false,
+                        trans_b: true,
+                    },
+                    vec![
+                        g.f(&[3, 9], Dist::Normal)?,
+                        g.f(&[3, k], Dist::Normal)?,
+                        g.weight(&[9, k], dtype)?,
+                    ],
+                ));
+                v.push(case(
+                    Op::MatmulAdd {
+                        trans_a: true,
+                        trans_b: true,
+                    },
+                    vec![
+                        g.f(&[2, 1, 9], Dist::Normal)?,
+                        g.f(&[2, k, 1], Dist::Normal)?,
+                        g.weight(&[9, k], dtype)?,
+                    ],
+                ));
+            }
+        }
         _ => {}
     }
     Ok(v)

@@ -289,7 +289,8 @@ struct DequantizeParams {
 
 // Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of dtype
 // `dtype` (`WEIGHT_*`); `bias = 1` adds a bias. The outputs go to columns `col0..col0 + n` of rows
-// of `ldo` (as `MatmulParams`' `ldc`).
+// of `ldo` (as `MatmulParams`' `ldc`); `accum = 1` adds them to what is there (`matmul_add` into
+// its residual).
 struct MatvecParams {
     unsigned int n;
     unsigned int dtype;
@@ -298,6 +299,7 @@ struct MatvecParams {
     unsigned int bias;
     unsigned int ldo;
     unsigned int col0;
+    unsigned int accum;
     unsigned int c[4];
     __device__ static MatvecParams of(const Params& raw) {
         MatvecParams p;
@@ -308,6 +310,7 @@ struct MatvecParams {
         p.bias = raw.u[4];
         p.ldo = raw.u[5];
         p.col0 = raw.u[6];
+        p.accum = raw.u[7];
         for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
         return p;
     }

@@ -121,7 +121,8 @@ KERNEL(dequantize_rows, DequantizeParams) {
 // Decode's products without a decoded copy of the weight: out0 [rows, n] = in0 [rows, k] @ W^T
 // (+ in1 = bias when p.bias = 1), W = in2 [n, k] packed. One block per output element; its
 // threads stride over k, decoding as they go, and the block sums. Outputs (and the bias) at
-// columns p.col0.. of rows of p.ldo (a column block, as the WGSL kernel's).
+// columns p.col0.. of rows of p.ldo (a column block, as the WGSL kernel's); p.accum = 1 adds them
+// to what out0 holds (matmul_add into its residual).
 KERNEL(matvec, MatvecParams) {
     unsigned long long g = blockIdx.x;
     if (g >= (unsigned long long)p.rows * p.n) return;
@@ -133,5 +134,9 @@ KERNEL(matvec, MatvecParams) {
     }
     float s = block_sum(acc);
     unsigned long long col = p.col0 + j;
-    if (threadIdx.x == 0) out0[r * p.ldo + col] = p.bias == 1 ? s + in1[col] : s;
+    if (threadIdx.x == 0) {
+        float v = p.bias == 1 ? s + in1[col] : s;
+        unsigned long long o = r * p.ldo + col;
+        out0[o] = p.accum == 1 ? out0[o] + v : v;
+    }
 }

@@ -20,6 +20,8 @@ override TB: bool = false;
 override BIAS: bool = false;
 override ACT: u32 = 0u;
 override A_DACT: u32 = 0u;
+// matmul_add: the product is added to what c holds (its donated residual).
+override ACCUM: bool = false;
 
 const BM: u32 = 64u;
 const BN: u32 = 64u;
@@ -59,6 +61,14 @@ fn dact(y: f32) -> f32 {
         case ACT_TANH: { return 1.0 - y * y; }
         case ACT_SIGMOID: { return y * (1.0 - y); }
         default: { return kernel_nan(); }
+    }
+}
+
+fn store_c(i: u32, v: f32) {
+    if (ACCUM) {
+        c[i] = c[i] + v;
+    } else {
+        c[i] = v;
     }
 }
 
@@ -157,7 +167,7 @@ fn store_tile(acc: ptr<function, array<f32, 16>>, lid: vec3<u32>, base_c: u32, r
             if (col < n_len) {
                 var v = (*acc)[i * TN + j];
                 if (BIAS) { v = v + bias[p.bias_offset + col]; }
-                c[base_c + r * p.ldc + col] = act(v);
+                store_c(base_c + r * p.ldc + col, act(v));
             }
         }
     }
@@ -272,6 +282,6 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     for (var i: u32 = 0u; i < m_len; i = i + 1u) {
         var v = acc[i];
         if (BIAS) { v = v + bias[p.bias_offset + col]; }
-        c[base_c + i * p.ldc + col] = act(v);
+        store_c(base_c + i * p.ldc + col, act(v));
     }
 }

@@ -186,7 +186,8 @@ fn dequantize_params() -> DequantizeParams {
 
 // Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of dtype
 // `dtype` (`WEIGHT_*`); `bias = 1` adds a bias. The outputs go to columns `col0..col0 + n` of rows
-// of `ldo` (as `MatmulParams`' `ldc`).
+// of `ldo` (as `MatmulParams`' `ldc`); `accum = 1` adds them to what is there (`matmul_add` into
+// its residual).
 struct MatvecParams {
     n: u32,
     dtype: u32,
@@ -195,9 +196,10 @@ struct MatvecParams {
     bias: u32,
     ldo: u32,
     col0: u32,
+    accum: u32,
 }
 fn matvec_params() -> MatvecParams {
-    return MatvecParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4, kernel_params.u5, kernel_params.u6);
+    return MatvecParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4, kernel_params.u5, kernel_params.u6, kernel_params.u7);
 }
 
 // Embedding gradient: `n = vocab * dim` outputs summed over `tokens`.

@@ -252,7 +252,7 @@ fn dequantize_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
 }
 
 // Decode's products without a decoded copy of the weight: out0 [rows, n] = xin [rows, k] @ W^T
-// (+ bias, in aux), W [n, k] packed. One workgroup per output element; its threads stride over k,
+// (+ bias, in aux; added to out0's contents when p.accum = 1), W [n, k] packed. One workgroup per output element; its threads stride over k,
 // decoding as they go, and the workgroup sums (row_sum). p.bias = 1 adds bias[j]. The outputs
 // (and the bias) are columns p.col0.. of rows of p.ldo: a column block of a wider product when
 // the weight is split over bindings (the binding then starts at the block's first row).
@@ -277,7 +277,54 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     }
     let s = row_sum(lid, acc);
     if (lid == 0u) {
-        let col = p.col0 + j;
-        out0[r * p.ldo + col] = select(s, s + bitcast<f32>(aux[col]), p.bias == 1u);
+        store_matvec(p, r, j, s);
+    }
+}
+
+// `matvec` for software adapters (SwiftShader, lavapipe): one invocation per output element,
+// walking the whole row, with no workgroup memory and no barrier. A CPU-backed adapter runs a
+// barrier by switching between invocations, which made `matvec`'s one workgroup per output the
+// bulk of decode's time there; this form has the same sums in a different order (four running
+// sums over the row's groups of 8).
+@compute @workgroup_size(WG)
+fn matvec_each(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let p = matvec_params();
+    let g = flat_index(wid, nwg, lid);
+    if (g >= p.rows * p.n) { return; }
+    let r = g / p.n;
+    let j = g % p.n;
+    var acc = vec4<f32>(0.0);
+    if (p.k % 32u == 0u) {
+        for (var i: u32 = 0u; i < p.k; i = i + 32u) {
+            acc = acc + vec4<f32>(
+                dot8(p.dtype, j * p.k + i, r * p.k + i),
+                dot8(p.dtype, j * p.k + i + 8u, r * p.k + i + 8u),
+                dot8(p.dtype, j * p.k + i + 16u, r * p.k + i + 16u),
+                dot8(p.dtype, j * p.k + i + 24u, r * p.k + i + 24u),
+            );
+        }
+    } else if (p.k % 8u == 0u) {
+        for (var i: u32 = 0u; i < p.k; i = i + 8u) {
+            acc.x = acc.x + dot8(p.dtype, j * p.k + i, r * p.k + i);
+        }
+    } else {
+        for (var i: u32 = 0u; i < p.k; i = i + 1u) {
+            acc.x = acc.x + xin[r * p.k + i] * decode(p.dtype, j * p.k + i);
+        }
+    }
+    store_matvec(p, r, j, (acc.x + acc.y) + (acc.z + acc.w));
+}
+
+// Output j of row r: the sum, plus the bias (p.bias = 1), added to what is there (p.accum = 1:
+// matmul_add into its residual).
+fn store_matvec(p: MatvecParams, r: u32, j: u32, s: f32) {
+    let col = p.col0 + j;
+    let o = r * p.ldo + col;
+    let v = select(s, s + bitcast<f32>(aux[col]), p.bias == 1u);
+    if (p.accum == 1u) {
+        out0[o] = out0[o] + v;
+    } else {
+        out0[o] = v;
     }
 }

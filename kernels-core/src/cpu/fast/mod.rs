@@ -72,6 +72,16 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
         (Op::GruEnsemble, Direction::Backward) => {
             Some(super::gru::ensemble_backward_with(args, matmul_slices))
         }
+        (Op::MatmulAdd { trans_a, trans_b }, Direction::Forward) => {
+            Some(super::matmul::add_forward_with(args, |p| {
+                forward(kernel, trans_a, trans_b, p)
+            }))
+        }
+        (Op::MatmulAdd { trans_a, trans_b }, Direction::Backward) => {
+            Some(super::matmul::add_backward_with(args, |p| {
+                backward(kernel, trans_a, trans_b, p)
+            }))
+        }
         (Op::Linear { activation }, Direction::Forward) => {
             Some(linear_forward(kernel, activation, args))
         }
