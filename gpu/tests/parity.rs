@@ -64,6 +64,29 @@ fn weight_dtypes_match_without_shader_f16() {
     assert!(!built.iter().any(|p| p.ends_with("+f16")), "{built:?}");
 }
 
+/// The packed products on both `matvec` kernels: one workgroup per output (GPUs) and one
+/// invocation per output (`matvec_each`, software adapters), whichever the adapter defaults to.
+#[test]
+fn weight_dtypes_match_on_both_matvec_kernels() {
+    let Some(_) = testing::wgpu("weight_dtypes_match_on_both_matvec_kernels") else {
+        return;
+    };
+    for each in [false, true] {
+        let gpu = kernels_gpu::WgpuBackend::with_options(kernels_gpu::WgpuOptions {
+            per_output_matvec: Some(each),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(gpu.uses_per_output_matvec(), each);
+        suite(&gpu, &[OpKind::Matmul, OpKind::Linear, OpKind::MatmulAdd]);
+        let built = gpu.pipelines_built();
+        let ran = |entry: &str| built.iter().any(|p| p.split('+').next() == Some(entry));
+        assert_eq!(ran("quant/matvec_each"), each, "{built:?}");
+        assert_eq!(ran("quant/matvec"), !each, "{built:?}");
+        matvec_nan_and_inf(&gpu);
+    }
+}
+
 /// The row-reduction ops again with subgroups turned off, so the workgroup-memory fallback is
 /// tested on adapters that have subgroups too.
 #[test]
@@ -323,10 +346,14 @@ fn decode_forms_of_packed_products_take_matvec() {
 /// (the reference decodes each weight, then multiplies).
 #[test]
 fn matvec_keeps_the_references_nan_and_inf() {
-    use kernels_core::op::Op;
     let Some(gpu) = testing::wgpu("matvec_keeps_the_references_nan_and_inf") else {
         return;
     };
+    matvec_nan_and_inf(&gpu);
+}
+
+fn matvec_nan_and_inf(gpu: &kernels_gpu::WgpuBackend) {
+    use kernels_core::op::Op;
     let normal = |shape: &[usize], seed: u64| {
         let n = shape.iter().product();
         Tensor::from_f32(shape, kernels_core::Rng::new(seed).normal_vec(n, 0.0, 1.0)).unwrap()

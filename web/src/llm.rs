@@ -427,9 +427,14 @@ pub fn rate(tokens: usize, seconds: f64) -> Option<f64> {
     (tokens > 0 && seconds > 0.0).then(|| tokens as f64 / seconds)
 }
 
-/// `123.4 tok/s`, or `-`.
+/// `123.4 tok/s`, three decimals below 1 (`0.021 tok/s`: a large model on a software
+/// adapter), or `-`.
 pub fn fmt_rate(r: Option<f64>) -> String {
-    r.map_or_else(|| "-".into(), |r| format!("{r:.1} tok/s"))
+    match r {
+        None => "-".into(),
+        Some(r) if r < 1.0 => format!("{r:.3} tok/s"),
+        Some(r) => format!("{r:.1} tok/s"),
+    }
 }
 
 #[cfg(test)]
@@ -734,6 +739,7 @@ mod tests {
         assert_eq!(rate(0, 0.5), None);
         assert_eq!(rate(3, 0.0), None);
         assert_eq!(fmt_rate(Some(16.0)), "16.0 tok/s");
+        assert_eq!(fmt_rate(Some(0.0214)), "0.021 tok/s");
         assert_eq!(fmt_rate(None), "-");
     }
 }
