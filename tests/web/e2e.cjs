@@ -432,13 +432,17 @@ async function llmPeer(browser, backend, name) {
     ua: navigator.userAgent,
   }));
   console.log(
-    `${name}: Chromium ${browser.version()}; crossOriginIsolated ${env.isolated}, SharedArrayBuffer ` +
+    `${name}: page ready in ${r.seconds} s; Chromium ${browser.version()}; crossOriginIsolated ${env.isolated}, SharedArrayBuffer ` +
       `${env.sab ? 'defined' : 'undefined'} (no wasm threads without it); ${env.ua}`,
   );
+  const t0 = Date.now();
   await pickModel(page, dir);
+  const picked = (Date.now() - t0) / 1000;
+  let first = null;
   const rate = (s) => Number(s);
   const one = async (tag) => {
     const d = await generateIn(page, prompt, NEW + 1);
+    if (!first) first = d;
     const dec = await page.evaluate(() => ({ ...document.getElementById('llm-tps').dataset }));
     const n = /done: (\d+) tokens, (.*)$/.exec(d.status);
     if (d.state !== 'done' || !n || Number(n[1]) !== NEW + 1 || !/max tokens/.test(n[2])) {
@@ -485,7 +489,9 @@ async function llmPeer(browser, backend, name) {
   ]);
   console.log(
     `${name}: ${last[1]}; ${last[0]}\n  decode tok/s ${stat('decode')}; prefill (256) tok/s ` +
-      `${stat('prefill')}; prefill (32) tok/s ${stat('prefill32')}; ${runs} runs after ${warmup} warm-up`,
+      `${stat('prefill')}; prefill (32) tok/s ${stat('prefill32')}; ${runs} runs after ${warmup} warm-up\n` +
+      `  picked in ${picked.toFixed(1)} s (read, parse ${(first.loadMs / 1000).toFixed(1)} s); the first ` +
+      `generation ${first.seconds.toFixed(1)} s (upload and warm-up ${(first.uploadMs / 1000).toFixed(1)} s)`,
   );
   const errors = await page.$$eval('#errors li', (li) => li.map((e) => e.textContent));
   if (errors.length) problems.push(`page errors: ${errors.join('; ')}`);
