@@ -12,7 +12,13 @@
 # steps the wasm CPU takes to 90% held-out accuracy (minutes; never in the default run);
 # WEB_E2E_ONLY=big-gguf WEB_E2E_MODEL_DIR=DIR loads a large model directory on WebGPU and prints
 # its load time, tokens, WebGPU storage bytes and wasm memory (never in the default run; see
-# README "Weights in 16, 8 and 4 bits"). WEB_E2E_SKIP_FIRST_LOAD=1 skips the first-load figures.
+# README "Weights in 16, 8 and 4 bits"). WEB_E2E_ONLY=llm-peer WEB_E2E_MODEL_DIR=/tmp/llama-s15
+# runs the transformers.js peer's protocol (../shared/peers/README.md, transformers-js) on the
+# page's wasm CPU with the picked directory: its 32-token prompt, 128 decode steps and a 256-token
+# prefill, WEB_E2E_WARMUP (2) warm-up runs then WEB_E2E_RUNS (3) timed, and prints the median and
+# range of decode and prefill tokens/s (llm-peer-webgpu: the same on WebGPU; WEB_E2E_GREEDY_REF=
+# /tmp/tjs/models/llama-s15/greedy_ref.json checks the tokens against transformers' greedy ones;
+# never in the default run). WEB_E2E_SKIP_FIRST_LOAD=1 skips the first-load figures.
 # Screenshots go to target/web-e2e/. Needs trunk, wasm-bindgen, node/npm and chromium (tests/ci.sh
 # installs them). Usage: tests/web_e2e.sh
 set -euo pipefail

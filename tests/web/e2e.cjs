@@ -377,6 +377,131 @@ async function bigGguf(browser, name) {
   return problems.map((p) => `${name}: ${p}`);
 }
 
+// The browser figure against transformers.js (a measurement, never in CI): the peers' protocol
+// (../shared/peers/README.md, transformers-js) on the page. WEB_E2E_MODEL_DIR (a Hugging Face llama
+// directory, e.g. /tmp/llama-s15 from ../shared/peers/make_llama.py: f32, word-level tokenizer
+// `t0`..`t31999`, no eos_token_id) picked with the weights as stored on `backend`; the prompt is
+// the peer's: 32 splitmix64 token ids (seed 0) written as `t19700 t25679 ...`. Each run generates
+// 129 tokens from it (the prefill, then 128 decode steps: #llm-tps data-decode, the steps' own time,
+// not the page's yields) and then one token from the peer's 256-token prefill prompt (seed
+// 0xABCDEF01), once untimed and once timed (data-prefill: the one forward over 256 positions,
+// logits of the last only, plus the token's read back). WEB_E2E_WARMUP (2) warm-up runs, then
+// WEB_E2E_RUNS (3) timed ones; prints each run and the median and range of decode and prefill
+// tokens/s. With WEB_E2E_GREEDY_REF (the peer's greedy_ref.json, transformers' greedy tokens)
+// the generated tokens are checked against it.
+function splitmixTokens(seed, n, vocab) {
+  const M = (1n << 64n) - 1n;
+  let s = (BigInt(seed) + 0x9e3779b97f4a7c15n) & M;
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    s = (s + 0x9e3779b97f4a7c15n) & M;
+    let z = s;
+    z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M;
+    z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M;
+    z ^= z >> 31n;
+    out.push(Number(z % BigInt(vocab)));
+  }
+  return out;
+}
+
+async function llmPeer(browser, backend, name) {
+  const fs = require('fs');
+  const dir = process.env.WEB_E2E_MODEL_DIR;
+  if (!dir) return [`${name}: set WEB_E2E_MODEL_DIR to the model directory`];
+  const warmup = Number(process.env.WEB_E2E_WARMUP || 2);
+  const runs = Number(process.env.WEB_E2E_RUNS || 3);
+  const NEW = 128;
+  const config = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'));
+  const vocab = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')).model.vocab;
+  const words = [];
+  for (const [w, id] of Object.entries(vocab)) words[id] = w;
+  const text = (ids) => ids.map((i) => words[i]).join(' ');
+  const promptIds = splitmixTokens(0, 32, config.vocab_size);
+  const prefillIds = splitmixTokens(0xabcdef01, 256, config.vocab_size);
+  const prompt = text(promptIds);
+  const prefillPrompt = text(prefillIds);
+  let ref = null;
+  if (process.env.WEB_E2E_GREEDY_REF) {
+    ref = JSON.parse(fs.readFileSync(process.env.WEB_E2E_GREEDY_REF, 'utf8'));
+    if (ref.prompt.join() !== promptIds.join()) return [`${name}: greedy_ref.json has another prompt`];
+  }
+  const problems = [];
+  const r = await open(browser, `backend=${backend}`, name, 'ready');
+  const { page } = r;
+  const env = await page.evaluate(() => ({
+    isolated: self.crossOriginIsolated,
+    sab: typeof SharedArrayBuffer !== 'undefined',
+    ua: navigator.userAgent,
+  }));
+  console.log(
+    `${name}: page ready in ${r.seconds} s; Chromium ${browser.version()}; crossOriginIsolated ${env.isolated}, SharedArrayBuffer ` +
+      `${env.sab ? 'defined' : 'undefined'} (no wasm threads without it); ${env.ua}`,
+  );
+  const t0 = Date.now();
+  await pickModel(page, dir);
+  const picked = (Date.now() - t0) / 1000;
+  let first = null;
+  const rate = (s) => Number(s);
+  const one = async (tag) => {
+    const d = await generateIn(page, prompt, NEW + 1);
+    if (!first) first = d;
+    const dec = await page.evaluate(() => ({ ...document.getElementById('llm-tps').dataset }));
+    const n = /done: (\d+) tokens, (.*)$/.exec(d.status);
+    if (d.state !== 'done' || !n || Number(n[1]) !== NEW + 1 || !/max tokens/.test(n[2])) {
+      problems.push(`${tag}: ${d.state}, ${d.status} (want ${NEW + 1} tokens, max tokens)`);
+    }
+    if (!new RegExp(`\\(32 prompt tokens\\), .*\\(${NEW} tokens\\)`).test(d.tps)) problems.push(`${tag}: ${d.tps}`);
+    if (d.backend !== backend) problems.push(`${tag}: ran on ${d.backend}`);
+    const got = d.output.trim().split(/\s+/).map((w) => vocab[w]);
+    let match = '';
+    if (ref) {
+      let i = 0;
+      while (i < got.length && got[i] === ref.generated[i]) i++;
+      match = `, greedy tokens match transformers ${i}/${ref.generated.length}`;
+      if (i < Math.min(got.length, ref.generated.length)) problems.push(`${tag}: greedy tokens differ at ${i}`);
+    }
+    await generateIn(page, prefillPrompt, 1);
+    const p = await generateIn(page, prefillPrompt, 1);
+    const pre = await page.evaluate(() => ({ ...document.getElementById('llm-tps').dataset }));
+    if (!/\(256 prompt tokens\)/.test(p.tps)) problems.push(`${tag}: prefill ${p.tps}`);
+    if (p.state !== 'done') problems.push(`${tag}: prefill ${p.state}, ${p.status}`);
+    const row = {
+      decode: rate(dec.decode),
+      prefill: rate(pre.prefill),
+      prefill32: rate(dec.prefill),
+      tokens: got.length,
+    };
+    console.log(
+      `  ${tag}: decode ${row.decode.toFixed(1)} tok/s (${NEW} steps), prefill ${row.prefill.toFixed(1)} tok/s ` +
+        `(256 tokens; the 32-token prompt's ${row.prefill32.toFixed(1)})${match}`,
+    );
+    return row;
+  };
+  for (let i = 0; i < warmup; i++) await one(`warmup${i + 1}`);
+  const rows = [];
+  for (let i = 0; i < runs; i++) rows.push(await one(`run${i + 1}`));
+  const stat = (k) => {
+    const v = rows.map((x) => x[k]).sort((a, b) => a - b);
+    const med = v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+    return `median ${med.toFixed(1)} (${v[0].toFixed(1)}..${v[v.length - 1].toFixed(1)})`;
+  };
+  const last = await page.evaluate(() => [
+    document.getElementById('llm-weights').textContent,
+    document.getElementById('llm-model').textContent,
+  ]);
+  console.log(
+    `${name}: ${last[1]}; ${last[0]}\n  decode tok/s ${stat('decode')}; prefill (256) tok/s ` +
+      `${stat('prefill')}; prefill (32) tok/s ${stat('prefill32')}; ${runs} runs after ${warmup} warm-up\n` +
+      `  picked in ${picked.toFixed(1)} s (read, parse ${(first.loadMs / 1000).toFixed(1)} s); the first ` +
+      `generation ${first.seconds.toFixed(1)} s (upload and warm-up ${(first.uploadMs / 1000).toFixed(1)} s)`,
+  );
+  const errors = await page.$$eval('#errors li', (li) => li.map((e) => e.textContent));
+  if (errors.length) problems.push(`page errors: ${errors.join('; ')}`);
+  await page.screenshot({ path: path.join(outDir, `${name}.png`), fullPage: true });
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
 // The page as a visitor sees it, at desktop and phone widths: after the transformer has run,
 // nothing overflows sideways (a long unbroken generated text included), the device is a card
 // (no Rust Debug dump anywhere), the backend names itself without empty fields, the weights'
@@ -638,10 +763,13 @@ async function trainControls(browser, name) {
   // Measurements, run only when named in WEB_E2E_ONLY (minutes): the steps the wasm CPU backend
   // takes to 90% held-out exact match from scratch with the page's defaults (the demo model's
   // recipe: 6000 steps of 64 problems), evaluated every 100 steps on 200 held-out problems; and
-  // big-gguf, a large model picked on WebGPU (WEB_E2E_MODEL_DIR, see bigGguf).
+  // big-gguf, a large model picked on WebGPU (WEB_E2E_MODEL_DIR, see bigGguf); llm-peer and
+  // llm-peer-webgpu, the transformers.js peer's protocol on a picked model (see llmPeer).
   const measurements = [
     ['train-cpu-90', () => train(browser, 'autorun=train&backend=cpu&until=0.9', 'cpu', 'train-cpu-90')],
     ['big-gguf', () => bigGguf(browser, 'big-gguf')],
+    ['llm-peer', () => llmPeer(browser, 'cpu', 'llm-peer')],
+    ['llm-peer-webgpu', () => llmPeer(browser, 'webgpu', 'llm-peer-webgpu')],
   ];
   // WEB_E2E_ONLY=gru-cpu,gru-webgpu runs a subset (while working on one section).
   const only = (process.env.WEB_E2E_ONLY || '').split(',').filter(Boolean);
