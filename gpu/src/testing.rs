@@ -262,6 +262,27 @@ pub fn cuda_emulated(test: &str) -> Option<CudaBackend> {
     }
 }
 
+/// Every parity case of `kind` (seed `seed`) as `(op, inputs)`.
+#[cfg(not(target_arch = "wasm32"))]
+#[allow(clippy::unwrap_used)]
+fn parity_inputs(
+    kind: kernels_core::op::OpKind,
+    seed: u64,
+) -> Vec<(kernels_core::op::Op, Vec<kernels_core::Tensor>)> {
+    kernels_core::parity::cases(kind, seed)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.op, c.inputs))
+        .collect()
+}
+
+/// The device buffer `t` lives in, to tell an in-place result from a copy.
+#[cfg(not(target_arch = "wasm32"))]
+fn buffer_id(t: &kernels_core::Tensor) -> Option<*const ()> {
+    t.device_buffer()
+        .map(|b| std::sync::Arc::as_ptr(b) as *const ())
+}
+
 /// Checks `kv_write` with a donated cache on `be` against the CPU reference, bit for bit, on
 /// every parity case plus one with NaN and infinities in the cache and the rows: a cache whose
 /// buffer nothing else holds is written in place (the result shares its storage), and one that
@@ -272,12 +293,8 @@ pub fn cuda_emulated(test: &str) -> Option<CudaBackend> {
 #[allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 pub fn check_kv_write_donation(label: &str, be: &dyn Backend) -> usize {
     use kernels_core::op::{Direction, Op, OpKind};
-    use kernels_core::{CpuBackend, Tensor, parity};
-    let mut cases: Vec<(Op, Vec<Tensor>)> = parity::cases(OpKind::KvWrite, 3)
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.op, c.inputs))
-        .collect();
+    use kernels_core::{CpuBackend, Tensor};
+    let mut cases = parity_inputs(OpKind::KvWrite, 3);
     let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0];
     let cache: Vec<f32> = (0..2 * 3 * 5 * 7)
         .map(|i| special[i % 4] + i as f32)
@@ -298,15 +315,11 @@ pub fn check_kv_write_donation(label: &str, be: &dyn Backend) -> usize {
         let rows = be.upload(&inputs[1]).unwrap();
         // Unique: written in place.
         let cache = be.upload(&inputs[0]).unwrap();
-        let before = cache
-            .device_buffer()
-            .map(|b| std::sync::Arc::as_ptr(b) as *const ());
+        let before = buffer_id(&cache);
         let got = be.run_donated(op, cache, &[&rows]).unwrap().remove(0);
-        let after = got
-            .device_buffer()
-            .map(|b| std::sync::Arc::as_ptr(b) as *const ());
         assert_eq!(
-            before, after,
+            before,
+            buffer_id(&got),
             "{label}: case {i} ({op}): not written in place"
         );
         assert!(
@@ -352,12 +365,8 @@ pub fn check_kv_write_donation(label: &str, be: &dyn Backend) -> usize {
 #[allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 pub fn check_matmul_add_donation(label: &str, be: &dyn Backend) -> usize {
     use kernels_core::op::{Direction, Op, OpKind};
-    use kernels_core::{CpuBackend, Tensor, numerics, parity};
-    let mut cases: Vec<(Op, Vec<Tensor>)> = parity::cases(OpKind::MatmulAdd, 5)
-        .unwrap()
-        .into_iter()
-        .map(|c| (c.op, c.inputs))
-        .collect();
+    use kernels_core::{CpuBackend, Tensor, numerics};
+    let mut cases = parity_inputs(OpKind::MatmulAdd, 5);
     let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0];
     let residual: Vec<f32> = (0..2 * 3).map(|i| special[i % 4] + i as f32).collect();
     cases.push((
@@ -373,10 +382,6 @@ pub fn check_matmul_add_donation(label: &str, be: &dyn Backend) -> usize {
     ));
     let cpu = CpuBackend::reference();
     let down = |t: &Tensor| pollster::block_on(be.download(t)).unwrap();
-    let buffer = |t: &Tensor| {
-        t.device_buffer()
-            .map(|b| std::sync::Arc::as_ptr(b) as *const ())
-    };
     for (i, (op, inputs)) in cases.iter().enumerate() {
         let refs: Vec<&Tensor> = inputs.iter().collect();
         let want = cpu.run(op, Direction::Forward, &refs).unwrap().remove(0);
@@ -401,11 +406,11 @@ pub fn check_matmul_add_donation(label: &str, be: &dyn Backend) -> usize {
         );
         // Unique: the product lands in the residual's own buffer.
         let residual = be.upload(&inputs[0]).unwrap();
-        let before = buffer(&residual);
+        let before = buffer_id(&residual);
         let got = be.run_donated(op, residual, &[&a, &b]).unwrap().remove(0);
         assert_eq!(
             before,
-            buffer(&got),
+            buffer_id(&got),
             "{label}: case {i} ({op}): not accumulated in place"
         );
         within(&down(&got), "in place");

@@ -363,15 +363,8 @@ fn matvec_nan_and_inf(gpu: &kernels_gpu::WgpuBackend) {
         trans_b: true,
     };
     let inf = 0x7c00u16.to_le_bytes(); // f16 +inf
-    for dtype in [
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q4_K,
-        DType::Q6_K,
-        DType::F16,
-    ] {
+    // Every weight dtype with an f16 scale (or f16 values) to make infinite: all but bf16.
+    for dtype in DType::WEIGHT.into_iter().filter(|&d| d != DType::BF16) {
         let w = if dtype == DType::Q6_K {
             // No Q6_K quantizer: random quants and scales, a small f16 super-scale.
             let mut b: Vec<u8> = (0..5 * 210)

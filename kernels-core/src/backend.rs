@@ -169,7 +169,7 @@ impl CpuBackend {
             Direction::Forward,
             &[a, b],
         )?;
-        let Some(mut product) = product.into_iter().next() else {
+        let Some(product) = product.into_iter().next() else {
             return Err(Error::Arity {
                 op: "matmul_add",
                 expected: 1,
@@ -183,26 +183,23 @@ impl CpuBackend {
                 residual.shape(),
             ));
         }
-        let p = product.to_f32_vec()?;
-        if let Some(r) = residual.f32_mut_if_unique()
-            && r.len() == p.len()
+        // Into the residual when nothing else holds it (donated), else into the product.
+        let (mut into, from) = if residual.storage_is_unique() {
+            (residual, product)
+        } else {
+            (product, residual)
+        };
+        let src = from.as_f32()?;
+        if let Some(dst) = into.f32_mut_if_unique()
+            && dst.len() == src.len()
         {
-            for (x, y) in r.iter_mut().zip(&p) {
+            for (x, y) in dst.iter_mut().zip(src) {
                 *x += *y;
             }
-            return Ok(alloc::vec![residual]);
+            return Ok(alloc::vec![into]);
         }
-        let r = residual.to_f32_vec()?;
-        if let Some(out) = product.f32_mut_if_unique()
-            && out.len() == r.len()
-        {
-            for (x, y) in out.iter_mut().zip(&r) {
-                *x += *y;
-            }
-            return Ok(alloc::vec![product]);
-        }
-        let sum = r.iter().zip(&p).map(|(x, y)| x + y).collect();
-        Ok(alloc::vec![Tensor::from_f32(residual.shape(), sum)?])
+        let sum = into.as_f32()?.iter().zip(src).map(|(x, y)| x + y).collect();
+        Ok(alloc::vec![Tensor::from_f32(from.shape(), sum)?])
     }
 }
 

@@ -29,7 +29,7 @@ pub(crate) use attention::params as attention_params;
 use common::arg;
 use elementwise::{binary_backward, binary_forward, swiglu, unary};
 use layout::{concat, concat_backward, embedding, embedding_backward, transpose, transposed_shape};
-use matmul::{linear_backward, linear_forward, matmul, matmul_backward};
+use matmul::{linear_backward, linear_forward, matmul_backward};
 use optim::optim;
 use rows::{argmax, norm_backward, norm_forward, reduce, sample, softmax};
 
@@ -192,8 +192,17 @@ pub(crate) fn run(
     op.check_signature(dir, &dtypes)?;
     use Direction::{Backward as B, Forward as F};
     let name = op.name();
-    if let Op::MatmulAdd { trans_a, trans_b } = *op {
-        return matmul_add(be, name, (trans_a, trans_b), dir, args);
+    // The products take one path whatever their operands (`product`: packed `matvec`, split
+    // weights, decoded weights, the tiled matmul), shared by matmul and matmul_add.
+    match (*op, dir) {
+        (Op::Matmul { trans_a, trans_b }, F) => {
+            let (a, b) = ((arg(args, 0), trans_a), (arg(args, 1), trans_b));
+            return Ok(vec![product(be, name, a, b, None)?]);
+        }
+        (Op::MatmulAdd { trans_a, trans_b }, d) => {
+            return matmul_add(be, name, (trans_a, trans_b), d, args);
+        }
+        _ => {}
     }
     // Weight dtypes: decoded where an op reads them (the signature check let them only into
     // weight slots); `embedding` decodes just the rows its ids pick.
@@ -221,12 +230,12 @@ pub(crate) fn run(
         return Ok(vec![out]);
     }
     match (*op, dir) {
+        // Taken above (weight dtypes included), as matmul_add.
         (Op::Matmul { trans_a, trans_b }, F) => {
-            let out = matmul(be, name, arg(args, 0), arg(args, 1), trans_a, trans_b)?;
-            Ok(vec![out])
+            let (a, b) = ((arg(args, 0), trans_a), (arg(args, 1), trans_b));
+            Ok(vec![product(be, name, a, b, None)?])
         }
         (Op::Matmul { trans_a, trans_b }, B) => matmul_backward(be, name, args, trans_a, trans_b),
-        // Taken before the weight dtypes are decoded (above).
         (Op::MatmulAdd { trans_a, trans_b }, d) => {
             matmul_add(be, name, (trans_a, trans_b), d, args)
         }

@@ -434,16 +434,20 @@ impl Llama {
                 let t = g.transpose(&a)?;
                 g.reshape(&t, &[batch, hq * d, seq])?
             };
-            // The residual add in o_proj's epilogue (`matmul_add`: accumulated into `x` itself
-            // in an inference graph); Gemma 3 norms the product first.
-            let wo = w("self_attn.o_proj.weight")?;
-            x = if var.sandwich_norms {
-                let o = g.matmul_t(&a_cols, wo, true, true)?;
-                let o = norm(&o, "post_attention_layernorm.weight")?;
-                g.add(&x, &o)?
-            } else {
-                g.matmul_add(x, &a_cols, wo, true, true)?
+            // `x + op(a) @ W^T`: the residual add in the product's epilogue (`matmul_add`,
+            // accumulated into `x` itself in an inference graph); Gemma 3 norms the product
+            // first (its `post_norm`).
+            let residual = |x: Var, a: &Var, wt: &str, trans_a: bool, post_norm: &str| {
+                let wt = w(wt)?;
+                if var.sandwich_norms {
+                    let p = g.matmul_t(a, wt, trans_a, true)?;
+                    g.add(&x, &norm(&p, post_norm)?)
+                } else {
+                    g.matmul_add(x, a, wt, trans_a, true)
+                }
             };
+            let o_proj = "self_attn.o_proj.weight";
+            x = residual(x, &a_cols, o_proj, true, "post_attention_layernorm.weight")?;
             let h2 = if var.sandwich_norms {
                 norm(&x, "pre_feedforward_layernorm.weight")?
             } else {
@@ -458,14 +462,8 @@ impl Llama {
                     g.mul(&gate, &up)?
                 }
             };
-            let wd = w("mlp.down_proj.weight")?;
-            x = if var.sandwich_norms {
-                let down = g.matmul_t(&act, wd, false, true)?;
-                let down = norm(&down, "post_feedforward_layernorm.weight")?;
-                g.add(&x, &down)?
-            } else {
-                g.matmul_add(x, &act, wd, false, true)?
-            };
+            let down = "mlp.down_proj.weight";
+            x = residual(x, &act, down, false, "post_feedforward_layernorm.weight")?;
         }
         if let Some(k) = cache {
             k.len = total;

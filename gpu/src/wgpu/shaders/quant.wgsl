@@ -42,6 +42,46 @@ fn q4k_scale_min(b: u32, j: u32) -> vec2<u32> {
     );
 }
 
+// Where element i of a 32-element block of nibbles lies (Q4_0, Q4_1, Q5_0; blocks of
+// `block_bytes`, quants from byte `quants` of the block): the block's first byte, the byte holding
+// its nibble, and the nibble's shift. Elements i..i+8 (i a multiple of 8) are at bytes q..q+8.
+fn nibble32_at(i: u32, block_bytes: u32, quants: u32) -> vec3<u32> {
+    let b = (i / 32u) * block_bytes;
+    let e = i % 32u;
+    return vec3<u32>(b, b + quants + e % 16u, 4u * (e / 16u));
+}
+
+// Q4_K element i: the super-block's first byte, the byte holding its nibble, the nibble's shift
+// and its sub-block (the index of its 6-bit scale and min).
+fn q4k_at(i: u32) -> vec4<u32> {
+    let b = (i / 256u) * 144u;
+    let e = i % 256u;
+    let c = e / 64u;
+    let hi = (e % 64u) / 32u;
+    return vec4<u32>(b, b + 16u + 32u * c + e % 32u, 4u * hi, 2u * c + hi);
+}
+
+// Q6_K element i: the super-block's first byte, the bytes of its low 4 and high 2 bits with
+// their shifts, and the byte of its 8-bit sub-block scale.
+struct Q6kAt {
+    b: u32,
+    ql: u32,
+    shl: u32,
+    qh: u32,
+    shh: u32,
+    scale: u32,
+}
+
+fn q6k_at(i: u32) -> Q6kAt {
+    let b = (i / 256u) * 210u;
+    let e = i % 256u;
+    let h = e / 128u;
+    let k = (e % 128u) / 32u;
+    let l = e % 32u;
+    return Q6kAt(b, b + 64u * h + 32u * (k & 1u) + l, 4u * (k >> 1u), b + 128u + 32u * h + l,
+                 2u * k, b + 192u + e / 16u);
+}
+
 // Element i of a tensor of weight dtype `dtype` (the WEIGHT_* codes).
 fn decode(dtype: u32, i: u32) -> f32 {
     switch dtype {
@@ -56,48 +96,35 @@ fn decode(dtype: u32, i: u32) -> f32 {
             return i8_of(byte_at(b + 2u + i % 32u)) * f16_at(b);
         }
         case WEIGHT_Q4_0: {
-            let b = (i / 32u) * 18u;
-            let e = i % 32u;
-            let q = (byte_at(b + 2u + e % 16u) >> (4u * (e / 16u))) & 0xfu;
-            return f16_at(b) * f32(i32(q) - 8);
+            let n = nibble32_at(i, 18u, 2u);
+            let q = (byte_at(n.y) >> n.z) & 0xfu;
+            return f16_at(n.x) * f32(i32(q) - 8);
         }
         case WEIGHT_Q4_1: {
-            let b = (i / 32u) * 20u;
-            let e = i % 32u;
-            let q = (byte_at(b + 4u + e % 16u) >> (4u * (e / 16u))) & 0xfu;
-            return f16_at(b) * f32(q) + f16_at(b + 2u);
+            let n = nibble32_at(i, 20u, 4u);
+            let q = (byte_at(n.y) >> n.z) & 0xfu;
+            return f16_at(n.x) * f32(q) + f16_at(n.x + 2u);
         }
         case WEIGHT_Q5_0: {
-            let b = (i / 32u) * 22u;
-            let e = i % 32u;
-            let qh = u16_at(b + 2u) | (u16_at(b + 4u) << 16u);
-            let lo = (byte_at(b + 6u + e % 16u) >> (4u * (e / 16u))) & 0xfu;
-            let q = lo | (((qh >> e) & 1u) << 4u);
-            return f16_at(b) * f32(i32(q) - 16);
+            let n = nibble32_at(i, 22u, 6u);
+            let qh = u16_at(n.x + 2u) | (u16_at(n.x + 4u) << 16u);
+            let lo = (byte_at(n.y) >> n.z) & 0xfu;
+            let q = lo | (((qh >> (i % 32u)) & 1u) << 4u);
+            return f16_at(n.x) * f32(i32(q) - 16);
         }
         case WEIGHT_Q4_K: {
-            let b = (i / 256u) * 144u;
-            let e = i % 256u;
-            let c = e / 64u;
-            let hi = (e % 64u) / 32u;
-            let j = 2u * c + hi;
-            let sm = q4k_scale_min(b, j);
-            let sc = sm.x;
-            let m = sm.y;
-            let q = (byte_at(b + 16u + 32u * c + e % 32u) >> (4u * hi)) & 0xfu;
-            let dl = f16_at(b) * f32(sc);
-            let ml = f16_at(b + 2u) * f32(m);
+            let p = q4k_at(i);
+            let sm = q4k_scale_min(p.x, p.w);
+            let q = (byte_at(p.y) >> p.z) & 0xfu;
+            let dl = f16_at(p.x) * f32(sm.x);
+            let ml = f16_at(p.x + 2u) * f32(sm.y);
             return dl * f32(q) - ml;
         }
         case WEIGHT_Q6_K: {
-            let b = (i / 256u) * 210u;
-            let e = i % 256u;
-            let h = e / 128u;
-            let k = (e % 128u) / 32u;
-            let l = e % 32u;
-            let ql = (byte_at(b + 64u * h + l + 32u * (k & 1u)) >> (4u * (k >> 1u))) & 0xfu;
-            let qh = (byte_at(b + 128u + 32u * h + l) >> (2u * k)) & 3u;
-            let sc = f16_at(b + 208u) * i8_of(byte_at(b + 192u + e / 16u));
+            let p = q6k_at(i);
+            let ql = (byte_at(p.ql) >> p.shl) & 0xfu;
+            let qh = (byte_at(p.qh) >> p.shh) & 3u;
+            let sc = f16_at(p.b + 208u) * i8_of(byte_at(p.scale));
             return sc * f32(i32(ql | (qh << 4u)) - 32);
         }
         default: {
@@ -138,81 +165,57 @@ fn dot8_blocks(dtype: u32, i: u32, xo: u32) -> f32 {
             return f16_at((i / 32u) * 34u) * s;
         }
         case WEIGHT_Q4_0: {
-            let b = (i / 32u) * 18u;
-            let e = i % 32u;
-            let q0 = b + 2u + e % 16u;
-            let sh = 4u * (e / 16u);
+            let n = nibble32_at(i, 18u, 2u);
             var s: f32 = 0.0;
             for (var t: u32 = 0u; t < 8u; t = t + 1u) {
-                s = s + xin[xo + t] * f32(i32((byte_at(q0 + t) >> sh) & 0xfu) - 8);
+                s = s + xin[xo + t] * f32(i32((byte_at(n.y + t) >> n.z) & 0xfu) - 8);
             }
-            return f16_at(b) * s;
+            return f16_at(n.x) * s;
         }
         case WEIGHT_Q4_1: {
-            let b = (i / 32u) * 20u;
-            let e = i % 32u;
-            let q0 = b + 4u + e % 16u;
-            let sh = 4u * (e / 16u);
+            let n = nibble32_at(i, 20u, 4u);
             var s: f32 = 0.0;
             var sx: f32 = 0.0;
             for (var t: u32 = 0u; t < 8u; t = t + 1u) {
                 let x = xin[xo + t];
-                s = s + x * f32((byte_at(q0 + t) >> sh) & 0xfu);
+                s = s + x * f32((byte_at(n.y + t) >> n.z) & 0xfu);
                 sx = sx + x;
             }
-            return f16_at(b) * s + f16_at(b + 2u) * sx;
+            return f16_at(n.x) * s + f16_at(n.x + 2u) * sx;
         }
         case WEIGHT_Q5_0: {
-            let b = (i / 32u) * 22u;
+            let n = nibble32_at(i, 22u, 6u);
+            let qh = u16_at(n.x + 2u) | (u16_at(n.x + 4u) << 16u);
             let e = i % 32u;
-            let qh = u16_at(b + 2u) | (u16_at(b + 4u) << 16u);
-            let q0 = b + 6u + e % 16u;
-            let sh = 4u * (e / 16u);
             var s: f32 = 0.0;
             for (var t: u32 = 0u; t < 8u; t = t + 1u) {
-                let lo = (byte_at(q0 + t) >> sh) & 0xfu;
+                let lo = (byte_at(n.y + t) >> n.z) & 0xfu;
                 let q = lo | (((qh >> (e + t)) & 1u) << 4u);
                 s = s + xin[xo + t] * f32(i32(q) - 16);
             }
-            return f16_at(b) * s;
+            return f16_at(n.x) * s;
         }
         case WEIGHT_Q4_K: {
-            let b = (i / 256u) * 144u;
-            let e = i % 256u;
-            let c = e / 64u;
-            let hi = (e % 64u) / 32u;
-            let j = 2u * c + hi;
-            let sm = q4k_scale_min(b, j);
-            let sc = sm.x;
-            let m = sm.y;
-            let q0 = b + 16u + 32u * c + e % 32u;
-            let sh = 4u * hi;
+            let p = q4k_at(i);
+            let sm = q4k_scale_min(p.x, p.w);
             var s: f32 = 0.0;
             var sx: f32 = 0.0;
             for (var t: u32 = 0u; t < 8u; t = t + 1u) {
                 let x = xin[xo + t];
-                s = s + x * f32((byte_at(q0 + t) >> sh) & 0xfu);
+                s = s + x * f32((byte_at(p.y + t) >> p.z) & 0xfu);
                 sx = sx + x;
             }
-            return f16_at(b) * f32(sc) * s - f16_at(b + 2u) * f32(m) * sx;
+            return f16_at(p.x) * f32(sm.x) * s - f16_at(p.x + 2u) * f32(sm.y) * sx;
         }
         case WEIGHT_Q6_K: {
-            let b = (i / 256u) * 210u;
-            let e = i % 256u;
-            let h = e / 128u;
-            let k = (e % 128u) / 32u;
-            let l0 = e % 32u;
-            let ql0 = b + 64u * h + 32u * (k & 1u) + l0;
-            let qh0 = b + 128u + 32u * h + l0;
-            let shl = 4u * (k >> 1u);
-            let shh = 2u * k;
+            let p = q6k_at(i);
             var s: f32 = 0.0;
             for (var t: u32 = 0u; t < 8u; t = t + 1u) {
-                let ql = (byte_at(ql0 + t) >> shl) & 0xfu;
-                let qh = (byte_at(qh0 + t) >> shh) & 3u;
+                let ql = (byte_at(p.ql + t) >> p.shl) & 0xfu;
+                let qh = (byte_at(p.qh + t) >> p.shh) & 3u;
                 s = s + xin[xo + t] * f32(i32(ql | (qh << 4u)) - 32);
             }
-            return f16_at(b + 208u) * i8_of(byte_at(b + 192u + e / 16u)) * s;
+            return f16_at(p.b + 208u) * i8_of(byte_at(p.scale)) * s;
         }
         default: {
             return dot8_each(dtype, i, xo);
