@@ -220,23 +220,37 @@ if [ ! -f "$MODEL/model.safetensors" ]; then
 fi
 if [ -f "$MODEL/model.safetensors" ]; then
     : >"$OUT/bench-llama.jsonl"
-    for b in ${BACKENDS//,/ }; do
-        threads=()
+    bench_llama() { # label, backend, env and extra arguments...
+        local label=$1 b=$2
+        shift 2
+        local threads=()
         [ "$b" = cpu ] && threads=(--threads 1)
-        if "$KERNELS" bench llama --model "$MODEL" --backend "$b" "${threads[@]}" --json \
-            >>"$OUT/bench-llama.jsonl" 2>"$OUT/bench-llama-$b.stderr"; then :; else
+        if env "$@" "$KERNELS" bench llama --model "$MODEL" --backend "$b" "${threads[@]}" --json \
+            $BENCH_ARGS >"$OUT/bench-llama-one.json" 2>"$OUT/bench-llama-$label.stderr"; then
+            python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r["label"]=sys.argv[2]; print(json.dumps(r))' \
+                "$OUT/bench-llama-one.json" "$label" >>"$OUT/bench-llama.jsonl"
+        else
             FAILED=1
-            say "bench llama on $b: **FAIL**: $(tail -1 "$OUT/bench-llama-$b.stderr")"
+            say "bench llama $label: **FAIL**: $(tail -1 "$OUT/bench-llama-$label.stderr")"
         fi
+    }
+    for b in ${BACKENDS//,/ }; do
+        BENCH_ARGS="" bench_llama "$b" "$b" KERNELS_CUDA_HALF=0
     done
+    if [ "$HAS_CUDA" = 1 ]; then
+        # Prefill with a q8_0 weight: decoded to f32 for SGEMM, or multiplied in f16 on tensor
+        # cores (half products).
+        BENCH_ARGS="--quantize q8_0" bench_llama "cuda q8_0" cuda KERNELS_CUDA_HALF=0
+        BENCH_ARGS="--quantize q8_0" bench_llama "cuda q8_0, half products" cuda KERNELS_CUDA_HALF=1
+    fi
     python3 - "$OUT/bench-llama.jsonl" <<'PY' | tee -a "$REPORT"
 import json, sys
-print("| backend | threads | params | decode tok/s | prefill tok/s | dispatches/token | submits/token | bytes down/token |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| run | backend | threads | params | decode tok/s | prefill tok/s | dispatches/token | submits/token | bytes down/token |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 f = lambda v: "-" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v))
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    print(f'| {r["backend"]} | {f(r["threads"])} | {r["params"]} | {f(r["decode_tok_s"])} | {f(r["prefill_tok_s"])} | '
+    print(f'| {r["label"]} | {r["backend"]} | {f(r["threads"])} | {r["params"]} | {f(r["decode_tok_s"])} | {f(r["prefill_tok_s"])} | '
           f'{f(r["dispatches_per_token"])} | {f(r["submits_per_token"])} | {f(r["bytes_down_per_token"])} |')
 PY
 fi

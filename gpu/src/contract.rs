@@ -157,6 +157,8 @@ pub fn codes() -> Result<Vec<(String, u32)>> {
     for d in DType::WEIGHT {
         out.push((format!("WEIGHT_{}", upper(d.name())), weight_code(d)));
     }
+    // `to_half`'s source when it is f32 (no weight dtype).
+    out.push(("F32_SOURCE".into(), weight_code(DType::F32)));
     Ok(out)
 }
 

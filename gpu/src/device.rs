@@ -196,6 +196,12 @@ pub struct OutAt {
 /// Hook: matmul (the tiled WGSL kernels on wgpu, cuBLAS SGEMM on CUDA).
 pub trait MatmulHook {
     fn matmul(&self, op: &'static str, mm: &Matmul<'_>) -> Result<()>;
+    /// Whether [`MatmulHook::matmul`] takes a weight-dtype operand as it is (CUDA's half
+    /// products), so that the op layer does not decode it to f32 first. Decode's packed
+    /// `matvec` and weights split over bindings come first either way.
+    fn takes_packed_operands(&self) -> bool {
+        false
+    }
     /// `g * act'(y)` for linear's backward, made once, where the matmul cannot apply it to `a`
     /// as it loads (`Fused::a_dact`); `None` where it can.
     fn activation_grad(

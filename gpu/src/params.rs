@@ -172,6 +172,12 @@ kernel_params! {
         u32: [n, dtype, dim, vocab, first, rows],
         f32: [],
     }
+    /// CUDA's half products: `n` elements of the weight dtype coded `source` (`WEIGHT_*`), or
+    /// f32 (`F32_SOURCE`), rounded to bf16 (`bf16 = 1`) or f16, two to a 32-bit word.
+    ToHalfParams("to_half") for ["to_half"] {
+        u32: [n, source, bf16],
+        f32: [],
+    }
     /// Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of
     /// dtype `dtype` (`WEIGHT_*`); `bias = 1` adds a bias. The outputs go to columns
     /// `col0..col0 + n` of rows of `ldo` (as `MatmulParams`' `ldc`); `accum = 1` adds them to

@@ -396,6 +396,45 @@ fn quantized_gguf_llamas_give_the_logits_of_their_gguf_decoded_weights() {
     }
 }
 
+/// CUDA's half products on the emulated device: a 12-token prefill of the q8_0 and q4_0 tiny
+/// llamas (more rows than decode's `matvec` takes, so the packed products are 16-bit GEMMs on
+/// f16 operands) stays within 1% of the largest f32 logit, with the f32 model's greedy token at
+/// every position; it is not the f32 result (the activations were rounded).
+#[cfg(feature = "cuda-emulator")]
+#[test]
+fn half_products_keep_the_quantized_llamas_greedy_tokens_on_emulated_cuda() {
+    let tokens: Vec<u32> = vec![1, 7, 12, 30, 4, 22, 9, 36, 5, 17, 28, 3];
+    let argmax =
+        |row: &[f32]| (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best });
+    for name in ["tiny_llama_q8_0", "tiny_llama_q4_0"] {
+        let file = format!("{name}.gguf");
+        let files = read_dir(&fixture("gguf").join(&file)).unwrap();
+        let reference = Rc::new(CpuBackend::reference());
+        let want = logits(&build(&files, reference).unwrap(), &tokens, true).unwrap();
+        let Some(be) = kernels_gpu::testing::cuda_emulated("half_products") else {
+            return;
+        };
+        let be = Rc::new(be.with_half_products(true));
+        let got = logits(&build(&files, be.clone()).unwrap(), &tokens, true).unwrap();
+        assert!(be.counters().half_gemms > 0, "{file}: {:?}", be.counters());
+        let (mut worst, mut scale) = (0.0f32, 0.0f32);
+        for (p, (g, w)) in got.iter().zip(&want).enumerate() {
+            for (a, b) in g.iter().zip(w) {
+                worst = worst.max((a - b).abs());
+                scale = scale.max(b.abs());
+            }
+            assert_eq!(argmax(g), argmax(w), "{file}: greedy token at position {p}");
+        }
+        eprintln!(
+            "{file}: half products, max abs error {worst:.2e} of the largest logit {scale:.2e}"
+        );
+        assert!(
+            worst > 0.0 && worst <= 0.01 * scale,
+            "{file}: {worst} of {scale}"
+        );
+    }
+}
+
 /// `--model FILE.gguf` memory-maps the file and its packed tensors share the map's pages
 /// instead of copying them (the q/k matrices, whose rows are put back in Hugging Face order,
 /// are copies).

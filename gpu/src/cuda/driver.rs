@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
-use cudarc::cublas::sys::cublasOperation_t;
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DeviceRepr,
     LaunchConfig, PushKernelArg,
@@ -16,7 +16,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::CompileOptions;
 use kernels_core::{Error, Result};
 
-use super::engine::{Engine, Gemm, Grid, Kernel, Mem, Params};
+use super::engine::{Engine, Gemm, GemmInputs, Grid, Kernel, Mem, Params};
 use crate::device::Family;
 
 // SAFETY: `Params` is `#[repr(C)]` plain old data matching `struct Params` in the prelude.
@@ -160,7 +160,7 @@ impl Driver {
 
 fn c_int(what: &str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| Error::LimitExceeded {
-        what: format!("cuda sgemm: {what}"),
+        what: format!("cuda gemm: {what}"),
         value: v as u64,
         limit: i32::MAX as u64,
     })
@@ -247,37 +247,77 @@ impl Engine for Driver {
         drop(guards);
         Ok(())
     }
-    fn sgemm(&self, g: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()> {
+    fn gemm(&self, g: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()> {
         let cm = g.to_column_major();
-        let (pa, ga) = slice(a, "sgemm")?.device_ptr(&self.stream);
-        let (pb, gb) = slice(b, "sgemm")?.device_ptr(&self.stream);
-        let (pc, gc) = slice(c, "sgemm")?.device_ptr(&self.stream);
+        let (pa, ga) = slice(a, "gemm")?.device_ptr(&self.stream);
+        let (pb, gb) = slice(b, "gemm")?.device_ptr(&self.stream);
+        let (pc, gc) = slice(c, "gemm")?.device_ptr(&self.stream);
         let (alpha, beta) = (1.0f32, if g.accumulate { 1.0f32 } else { 0.0 });
-        // SAFETY: the launcher checked that every operand's offset plus its extent fits its
-        // buffer; the pointers stay valid while the guards live.
-        unsafe {
-            cudarc::cublas::result::sgemm_strided_batched(
-                *self.blas.handle(),
-                op(cm.trans_first),
-                op(cm.trans_second),
-                c_int("m", cm.m)?,
-                c_int("n", cm.n)?,
-                c_int("k", cm.k)?,
-                &alpha,
-                (pb + 4 * g.offset_b as u64) as *const f32,
-                c_int("ld", cm.ld_first)?,
-                cm.stride_first as i64,
-                (pa + 4 * g.offset_a as u64) as *const f32,
-                c_int("ld", cm.ld_second)?,
-                cm.stride_second as i64,
-                &beta,
-                (pc + 4 * g.offset_c as u64) as *mut f32,
-                c_int("ldc", cm.ldc)?,
-                cm.stride_c as i64,
-                c_int("batch", g.batch)?,
-            )
-        }
-        .map_err(|e| err(format!("cuBLAS sgemm: {e:?}")))?;
+        let c_at = (pc + 4 * g.offset_c as u64) as *mut f32;
+        let (m, n, k) = (c_int("m", cm.m)?, c_int("n", cm.n)?, c_int("k", cm.k)?);
+        let (ld_first, ld_second) = (c_int("ld", cm.ld_first)?, c_int("ld", cm.ld_second)?);
+        let (ldc, batch) = (c_int("ldc", cm.ldc)?, c_int("batch", g.batch)?);
+        let half = match g.inputs {
+            GemmInputs::F32 => None,
+            GemmInputs::F16 => Some(cudaDataType::CUDA_R_16F),
+            GemmInputs::BF16 => Some(cudaDataType::CUDA_R_16BF),
+        };
+        let status = match half {
+            // SAFETY: the launcher checked that every operand's offset plus its extent fits its
+            // buffer; the pointers stay valid while the guards live.
+            None => unsafe {
+                cudarc::cublas::result::sgemm_strided_batched(
+                    *self.blas.handle(),
+                    op(cm.trans_first),
+                    op(cm.trans_second),
+                    m,
+                    n,
+                    k,
+                    &alpha,
+                    (pb + 4 * g.offset_b as u64) as *const f32,
+                    ld_first,
+                    cm.stride_first as i64,
+                    (pa + 4 * g.offset_a as u64) as *const f32,
+                    ld_second,
+                    cm.stride_second as i64,
+                    &beta,
+                    c_at,
+                    ldc,
+                    cm.stride_c as i64,
+                    batch,
+                )
+            },
+            // 16-bit operands (2 bytes an element), f32 output, f32 sums: tensor cores.
+            // SAFETY: as above; the operands are 16-bit tensors of the extents checked.
+            Some(t) => unsafe {
+                cudarc::cublas::result::gemm_strided_batched_ex(
+                    *self.blas.handle(),
+                    op(cm.trans_first),
+                    op(cm.trans_second),
+                    m,
+                    n,
+                    k,
+                    (&alpha as *const f32).cast(),
+                    (pb + 2 * g.offset_b as u64) as *const std::ffi::c_void,
+                    t,
+                    ld_first,
+                    cm.stride_first as i64,
+                    (pa + 2 * g.offset_a as u64) as *const std::ffi::c_void,
+                    t,
+                    ld_second,
+                    cm.stride_second as i64,
+                    (&beta as *const f32).cast(),
+                    c_at.cast(),
+                    cudaDataType::CUDA_R_32F,
+                    ldc,
+                    cm.stride_c as i64,
+                    batch,
+                    cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT_TENSOR_OP,
+                )
+            },
+        };
+        status.map_err(|e| err(format!("cuBLAS gemm ({:?} inputs): {e:?}", g.inputs)))?;
         drop((ga, gb, gc));
         Ok(())
     }

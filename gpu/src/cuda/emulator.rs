@@ -3,9 +3,10 @@
 //! without an NVIDIA GPU: each family is compiled by the host C++ compiler (through
 //! `host_shim.hpp`) into a shared library whose `emu_run` (`host_runtime.hpp`) runs a kernel over
 //! the whole grid, blocks one after another, the threads of a cooperative block as fibers that
-//! switch at `__syncthreads`. cuBLAS is replaced by a host SGEMM with cuBLAS's column-major,
-//! strided-batched semantics, called with the very arguments the driver passes cuBLAS, so the
-//! row-major mapping ([`Gemm::to_column_major`]) is tested too.
+//! switch at `__syncthreads`. cuBLAS is replaced by a host GEMM with cuBLAS's column-major,
+//! strided-batched semantics (f32, or 16-bit inputs widened exactly), called with the very
+//! arguments the driver passes cuBLAS, so the row-major mapping ([`Gemm::to_column_major`]) is
+//! tested too.
 //!
 //! The engine sits behind the real launchers ([`super::launch`]): shape checks, parameter
 //! blocks and grids are the ones a device gets.
@@ -17,7 +18,7 @@ use std::sync::{Mutex, OnceLock};
 
 use kernels_core::{Error, Result};
 
-use super::engine::{Engine, Gemm, Grid, Kernel, Mem, Params};
+use super::engine::{Engine, Gemm, GemmInputs, Grid, Kernel, Mem, Params};
 use super::kernels::{Family, host};
 
 /// Host memory; atomics so that kernels may write through the shared pointers the launch hands
@@ -257,12 +258,12 @@ impl Engine for EmulatedDevice {
         }
         Ok(())
     }
-    fn sgemm(&self, g: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()> {
-        host_sgemm(
+    fn gemm(&self, g: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()> {
+        host_gemm(
             g,
-            host_mem(a, "sgemm")?,
-            host_mem(b, "sgemm")?,
-            host_mem(c, "sgemm")?,
+            host_mem(a, "gemm")?,
+            host_mem(b, "gemm")?,
+            host_mem(c, "gemm")?,
         )
     }
     fn synchronize(&self) -> Result<()> {
@@ -271,9 +272,10 @@ impl Engine for EmulatedDevice {
 }
 
 /// What the driver's cuBLAS call computes, argument for argument (B first, then A).
-fn host_sgemm(g: &Gemm, a: &HostMem, b: &HostMem, c: &HostMem) -> Result<()> {
+fn host_gemm(g: &Gemm, a: &HostMem, b: &HostMem, c: &HostMem) -> Result<()> {
     let cm = g.to_column_major();
-    column_major_sgemm(
+    column_major_gemm(
+        g.inputs,
         (cm.trans_first, cm.trans_second),
         (cm.m, cm.n, cm.k),
         (&b.0, g.offset_b, cm.ld_first, cm.stride_first),
@@ -285,11 +287,34 @@ fn host_sgemm(g: &Gemm, a: &HostMem, b: &HostMem, c: &HostMem) -> Result<()> {
 
 type Operand<'a> = (&'a [AtomicU32], usize, usize, usize);
 
-/// cuBLAS `sgemm_strided_batched` with alpha 1 and beta 0 (or 1, `accumulate`): for each batch
+/// Element `i` of a GEMM operand: an f32 word, or a 16-bit float in the low (even `i`) or high
+/// half of word `i / 2`, widened exactly.
+fn element(buf: &[AtomicU32], inputs: GemmInputs, i: usize, what: &str) -> Result<f32> {
+    let word = |w: usize| {
+        buf.get(w)
+            .map(|x| x.load(Ordering::Relaxed))
+            .ok_or_else(|| err(format!("gemm reads {what}[{i}] of {} words", buf.len())))
+    };
+    Ok(match inputs {
+        GemmInputs::F32 => f32::from_bits(word(i)?),
+        GemmInputs::F16 | GemmInputs::BF16 => {
+            let bits = (word(i / 2)? >> (16 * (i % 2))) & 0xffff;
+            if inputs == GemmInputs::F16 {
+                kernels_core::quant::decode::f16_to_f32(bits as u16)
+            } else {
+                f32::from_bits(bits << 16)
+            }
+        }
+    })
+}
+
+/// cuBLAS `sgemm_strided_batched` (`F32` inputs), or `gemmStridedBatchedEx` with 16-bit `A`
+/// and `B`, f32 `C` and f32 sums, with alpha 1 and beta 0 (or 1, `accumulate`): for each batch
 /// `i`, `C_i = op(A_i) op(B_i)` (`+ C_i`) in column-major storage, `C_i [m, n]` with leading dimension `ldc`;
 /// `op(A_i)` is `[m, k]` (stored `[m, k]` with `lda`, or `[k, m]` when transposed). Every
 /// element read or written is bounds-checked: an error, never an out-of-range access.
-fn column_major_sgemm(
+fn column_major_gemm(
+    inputs: GemmInputs,
     (trans_a, trans_b): (bool, bool),
     (m, n, k): (usize, usize, usize),
     (a, off_a, lda, stride_a): Operand<'_>,
@@ -297,11 +322,7 @@ fn column_major_sgemm(
     (c, off_c, ldc, stride_c): Operand<'_>,
     (batch, accumulate): (usize, bool),
 ) -> Result<()> {
-    let get = |buf: &[AtomicU32], i: usize, what: &str| -> Result<f32> {
-        buf.get(i)
-            .map(|w| f32::from_bits(w.load(Ordering::Relaxed)))
-            .ok_or_else(|| err(format!("sgemm reads {what}[{i}] of {}", buf.len())))
-    };
+    let get = |buf: &[AtomicU32], i: usize, what: &str| element(buf, inputs, i, what);
     for bi in 0..batch {
         let (ba, bb, bc) = (
             off_a + bi * stride_a,
@@ -319,7 +340,7 @@ fn column_major_sgemm(
                 let ci = bc + i + j * ldc;
                 let cell = c
                     .get(ci)
-                    .ok_or_else(|| err(format!("sgemm writes C[{ci}] of {}", c.len())))?;
+                    .ok_or_else(|| err(format!("gemm writes C[{ci}] of {}", c.len())))?;
                 let v = if accumulate {
                     f32::from_bits(cell.load(Ordering::Relaxed)) + acc as f32
                 } else {
@@ -338,12 +359,14 @@ mod tests {
     use kernels_core::parity::Case;
     use kernels_core::{Op, OpKind, Rng, parity};
 
+    use kernels_core::{Backend, DType, Tensor};
+
     use super::*;
-    use crate::cuda::CudaBackend;
-    use crate::parity::{check_all, failures};
+    use crate::cuda::{CudaBackend, HALF_PRODUCT_BUDGETS};
+    use crate::parity::{check_all, check_under, failures};
 
     #[test]
-    fn column_major_sgemm_matches_a_row_major_product_through_the_mapping() {
+    fn column_major_gemm_matches_a_row_major_product_through_the_mapping() {
         // Row-major a [2, 3] (stored transposed when trans_a) times b [3, 2].
         let a = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0];
         let b = [7.0f32, 8.0, 9.0, 10.0, 11.0, 12.0];
@@ -356,6 +379,7 @@ mod tests {
             let (ma, mb) = (HostMem(words(a_store)), HostMem(words(&b)));
             let mc = HostMem(words(&[0.0; 4]));
             let g = Gemm {
+                inputs: GemmInputs::F32,
                 m: 2,
                 n: 2,
                 k: 3,
@@ -369,13 +393,122 @@ mod tests {
                 offset_c: 0,
                 accumulate: false,
             };
-            host_sgemm(&g, &ma, &mb, &mc).unwrap();
+            host_gemm(&g, &ma, &mb, &mc).unwrap();
             let got: Vec<f32> =
                 mc.0.iter()
                     .map(|w| f32::from_bits(w.load(Ordering::Relaxed)))
                     .collect();
             assert_eq!(got, want, "trans_a={trans_a}");
         }
+    }
+
+    #[test]
+    fn to_half_rounds_as_the_reference_encoders() {
+        let Some((be, _)) = emulated(64) else {
+            return;
+        };
+        // Ties, the edges of f16's range (65504, 65520 rounds up to infinity), subnormals and
+        // the tie below the smallest one, infinities, NaN with a payload, then random values
+        // over every exponent.
+        let mut v = vec![
+            0.0f32,
+            -0.0,
+            1.0,
+            1.0 + 1.0 / 2048.0,
+            1.0 + 3.0 / 2048.0,
+            65504.0,
+            65519.996,
+            65520.0,
+            -1e10,
+            6.103_515_6e-5,
+            5.960_464_5e-8,
+            2.980_232_2e-8,
+            2.980_233e-8,
+            1e-30,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::from_bits(0x7fa0_1234),
+            f32::from_bits(0xff80_0001),
+        ];
+        let mut rng = Rng::new(0x4A1F);
+        for _ in 0..2000 {
+            let bits = (rng.next_u64() as u32) & 0xbfff_ffff | ((rng.below(2) as u32) << 30);
+            v.push(f32::from_bits(bits));
+        }
+        let n = v.len();
+        let x = be
+            .upload(&Tensor::from_f32(&[n], v.clone()).unwrap())
+            .unwrap();
+        for (inputs, dtype) in [
+            (GemmInputs::F16, DType::F16),
+            (GemmInputs::BF16, DType::BF16),
+        ] {
+            let h = be.half_operand("to_half", &x, inputs).unwrap();
+            let got = be.download_blocking(&h).unwrap();
+            let want = kernels_core::quant::quantize(dtype, &v).unwrap();
+            let got = got.packed_bytes().unwrap();
+            let diff: Vec<(f32, u16, u16)> = (0..n)
+                .filter(|&i| got[2 * i..2 * i + 2] != want[2 * i..2 * i + 2])
+                .map(|i| {
+                    let h = |b: &[u8]| u16::from_le_bytes([b[2 * i], b[2 * i + 1]]);
+                    (v[i], h(got), h(&want))
+                })
+                .take(8)
+                .collect();
+            assert!(diff.is_empty(), "{dtype}: (value, got, want) {diff:?}");
+        }
+        // A packed source is decoded as `dequantize` does, then rounded to f16.
+        let w: Vec<f32> = (0..64).map(|i| (i as f32 - 31.5) * 0.37).collect();
+        for dtype in [DType::Q8_0, DType::Q4_K, DType::BF16] {
+            let n = if dtype == DType::Q4_K { 256 } else { 64 };
+            let vals: Vec<f32> = w.iter().cycle().take(n).copied().collect();
+            let packed = kernels_core::quant::quantize(dtype, &vals).unwrap();
+            let host = Tensor::from_raw(&[n], dtype, packed.clone()).unwrap();
+            let h = be.half_operand("to_half", &be.upload(&host).unwrap(), GemmInputs::F16);
+            let got = be.download_blocking(&h.unwrap()).unwrap();
+            let decoded = kernels_core::quant::dequantize(dtype, &packed, n).unwrap();
+            let want = kernels_core::quant::quantize(DType::F16, &decoded).unwrap();
+            assert_eq!(got.packed_bytes().unwrap(), &want[..], "{dtype}");
+        }
+    }
+
+    /// CUDA's half products (a second backend on `dev`, with them on) on every weight parity
+    /// case of the product ops, forward, under [`HALF_PRODUCT_BUDGETS`]: the failures. Checks
+    /// that 16-bit GEMMs ran and prints the largest error.
+    fn half_product_failures(dev: &'static EmulatedDevice) -> Vec<String> {
+        let be = CudaBackend::with_engine(Box::new(Shared(dev))).with_half_products(true);
+        let reference = kernels_core::CpuBackend::reference();
+        let (mut bad, mut rows, mut used) = (Vec::new(), 0, 0.0f64);
+        for kind in [OpKind::Matmul, OpKind::MatmulAdd, OpKind::Linear] {
+            for case in parity::cases(kind, 7).unwrap() {
+                let Some(w) = case
+                    .inputs
+                    .iter()
+                    .map(|t| t.dtype())
+                    .find(|d| d.is_weight())
+                else {
+                    continue;
+                };
+                let half = if w == DType::BF16 {
+                    DType::BF16
+                } else {
+                    DType::F16
+                };
+                let budget = HALF_PRODUCT_BUDGETS.iter().find(|(d, _)| *d == half);
+                let budget = budget.map(|(_, b)| *b);
+                let row = check_under(&case, Direction::Forward, &be, &reference, budget);
+                rows += 1;
+                for o in &row.outputs {
+                    let c = o.comparison;
+                    used = used.max(c.max_abs_err);
+                }
+                bad.extend(row.failure());
+            }
+        }
+        eprintln!("half products: {rows} weight cases, largest abs error {used:.3e}");
+        assert!(rows > 30, "{rows} weight cases");
+        assert!(be.counters().half_gemms > 0, "{:?}", be.counters());
+        bad
     }
 
     /// `None` after a skip line without a host C++ compiler (outside CI; in CI a failure).
@@ -415,8 +548,8 @@ mod tests {
         ) -> Result<()> {
             self.0.launch(kernel, grid, params, inputs, outputs)
         }
-        fn sgemm(&self, gemm: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()> {
-            self.0.sgemm(gemm, a, b, c)
+        fn gemm(&self, gemm: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()> {
+            self.0.gemm(gemm, a, b, c)
         }
         fn synchronize(&self) -> Result<()> {
             self.0.synchronize()
@@ -496,6 +629,9 @@ mod tests {
         assert!(crate::testing::check_kv_write_donation("emulated cuda", &be) > 0);
         // matmul_add into a donated residual: cuBLAS with beta = 1, matvec's accumulate.
         assert!(crate::testing::check_matmul_add_donation("emulated cuda", &be) > 0);
+        // The same weight cases with half products on (`to_half`, cublasGemmEx's semantics).
+        let bad = half_product_failures(dev);
+        assert!(bad.is_empty(), "half products:\n{}", bad.join("\n"));
         // Every KERNEL of every family ran under the real launchers.
         let launched = dev.launched();
         let never: Vec<String> = Family::cuda_families()

@@ -1,4 +1,4 @@
-//! What the CUDA backend needs from a device: memory, kernel launches and SGEMM. The driver
+//! What the CUDA backend needs from a device: memory, kernel launches and GEMM (cuBLAS). The driver
 //! engine ([`super::driver`]) is cudarc. The seam is narrow so that in tests a CPU emulator
 //! (`emulator.rs`: each family compiled by the host C++ compiler, grids run by
 //! `host_runtime.hpp`) stands in for it.
@@ -51,10 +51,23 @@ pub trait Mem: Any + std::fmt::Debug + Send + Sync {
     fn as_any(&self) -> &dyn Any;
 }
 
+/// What `A` and `B` hold; `C` is f32 and the products are summed in f32 either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GemmInputs {
+    /// f32 (SGEMM).
+    #[default]
+    F32,
+    /// IEEE binary16, two to a 32-bit word (`cublasGemmEx`, tensor cores).
+    F16,
+    /// bfloat16, two to a word.
+    BF16,
+}
+
 /// `C = op(A) op(B)` for `batch` row-major matrices: `op(A) [m, k]`, `op(B) [k, n]`, `C [m,
 /// n]`, each operand at an element offset and a batch stride (0: shared).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gemm {
+    pub inputs: GemmInputs,
     pub m: usize,
     pub n: usize,
     pub k: usize,
@@ -70,7 +83,7 @@ pub struct Gemm {
     pub accumulate: bool,
 }
 
-/// A column-major SGEMM call (cuBLAS's convention), as [`Gemm::to_column_major`] maps it.
+/// A column-major GEMM call (cuBLAS's convention), as [`Gemm::to_column_major`] maps it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ColumnMajorGemm {
     /// Transpose the first operand.
@@ -130,8 +143,8 @@ pub trait Engine {
         inputs: &[&dyn Mem],
         outputs: &[&dyn Mem],
     ) -> Result<()>;
-    /// `c = op(a) op(b)` (see [`Gemm`]).
-    fn sgemm(&self, gemm: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()>;
+    /// `c = op(a) op(b)` (see [`Gemm`]): SGEMM, or a 16-bit GEMM with f32 output and sums.
+    fn gemm(&self, gemm: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()>;
     /// Waits for all recorded work.
     fn synchronize(&self) -> Result<()>;
 }

@@ -49,7 +49,15 @@ impl Device for CudaBackend {
     fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let n = kernels_core::tensor::numel(shape)
             .ok_or_else(|| Error::bad_shape(op, "output", shape, "element count overflows"))?;
-        let mem = self.engine.alloc_zeroed(n)?;
+        // One word an element, or a weight dtype's bytes in whole words (half products' f16).
+        let words = if dtype.is_weight() {
+            dtype.bytes_for(n).map(|b| b.div_ceil(4)).ok_or_else(|| {
+                Error::bad_shape(op, "output", shape, format!("not whole {dtype} blocks"))
+            })?
+        } else {
+            n
+        };
+        let mem = self.engine.alloc_zeroed(words)?;
         Ok(Tensor::from_device(
             shape,
             dtype,

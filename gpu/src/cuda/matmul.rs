@@ -1,17 +1,79 @@
 //! The matmul hook on CUDA: cuBLAS SGEMM (strided batched, transposes passed to cuBLAS instead
-//! of copies), with `linear`'s fused work as elementwise kernels around it: the bias and
-//! activation applied in place after the product, and the activation derivative made once for
-//! the backward's two products (`activation_grad`).
+//! of copies), or with half products on, a 16-bit GEMM for a weight operand (the other rounded
+//! to its format by `to_half`, a packed one decoded to f16), with `linear`'s fused work as
+//! elementwise kernels around it: the bias and activation applied in place after the product,
+//! and the activation derivative made once for the backward's two products
+//! (`activation_grad`).
 
 use kernels_core::op::Activation;
 use kernels_core::{DType, Error, Result, Tensor};
 
 use super::CudaBackend;
-use super::engine::Gemm;
-use crate::device::{Device, Family, Grid, Matmul, MatmulHook, act_code, u32_of};
-use crate::params::{ElemsParams, EpilogueParams};
+use super::engine::{Gemm, GemmInputs};
+use crate::device::{Device, Family, Grid, Matmul, MatmulHook, act_code, u32_of, weight_code};
+use crate::params::{ElemsParams, EpilogueParams, ToHalfParams};
+
+/// The 16-bit format of a product with these operand dtypes: `None` for two f32 operands
+/// (SGEMM); bf16 when every weight operand is bf16, else f16.
+fn half_inputs(a: DType, b: DType) -> Option<GemmInputs> {
+    let weights = [a, b].into_iter().filter(|d| d.is_weight());
+    let mut any = false;
+    let mut all_bf16 = true;
+    for d in weights {
+        any = true;
+        all_bf16 &= d == DType::BF16;
+    }
+    match (any, all_bf16) {
+        (false, _) => None,
+        (true, true) => Some(GemmInputs::BF16),
+        (true, false) => Some(GemmInputs::F16),
+    }
+}
+
+impl CudaBackend {
+    /// `t` in `inputs`' 16-bit format: as it is when it already is, else rounded (f32) or
+    /// decoded and rounded (other weight dtypes) by `to_half` into a fresh tensor.
+    pub(crate) fn half_operand(
+        &self,
+        name: &'static str,
+        t: &Tensor,
+        inputs: GemmInputs,
+    ) -> Result<Tensor> {
+        let dtype = match inputs {
+            GemmInputs::BF16 => DType::BF16,
+            GemmInputs::F16 | GemmInputs::F32 => DType::F16,
+        };
+        if t.dtype() == dtype {
+            return Ok(t.clone());
+        }
+        let dev: &dyn Device = self;
+        let out = dev.alloc(name, t.shape(), dtype)?;
+        let n = t.numel();
+        let p = ToHalfParams {
+            n: u32_of(name, "elements", n)?,
+            source: weight_code(t.dtype()),
+            bf16: u32::from(dtype == DType::BF16),
+        };
+        // f32 is read from the first slot, a packed tensor from the third (as `dequantize`).
+        dev.run_kernel(
+            name,
+            Family::Quant,
+            "to_half",
+            &[],
+            p,
+            &[t, t, t],
+            &[&out],
+            Grid::Elems(n.div_ceil(2)),
+        )?;
+        Ok(out)
+    }
+}
 
 impl MatmulHook for CudaBackend {
+    fn takes_packed_operands(&self) -> bool {
+        self.half_products
+    }
+
     fn matmul(&self, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
         let (a, offset_a, trans_a) = mm.a;
         let (b, offset_b, trans_b) = mm.b;
@@ -43,7 +105,27 @@ impl MatmulHook for CudaBackend {
                 why: format!("{name}: a fused activation gradient reached cuBLAS"),
             });
         }
+        let (half_a, half_b);
+        let (a, b, inputs) = match half_inputs(a.dtype(), b.dtype()) {
+            None => (a, b, GemmInputs::F32),
+            Some(_) if !be.half_products => {
+                return Err(Error::Backend {
+                    backend: "cuda".into(),
+                    why: format!(
+                        "{name}: a {} x {} product reached cuBLAS without half products",
+                        a.dtype(),
+                        b.dtype()
+                    ),
+                });
+            }
+            Some(inputs) => {
+                half_a = be.half_operand(name, a, inputs)?;
+                half_b = be.half_operand(name, b, inputs)?;
+                (&half_a, &half_b, inputs)
+            }
+        };
         let g = Gemm {
+            inputs,
             m,
             n,
             k,

@@ -2,7 +2,10 @@
 //! for NVIDIA GPUs through the vendor libraries, via `cudarc`.
 //!
 //! - matmul (and every product inside other ops: GRU projections, low-rank SVD) is cuBLAS
-//!   SGEMM, strided batched, with the transposes passed to cuBLAS instead of copies;
+//!   SGEMM, strided batched, with the transposes passed to cuBLAS instead of copies; with
+//!   [`CudaBackend::with_half_products`] (`KERNELS_CUDA_HALF=1`), products with a 16-bit or
+//!   packed weight that are not decode's `matvec` run in 16 bits on tensor cores
+//!   (`cublasGemmEx`, f32 sums), under their own budget ([`HALF_PRODUCT_BUDGETS`]);
 //! - every other op is CUDA C in `src/cuda/kernels/<family>.cu`, one file per op family
 //!   (mirroring the WGSL families), compiled at run time by NVRTC on first use and cached per
 //!   backend; each kernel names its CPU reference in kernels-core;
@@ -43,8 +46,10 @@ const EMULATED_ROW_THREADS: u32 = 256;
 pub struct CudaCounters {
     /// Kernel launches.
     pub launches: u64,
-    /// cuBLAS SGEMM calls.
+    /// cuBLAS GEMM calls (SGEMM and 16-bit).
     pub gemms: u64,
+    /// Of those, 16-bit ones (`cublasGemmEx` on f16 or bf16 operands).
+    pub half_gemms: u64,
     /// Bytes copied host -> device.
     pub bytes_uploaded: u64,
     /// Bytes copied device -> host.
@@ -115,6 +120,41 @@ pub struct CudaBackend {
     /// Small constant tables (rope frequencies), uploaded once per key.
     tables: RefCell<HashMap<String, Tensor>>,
     counters: Cell<CudaCounters>,
+    /// Products with a weight operand in 16 bits (see [`CudaBackend::with_half_products`]).
+    half_products: bool,
+}
+
+/// The error budgets of CUDA's half products ([`CudaBackend::with_half_products`]) against the
+/// f32 reference, for f16 and for bf16 operands: the activations are rounded to the 16-bit
+/// format (relative error up to 2^-11 for f16, 2^-8 for bf16), as are packed weights decoded to
+/// f16; products and sums stay f32. On the parity suite's weight cases (unit-scale inputs, run
+/// on the emulated device by `emulated_cuda_kernels_match_the_cpu_reference_on_every_op`) the
+/// worst case needs between a quarter and a half of these; matmul's f32 budget fails 26 of
+/// those 72 cases.
+pub const HALF_PRODUCT_BUDGETS: [(DType, kernels_core::numerics::Budget); 2] = [
+    (
+        DType::F16,
+        kernels_core::numerics::Budget::per_k(2e-3, 2e-3),
+    ),
+    (
+        DType::BF16,
+        kernels_core::numerics::Budget::per_k(1.6e-2, 1.6e-2),
+    ),
+];
+
+/// `KERNELS_CUDA_HALF`: `1` turns half products on, `0` (or unset) off.
+fn half_products_from_env() -> Result<bool> {
+    match std::env::var("KERNELS_CUDA_HALF") {
+        Err(_) => Ok(false),
+        Ok(v) => match v.trim() {
+            "1" | "on" | "true" => Ok(true),
+            "0" | "off" | "false" | "" => Ok(false),
+            other => Err(Error::Backend {
+                backend: "cuda".into(),
+                why: format!("KERNELS_CUDA_HALF={other:?}: expected 1 or 0"),
+            }),
+        },
+    }
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -124,8 +164,9 @@ impl std::fmt::Debug for CudaBackend {
 }
 
 impl CudaBackend {
-    /// Opens the device named by `KERNELS_CUDA_DEVICE` (an ordinal, default 0). Fails with
-    /// [`Error::Backend`] saying why when there is no driver, NVRTC, cuBLAS or device.
+    /// Opens the device named by `KERNELS_CUDA_DEVICE` (an ordinal, default 0), with half
+    /// products as `KERNELS_CUDA_HALF` says (default off). Fails with [`Error::Backend`] saying
+    /// why when there is no driver, NVRTC, cuBLAS or device.
     pub fn new() -> Result<Self> {
         let ordinal = match std::env::var("KERNELS_CUDA_DEVICE") {
             Ok(v) => v.trim().parse::<usize>().map_err(|_| Error::Backend {
@@ -140,7 +181,7 @@ impl CudaBackend {
     /// Opens CUDA device `ordinal` (`--devices cuda:0,cuda:1`: one context per device).
     pub fn on_device(ordinal: usize) -> Result<Self> {
         let engine = guarded("opening the device", || driver::Driver::new(ordinal))?;
-        Ok(Self::with_engine(Box::new(engine)))
+        Ok(Self::with_engine(Box::new(engine)).with_half_products(half_products_from_env()?))
     }
 
     /// The CUDA backend on the emulated device (`cuda-emulator` feature; for tests): the same
@@ -151,7 +192,7 @@ impl CudaBackend {
     #[cfg(feature = "cuda-emulator")]
     pub fn emulated() -> Result<Self> {
         let device = emulator::EmulatedDevice::new(EMULATED_ROW_THREADS)?;
-        Ok(Self::with_engine(Box::new(device)))
+        Ok(Self::with_engine(Box::new(device)).with_half_products(half_products_from_env()?))
     }
 
     pub(crate) fn with_engine(engine: Box<dyn Engine>) -> Self {
@@ -160,10 +201,28 @@ impl CudaBackend {
             id: DeviceId::fresh(),
             tables: RefCell::new(HashMap::new()),
             counters: Cell::new(CudaCounters::default()),
+            half_products: false,
         }
     }
 
-    /// Launches, SGEMMs and bytes moved so far.
+    /// Whether products with a weight operand (f16, bf16 or GGML blocks) that are not decode's
+    /// packed `matvec` (prefill's, of more than 8 rows) multiply in 16 bits on tensor cores,
+    /// where SGEMM would first decode the weight to f32: the other operand is rounded to the weight's format (bf16 for a bf16 weight, else f16;
+    /// packed blocks are decoded to f16), and `cublasGemmEx` sums in f32. Off by default, as
+    /// PyTorch's reduced-precision matmul switches are: the results then meet
+    /// [`HALF_PRODUCT_BUDGETS`], not matmul's f32 budget, and an activation beyond f16's range
+    /// (65504) becomes an infinity.
+    pub fn with_half_products(mut self, on: bool) -> Self {
+        self.half_products = on;
+        self
+    }
+
+    /// See [`CudaBackend::with_half_products`].
+    pub fn half_products(&self) -> bool {
+        self.half_products
+    }
+
+    /// Launches, GEMMs and bytes moved so far.
     pub fn counters(&self) -> CudaCounters {
         self.counters.get()
     }
@@ -251,8 +310,12 @@ impl CudaBackend {
             self.buffer_of(op, c)?,
         );
         self.engine
-            .sgemm(g, ma.mem.as_ref(), mb.mem.as_ref(), mc.mem.as_ref())?;
-        self.count(|c| c.gemms += 1);
+            .gemm(g, ma.mem.as_ref(), mb.mem.as_ref(), mc.mem.as_ref())?;
+        let half = u64::from(g.inputs != engine::GemmInputs::F32);
+        self.count(|c| {
+            c.gemms += 1;
+            c.half_gemms += half;
+        });
         Ok(())
     }
 

@@ -114,8 +114,9 @@ fn split_product(
 }
 
 /// `op(a) @ op(b)` on the path `matmul` forward takes for these operands (decode's packed
-/// `matvec`, a weight split over bindings, a decoded weight, the tiled matmul), into a fresh
-/// tensor or added into `acc`.
+/// `matvec`, a weight split over bindings, the packed weight handed to the device's matmul
+/// where it takes one, a decoded weight, the tiled matmul), into a fresh tensor or added into
+/// `acc`.
 fn product(
     be: &dyn Device,
     name: &'static str,
@@ -131,6 +132,9 @@ fn product(
         }
         if let Some(out) = split_product(be, name, &op, &args, acc)? {
             return Ok(out);
+        }
+        if be.takes_packed_operands() {
+            return matmul::matmul_into(be, name, (a, trans_a), (b, trans_b), acc);
         }
         let (a, b) = (
             quant::dequantize(be, name, a)?,
@@ -219,6 +223,11 @@ pub(crate) fn run(
             && let Some(out) = split_product(be, name, op, args, None)?
         {
             return Ok(vec![out]);
+        }
+        if let (Op::Linear { activation }, F) = (*op, dir)
+            && be.takes_packed_operands()
+        {
+            return Ok(vec![linear_forward(be, name, activation, args)?]);
         }
         let decoded = quant::decoded(be, name, args)?;
         let refs: Vec<&Tensor> = decoded.iter().collect();

@@ -27,7 +27,7 @@ pub async fn check_hostile_async(
     backend: &dyn Backend,
     reference: &CpuBackend,
 ) -> Row {
-    let mut row = empty_row(case, dir, backend);
+    let mut row = empty_row(case, dir, backend, None);
     let (atol, rtol) = (row.atol, row.rtol);
     let args = match args_for(case, dir, reference) {
         Ok(a) => a,

@@ -287,6 +287,23 @@ struct DequantizeParams {
     }
 };
 
+// CUDA's half products: `n` elements of the weight dtype coded `source` (`WEIGHT_*`), or f32
+// (`F32_SOURCE`), rounded to bf16 (`bf16 = 1`) or f16, two to a 32-bit word.
+struct ToHalfParams {
+    unsigned int n;
+    unsigned int source;
+    unsigned int bf16;
+    unsigned int c[4];
+    __device__ static ToHalfParams of(const Params& raw) {
+        ToHalfParams p;
+        p.n = raw.u[0];
+        p.source = raw.u[1];
+        p.bf16 = raw.u[2];
+        for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
+        return p;
+    }
+};
+
 // Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of dtype
 // `dtype` (`WEIGHT_*`); `bias = 1` adds a bias. The outputs go to columns `col0..col0 + n` of rows
 // of `ldo` (as `MatmulParams`' `ldc`); `accum = 1` adds them to what is there (`matmul_add` into
@@ -616,6 +633,7 @@ struct FixSignsParams {
 #define WEIGHT_Q5_0 5u
 #define WEIGHT_Q4_K 6u
 #define WEIGHT_Q6_K 7u
+#define F32_SOURCE 4294967295u
 
 // A quiet NaN: what every switch over a code gives for a code it does not know.
 #define KERNEL_NAN __int_as_float(0x7fc00000)

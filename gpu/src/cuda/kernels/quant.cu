@@ -140,3 +140,54 @@ KERNEL(matvec, MatvecParams) {
         out0[o] = p.accum == 1 ? out0[o] + v : v;
     }
 }
+
+// f32 to IEEE binary16 bits, rounded to nearest even as the `half` crate and cuda_fp16's
+// __float2half_rn round: subnormals kept, beyond 65504 (after rounding) infinity, NaN stays a
+// quiet NaN with the top of its payload.
+__device__ inline unsigned int f16_of(float f) {
+    unsigned int x = __float_as_uint(f);
+    unsigned int sign = (x >> 16) & 0x8000u;
+    unsigned int ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) return sign | 0x7e00u | ((ax >> 13) & 0x3ffu);
+    if (ax >= 0x47800000u) return sign | 0x7c00u;  // 65536 and above (infinity too)
+    if (ax < 0x38800000u) {                        // below 2^-14: a subnormal half, or zero
+        if (ax < 0x33000000u) return sign;         // below 2^-25 rounds to zero
+        unsigned int e = ax >> 23;
+        unsigned int m = (ax & 0x7fffffu) | 0x800000u;
+        unsigned int shift = 126u - e;  // 14..24: m * 2^(e - 150) in units of 2^-24
+        unsigned int r = m >> shift;
+        unsigned int rem = m & ((1u << shift) - 1u);
+        unsigned int halfway = 1u << (shift - 1u);
+        if (rem > halfway || (rem == halfway && (r & 1u))) r += 1u;
+        return sign | r;
+    }
+    unsigned int r = (((ax >> 23) - 112u) << 10) | ((ax >> 13) & 0x3ffu);
+    unsigned int rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) r += 1u;  // a carry may reach infinity
+    return sign | r;
+}
+
+// f32 to bfloat16 bits, rounded to nearest even; NaN stays a quiet NaN.
+__device__ inline unsigned int bf16_of(float f) {
+    unsigned int x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (x >> 16) | 0x40u;
+    return (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+}
+
+// An operand of CUDA's half products: n elements, f32 in in0 (p.source = F32_SOURCE) or of the
+// weight dtype coded p.source in in2 (decoded as `dequantize` does), rounded to f16 (p.bf16 = 0)
+// or bf16 (p.bf16 = 1). One thread per output word: elements 2w and 2w + 1 (the high half of
+// the last word is zero when n is odd).
+KERNEL(to_half, ToHalfParams) {
+    unsigned long long w = global_index();
+    unsigned long long n = p.n;
+    if (2 * w >= n) return;
+    unsigned int bits[2] = {0u, 0u};
+    for (unsigned int j = 0; j < 2; j++) {
+        unsigned long long i = 2 * w + j;
+        if (i >= n) break;
+        float v = p.source == F32_SOURCE ? in0[i] : decode((const unsigned char*)in2, p.source, i);
+        bits[j] = p.bf16 == 1 ? bf16_of(v) : f16_of(v);
+    }
+    ((unsigned int*)out0)[w] = bits[0] | (bits[1] << 16);
+}

@@ -184,6 +184,17 @@ fn dequantize_params() -> DequantizeParams {
     return DequantizeParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4, kernel_params.u5);
 }
 
+// CUDA's half products: `n` elements of the weight dtype coded `source` (`WEIGHT_*`), or f32
+// (`F32_SOURCE`), rounded to bf16 (`bf16 = 1`) or f16, two to a 32-bit word.
+struct ToHalfParams {
+    n: u32,
+    source: u32,
+    bf16: u32,
+}
+fn to_half_params() -> ToHalfParams {
+    return ToHalfParams(kernel_params.u0, kernel_params.u1, kernel_params.u2);
+}
+
 // Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of dtype
 // `dtype` (`WEIGHT_*`); `bias = 1` adds a bias. The outputs go to columns `col0..col0 + n` of rows
 // of `ldo` (as `MatmulParams`' `ldc`); `accum = 1` adds them to what is there (`matmul_add` into
@@ -399,6 +410,7 @@ const WEIGHT_Q4_1: u32 = 4u;
 const WEIGHT_Q5_0: u32 = 5u;
 const WEIGHT_Q4_K: u32 = 6u;
 const WEIGHT_Q6_K: u32 = 7u;
+const F32_SOURCE: u32 = 4294967295u;
 
 // A quiet NaN made at run time (WGSL constant expressions may not be NaN): what every
 // switch over a code gives for a code it does not know.
