@@ -41,6 +41,11 @@ const MIN_THREAD_WORK: usize = 1 << 21;
 pub(super) trait Isa: Copy + Send + Sync {
     /// Output columns of one axpy block.
     const AXPY_COLS: usize;
+    /// Whether one row's dot products read the streamed columns one after another (one
+    /// sequential stream) instead of several at once: where there is no prefetch instruction
+    /// to start the next columns' reads (wasm), interleaved columns leave a weight that is not
+    /// in cache at 9 GB/s, one column at a time reaches 23 (`kernels bench` on wasm, Node 20).
+    const STREAM_COLUMNS: bool;
 
     /// `t[r * ldt + j] = sum_p a[r * k + p] * b[j * ldb + p]` for `r < R`, `j < J`.
     ///
@@ -99,6 +104,38 @@ macro_rules! skinny_kernels {
             // SAFETY: the loads read `a + r * k + p` and `b + j * ldb + p` for `p < k` only
             // (the tail load reads `k - p` values), the stores the caller's `R x J` outputs.
             unsafe {
+                if J == 1 {
+                    // One column read front to back: four accumulators along `k`, so that the
+                    // adds do not wait on each other.
+                    let mut acc = [[zero(); 4]; R];
+                    let mut p = 0;
+                    while p + 4 * L <= k {
+                        for u in 0..4 {
+                            let bv = load(b.add(p + u * L));
+                            for (r, row) in acc.iter_mut().enumerate() {
+                                row[u] = fma(load(a.add(r * k + p + u * L)), bv, row[u]);
+                            }
+                        }
+                        p += 4 * L;
+                    }
+                    while p + L <= k {
+                        let bv = load(b.add(p));
+                        for (r, row) in acc.iter_mut().enumerate() {
+                            row[0] = fma(load(a.add(r * k + p)), bv, row[0]);
+                        }
+                        p += L;
+                    }
+                    if p < k {
+                        let bv = load_tail(b.add(p), k - p);
+                        for (r, row) in acc.iter_mut().enumerate() {
+                            row[0] = fma(load_tail(a.add(r * k + p), k - p), bv, row[0]);
+                        }
+                    }
+                    for (r, row) in acc.iter().enumerate() {
+                        *t.add(r * ldt) = (hsum(row[0]) + hsum(row[1])) + (hsum(row[2]) + hsum(row[3]));
+                    }
+                    return;
+                }
                 let mut acc = [[zero(); J]; R];
                 let mut bv = [zero(); J];
                 let mut p = 0;
@@ -200,6 +237,7 @@ macro_rules! isa_impl {
     ($ty:ty) => {
         impl $crate::cpu::fast::skinny::Isa for $ty {
             const AXPY_COLS: usize = NV * L;
+            const STREAM_COLUMNS: bool = STREAM_COLUMNS;
 
             unsafe fn dot<const R: usize, const J: usize>(
                 self,
@@ -480,7 +518,14 @@ fn columns<I: Isa>(
             match big.layout {
                 Layout::Dot => with_rows!(r, R => {
                     let mut j = j0;
-                    // R == 1: more columns at once, more independent streams in flight.
+                    // R == 1: more columns at once, more independent streams in flight
+                    // (prefetched), or one column at a time without prefetch.
+                    if R == 1 && I::STREAM_COLUMNS {
+                        while j < j1 {
+                            isa.dot::<R, 1>(a, k, b.add(j * ld), ld, tr.add(j - j0), ldt);
+                            j += 1;
+                        }
+                    }
                     if R == 1 {
                         while j + 8 <= j1 {
                             isa.dot::<R, 8>(a, k, b.add(j * ld), ld, tr.add(j - j0), ldt);

@@ -4,6 +4,8 @@
 type V = [f32; L];
 const L: usize = 8;
 const NV: usize = 4;
+/// See [`Isa::STREAM_COLUMNS`](crate::cpu::fast::skinny::Isa::STREAM_COLUMNS).
+const STREAM_COLUMNS: bool = false;
 
 /// The portable instruction "set": every target.
 #[derive(Debug, Clone, Copy, Default)]

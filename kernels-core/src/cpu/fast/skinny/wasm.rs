@@ -8,6 +8,8 @@ use core::arch::wasm32::{
 type V = v128;
 const L: usize = 4;
 const NV: usize = 4;
+/// See [`Isa::STREAM_COLUMNS`](crate::cpu::fast::skinny::Isa::STREAM_COLUMNS).
+const STREAM_COLUMNS: bool = true;
 
 /// wasm `simd128`.
 #[derive(Debug, Clone, Copy, Default)]

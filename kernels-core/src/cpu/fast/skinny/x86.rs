@@ -19,6 +19,7 @@ mod avx2 {
     const L: usize = 8;
     /// 4 rows x 2 vectors = 8 accumulators, 2 loaded rows and a broadcast: 11 of 16 registers.
     const NV: usize = 2;
+    const STREAM_COLUMNS: bool = false;
 
     /// AVX2 + FMA; holding one proves the CPU has them.
     #[derive(Debug, Clone, Copy)]
@@ -125,6 +126,7 @@ mod avx512 {
     const L: usize = 16;
     /// 4 rows x 4 vectors = 16 accumulators, 4 loaded rows and a broadcast: 21 of 32 registers.
     const NV: usize = 4;
+    const STREAM_COLUMNS: bool = false;
 
     /// AVX-512F; holding one proves the CPU has it.
     #[derive(Debug, Clone, Copy)]
