@@ -5,12 +5,14 @@
 //! [`commands`] holds one module per subcommand. What several of them share sits beside it:
 //! [`llama`] (checkpoints, tokenizer, timed generation, logits), [`addition`] (the demo model's
 //! task and the embedded demo model), [`world_model`] (the GRU world model's files and held-out
-//! evaluation), [`mod@format`] (durations, the parity table) and [`atomic_write`].
+//! evaluation), [`mod@format`] (durations, the parity table), [`atomic_write`] and [`heap`] (the
+//! process's malloc settings).
 
 pub mod addition;
 pub mod atomic_write;
 pub mod commands;
 pub mod format;
+pub mod heap;
 pub mod llama;
 pub mod tokenizer_json;
 /// The parity runner lives with the backends; re-exported for the CLI's commands.

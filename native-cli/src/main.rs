@@ -851,6 +851,7 @@ fn ensure_runtime_dir() {
 }
 
 fn main() -> ExitCode {
+    native_cli::heap::keep_freed_memory();
     #[cfg(target_os = "linux")]
     ensure_runtime_dir();
     let cli = Cli::parse();
