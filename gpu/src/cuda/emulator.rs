@@ -362,7 +362,7 @@ mod tests {
     use kernels_core::{Backend, DType, Tensor};
 
     use super::*;
-    use crate::cuda::{CudaBackend, HALF_PRODUCT_BUDGETS};
+    use crate::cuda::{CudaBackend, half_product_budget};
     use crate::parity::{check_all, check_under, failures};
 
     #[test]
@@ -439,11 +439,8 @@ mod tests {
         let x = be
             .upload(&Tensor::from_f32(&[n], v.clone()).unwrap())
             .unwrap();
-        for (inputs, dtype) in [
-            (GemmInputs::F16, DType::F16),
-            (GemmInputs::BF16, DType::BF16),
-        ] {
-            let h = be.half_operand("to_half", &x, inputs).unwrap();
+        for dtype in [DType::F16, DType::BF16] {
+            let h = be.half_operand("to_half", &x, dtype).unwrap();
             let got = be.download_blocking(&h).unwrap();
             let want = kernels_core::quant::quantize(dtype, &v).unwrap();
             let got = got.packed_bytes().unwrap();
@@ -464,7 +461,7 @@ mod tests {
             let vals: Vec<f32> = w.iter().cycle().take(n).copied().collect();
             let packed = kernels_core::quant::quantize(dtype, &vals).unwrap();
             let host = Tensor::from_raw(&[n], dtype, packed.clone()).unwrap();
-            let h = be.half_operand("to_half", &be.upload(&host).unwrap(), GemmInputs::F16);
+            let h = be.half_operand("to_half", &be.upload(&host).unwrap(), DType::F16);
             let got = be.download_blocking(&h.unwrap()).unwrap();
             let decoded = kernels_core::quant::dequantize(dtype, &packed, n).unwrap();
             let want = kernels_core::quant::quantize(DType::F16, &decoded).unwrap();
@@ -473,7 +470,7 @@ mod tests {
     }
 
     /// CUDA's half products (a second backend on `dev`, with them on) on every weight parity
-    /// case of the product ops, forward, under [`HALF_PRODUCT_BUDGETS`]: the failures. Checks
+    /// case of the product ops, forward, under [`half_product_budget`]: the failures. Checks
     /// that 16-bit GEMMs ran and prints the largest error.
     fn half_product_failures(dev: &'static EmulatedDevice) -> Vec<String> {
         let be = CudaBackend::with_engine(Box::new(Shared(dev))).with_half_products(true);
@@ -489,13 +486,8 @@ mod tests {
                 else {
                     continue;
                 };
-                let half = if w == DType::BF16 {
-                    DType::BF16
-                } else {
-                    DType::F16
-                };
-                let budget = HALF_PRODUCT_BUDGETS.iter().find(|(d, _)| *d == half);
-                let budget = budget.map(|(_, b)| *b);
+                // An f32 activation against the case's weight.
+                let budget = half_product_budget(DType::F32, w);
                 let row = check_under(&case, Direction::Forward, &be, &reference, budget);
                 rows += 1;
                 for o in &row.outputs {

@@ -13,36 +13,29 @@ use super::engine::{Gemm, GemmInputs};
 use crate::device::{Device, Family, Grid, Matmul, MatmulHook, act_code, u32_of, weight_code};
 use crate::params::{ElemsParams, EpilogueParams, ToHalfParams};
 
-/// The 16-bit format of a product with these operand dtypes: `None` for two f32 operands
-/// (SGEMM); bf16 when every weight operand is bf16, else f16.
-fn half_inputs(a: DType, b: DType) -> Option<GemmInputs> {
-    let weights = [a, b].into_iter().filter(|d| d.is_weight());
-    let mut any = false;
-    let mut all_bf16 = true;
-    for d in weights {
-        any = true;
-        all_bf16 &= d == DType::BF16;
-    }
-    match (any, all_bf16) {
-        (false, _) => None,
-        (true, true) => Some(GemmInputs::BF16),
-        (true, false) => Some(GemmInputs::F16),
+/// The 16-bit format a product with these operand dtypes runs in under half products, as the
+/// operands' dtype and the GEMM's inputs: `None` for two f32 operands (SGEMM); bf16 when every
+/// weight operand is bf16, else f16.
+pub(crate) fn half_format(a: DType, b: DType) -> Option<(DType, GemmInputs)> {
+    let weights = || [a, b].into_iter().filter(|d| d.is_weight());
+    if weights().next().is_none() {
+        None
+    } else if weights().all(|d| d == DType::BF16) {
+        Some((DType::BF16, GemmInputs::BF16))
+    } else {
+        Some((DType::F16, GemmInputs::F16))
     }
 }
 
 impl CudaBackend {
-    /// `t` in `inputs`' 16-bit format: as it is when it already is, else rounded (f32) or
-    /// decoded and rounded (other weight dtypes) by `to_half` into a fresh tensor.
+    /// `t` in the 16-bit `dtype` (f16 or bf16): as it is when it already is, else rounded
+    /// (f32) or decoded and rounded (other weight dtypes) by `to_half` into a fresh tensor.
     pub(crate) fn half_operand(
         &self,
         name: &'static str,
         t: &Tensor,
-        inputs: GemmInputs,
+        dtype: DType,
     ) -> Result<Tensor> {
-        let dtype = match inputs {
-            GemmInputs::BF16 => DType::BF16,
-            GemmInputs::F16 | GemmInputs::F32 => DType::F16,
-        };
         if t.dtype() == dtype {
             return Ok(t.clone());
         }
@@ -106,7 +99,7 @@ impl MatmulHook for CudaBackend {
             });
         }
         let (half_a, half_b);
-        let (a, b, inputs) = match half_inputs(a.dtype(), b.dtype()) {
+        let (a, b, inputs) = match half_format(a.dtype(), b.dtype()) {
             None => (a, b, GemmInputs::F32),
             Some(_) if !be.half_products => {
                 return Err(Error::Backend {
@@ -118,9 +111,9 @@ impl MatmulHook for CudaBackend {
                     ),
                 });
             }
-            Some(inputs) => {
-                half_a = be.half_operand(name, a, inputs)?;
-                half_b = be.half_operand(name, b, inputs)?;
+            Some((dtype, inputs)) => {
+                half_a = be.half_operand(name, a, dtype)?;
+                half_b = be.half_operand(name, b, dtype)?;
                 (&half_a, &half_b, inputs)
             }
         };

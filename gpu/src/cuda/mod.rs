@@ -142,6 +142,17 @@ pub const HALF_PRODUCT_BUDGETS: [(DType, kernels_core::numerics::Budget); 2] = [
     ),
 ];
 
+/// The budget a product with operands of these dtypes meets under half products (from
+/// [`HALF_PRODUCT_BUDGETS`], by the format it runs in); `None` for an f32 product, which half
+/// products leave to SGEMM and matmul's own budget.
+pub fn half_product_budget(a: DType, b: DType) -> Option<kernels_core::numerics::Budget> {
+    let (format, _) = matmul::half_format(a, b)?;
+    HALF_PRODUCT_BUDGETS
+        .iter()
+        .find(|(d, _)| *d == format)
+        .map(|(_, b)| *b)
+}
+
 /// `KERNELS_CUDA_HALF`: `1` turns half products on, `0` (or unset) off.
 fn half_products_from_env() -> Result<bool> {
     match std::env::var("KERNELS_CUDA_HALF") {
@@ -207,8 +218,9 @@ impl CudaBackend {
 
     /// Whether products with a weight operand (f16, bf16 or GGML blocks) that are not decode's
     /// packed `matvec` (prefill's, of more than 8 rows) multiply in 16 bits on tensor cores,
-    /// where SGEMM would first decode the weight to f32: the other operand is rounded to the weight's format (bf16 for a bf16 weight, else f16;
-    /// packed blocks are decoded to f16), and `cublasGemmEx` sums in f32. Off by default, as
+    /// where SGEMM would first decode the weight to f32: the other operand is rounded to the
+    /// weight's format (bf16 for a bf16 weight, else f16; packed blocks are decoded to f16),
+    /// and `cublasGemmEx` sums in f32. Off by default, as
     /// PyTorch's reduced-precision matmul switches are: the results then meet
     /// [`HALF_PRODUCT_BUDGETS`], not matmul's f32 budget, and an activation beyond f16's range
     /// (65504) becomes an infinity.

@@ -134,7 +134,8 @@ macro_rules! skinny_kernels {
                         }
                     }
                     for (r, row) in acc.iter().enumerate() {
-                        *t.add(r * ldt) = (hsum(row[0]) + hsum(row[1])) + (hsum(row[2]) + hsum(row[3]));
+                        let (lo, hi) = (hsum(row[0]) + hsum(row[1]), hsum(row[2]) + hsum(row[3]));
+                        *t.add(r * ldt) = lo + hi;
                     }
                     return;
                 }
@@ -520,23 +521,19 @@ fn columns<I: Isa>(
             match big.layout {
                 Layout::Dot => with_rows!(r, R => {
                     let mut j = j0;
-                    // R == 1: more columns at once, more independent streams in flight
-                    // (prefetched), or one column at a time without prefetch.
-                    if R == 1 && I::STREAM_COLUMNS {
-                        while j < j1 {
-                            isa.dot::<R, 1>(a, k, b.add(j * ld), ld, tr.add(j - j0), ldt);
-                            j += 1;
+                    // One row without prefetch: one column at a time (the `j < j1` loop).
+                    if !(R == 1 && I::STREAM_COLUMNS) {
+                        // R == 1: more columns at once, more independent streams in flight.
+                        if R == 1 {
+                            while j + 8 <= j1 {
+                                isa.dot::<R, 8>(a, k, b.add(j * ld), ld, tr.add(j - j0), ldt);
+                                j += 8;
+                            }
                         }
-                    }
-                    if R == 1 {
-                        while j + 8 <= j1 {
-                            isa.dot::<R, 8>(a, k, b.add(j * ld), ld, tr.add(j - j0), ldt);
-                            j += 8;
+                        while j + 4 <= j1 {
+                            isa.dot::<R, 4>(a, k, b.add(j * ld), ld, tr.add(j - j0), ldt);
+                            j += 4;
                         }
-                    }
-                    while j + 4 <= j1 {
-                        isa.dot::<R, 4>(a, k, b.add(j * ld), ld, tr.add(j - j0), ldt);
-                        j += 4;
                     }
                     while j < j1 {
                         isa.dot::<R, 1>(a, k, b.add(j * ld), ld, tr.add(j - j0), ldt);
