@@ -135,6 +135,7 @@ pub fn codes() -> Result<Vec<(String, u32)>> {
             | Op::Transpose
             | Op::Concat
             | Op::KvWrite { .. }
+            | Op::RopeKvWrite { .. }
             | Op::AdamwStep { .. }
             | Op::SgdStep { .. }
             | Op::Rope { .. }

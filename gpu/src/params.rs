@@ -228,6 +228,12 @@ kernel_params! {
         u32: [pairs, seq, half, offset],
         f32: [],
     }
+    /// rope_kv_write: `pairs = batch * (q_heads + 2 kv_heads) * seq * half` pairs of the fused
+    /// `qkv` rows, at positions `offset..offset + seq`, into caches of `cap` positions.
+    RopeKvWriteParams("rope_kv_write") for ["rope_kv_write", "rope_kv_write_backward"] {
+        u32: [pairs, seq, half, offset, q_heads, kv_heads, cap],
+        f32: [],
+    }
     /// attention: the geometry (`group = heads_q / heads_kv`; `seq_kv` keys per head in memory,
     /// of which the first `kv_len` are read), the work items (rows, keys or blocks); `scale`.
     AttentionParams("attention") for ["attn_forward", "attn_decode", "attn_dq", "attn_dkv"] {

@@ -316,7 +316,7 @@ pub fn check_kv_write_donation(label: &str, be: &dyn Backend) -> usize {
         // Unique: written in place.
         let cache = be.upload(&inputs[0]).unwrap();
         let before = buffer_id(&cache);
-        let got = be.run_donated(op, cache, &[&rows]).unwrap().remove(0);
+        let got = be.run_donated(op, vec![cache], &[&rows]).unwrap().remove(0);
         assert_eq!(
             before,
             buffer_id(&got),
@@ -329,7 +329,7 @@ pub fn check_kv_write_donation(label: &str, be: &dyn Backend) -> usize {
         // Shared: copied, and the clone keeps the old contents.
         let cache = be.upload(&inputs[0]).unwrap();
         let kept = cache.clone();
-        let got = be.run_donated(op, cache, &[&rows]).unwrap().remove(0);
+        let got = be.run_donated(op, vec![cache], &[&rows]).unwrap().remove(0);
         assert!(down(&got).bit_eq(&want), "{label}: case {i} ({op}) copied");
         assert!(
             down(&kept).bit_eq(&inputs[0]),
@@ -346,11 +346,116 @@ pub fn check_kv_write_donation(label: &str, be: &dyn Backend) -> usize {
     let e = be
         .run_donated(
             &bad,
-            be.upload(&inputs[0]).unwrap(),
+            vec![be.upload(&inputs[0]).unwrap()],
             &[&be.upload(&inputs[1]).unwrap()],
         )
         .unwrap_err();
     assert!(e.to_string().contains("kv_write"), "{label}: {e}");
+    cases.len()
+}
+
+/// Checks `rope_kv_write` with donated caches on `be` against the CPU reference, within the
+/// op's budget, on every parity case plus one with NaN and infinities in the caches and in
+/// `qkv`: caches whose buffers nothing else holds are written in place (the outputs share
+/// their storage), and when one is shared (a clone kept) both are copied, leaving the clone's
+/// contents unchanged. A position past the cache is an error naming the op. Returns the number
+/// of cases checked; panics naming the case otherwise.
+#[cfg(not(target_arch = "wasm32"))]
+// Test support: a mismatch must fail the calling test.
+#[allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
+pub fn check_rope_kv_write_donation(label: &str, be: &dyn Backend) -> usize {
+    use kernels_core::op::{Direction, Op, OpKind};
+    use kernels_core::{CpuBackend, Tensor, numerics};
+    let mut cases = parity_inputs(OpKind::RopeKvWrite, 3);
+    let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0];
+    let cache = |shift: usize| -> Tensor {
+        let v = (0..2 * 2 * 5 * 6)
+            .map(|i| special[(i + shift) % 4] + i as f32)
+            .collect();
+        Tensor::from_f32(&[2, 2, 5, 6], v).unwrap()
+    };
+    let qkv: Vec<f32> = (0..2 * 6 * 2 * 6)
+        .map(|i| {
+            if i % 7 == 0 {
+                special[i % 4]
+            } else {
+                i as f32 * 0.125 - 4.0
+            }
+        })
+        .collect();
+    cases.push((
+        Op::rope_kv_write(10000.0, 3, false),
+        vec![
+            cache(0),
+            cache(1),
+            Tensor::from_f32(&[2, 6, 2, 6], qkv).unwrap(),
+        ],
+    ));
+    let cpu = CpuBackend::reference();
+    let down = |t: &Tensor| pollster::block_on(be.download(t)).unwrap();
+    for (i, (op, inputs)) in cases.iter().enumerate() {
+        let refs: Vec<&Tensor> = inputs.iter().collect();
+        let want = cpu.run(op, Direction::Forward, &refs).unwrap();
+        let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
+        let (atol, rtol) = op.spec().budget.at(op.reduced_len(&shapes));
+        let within = |got: &[Tensor], how: &str| {
+            assert_eq!(got.len(), 3, "{label}: case {i} ({op}) {how}: outputs");
+            for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    g.shape(),
+                    w.shape(),
+                    "{label}: case {i} ({op}) {how}: output {j}"
+                );
+                let c = numerics::compare(
+                    &down(g).to_f32_vec().unwrap(),
+                    &w.to_f32_vec().unwrap(),
+                    atol,
+                    rtol,
+                );
+                assert!(c.pass, "{label}: case {i} ({op}) {how}: output {j}: {c:?}");
+            }
+        };
+        let qkv = be.upload(&inputs[2]).unwrap();
+        // Unique: written in place.
+        let (k, v) = (
+            be.upload(&inputs[0]).unwrap(),
+            be.upload(&inputs[1]).unwrap(),
+        );
+        let before = [buffer_id(&k), buffer_id(&v)];
+        let got = be.run_donated(op, vec![k, v], &[&qkv]).unwrap();
+        assert_eq!(
+            before,
+            [buffer_id(&got[0]), buffer_id(&got[1])],
+            "{label}: case {i} ({op}): not written in place"
+        );
+        within(&got, "in place");
+        // One shared: copied, and the clone keeps the old contents.
+        let (k, v) = (
+            be.upload(&inputs[0]).unwrap(),
+            be.upload(&inputs[1]).unwrap(),
+        );
+        let kept = v.clone();
+        let got = be.run_donated(op, vec![k, v], &[&qkv]).unwrap();
+        within(&got, "copied");
+        assert!(
+            down(&kept).bit_eq(&inputs[1]),
+            "{label}: case {i} ({op}): a shared cache was written"
+        );
+    }
+    // Errors name the op and the position.
+    let (_, inputs) = &cases[0];
+    let cap = inputs[0].shape()[2];
+    let e = be
+        .run_donated(
+            &Op::rope_kv_write(10000.0, cap, false),
+            vec![
+                be.upload(&inputs[0]).unwrap(),
+                be.upload(&inputs[1]).unwrap(),
+            ],
+            &[&be.upload(&inputs[2]).unwrap()],
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("rope_kv_write"), "{label}: {e}");
     cases.len()
 }
 
@@ -407,7 +512,10 @@ pub fn check_matmul_add_donation(label: &str, be: &dyn Backend) -> usize {
         // Unique: the product lands in the residual's own buffer.
         let residual = be.upload(&inputs[0]).unwrap();
         let before = buffer_id(&residual);
-        let got = be.run_donated(op, residual, &[&a, &b]).unwrap().remove(0);
+        let got = be
+            .run_donated(op, vec![residual], &[&a, &b])
+            .unwrap()
+            .remove(0);
         assert_eq!(
             before,
             buffer_id(&got),
@@ -417,7 +525,10 @@ pub fn check_matmul_add_donation(label: &str, be: &dyn Backend) -> usize {
         // Shared: a new tensor, and the clone keeps the residual.
         let residual = be.upload(&inputs[0]).unwrap();
         let kept = residual.clone();
-        let got = be.run_donated(op, residual, &[&a, &b]).unwrap().remove(0);
+        let got = be
+            .run_donated(op, vec![residual], &[&a, &b])
+            .unwrap()
+            .remove(0);
         within(&down(&got), "copied");
         assert!(
             down(&kept).bit_eq(&inputs[0]),
@@ -430,7 +541,7 @@ pub fn check_matmul_add_donation(label: &str, be: &dyn Backend) -> usize {
     let e = be
         .run_donated(
             op,
-            be.upload(&wrong).unwrap(),
+            vec![be.upload(&wrong).unwrap()],
             &[
                 &be.upload(&inputs[1]).unwrap(),
                 &be.upload(&inputs[2]).unwrap(),

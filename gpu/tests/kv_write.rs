@@ -1,6 +1,7 @@
-//! The ops that take a donated first input, on wgpu: kv_write's cache is written in place when
-//! the buffer is unique, copied when shared, bit for bit the CPU reference (NaN and infinities
-//! included); matmul_add's residual receives the product in place, within the op's budget.
+//! The ops that take donated inputs, on wgpu: kv_write's cache is written in place when the
+//! buffer is unique, copied when shared, bit for bit the CPU reference (NaN and infinities
+//! included); rope_kv_write's two caches likewise, within the op's budget; matmul_add's residual
+//! receives the product in place, within the op's budget.
 
 // Native adapters (pollster, lavapipe); the browser's suite is web_parity.rs.
 #![cfg(not(target_arch = "wasm32"))]
@@ -14,6 +15,14 @@ fn wgpu_writes_a_donated_cache_in_place() {
         return;
     };
     assert!(testing::check_kv_write_donation("wgpu", &be) > 0);
+}
+
+#[test]
+fn wgpu_writes_rope_kv_write_into_its_donated_caches() {
+    let Some(be) = testing::wgpu("wgpu_writes_rope_kv_write_into_its_donated_caches") else {
+        return;
+    };
+    assert!(testing::check_rope_kv_write_donation("wgpu", &be) > 0);
 }
 
 #[test]

@@ -485,27 +485,60 @@ impl Graph {
     ) -> Result<Var> {
         self.apply_donated(Op::MatmulAdd { trans_a, trans_b }, residual, &[a, b])
     }
-    /// An op whose first input may be donated ([`crate::op::OpKind::donates_first_input`]):
+    /// An op whose first input may be donated ([`crate::op::OpKind::donated_inputs`]):
     /// [`Backend::run_donated`] in an inference graph, [`Graph::apply1`] in a recording one.
     fn apply_donated(&self, op: Op, first: Var, rest: &[&Var]) -> Result<Var> {
-        if self.recording {
-            let mut all = alloc::vec![&first];
-            all.extend_from_slice(rest);
-            return self.apply1(op, &all);
+        let mut outs = self.apply_donating(op, alloc::vec![first], rest)?;
+        match (outs.pop(), outs.is_empty()) {
+            (Some(v), true) => Ok(v),
+            _ => Err(Error::Autograd {
+                why: format!("{}: expected one output", op.name()),
+            }),
         }
-        self.check_var(op.name(), &first)?;
-        for v in rest {
+    }
+    /// An op whose leading inputs may be donated ([`crate::op::OpKind::donated_inputs`]): all
+    /// its outputs.
+    fn apply_donating(&self, op: Op, donated: Vec<Var>, rest: &[&Var]) -> Result<Vec<Var>> {
+        if self.recording {
+            let mut all: Vec<&Var> = donated.iter().collect();
+            all.extend_from_slice(rest);
+            return self.apply(&op, &all);
+        }
+        for v in donated.iter().chain(rest.iter().copied()) {
             self.check_var(op.name(), v)?;
         }
         let rest: Vec<&Tensor> = rest.iter().map(|v| &v.tensor).collect();
-        let mut outs = self.backend.run_donated(&op, first.tensor, &rest)?;
-        match (outs.pop(), outs.is_empty()) {
-            (Some(t), true) => {
+        let donated = donated.into_iter().map(|v| v.tensor).collect();
+        let outs = self.backend.run_donated(&op, donated, &rest)?;
+        outs.into_iter()
+            .map(|t| {
                 self.check_device(op.name(), &t)?;
                 Ok(self.fresh(t, false))
-            }
+            })
+            .collect()
+    }
+    /// `rope_kv_write` (see [`Op::RopeKvWrite`]; `op` is one): the caches are taken by value, as
+    /// `kv_write`'s, so in an inference graph they are written in place when nothing else
+    /// holds them. Returns `(k_cache, v_cache, q)`.
+    pub fn rope_kv_write(
+        &self,
+        k_cache: Var,
+        v_cache: Var,
+        qkv: &Var,
+        op: Op,
+    ) -> Result<(Var, Var, Var)> {
+        if !matches!(op, Op::RopeKvWrite { .. }) {
+            return Err(Error::Autograd {
+                why: format!("rope_kv_write: given the op {}", op.name()),
+            });
+        }
+        let mut outs = self
+            .apply_donating(op, alloc::vec![k_cache, v_cache], &[qkv])?
+            .into_iter();
+        match (outs.next(), outs.next(), outs.next(), outs.next()) {
+            (Some(k), Some(v), Some(q), None) => Ok((k, v, q)),
             _ => Err(Error::Autograd {
-                why: format!("{}: expected one output", op.name()),
+                why: "rope_kv_write: expected three outputs".into(),
             }),
         }
     }

@@ -33,20 +33,19 @@ pub trait Backend {
     /// Runs one op in one direction (see [`crate::op`] for the backward argument convention).
     /// Every input must live on this device.
     fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>>;
-    /// Runs `op` forward with its first input given by value (donated) and the rest borrowed.
+    /// Runs `op` forward with its leading inputs given by value (donated) and the rest borrowed.
     ///
-    /// The aliasing rule: for an op that declares it ([`crate::op::OpKind::donates_first_input`],
-    /// e.g. `kv_write`), a backend may write output 0 into the donated tensor's storage and
-    /// return a tensor sharing it, but only when that storage is held by no other tensor
-    /// ([`Tensor::storage_is_unique`]). Otherwise, and for every other op, this is
+    /// The aliasing rule: for an op that declares it ([`crate::op::OpKind::donated_inputs`],
+    /// e.g. `kv_write`, or `rope_kv_write`'s two caches), a backend may write output `i` into
+    /// donated tensor `i`'s storage and return a tensor sharing it, but only when that storage
+    /// is held by no other tensor ([`Tensor::storage_is_unique`]). Otherwise, and for every other op, this is
     /// [`Backend::run`]: the result never differs from the functional one, and no tensor the
     /// caller can still see changes. A caller that keeps a clone or view of the donated tensor
     /// therefore gets a copy; one that hands over its only handle gets an in-place write (a KV
     /// cache grows with no copy of the whole cache). Device backends order the write after any
     /// recorded work that read the buffer, as for every launch.
-    fn run_donated(&self, op: &Op, donated: Tensor, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
-        let mut all: Vec<&Tensor> = Vec::with_capacity(rest.len() + 1);
-        all.push(&donated);
+    fn run_donated(&self, op: &Op, donated: Vec<Tensor>, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let mut all: Vec<&Tensor> = donated.iter().collect();
         all.extend_from_slice(rest);
         self.run(op, Direction::Forward, &all)
     }
@@ -151,6 +150,55 @@ pub fn decode_weights(op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec
 }
 
 impl CpuBackend {
+    /// `rope_kv_write` into its two donated caches when no other tensor holds either: the
+    /// reference's rows written in place, `[k_cache, v_cache, q]` returned. `None` when a cache
+    /// is shared (the caller then runs the copying reference).
+    fn rope_kv_write_in_place(
+        &self,
+        op: &Op,
+        donated: &mut Vec<Tensor>,
+        qkv: &Tensor,
+    ) -> Result<Option<Vec<Tensor>>> {
+        let Op::RopeKvWrite {
+            pos,
+            theta,
+            interleaved,
+            scaling,
+            factor,
+            low,
+            high,
+            original_context,
+        } = *op
+        else {
+            return Ok(None);
+        };
+        let [k, v] = &mut donated[..] else {
+            return Ok(None);
+        };
+        op.check_signature(Direction::Forward, &[k.dtype(), v.dtype(), qkv.dtype()])?;
+        let freqs = cpu::rope::Freqs {
+            theta,
+            scaling,
+            factor,
+            low,
+            high,
+            original_context,
+        };
+        let dims =
+            cpu::rope_kv_write::QkvDims::new(&freqs, pos, k.shape(), v.shape(), qkv.shape())?;
+        let src = host_view(op.name(), qkv)?;
+        let (Some(kc), Some(vc), Data::Float(src)) =
+            (k.f32_mut_if_unique(), v.f32_mut_if_unique(), src.data)
+        else {
+            return Ok(None);
+        };
+        let q = cpu::rope_kv_write::write_into(&dims, &freqs, interleaved, kc, vc, src)?;
+        let q = Tensor::from_f32(&dims.q_shape(), q)?;
+        let mut outs = core::mem::take(donated);
+        outs.push(q);
+        Ok(Some(outs))
+    }
+
     /// `matmul_add` forward as matmul's fast forward plus the residual, added into the
     /// residual's own elements when no other tensor holds them (a donated residual), else into
     /// the product.
@@ -263,7 +311,25 @@ impl Backend for CpuBackend {
         };
         out.into_iter().map(owned_to_tensor).collect()
     }
-    fn run_donated(&self, op: &Op, mut donated: Tensor, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run_donated(
+        &self,
+        op: &Op,
+        mut donated: Vec<Tensor>,
+        rest: &[&Tensor],
+    ) -> Result<Vec<Tensor>> {
+        if let (Op::RopeKvWrite { .. }, [qkv]) = (op, rest)
+            && let Some(outs) = self.rope_kv_write_in_place(op, &mut donated, qkv)?
+        {
+            return Ok(outs);
+        }
+        if donated.len() != 1 {
+            let mut all: Vec<&Tensor> = donated.iter().collect();
+            all.extend_from_slice(rest);
+            return self.run(op, Direction::Forward, &all);
+        }
+        let Some(mut donated) = donated.pop() else {
+            return self.run(op, Direction::Forward, rest);
+        };
         if let (Op::MatmulAdd { trans_a, trans_b }, [a, b]) = (op, rest)
             && !self.reference_only
         {

@@ -213,6 +213,10 @@ impl Params {
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Var)> {
         self.vars.iter()
     }
+    /// Whether a parameter `name` is bound.
+    pub fn contains(&self, name: &str) -> bool {
+        self.vars.contains_key(name)
+    }
 }
 
 /// `uniform(-bound, bound)` of `shape`, PyTorch's default init for linear and recurrent layers.

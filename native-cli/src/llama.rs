@@ -174,14 +174,15 @@ pub fn from_bytes(
     })
 }
 
-/// Builds the model on `backend`.
+/// Builds the model on `backend` for inference ([`Llama::for_inference`]: q, k and v fused at
+/// load on a device).
 pub fn build(files: &ModelFiles, backend: Rc<dyn Backend>) -> CliResult<Llama> {
     let config = match &files.parsed_config {
         Some(c) => c.clone(),
         None => LlamaConfig::from_json(&files.config)
             .map_err(|e| fail(format!("{}: {e}", files.origin)))?,
     };
-    Llama::from_tensors(config, &files.tensors, backend)
+    Llama::for_inference(config, &files.tensors, backend)
         .map_err(|e| fail(format!("{}: {e}", files.origin)))
 }
 

@@ -76,16 +76,16 @@ impl Backend for Counting {
         let outs = self.inner.run(op, dir, inputs)?;
         let mut s = self.seen.borrow_mut();
         s.elems_made += outs.iter().map(Tensor::numel).sum::<usize>();
-        if matches!(op, Op::KvWrite { .. }) {
+        if matches!(op, Op::KvWrite { .. } | Op::RopeKvWrite { .. }) {
             s.copied += 1;
         }
         Ok(outs)
     }
-    fn run_donated(&self, op: &Op, donated: Tensor, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
-        let before = data_ptr(&donated);
+    fn run_donated(&self, op: &Op, donated: Vec<Tensor>, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
+        let before: Vec<*const f32> = donated.iter().map(data_ptr).collect();
         let outs = self.inner.run_donated(op, donated, rest)?;
         let mut s = self.seen.borrow_mut();
-        for t in &outs {
+        for (t, before) in outs.iter().zip(before) {
             if data_ptr(t) == before && matches!(op, Op::MatmulAdd { .. }) {
                 s.residual_in_place += 1;
             } else if data_ptr(t) == before {

@@ -619,6 +619,8 @@ mod tests {
         );
         // kv_write into a donated cache: the in-place kernel.
         assert!(crate::testing::check_kv_write_donation("emulated cuda", &be) > 0);
+        // rope_kv_write into its two donated caches: one launch, in place.
+        assert!(crate::testing::check_rope_kv_write_donation("emulated cuda", &be) > 0);
         // matmul_add into a donated residual: cuBLAS with beta = 1, matvec's accumulate.
         assert!(crate::testing::check_matmul_add_donation("emulated cuda", &be) > 0);
         // The same weight cases with half products on (`to_half`, cublasGemmEx's semantics).

@@ -415,7 +415,7 @@ impl Backend for CudaBackend {
     fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         crate::ops::run(self, op, dir, inputs)
     }
-    fn run_donated(&self, op: &Op, donated: Tensor, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run_donated(&self, op: &Op, donated: Vec<Tensor>, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
         crate::ops::run_donated(self, op, donated, rest)
     }
     fn flush(&self) -> Result<()> {

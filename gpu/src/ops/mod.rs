@@ -35,14 +35,25 @@ use rows::{argmax, norm_backward, norm_forward, reduce, sample, softmax};
 
 /// [`kernels_core::Backend::run_donated`] on a device: `kv_write` into a donated cache whose
 /// buffer no other tensor holds is written in place (one launch over the new rows, and the
-/// result is the donated tensor), and `matmul_add` accumulates its product into such a
-/// residual (the product's own launches, nothing more); everything else is [`run`].
+/// result is the donated tensor), `rope_kv_write` likewise into its two caches (one launch),
+/// and `matmul_add` accumulates its product into such a residual (the product's own launches,
+/// nothing more); everything else is [`run`].
 pub(crate) fn run_donated(
     be: &dyn Device,
     op: &Op,
-    mut donated: Tensor,
+    mut donated: Vec<Tensor>,
     rest: &[&Tensor],
 ) -> Result<Vec<Tensor>> {
+    if let (Op::RopeKvWrite { .. }, [qkv], [k, v]) = (op, rest, &mut donated[..]) {
+        op.check_signature(Direction::Forward, &[k.dtype(), v.dtype(), qkv.dtype()])?;
+        let in_place = k.storage_is_unique() && v.storage_is_unique();
+        return rope_kv_write(be, op, Direction::Forward, &[k, v, qkv], in_place);
+    }
+    let [mut donated] = <[Tensor; 1]>::try_from(donated).map_err(|d| Error::Arity {
+        op: op.name(),
+        expected: op.kind().donated_inputs(),
+        got: d.len(),
+    })?;
     if let (Op::KvWrite { pos }, [rows]) = (op, rest)
         && donated.storage_is_unique()
     {
@@ -182,6 +193,48 @@ fn matmul_add(
             grads.extend(matmul_backward(be, name, &rest, trans_a, trans_b)?);
             Ok(grads)
         }
+    }
+}
+
+/// `rope_kv_write` in either direction (`in_place`: forward into the caches themselves).
+fn rope_kv_write(
+    be: &dyn Device,
+    op: &Op,
+    dir: Direction,
+    args: &[&Tensor],
+    in_place: bool,
+) -> Result<Vec<Tensor>> {
+    let Op::RopeKvWrite {
+        pos,
+        theta,
+        interleaved,
+        scaling,
+        factor,
+        low,
+        high,
+        original_context,
+    } = *op
+    else {
+        return Err(Error::UnknownOp {
+            name: op.name().into(),
+        });
+    };
+    let freqs = kernels_core::cpu::rope::Freqs {
+        theta,
+        scaling,
+        factor,
+        low,
+        high,
+        original_context,
+    };
+    let name = op.name();
+    let how = (&freqs, pos, interleaved);
+    match dir {
+        Direction::Forward => {
+            let caches = [arg(args, 0), arg(args, 1)];
+            rope::kv_write_forward(be, name, how, caches, arg(args, 2), in_place)
+        }
+        Direction::Backward => rope::kv_write_backward(be, name, how, args),
     }
 }
 
@@ -395,6 +448,7 @@ pub(crate) fn run(
             },
             B,
         ) => attention::backward(be, name, (causal, scale, kv_len, window), args),
+        (Op::RopeKvWrite { .. }, d) => rope_kv_write(be, op, d, args, false),
         (Op::KvWrite { pos }, F) => Ok(vec![layout::kv_write(be, name, pos, args)?]),
         (Op::KvWrite { pos }, B) => layout::kv_write_backward(be, name, pos, args),
         (Op::GruCell, F) => Ok(vec![gru::cell_forward(be, name, args)?]),

@@ -353,7 +353,7 @@ impl Backend for WgpuBackend {
     fn run(&self, op: &Op, dir: Direction, inputs: &[&Tensor]) -> Result<Vec<Tensor>> {
         self.scoped(op.name(), || crate::ops::run(self, op, dir, inputs))
     }
-    fn run_donated(&self, op: &Op, donated: Tensor, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
+    fn run_donated(&self, op: &Op, donated: Vec<Tensor>, rest: &[&Tensor]) -> Result<Vec<Tensor>> {
         self.scoped(op.name(), || {
             crate::ops::run_donated(self, op, donated, rest)
         })

@@ -29,6 +29,7 @@ pub mod norm;
 pub mod optim;
 pub mod reduce;
 pub mod rope;
+pub mod rope_kv_write;
 pub mod sample;
 pub mod softmax;
 pub mod svd;
@@ -136,6 +137,32 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
         (Op::Transpose, B) => layout::transpose_backward(args),
         (Op::Concat, F) => layout::concat_forward(args),
         (Op::Concat, B) => layout::concat_backward(args),
+        (
+            Op::RopeKvWrite {
+                pos,
+                theta,
+                interleaved,
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
+            },
+            dir,
+        ) => {
+            let freqs = rope::Freqs {
+                theta,
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
+            };
+            match dir {
+                F => rope_kv_write::forward(&freqs, pos, interleaved, args),
+                B => rope_kv_write::backward(&freqs, pos, interleaved, args),
+            }
+        }
         (Op::KvWrite { pos }, F) => layout::kv_write_forward(pos, args),
         (Op::KvWrite { pos }, B) => layout::kv_write_backward(pos, args),
         (

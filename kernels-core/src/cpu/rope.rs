@@ -59,7 +59,7 @@ impl Freqs {
         )
     }
 
-    fn check(&self) -> Result<()> {
+    pub(crate) fn check(&self) -> Result<()> {
         let bad = |attr: &'static str, value: String, why: &str| Error::BadAttr {
             op: OP,
             attr,
@@ -196,7 +196,7 @@ fn tables<T: Real>(freqs: &Freqs, offset: usize, seq: usize, head_dim: usize) ->
 
 /// Rotates every pair of `x` `[batch, heads, seq, head_dim]` by `+angle` (`inverse == false`) or
 /// `-angle` (`inverse == true`, the transpose of the rotation, which is the backward).
-fn rotate<T: Real>(
+pub(crate) fn rotate<T: Real>(
     freqs: &Freqs,
     offset: usize,
     interleaved: bool,

@@ -17,6 +17,7 @@
 
 pub mod addition;
 mod config;
+mod fuse;
 mod generate;
 mod parse;
 mod quantize;
@@ -233,6 +234,36 @@ impl Llama {
         tensors: &alloc::collections::BTreeMap<String, Tensor>,
         backend: Rc<dyn Backend>,
     ) -> Result<Llama> {
+        Llama::load(config, tensors, backend, false)
+    }
+
+    /// [`Llama::from_tensors`] for inference: on a device backend, each layer's q, k and v
+    /// projections are concatenated at load into one `self_attn.qkv_proj` (where the three
+    /// share a dtype and q and k have no per-head norm), so a step makes one product for the
+    /// three and one `rope_kv_write` (rope on q and k as k and v are written into the cache).
+    /// On the CPU the weights stay as the checkpoint has them (they are read where they lie,
+    /// often in a memory-mapped file). The parameter names then differ from the checkpoint's:
+    /// train and save with [`Llama::from_tensors`].
+    pub fn for_inference(
+        config: LlamaConfig,
+        tensors: &alloc::collections::BTreeMap<String, Tensor>,
+        backend: Rc<dyn Backend>,
+    ) -> Result<Llama> {
+        let fuse = backend.device() != crate::tensor::DeviceId::CPU;
+        Llama::load(config, tensors, backend, fuse)
+    }
+
+    /// Whether layer `l` runs on a fused q/k/v projection ([`Llama::for_inference`]).
+    pub fn fused_qkv(&self, l: usize) -> bool {
+        self.store.contains(&fuse::qkv_name(l, "weight"))
+    }
+
+    fn load(
+        config: LlamaConfig,
+        tensors: &alloc::collections::BTreeMap<String, Tensor>,
+        backend: Rc<dyn Backend>,
+        fuse_qkv: bool,
+    ) -> Result<Llama> {
         config.validate()?;
         let needed = config.tensor_count()?;
         if needed > tensors.len() {
@@ -252,7 +283,7 @@ impl Llama {
                 ),
             });
         }
-        let mut store = ParamStore::new(backend);
+        let mut params = Vec::new();
         let mut used = alloc::collections::BTreeSet::new();
         for (name, shape) in config.checkpoint_shapes_iter() {
             let t = tensors.get(&name).ok_or_else(|| Error::Missing {
@@ -266,9 +297,7 @@ impl Llama {
                     why: format!("tensor `{name}` has integer dtype {}", t.dtype().name()),
                 });
             }
-            for (param, value) in load_transform(&config, &name, t)? {
-                store.register(&param, value)?;
-            }
+            params.extend(load_transform(&config, &name, t)?);
             used.insert(name);
         }
         if let Some(extra) = tensors.keys().find(|n| !used.contains(*n)) {
@@ -283,6 +312,13 @@ impl Llama {
                     config.variant.model_type, config.tie_word_embeddings, config.num_hidden_layers
                 ),
             });
+        }
+        if fuse_qkv {
+            fuse::fuse_qkv(&config, &mut params)?;
+        }
+        let mut store = ParamStore::new(backend);
+        for (param, value) in params {
+            store.register(&param, value)?;
         }
         Ok(Llama { config, store })
     }
@@ -394,38 +430,77 @@ impl Llama {
                     Ok(t)
                 }
             };
-            let q = head_norm(to_rows(&proj("q", hq)?, hq)?, "q")?;
-            let q = g.rope_with(&q, rope)?;
-            let k_new = head_norm(to_rows(&proj("k", hkv)?, hkv)?, "k")?;
-            let k_new = g.rope_with(&k_new, rope)?;
-            let v_new = to_rows(&proj("v", hkv)?, hkv)?;
             let attrs = AttentionAttrs {
                 causal: true,
                 scale: c.attention_scale(l),
                 kv_len: 0,
                 window: c.window(l).unwrap_or(0),
             };
-            let a = match cache.as_deref_mut() {
+            let layer_cache = match cache.as_deref_mut() {
                 Some(kc) => {
                     let slot = kc.layers.get_mut(l).ok_or_else(|| Error::Autograd {
                         why: format!("llama: KV cache has no layer {l}"),
                     })?;
-                    let (k_cache, v_cache) = slot.take().ok_or_else(|| Error::Autograd {
-                        why: format!("llama: KV cache layer {l} was lost by a failed forward"),
-                    })?;
-                    // The cache's values are moved into kv_write (donated in an inference
-                    // graph), so the new rows land in place; the cache keeps the results (the
-                    // same storage), which are unique again once this forward's locals drop.
-                    let k = g.kv_write(k_cache, &k_new, offset)?;
-                    let v = g.kv_write(v_cache, &v_new, offset)?;
-                    *slot = Some((k.clone(), v.clone()));
-                    let attrs = AttentionAttrs {
-                        kv_len: total,
-                        ..attrs
-                    };
-                    g.attention_with(&q, &k, &v, attrs)?
+                    Some(slot)
                 }
-                None => g.attention_with(&q, &k_new, &v_new, attrs)?,
+                None => None,
+            };
+            let a = if p.contains(&fuse::qkv_name(l, "weight")) {
+                // One product over q, k and v concatenated at load, then rope on q and k as k
+                // and v are written into the cache (without one, into caches of this sequence).
+                let heads = hq + 2 * hkv;
+                let qkv = to_rows(&proj("qkv", heads)?, heads)?;
+                let op =
+                    crate::op::Op::rope_kv_write_from(&rope).ok_or_else(|| Error::Autograd {
+                        why: "llama: the rotation is not a rope op".into(),
+                    })?;
+                match layer_cache {
+                    Some(slot) => {
+                        // Moved into rope_kv_write (donated in an inference graph), as for
+                        // kv_write below: the new rows land in place.
+                        let (k_cache, v_cache) = slot.take().ok_or_else(|| Error::Autograd {
+                            why: format!("llama: KV cache layer {l} was lost by a failed forward"),
+                        })?;
+                        let (k, v, q) = g.rope_kv_write(k_cache, v_cache, &qkv, op)?;
+                        *slot = Some((k.clone(), v.clone()));
+                        let attrs = AttentionAttrs {
+                            kv_len: total,
+                            ..attrs
+                        };
+                        g.attention_with(&q, &k, &v, attrs)?
+                    }
+                    None => {
+                        let zeros = || g.constant(g.backend().zeros(&[batch, hkv, seq, d])?);
+                        let (k, v, q) = g.rope_kv_write(zeros()?, zeros()?, &qkv, op)?;
+                        g.attention_with(&q, &k, &v, attrs)?
+                    }
+                }
+            } else {
+                let q = head_norm(to_rows(&proj("q", hq)?, hq)?, "q")?;
+                let q = g.rope_with(&q, rope)?;
+                let k_new = head_norm(to_rows(&proj("k", hkv)?, hkv)?, "k")?;
+                let k_new = g.rope_with(&k_new, rope)?;
+                let v_new = to_rows(&proj("v", hkv)?, hkv)?;
+                match layer_cache {
+                    Some(slot) => {
+                        let (k_cache, v_cache) = slot.take().ok_or_else(|| Error::Autograd {
+                            why: format!("llama: KV cache layer {l} was lost by a failed forward"),
+                        })?;
+                        // The cache's values are moved into kv_write (donated in an inference
+                        // graph), so the new rows land in place; the cache keeps the results
+                        // (the same storage), which are unique again once this forward's
+                        // locals drop.
+                        let k = g.kv_write(k_cache, &k_new, offset)?;
+                        let v = g.kv_write(v_cache, &v_new, offset)?;
+                        *slot = Some((k.clone(), v.clone()));
+                        let attrs = AttentionAttrs {
+                            kv_len: total,
+                            ..attrs
+                        };
+                        g.attention_with(&q, &k, &v, attrs)?
+                    }
+                    None => g.attention_with(&q, &k_new, &v_new, attrs)?,
+                }
             };
             // [b, hq, s, d] -> [b, hq * d, s]; o_proj as (a^T)^T @ Wo^T = [b, s, hidden].
             let a_cols = if seq == 1 {

@@ -648,6 +648,33 @@ declare_ops! {
             nan: "values move as they are; rows past the cache's end are refused",
         },
     ],
+    /// The attention block's step between its one fused q/k/v product and attention: `qkv
+    /// [b, hq + 2 hkv, s, d]` holds the heads of q, then of k, then of v (the rows of one
+    /// product over the three weights concatenated). q and k are rotated as `rope` rotates
+    /// them (the same attributes, positions `pos..pos + s`), the rotated k and the v are
+    /// written into the caches `[b, hkv, cap, d]` at `pos..` as `kv_write` writes them, and the
+    /// outputs are the two caches and the rotated q `[b, hq, s, d]`. The caches may be donated
+    /// (written in place, see [`crate::backend::Backend::run_donated`]).
+    RopeKvWrite {
+        pos: usize = 0,
+        theta: f32 = 10000.0 if positive,
+        interleaved: bool = false,
+        scaling: RopeScaling = (RopeScaling::None),
+        factor: f32 = 1.0 if positive,
+        low: f32 = 1.0 if positive,
+        high: f32 = 4.0 if positive,
+        original_context: usize = 0,
+    } => [
+        RopeKvWrite "rope_kv_write" {
+            inputs: [k_cache, v_cache, qkv],
+            outputs: [k_out, v_out, q],
+            grad: [k_cache, v_cache, qkv],
+            budget: B_TRANS,
+            budget_backward: B_TRANS,
+            doc: "q, k, v = heads of qkv [b, hq + 2 hkv, s, d]; k_out = kv_write(k_cache, rope(k), pos), v_out = kv_write(v_cache, v, pos), q = rope(q) (rope's attributes, offset pos); the caches may be donated",
+            nan: "IEEE per rotated pair, as rope; values move as they are, as kv_write; rows past the cache's end are refused",
+        },
+    ],
     /// q `[b, hq, s, d]`, k and v `[b, hkv, t, d]`; `scale` `None` means `1/sqrt(d)`; `kv_len`
     /// keys of the `t` are valid (0: all), the rest of a preallocated KV cache are ignored;
     /// `window` > 0 (causal only) is sliding-window attention: each query sees its last

@@ -52,12 +52,16 @@ impl OpKind {
             })
     }
 
-    /// Whether output 0 may alias input 0 when the caller donates it
-    /// ([`crate::backend::Backend::run_donated`]): the op's result is input 0 with some elements
-    /// replaced or added to, so a backend can write the result into input 0's storage:
-    /// `kv_write` (rows replaced) and `matmul_add` (the product added to the residual).
-    pub fn donates_first_input(self) -> bool {
-        matches!(self, OpKind::KvWrite | OpKind::MatmulAdd)
+    /// How many leading inputs the caller may donate ([`crate::backend::Backend::run_donated`]):
+    /// output `i` is input `i` with some elements replaced or added to, so a backend can write
+    /// it into input `i`'s storage: `kv_write` (rows replaced) and `matmul_add` (the product
+    /// added to the residual) donate one, `rope_kv_write` its two caches; every other op none.
+    pub fn donated_inputs(self) -> usize {
+        match self {
+            OpKind::KvWrite | OpKind::MatmulAdd => 1,
+            OpKind::RopeKvWrite => 2,
+            _ => 0,
+        }
     }
 
     /// Whether this op rejects NaN and infinities in its float inputs (`Error::NonFinite`)
@@ -100,6 +104,7 @@ impl OpKind {
             | K::Transpose
             | K::Concat
             | K::KvWrite
+            | K::RopeKvWrite
             | K::Attention
             | K::GruCell
             | K::GruSequence
@@ -124,6 +129,47 @@ impl Op {
             low: 1.0,
             high: 4.0,
             original_context: 0,
+        }
+    }
+
+    /// `rope_kv_write` at `pos` with base `theta` and no frequency scaling.
+    pub fn rope_kv_write(theta: f32, pos: usize, interleaved: bool) -> Op {
+        Op::rope_kv_write_from(&Op::rope(theta, pos, interleaved)).unwrap_or(Op::RopeKvWrite {
+            pos,
+            theta,
+            interleaved,
+            scaling: RopeScaling::None,
+            factor: 1.0,
+            low: 1.0,
+            high: 4.0,
+            original_context: 0,
+        })
+    }
+
+    /// The `rope_kv_write` that rotates as `rope` does (its `offset` becomes the cache
+    /// position); `None` when `rope` is another op.
+    pub fn rope_kv_write_from(rope: &Op) -> Option<Op> {
+        match *rope {
+            Op::Rope {
+                theta,
+                offset,
+                interleaved,
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
+            } => Some(Op::RopeKvWrite {
+                pos: offset,
+                theta,
+                interleaved,
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
+            }),
+            _ => None,
         }
     }
 
@@ -260,7 +306,7 @@ impl Op {
             Op::Linear { .. } => last(0).max(dim(1, 0)).max(numel(0) / last(0).max(1)),
             Op::Binary(_) => numel(0) / numel(1).max(1),
             Op::Scale { .. } | Op::Unary(_) | Op::Gelu { .. } | Op::Swiglu => 1,
-            Op::Transpose | Op::Concat | Op::KvWrite { .. } => 1,
+            Op::Transpose | Op::Concat | Op::KvWrite { .. } | Op::RopeKvWrite { .. } => 1,
             Op::Rope { .. } | Op::AdamwStep { .. } | Op::SgdStep { .. } | Op::Argmax => 1,
             Op::Dequantize => 1,
             Op::Sample { .. } => 1,

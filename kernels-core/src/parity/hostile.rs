@@ -197,6 +197,13 @@ fn out_of_range(base: &Case) -> Result<Vec<Case>> {
                 with_op(Op::KvWrite { pos: usize::MAX }),
             ]
         }
+        Op::RopeKvWrite { theta, .. } => {
+            let cap = shape(0)[2];
+            vec![
+                with_op(Op::rope_kv_write(theta, cap, false)),
+                with_op(Op::rope_kv_write(theta, usize::MAX, false)),
+            ]
+        }
         Op::Attention { causal, scale, .. } => {
             let keys = shape(1)[shape(1).len() - 2];
             vec![
@@ -363,6 +370,7 @@ mod tests {
         assert_eq!(refused(OpKind::CrossEntropy), 2);
         assert_eq!(refused(OpKind::Sample), 7 + 2 * 3);
         assert_eq!(refused(OpKind::KvWrite), 2);
+        assert_eq!(refused(OpKind::RopeKvWrite), 2 * 3);
         assert!(refused(OpKind::SvdLowrank) >= 2);
     }
 }

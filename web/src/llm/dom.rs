@@ -373,7 +373,7 @@ async fn model(app: &App, s: &Section, src: &Source) -> JsResult<(Active, Rc<Lla
         _ => Rc::new(CpuBackend::new()),
     };
     let m = Rc::new(
-        Llama::from_tensors(src.config.clone(), &src.checkpoint.tensors, backend)
+        Llama::for_inference(src.config.clone(), &src.checkpoint.tensors, backend)
             .map_err(js_err)?,
     );
     if which == Active::WebGpu {

@@ -471,6 +471,31 @@ struct RopeParams {
     }
 };
 
+// rope_kv_write: `pairs = batch * (q_heads + 2 kv_heads) * seq * half` pairs of the fused `qkv`
+// rows, at positions `offset..offset + seq`, into caches of `cap` positions.
+struct RopeKvWriteParams {
+    unsigned int pairs;
+    unsigned int seq;
+    unsigned int half;
+    unsigned int offset;
+    unsigned int q_heads;
+    unsigned int kv_heads;
+    unsigned int cap;
+    unsigned int c[4];
+    __device__ static RopeKvWriteParams of(const Params& raw) {
+        RopeKvWriteParams p;
+        p.pairs = raw.u[0];
+        p.seq = raw.u[1];
+        p.half = raw.u[2];
+        p.offset = raw.u[3];
+        p.q_heads = raw.u[4];
+        p.kv_heads = raw.u[5];
+        p.cap = raw.u[6];
+        for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
+        return p;
+    }
+};
+
 // attention: the geometry (`group = heads_q / heads_kv`; `seq_kv` keys per head in memory, of which
 // the first `kv_len` are read), the work items (rows, keys or blocks); `scale`.
 struct AttentionParams {

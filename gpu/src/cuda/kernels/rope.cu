@@ -56,3 +56,90 @@ KERNEL(rope, RopeParams) {
     out0[ia] = a * c - b * sn;
     out0[ib] = b * c + a * sn;
 }
+
+// The offsets of pair i within a row of head_dim = 2 half (rotate_half, or interleaved when
+// interleaved != 0).
+__device__ inline void pair_at(unsigned int i, unsigned int half, int interleaved,
+                               unsigned long long* ia, unsigned long long* ib) {
+    if (interleaved) {
+        *ia = 2ull * i;
+        *ib = *ia + 1;
+    } else {
+        *ia = i;
+        *ib = (unsigned long long)i + half;
+    }
+}
+
+// The fused q/k/v step (the WGSL kernel's twin). in0 = qkv [b, q_heads + 2 kv_heads, seq, d],
+// in3 = turns; out0 = the k cache and out1 = the v cache [b, kv_heads, cap, d] (rows offset..
+// written), out2 = q [b, q_heads, seq, d]. One thread per pair of qkv; p.c[0] = interleaved.
+KERNEL(rope_kv_write, RopeKvWriteParams) {
+    unsigned long long idx = global_index();
+    if (idx >= p.pairs) return;
+    unsigned long long half = p.half, d = 2 * half, seq = p.seq;
+    unsigned long long row = idx / half;
+    unsigned int i = (unsigned int)(idx % half);
+    unsigned long long t = row % seq;
+    unsigned long long heads = (unsigned long long)p.q_heads + 2ull * p.kv_heads;
+    unsigned long long head = (row / seq) % heads;
+    unsigned long long batch = row / (seq * heads);
+    unsigned long long ia, ib;
+    pair_at(i, p.half, p.c[0], &ia, &ib);
+    float a = in0[row * d + ia], b = in0[row * d + ib];
+    if (head >= (unsigned long long)p.q_heads + p.kv_heads) {
+        unsigned long long h = head - p.q_heads - p.kv_heads;
+        unsigned long long dst = ((batch * p.kv_heads + h) * p.cap + p.offset + t) * d;
+        out1[dst + ia] = a;
+        out1[dst + ib] = b;
+        return;
+    }
+    float c, sn;
+    cos_sin((const unsigned int*)in3, p.offset + (unsigned int)t, i, &c, &sn);
+    float ra = a * c - b * sn, rb = b * c + a * sn;
+    if (head < p.q_heads) {
+        unsigned long long dst = ((batch * p.q_heads + head) * seq + t) * d;
+        out2[dst + ia] = ra;
+        out2[dst + ib] = rb;
+    } else {
+        unsigned long long dst = ((batch * p.kv_heads + head - p.q_heads) * p.cap + p.offset + t) * d;
+        out0[dst + ia] = ra;
+        out0[dst + ib] = rb;
+    }
+}
+
+// Its backward's input gradient. in0 = grad_q [b, q_heads, seq, d], in1 = grad_k and in2 =
+// grad_v [b, kv_heads, seq, d] (the caches' written rows), in3 = turns; out0 = grad_qkv: q's and
+// k's pairs rotated back, v's copied. One thread per pair of qkv; p.c[0] = interleaved.
+KERNEL(rope_kv_write_backward, RopeKvWriteParams) {
+    unsigned long long idx = global_index();
+    if (idx >= p.pairs) return;
+    unsigned long long half = p.half, d = 2 * half, seq = p.seq;
+    unsigned long long row = idx / half;
+    unsigned int i = (unsigned int)(idx % half);
+    unsigned long long t = row % seq;
+    unsigned long long heads = (unsigned long long)p.q_heads + 2ull * p.kv_heads;
+    unsigned long long head = (row / seq) % heads;
+    unsigned long long batch = row / (seq * heads);
+    unsigned long long ia, ib;
+    pair_at(i, p.half, p.c[0], &ia, &ib);
+    float a, b;
+    if (head < p.q_heads) {
+        unsigned long long src = ((batch * p.q_heads + head) * seq + t) * d;
+        a = in0[src + ia];
+        b = in0[src + ib];
+    } else if (head < (unsigned long long)p.q_heads + p.kv_heads) {
+        unsigned long long src = ((batch * p.kv_heads + head - p.q_heads) * seq + t) * d;
+        a = in1[src + ia];
+        b = in1[src + ib];
+    } else {
+        unsigned long long src = ((batch * p.kv_heads + head - p.q_heads - p.kv_heads) * seq + t) * d;
+        out0[row * d + ia] = in2[src + ia];
+        out0[row * d + ib] = in2[src + ib];
+        return;
+    }
+    // Rotated by the negated angle.
+    float c, sn;
+    cos_sin((const unsigned int*)in3, p.offset + (unsigned int)t, i, &c, &sn);
+    out0[row * d + ia] = a * c + b * sn;
+    out0[row * d + ib] = b * c - a * sn;
+}

@@ -299,6 +299,21 @@ fn rope_params() -> RopeParams {
     return RopeParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3);
 }
 
+// rope_kv_write: `pairs = batch * (q_heads + 2 kv_heads) * seq * half` pairs of the fused `qkv`
+// rows, at positions `offset..offset + seq`, into caches of `cap` positions.
+struct RopeKvWriteParams {
+    pairs: u32,
+    seq: u32,
+    half: u32,
+    offset: u32,
+    q_heads: u32,
+    kv_heads: u32,
+    cap: u32,
+}
+fn rope_kv_write_params() -> RopeKvWriteParams {
+    return RopeKvWriteParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4, kernel_params.u5, kernel_params.u6);
+}
+
 // attention: the geometry (`group = heads_q / heads_kv`; `seq_kv` keys per head in memory, of which
 // the first `kv_len` are read), the work items (rows, keys or blocks); `scale`.
 struct AttentionParams {

@@ -19,9 +19,13 @@ const WG: u32 = 256u;
 const RAD_PER_UNIT: f32 = 1.4629180792671596e-9;
 
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> in1: array<f32>;
+@group(0) @binding(3) var<storage, read> in2: array<f32>;
 // [half, 2]: (high, low) 32-bit words of each frequency's turn fraction.
 @group(0) @binding(4) var<storage, read> turns: array<u32>;
 @group(0) @binding(5) var<storage, read_write> out0: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out1: array<f32>;
+@group(0) @binding(7) var<storage, read_write> out2: array<f32>;
 
 // High 32 bits of the 64-bit product a * b.
 fn mul_hi(a: u32, b: u32) -> u32 {
@@ -85,4 +89,95 @@ fn rope(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let b = x[ib];
     out0[ia] = a * c - b * sn;
     out0[ib] = b * c + a * sn;
+}
+
+// The offsets of pair i within a row of head_dim = 2 * half (rotate_half or interleaved).
+fn pair_at(i: u32, half: u32) -> vec2<u32> {
+    if (INTERLEAVED) { return vec2<u32>(2u * i, 2u * i + 1u); }
+    return vec2<u32>(i, i + half);
+}
+
+// The fused q/k/v step. x = qkv [b, q_heads + 2 kv_heads, seq, d] (d = 2 half); out0 = the k
+// cache and out1 = the v cache [b, kv_heads, cap, d] (rows offset..offset + seq written), out2
+// = q [b, q_heads, seq, d]. q's and k's pairs are rotated as `rope` rotates them, v's copied.
+// One thread per pair of qkv.
+@compute @workgroup_size(256)
+fn rope_kv_write(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let p = rope_kv_write_params();
+    let idx = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (idx >= p.pairs) { return; }
+    let half = p.half;
+    let d = 2u * half;
+    let row = idx / half;
+    let i = idx % half;
+    let t = row % p.seq;
+    let heads = p.q_heads + 2u * p.kv_heads;
+    let head = (row / p.seq) % heads;
+    let batch = row / (p.seq * heads);
+    let at = pair_at(i, half);
+    let a = x[row * d + at.x];
+    let b = x[row * d + at.y];
+    if (head >= p.q_heads + p.kv_heads) {
+        let h = head - p.q_heads - p.kv_heads;
+        let dst = ((batch * p.kv_heads + h) * p.cap + p.offset + t) * d;
+        out1[dst + at.x] = a;
+        out1[dst + at.y] = b;
+        return;
+    }
+    let cs = cos_sin(p.offset + t, i);
+    let ra = a * cs.x - b * cs.y;
+    let rb = b * cs.x + a * cs.y;
+    if (head < p.q_heads) {
+        let dst = ((batch * p.q_heads + head) * p.seq + t) * d;
+        out2[dst + at.x] = ra;
+        out2[dst + at.y] = rb;
+    } else {
+        let h = head - p.q_heads;
+        let dst = ((batch * p.kv_heads + h) * p.cap + p.offset + t) * d;
+        out0[dst + at.x] = ra;
+        out0[dst + at.y] = rb;
+    }
+}
+
+// Its backward's input gradient. x = grad_q [b, q_heads, seq, d], in1 = grad_k and in2 = grad_v
+// [b, kv_heads, seq, d] (the written rows of the caches' gradients); out0 = grad_qkv [b,
+// q_heads + 2 kv_heads, seq, d]: q's and k's pairs rotated back, v's copied. One thread per
+// pair of qkv.
+@compute @workgroup_size(256)
+fn rope_kv_write_backward(@builtin(workgroup_id) wid: vec3<u32>,
+                          @builtin(num_workgroups) nwg: vec3<u32>,
+                          @builtin(local_invocation_index) lid: u32) {
+    let p = rope_kv_write_params();
+    let idx = (wid.y * nwg.x + wid.x) * WG + lid;
+    if (idx >= p.pairs) { return; }
+    let half = p.half;
+    let d = 2u * half;
+    let row = idx / half;
+    let i = idx % half;
+    let t = row % p.seq;
+    let heads = p.q_heads + 2u * p.kv_heads;
+    let head = (row / p.seq) % heads;
+    let batch = row / (p.seq * heads);
+    let at = pair_at(i, half);
+    var a: f32;
+    var b: f32;
+    if (head < p.q_heads) {
+        let src = ((batch * p.q_heads + head) * p.seq + t) * d;
+        a = x[src + at.x];
+        b = x[src + at.y];
+    } else if (head < p.q_heads + p.kv_heads) {
+        let src = ((batch * p.kv_heads + head - p.q_heads) * p.seq + t) * d;
+        a = in1[src + at.x];
+        b = in1[src + at.y];
+    } else {
+        let src = ((batch * p.kv_heads + head - p.q_heads - p.kv_heads) * p.seq + t) * d;
+        out0[row * d + at.x] = in2[src + at.x];
+        out0[row * d + at.y] = in2[src + at.y];
+        return;
+    }
+    // Rotated by the negated angle.
+    let cs = cos_sin(p.offset + t, i);
+    out0[row * d + at.x] = a * cs.x + b * cs.y;
+    out0[row * d + at.y] = b * cs.x - a * cs.y;
 }

@@ -107,6 +107,7 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
             | Op::Transpose
             | Op::Concat
             | Op::KvWrite { .. }
+            | Op::RopeKvWrite { .. }
             | Op::Attention { .. }
             | Op::CrossEntropy
             | Op::Mse
