@@ -370,7 +370,7 @@ mod tests {
         assert_eq!(refused(OpKind::CrossEntropy), 2);
         assert_eq!(refused(OpKind::Sample), 7 + 2 * 3);
         assert_eq!(refused(OpKind::KvWrite), 2);
-        assert_eq!(refused(OpKind::RopeKvWrite), 2 * 3);
+        assert_eq!(refused(OpKind::RopeKvWrite), 2);
         assert!(refused(OpKind::SvdLowrank) >= 2);
     }
 }

@@ -102,3 +102,139 @@ pub fn fuse_qkv(c: &LlamaConfig, params: &mut Vec<(String, Tensor)>) -> Result<u
     }
     Ok(fused)
 }
+
+#[cfg(test)]
+mod tests {
+    use alloc::collections::BTreeMap;
+    use alloc::rc::Rc;
+    use alloc::vec;
+
+    use super::*;
+    use crate::autograd::Graph;
+    use crate::backend::{Backend, CpuBackend, now_or_never};
+    use crate::dtype::DType;
+    use crate::models::llama::addition::{Size, config};
+    use crate::models::llama::{GenerateOptions, KvCache, Llama, generate};
+    use crate::rng::Rng;
+
+    fn tensors(c: &LlamaConfig, seed: u64) -> BTreeMap<String, Tensor> {
+        let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new());
+        let m = Llama::init(c.clone(), cpu, &mut Rng::new(seed)).unwrap();
+        m.store
+            .iter()
+            .map(|(n, t)| (n.clone(), t.clone()))
+            .collect()
+    }
+
+    fn gqa() -> LlamaConfig {
+        config(Size {
+            hidden: 32,
+            intermediate: 48,
+            layers: 2,
+            heads: 4,
+            kv_heads: 2,
+        })
+    }
+
+    /// The fused model (the CPU reference of `rope_kv_write` over one q/k/v product) computes
+    /// what the checkpoint's separate projections compute: logits of a whole sequence without
+    /// a cache, logits of a prefill and two decode steps through the cache, and greedy tokens.
+    #[test]
+    fn a_fused_model_computes_what_the_separate_projections_compute() {
+        let c = gqa();
+        let t = tensors(&c, 7);
+        let cpu: Rc<dyn Backend> = Rc::new(CpuBackend::new());
+        let plain = Llama::load(c.clone(), &t, cpu.clone(), false).unwrap();
+        let fused = Llama::load(c.clone(), &t, cpu.clone(), true).unwrap();
+        assert!((0..2).all(|l| fused.fused_qkv(l) && !plain.fused_qkv(l)));
+        assert!(
+            !fused
+                .store
+                .contains("model.layers.0.self_attn.q_proj.weight")
+        );
+        assert_eq!(fused.store.numel(), plain.store.numel());
+        let ids = [1i32, 2, 10, 3, 4, 11, 5];
+        let logits = |g: &Graph, m: &Llama, ids: &[i32], cache: Option<&mut KvCache>| {
+            let p = m.bind(g).unwrap();
+            let x = g
+                .constant(Tensor::from_i32(&[1, ids.len()], ids.to_vec()).unwrap())
+                .unwrap();
+            let h = m.forward(g, &p, &x, cache).unwrap();
+            m.logits(g, &p, &h).unwrap().tensor().to_f32_vec().unwrap()
+        };
+        let (gf, gp) = (Graph::inference(cpu.clone()), Graph::inference(cpu.clone()));
+        let close = |a: &[f32], b: &[f32], what: &str| {
+            assert_eq!(a.len(), b.len());
+            for (x, y) in a.iter().zip(b) {
+                assert!(
+                    (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                    "{what}: {x} vs {y}"
+                );
+            }
+        };
+        close(
+            &logits(&gf, &fused, &ids, None),
+            &logits(&gp, &plain, &ids, None),
+            "no cache",
+        );
+        let (mut kf, mut kp) = (KvCache::with_capacity(9), KvCache::with_capacity(9));
+        close(
+            &logits(&gf, &fused, &ids[..5], Some(&mut kf)),
+            &logits(&gp, &plain, &ids[..5], Some(&mut kp)),
+            "prefill",
+        );
+        for (i, id) in ids[5..].iter().enumerate() {
+            close(
+                &logits(&gf, &fused, &[*id], Some(&mut kf)),
+                &logits(&gp, &plain, &[*id], Some(&mut kp)),
+                &format!("decode step {i}"),
+            );
+        }
+        let opts = GenerateOptions {
+            max_new_tokens: 4,
+            sampling: Default::default(),
+            stop_tokens: vec![],
+        };
+        let run = |m: &Llama| now_or_never(generate(m, &[1, 2, 10, 3], &opts, &mut |_, _| true));
+        let (a, b) = (run(&fused).unwrap().unwrap(), run(&plain).unwrap().unwrap());
+        assert_eq!(a.0, b.0);
+    }
+
+    /// A layer whose q, k and v differ in dtype stays as it is; so does a model that norms q and
+    /// k per head. Biases are fused with their weights.
+    #[test]
+    fn only_layers_that_compute_the_same_are_fused() {
+        let c = gqa();
+        let mut params: Vec<(String, Tensor)> = tensors(&c, 1).into_iter().collect();
+        // Layer 1's v in f16.
+        let v = "model.layers.1.self_attn.v_proj.weight";
+        for (n, t) in params.iter_mut() {
+            if n == v {
+                *t = t.quantize(DType::F16).unwrap();
+            }
+        }
+        let mut with_bias = c.clone();
+        with_bias.variant.qkv_bias = true;
+        for p in ["q", "k", "v"] {
+            let rows = if p == "q" { 32 } else { 16 };
+            let name = format!("model.layers.0.self_attn.{p}_proj.bias");
+            params.push((name, Tensor::full(&[rows], 0.5).unwrap()));
+        }
+        assert_eq!(fuse_qkv(&with_bias, &mut params).unwrap(), 1);
+        let names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(names.contains(&"model.layers.0.self_attn.qkv_proj.weight"));
+        assert!(names.contains(&"model.layers.0.self_attn.qkv_proj.bias"));
+        assert!(names.contains(&v));
+        assert!(!names.contains(&"model.layers.1.self_attn.qkv_proj.weight"));
+        let qkv = &params
+            .iter()
+            .find(|(n, _)| n == "model.layers.0.self_attn.qkv_proj.weight")
+            .unwrap()
+            .1;
+        assert_eq!(qkv.shape(), [64, 32]);
+        let mut normed = c.clone();
+        normed.variant.qk_norm = true;
+        let mut params: Vec<(String, Tensor)> = tensors(&c, 1).into_iter().collect();
+        assert_eq!(fuse_qkv(&normed, &mut params).unwrap(), 0);
+    }
+}
