@@ -159,31 +159,13 @@ impl CpuBackend {
         donated: &mut Vec<Tensor>,
         qkv: &Tensor,
     ) -> Result<Option<Vec<Tensor>>> {
-        let Op::RopeKvWrite {
-            pos,
-            theta,
-            interleaved,
-            scaling,
-            factor,
-            low,
-            high,
-            original_context,
-        } = *op
-        else {
+        let (Op::RopeKvWrite { .. }, Some((freqs, pos, interleaved))) = (op, op.rotation()) else {
             return Ok(None);
         };
         let [k, v] = &mut donated[..] else {
             return Ok(None);
         };
         op.check_signature(Direction::Forward, &[k.dtype(), v.dtype(), qkv.dtype()])?;
-        let freqs = cpu::rope::Freqs {
-            theta,
-            scaling,
-            factor,
-            low,
-            high,
-            original_context,
-        };
         let dims =
             cpu::rope_kv_write::QkvDims::new(&freqs, pos, k.shape(), v.shape(), qkv.shape())?;
         let src = host_view(op.name(), qkv)?;

@@ -20,6 +20,7 @@ use crate::op::{
 use crate::rng::Rng;
 use crate::tensor::Tensor;
 
+mod cache;
 mod generate;
 pub mod hostile;
 mod weights;
@@ -463,64 +464,8 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 vec![g.f(&[2, 3, 5], Normal)?, g.f(&[2, 3, 1], Normal)?],
             ),
         ],
-        K::KvWrite => vec![
-            // A decode step at the last position, batch > 1; a prefill filling the whole
-            // cache; rows in the middle of a cache with a row above a workgroup; rank 3.
-            case(
-                Op::KvWrite { pos: 16 },
-                vec![g.f(&[2, 3, 17, 5], Normal)?, g.f(&[2, 3, 1, 5], Normal)?],
-            ),
-            case(
-                Op::KvWrite { pos: 0 },
-                vec![g.f(&[1, 1, 7, 3], Normal)?, g.f(&[1, 1, 7, 3], Normal)?],
-            ),
-            case(
-                Op::KvWrite { pos: 2 },
-                vec![g.f(&[3, 2, 9, 130], Normal)?, g.f(&[3, 2, 4, 130], Normal)?],
-            ),
-            case(
-                Op::KvWrite { pos: 5 },
-                vec![g.f(&[6, 11, 8], Normal)?, g.f(&[6, 2, 8], Normal)?],
-            ),
-        ],
-        K::RopeKvWrite => vec![
-            // A GQA decode step at the cache's last position with batch > 1; a prefill
-            // filling the whole cache, interleaved, one head of each; rows in the middle of a
-            // cache, head_dim above a workgroup, scaled frequencies.
-            case(
-                Op::rope_kv_write(ROPE_THETA, 16, false),
-                vec![
-                    g.f(&[2, 2, 17, 8], Normal)?,
-                    g.f(&[2, 2, 17, 8], Normal)?,
-                    g.f(&[2, 8, 1, 8], Normal)?,
-                ],
-            ),
-            case(
-                Op::rope_kv_write(500000.0, 0, true),
-                vec![
-                    g.f(&[1, 1, 7, 6], Normal)?,
-                    g.f(&[1, 1, 7, 6], Normal)?,
-                    g.f(&[1, 3, 7, 6], Normal)?,
-                ],
-            ),
-            case(
-                Op::RopeKvWrite {
-                    pos: 2,
-                    theta: ROPE_THETA,
-                    interleaved: false,
-                    scaling: RopeScaling::Linear,
-                    factor: 4.0,
-                    low: 1.0,
-                    high: 4.0,
-                    original_context: 0,
-                },
-                vec![
-                    g.f(&[1, 2, 9, 260], Normal)?,
-                    g.f(&[1, 2, 9, 260], Normal)?,
-                    g.f(&[1, 5, 4, 260], Normal)?,
-                ],
-            ),
-        ],
+        K::KvWrite => cache::kv_write(&mut g)?,
+        K::RopeKvWrite => cache::rope_kv_write(&mut g)?,
         K::Attention => vec![
             // A preallocated KV cache read to kv_len: a GQA decode step across key chunks
             // with batch > 1, a causal prefill of a prefix, a non-causal prefix, and a group

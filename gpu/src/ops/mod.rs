@@ -204,28 +204,10 @@ fn rope_kv_write(
     args: &[&Tensor],
     in_place: bool,
 ) -> Result<Vec<Tensor>> {
-    let Op::RopeKvWrite {
-        pos,
-        theta,
-        interleaved,
-        scaling,
-        factor,
-        low,
-        high,
-        original_context,
-    } = *op
-    else {
+    let (Op::RopeKvWrite { .. }, Some((freqs, pos, interleaved))) = (op, op.rotation()) else {
         return Err(Error::UnknownOp {
             name: op.name().into(),
         });
-    };
-    let freqs = kernels_core::cpu::rope::Freqs {
-        theta,
-        scaling,
-        factor,
-        low,
-        high,
-        original_context,
     };
     let name = op.name();
     let how = (&freqs, pos, interleaved);
@@ -395,26 +377,9 @@ pub(crate) fn run(
             };
             optim(be, name, "sgd_step", &p, args, 2)
         }
-        (
-            Op::Rope {
-                theta,
-                offset,
-                interleaved,
-                scaling,
-                factor,
-                low,
-                high,
-                original_context,
-            },
-            dir,
-        ) => {
-            let freqs = kernels_core::cpu::rope::Freqs {
-                theta,
-                scaling,
-                factor,
-                low,
-                high,
-                original_context,
+        (Op::Rope { .. }, dir) => {
+            let Some((freqs, offset, interleaved)) = op.rotation() else {
+                return Err(Error::UnknownOp { name: name.into() });
             };
             Ok(vec![match dir {
                 F => rope::forward(be, name, &freqs, offset, interleaved, false, arg(args, 0))?,

@@ -93,30 +93,17 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
         (Op::LayerNorm { eps }, B) => norm::layer_norm_backward(eps, args),
         (Op::RmsNorm { eps }, F) => norm::rms_norm_forward(eps, args),
         (Op::RmsNorm { eps }, B) => norm::rms_norm_backward(eps, args),
-        (
-            Op::Rope {
-                theta,
-                offset,
-                interleaved,
-                scaling,
-                factor,
-                low,
-                high,
-                original_context,
-            },
-            dir,
-        ) => {
-            let freqs = rope::Freqs {
-                theta,
-                scaling,
-                factor,
-                low,
-                high,
-                original_context,
+        (Op::Rope { .. } | Op::RopeKvWrite { .. }, dir) => {
+            let Some((freqs, first, interleaved)) = op.rotation() else {
+                return Err(Error::UnknownOp {
+                    name: op.name().into(),
+                });
             };
-            match dir {
-                F => rope::forward(&freqs, offset, interleaved, args),
-                B => rope::backward(&freqs, offset, interleaved, args),
+            match (op, dir) {
+                (Op::Rope { .. }, F) => rope::forward(&freqs, first, interleaved, args),
+                (Op::Rope { .. }, B) => rope::backward(&freqs, first, interleaved, args),
+                (_, F) => rope_kv_write::forward(&freqs, first, interleaved, args),
+                (_, B) => rope_kv_write::backward(&freqs, first, interleaved, args),
             }
         }
         (Op::Embedding, F) => embedding::forward(args),
@@ -137,32 +124,6 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
         (Op::Transpose, B) => layout::transpose_backward(args),
         (Op::Concat, F) => layout::concat_forward(args),
         (Op::Concat, B) => layout::concat_backward(args),
-        (
-            Op::RopeKvWrite {
-                pos,
-                theta,
-                interleaved,
-                scaling,
-                factor,
-                low,
-                high,
-                original_context,
-            },
-            dir,
-        ) => {
-            let freqs = rope::Freqs {
-                theta,
-                scaling,
-                factor,
-                low,
-                high,
-                original_context,
-            };
-            match dir {
-                F => rope_kv_write::forward(&freqs, pos, interleaved, args),
-                B => rope_kv_write::backward(&freqs, pos, interleaved, args),
-            }
-        }
         (Op::KvWrite { pos }, F) => layout::kv_write_forward(pos, args),
         (Op::KvWrite { pos }, B) => layout::kv_write_backward(pos, args),
         (

@@ -146,6 +146,62 @@ impl Op {
         })
     }
 
+    /// How `rope` or `rope_kv_write` rotates: the frequencies, the first position (`offset`,
+    /// `pos`) and whether pairs are interleaved; `None` for every other op.
+    pub fn rotation(&self) -> Option<(crate::cpu::rope::Freqs, usize, bool)> {
+        let (theta, first, interleaved, scaling, factor, low, high, original_context) = match *self
+        {
+            Op::Rope {
+                theta,
+                offset,
+                interleaved,
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
+            } => (
+                theta,
+                offset,
+                interleaved,
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
+            ),
+            Op::RopeKvWrite {
+                pos,
+                theta,
+                interleaved,
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
+            } => (
+                theta,
+                pos,
+                interleaved,
+                scaling,
+                factor,
+                low,
+                high,
+                original_context,
+            ),
+            _ => return None,
+        };
+        let freqs = crate::cpu::rope::Freqs {
+            theta,
+            scaling,
+            factor,
+            low,
+            high,
+            original_context,
+        };
+        Some((freqs, first, interleaved))
+    }
+
     /// The `rope_kv_write` that rotates as `rope` does (its `offset` becomes the cache
     /// position); `None` when `rope` is another op.
     pub fn rope_kv_write_from(rope: &Op) -> Option<Op> {
