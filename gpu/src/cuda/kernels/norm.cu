@@ -57,7 +57,10 @@ KERNEL(norm_backward_rows, NormParams) {
     for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) {
         float gh = in2[base + j] * in1[j];
         float xhat = (in0[base + j] - mean) * rstd;
-        out0[base + j] = p.c[0] == 1 ? rstd * (gh - xhat * m2) : rstd * (gh - m1 - xhat * m2);
+        // gh - m1 is exactly 0 over a row of one (NaN where gh is not finite); computed, a
+        // contracted fma(g, w, -m1) leaves g * w's rounding error, which rstd magnifies.
+        float centered = n == 1 ? 0.0f * gh : gh - m1;
+        out0[base + j] = p.c[0] == 1 ? rstd * (gh - xhat * m2) : rstd * (centered - xhat * m2);
     }
     if (threadIdx.x == 0) {
         out1[2 * row] = mean;

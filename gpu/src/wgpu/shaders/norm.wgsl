@@ -86,7 +86,11 @@ fn norm_backward_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgr
         if (RMS) {
             out0[base + j] = rstd * (gh - xhat * m2);
         } else {
-            out0[base + j] = rstd * (gh - m1 - xhat * m2);
+            // gh - m1 is exactly 0 over a row of one (NaN where gh is not finite); computed, a
+            // driver that contracts it into fma(g, w, -m1) leaves g * w's rounding error, which
+            // rstd (up to 1 / sqrt(eps)) then magnifies.
+            let centered = select(gh - m1, 0.0 * gh, n == 1u);
+            out0[base + j] = rstd * (centered - xhat * m2);
         }
     }
     if (lid == 0u) {
