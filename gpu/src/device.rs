@@ -161,6 +161,13 @@ pub trait Device: MatmulHook + AttentionHook + SvdHook {
     fn per_output_matvec(&self) -> bool {
         false
     }
+    /// Whether decode's f32 products `x @ W^T` (W 2-D, read transposed; at most
+    /// `MATVEC_MAX_ROWS` rows of x) run as `matvec` too, each W row read by a whole workgroup:
+    /// wgpu's `matmul_rows` reads such a W one column per thread, across rows (uncoalesced).
+    /// CUDA keeps cuBLAS.
+    fn f32_matvec(&self) -> bool {
+        false
+    }
 }
 
 /// `batch` products `out = fused(op(a) @ op(b))`, `op(a) [m, k]`, `op(b) [k, n]`, operands at

@@ -117,7 +117,7 @@ kernel_params! {
     /// goes to `batch * c_batch + c_offset + r * ldc + c`, and reads bias `bias_offset + c`
     /// (`c_batch = m * n`, `ldc = n`, offsets 0, unless the product is a block of a larger one,
     /// as when a weight is split over bindings).
-    MatmulParams("matmul") for ["matmul", "matmul_vec4", "matmul_rows"] {
+    MatmulParams("matmul") for ["matmul", "matmul_vec4", "matmul_rows", "matmul_wide"] {
         u32: [m, n, k, stride_a, stride_b, first_batch, offset_a, offset_b, ldc, c_offset, c_batch, bias_offset],
         f32: [],
     }

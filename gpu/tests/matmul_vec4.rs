@@ -128,3 +128,22 @@ fn few_rows_use_the_row_kernel_and_match() {
     let built = gpu.pipelines_built();
     assert!(built.iter().any(|p| p == "matmul/matmul_rows"), "{built:?}");
 }
+
+/// Aligned products of at least 64 tiles of 128x128 take `matmul_wide` (8x8 outputs per
+/// thread): edges past the tiles, every transpose, a batch with a shared right operand.
+#[test]
+fn large_aligned_products_use_the_wide_kernel_and_match() {
+    let Some(gpu) = testing::wgpu("large_aligned_products_use_the_wide_kernel_and_match") else {
+        return;
+    };
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let (a, b) = dims(1028, 20, 1036, ta, tb);
+        check(&gpu, &a, &b, ta, tb);
+    }
+    let (a, b) = dims(1024, 8, 1032, false, true);
+    let mut a3 = vec![2];
+    a3.extend(a);
+    check(&gpu, &a3, &b, false, true);
+    let built = gpu.pipelines_built();
+    assert!(built.iter().any(|p| p == "matmul/matmul_wide"), "{built:?}");
+}

@@ -153,6 +153,10 @@ fn product(
         );
         return product(be, name, (&a, trans_a), (&b, trans_b), acc);
     }
+    // Decode's f32 products, on devices that read W a row per workgroup (`Device::f32_matvec`).
+    if let Some(out) = quant::matvec(be, name, &op, &args, acc)? {
+        return Ok(out);
+    }
     if let Some(out) = split_product(be, name, &op, &args, acc)? {
         return Ok(out);
     }
@@ -267,6 +271,11 @@ pub(crate) fn run(
         let decoded = quant::decoded(be, name, args)?;
         let refs: Vec<&Tensor> = decoded.iter().collect();
         return run(be, op, dir, &refs);
+    }
+    if dir == F
+        && let Some(out) = quant::matvec(be, name, op, args, None)?
+    {
+        return Ok(vec![out]);
     }
     if dir == F
         && let Some(out) = split_product(be, name, op, args, None)?

@@ -64,7 +64,8 @@ pub const MATVEC_MAX_ROWS: usize = 8;
 /// with `trans_b`, `W` the packed `b`; `linear` without an activation), and the llama's decode
 /// forms of the same product, `W @ h^T` with one row of `h` per batch entry (`W` the packed `a`)
 /// and `a^T @ W^T` with `a [.., k, 1]`, whose outputs have the memory of the rows' product:
-/// for at most [`MATVEC_MAX_ROWS`] rows. `None` for every other case (and for shapes that do
+/// for at most [`MATVEC_MAX_ROWS`] rows. An f32 `W` takes the same kernels where the device
+/// asks for it ([`Device::f32_matvec`]). `None` for every other case (and for shapes that do
 /// not agree: the f32 path reports those). With `acc`, the product is added into it.
 pub(crate) fn matvec(
     be: &dyn Device,
@@ -95,7 +96,10 @@ pub(crate) fn matvec(
                 trans_b: true,
             },
             [a, w],
-        ) if w.dtype().is_weight() && a.rank() >= 2 && a.shape()[a.rank() - 1] == 1 => {
+        ) if (w.dtype().is_weight() || w.dtype() == DType::F32)
+            && a.rank() >= 2
+            && a.shape()[a.rank() - 1] == 1 =>
+        {
             let mut shape = a.shape()[..a.rank() - 2].to_vec();
             shape.extend([1, w.shape().first().copied().unwrap_or(0)]);
             (*a, *w, None, shape)
@@ -115,7 +119,12 @@ pub(crate) fn matvec(
         ) => (*x, *w, Some(*b), last_dim_to(x, w)),
         _ => return Ok(None),
     };
-    if x.dtype() != DType::F32 || !w.dtype().is_weight() || w.rank() != 2 || x.rank() < 2 {
+    let f32_weight = w.dtype() == DType::F32 && be.f32_matvec();
+    if x.dtype() != DType::F32
+        || !(w.dtype().is_weight() || f32_weight)
+        || w.rank() != 2
+        || x.rank() < 2
+    {
         return Ok(None);
     }
     let (n, k) = (w.shape()[0], w.shape()[1]);

@@ -252,6 +252,9 @@ impl Device for WgpuBackend {
     fn per_output_matvec(&self) -> bool {
         self.per_output_matvec
     }
+    fn f32_matvec(&self) -> bool {
+        true
+    }
     fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
         WgpuBackend::alloc(self, op, shape, dtype)
     }

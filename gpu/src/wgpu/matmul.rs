@@ -1,4 +1,4 @@
-//! The matmul hook on wgpu (`shaders/matmul.wgsl`): tiled kernels, the vec4 variant, and the
+//! The matmul hook on wgpu (`shaders/matmul.wgsl`): tiled kernels, the vec4 and 128x128 variants, and the
 //! small-m kernel for decode steps.
 
 use kernels_core::op::Activation;
@@ -64,20 +64,12 @@ fn matmul(be: &WgpuBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
         bias_offset: 0,
     });
     let max = be.max_groups();
-    // Few rows (a decode step): one thread per column; else 64x64 tiles.
+    // Few rows (a decode step): one thread per column; large aligned products: 128x128 tiles;
+    // else 64x64 tiles.
     let (entry, gx, gy_tiles) = if m <= MATMUL_ROWS_MAX {
         let (x, y, _) = be.grid_1d(n.div_ceil(64) as u64)?;
         ("matmul_rows", x, y)
     } else {
-        let gx = u32_of(name, "tiles", n.div_ceil(64))?;
-        let gy_tiles = u32_of(name, "tiles", m.div_ceil(64))?;
-        if gx > max || gy_tiles > max {
-            return Err(Error::LimitExceeded {
-                what: format!("{name}: 64x64 tiles per grid dimension"),
-                value: u64::from(gx.max(gy_tiles)),
-                limit: u64::from(max),
-            });
-        }
         let entry = matmul_entry(
             (m, n, k),
             trans_a,
@@ -85,6 +77,21 @@ fn matmul(be: &WgpuBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
             (step_a, step_b),
             (off_a, off_b),
         );
+        let wide = entry == "matmul_vec4" && m.div_ceil(128) * n.div_ceil(128) >= WIDE_TILES_MIN;
+        let (entry, tile) = if wide {
+            ("matmul_wide", 128)
+        } else {
+            (entry, 64)
+        };
+        let gx = u32_of(name, "tiles", n.div_ceil(tile))?;
+        let gy_tiles = u32_of(name, "tiles", m.div_ceil(tile))?;
+        if gx > max || gy_tiles > max {
+            return Err(Error::LimitExceeded {
+                what: format!("{name}: {tile}x{tile} tiles per grid dimension"),
+                value: u64::from(gx.max(gy_tiles)),
+                limit: u64::from(max),
+            });
+        }
         (entry, gx, gy_tiles)
     };
     let consts = [
@@ -132,3 +139,6 @@ fn matmul(be: &WgpuBackend, name: &'static str, mm: &Matmul<'_>) -> Result<()> {
 
 /// Products with at most this many rows take `matmul_rows` (`SMALL_M` in the shader).
 const MATMUL_ROWS_MAX: usize = 8;
+/// Aligned products with at least this many 128x128 output tiles take `matmul_wide` (1024 x
+/// 1024 and up): below it, 64x64 tiles keep more workgroups in flight.
+const WIDE_TILES_MIN: usize = 64;

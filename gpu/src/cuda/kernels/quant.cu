@@ -88,6 +88,8 @@ __device__ inline float decode(const unsigned char* q, unsigned int dtype, unsig
             float sc = f16_at(q, b + 208) * i8_of(byte_at(q, b + 192 + e / 16));
             return sc * (float)((int)(ql | (qh << 4)) - 32);
         }
+        case F32_SOURCE:  // an f32 weight
+            return ((const float*)q)[i];
         default:
             return KERNEL_NAN;  // a code it does not know
     }

@@ -2,7 +2,8 @@
 // index math, never materialized. A 64x64 output tile per workgroup of 16x16 threads, staged
 // through workgroup memory in K-slices of 16; each thread keeps a 4x4 block in registers.
 // `matmul_vec4` stages the tiles with one vec4 load per thread and operand when both operands'
-// contiguous dims (and offsets) are multiples of 4; the host picks it, else `matmul`.
+// contiguous dims (and offsets) are multiples of 4; the host picks it, else `matmul`. Large
+// aligned products take `matmul_wide` (128x128 tiles, 8x8 outputs per thread; at the end).
 // Batch is the z grid dimension (plus p.first_batch when the host splits a batch above the z limit); a
 // shared 2-D operand has batch stride 0.
 //
@@ -116,8 +117,7 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
 
-    var acc: array<f32, 16>;
-    for (var i: u32 = 0u; i < 16u; i = i + 1u) { acc[i] = 0.0; }
+    var acc = Acc4(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
 
     for (var k0: u32 = 0u; k0 < k_len; k0 = k0 + BK) {
         // Each thread stages 4 elements of each tile; consecutive threads read consecutive
@@ -140,37 +140,36 @@ fn matmul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) l
     store_tile(&acc, lid, base_c, row0, col0);
 }
 
+// A thread's 4x4 output block, one vec4 of columns per row: named registers, never an array
+// indexed at run time (NVIDIA's Vulkan compiler kept such an array in memory, and the 64x64
+// kernels ran at 0.1% of an H100's FP32 peak).
+struct Acc4 {
+    r0: vec4<f32>,
+    r1: vec4<f32>,
+    r2: vec4<f32>,
+    r3: vec4<f32>,
+}
+
 // acc += this thread's 4x4 block of a_tile^T b_tile.
-fn tile_fma(acc: ptr<function, array<f32, 16>>, lid: vec3<u32>) {
+fn tile_fma(acc: ptr<function, Acc4>, lid: vec3<u32>) {
     for (var kk: u32 = 0u; kk < BK; kk = kk + 1u) {
-        var ar: array<f32, 4>;
-        var br: array<f32, 4>;
-        for (var i: u32 = 0u; i < TM; i = i + 1u) { ar[i] = a_tile[kk * BM + lid.y * TM + i]; }
-        for (var j: u32 = 0u; j < TN; j = j + 1u) { br[j] = b_tile[kk * BN + lid.x * TN + j]; }
-        for (var i: u32 = 0u; i < TM; i = i + 1u) {
-            for (var j: u32 = 0u; j < TN; j = j + 1u) {
-                (*acc)[i * TN + j] = (*acc)[i * TN + j] + ar[i] * br[j];
-            }
-        }
+        let ao = kk * BM + lid.y * TM;
+        let bo = kk * BN + lid.x * TN;
+        let bv = vec4<f32>(b_tile[bo], b_tile[bo + 1u], b_tile[bo + 2u], b_tile[bo + 3u]);
+        (*acc).r0 = fma(vec4<f32>(a_tile[ao]), bv, (*acc).r0);
+        (*acc).r1 = fma(vec4<f32>(a_tile[ao + 1u]), bv, (*acc).r1);
+        (*acc).r2 = fma(vec4<f32>(a_tile[ao + 2u]), bv, (*acc).r2);
+        (*acc).r3 = fma(vec4<f32>(a_tile[ao + 3u]), bv, (*acc).r3);
     }
 }
 
-fn store_tile(acc: ptr<function, array<f32, 16>>, lid: vec3<u32>, base_c: u32, row0: u32, col0: u32) {
-    let p = matmul_params();
-    let m_len = p.m;
-    let n_len = p.n;
-    for (var i: u32 = 0u; i < TM; i = i + 1u) {
-        let r = row0 + lid.y * TM + i;
-        if (r >= m_len) { continue; }
-        for (var j: u32 = 0u; j < TN; j = j + 1u) {
-            let col = col0 + lid.x * TN + j;
-            if (col < n_len) {
-                var v = (*acc)[i * TN + j];
-                if (BIAS) { v = v + bias[p.bias_offset + col]; }
-                store_c(base_c + r * p.ldc + col, act(v));
-            }
-        }
-    }
+fn store_tile(acc: ptr<function, Acc4>, lid: vec3<u32>, base_c: u32, row0: u32, col0: u32) {
+    let r = row0 + lid.y * TM;
+    let col = col0 + lid.x * TN;
+    store_c4(base_c, r, col, (*acc).r0);
+    store_c4(base_c, r + 1u, col, (*acc).r1);
+    store_c4(base_c, r + 2u, col, (*acc).r2);
+    store_c4(base_c, r + 3u, col, (*acc).r3);
 }
 
 // Four consecutive elements of a (`i` a multiple of 4), or zeros past the operand.
@@ -205,8 +204,7 @@ fn matmul_vec4(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_
     let row0 = wid.y * BM;
     let col0 = wid.x * BN;
 
-    var acc: array<f32, 16>;
-    for (var i: u32 = 0u; i < 16u; i = i + 1u) { acc[i] = 0.0; }
+    var acc = Acc4(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
 
     for (var k0: u32 = 0u; k0 < k_len; k0 = k0 + BK) {
         if (TA) {
@@ -284,4 +282,157 @@ fn matmul_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
         if (BIAS) { v = v + bias[p.bias_offset + col]; }
         store_c(base_c + i * p.ldc + col, act(v));
     }
+}
+
+// Large aligned products (the host's rule: both operands as for `matmul_vec4`, M and N at least
+// WIDE_MIN): a 128x128 output tile per workgroup of 16x16 threads, each thread an 8x8 block
+// held in sixteen vec4 registers (rows 4ty..4ty+3 and 64+4ty.., columns 4tx.. and 64+4tx..),
+// K staged in slices of 16 through vec4 workgroup tiles laid out [k][m/4] and [k][n/4]. Per k
+// a thread reads 4 vec4s for 64 fused multiply-adds, and no register array is indexed at run
+// time (drivers otherwise spill such arrays to memory). Same operands, transposes, batching,
+// offsets and fused work as `matmul`.
+const WBM: u32 = 128u;
+const WBK: u32 = 16u;
+
+var<workgroup> wa: array<vec4<f32>, 512>; // [WBK][WBM / 4]
+var<workgroup> wb: array<vec4<f32>, 512>; // [WBK][WBN / 4]
+
+fn wide_row(acc: ptr<function, vec4<f32>>, acc2: ptr<function, vec4<f32>>, a: f32,
+            b0: vec4<f32>, b1: vec4<f32>) {
+    *acc = fma(vec4<f32>(a), b0, *acc);
+    *acc2 = fma(vec4<f32>(a), b1, *acc2);
+}
+
+fn store_c4(base_c: u32, r: u32, col0: u32, v: vec4<f32>) {
+    let p = matmul_params();
+    if (r >= p.m) { return; }
+    for (var j: u32 = 0u; j < 4u; j = j + 1u) {
+        let col = col0 + j;
+        if (col < p.n) {
+            var x = v[j];
+            if (BIAS) { x = x + bias[p.bias_offset + col]; }
+            store_c(base_c + r * p.ldc + col, act(x));
+        }
+    }
+}
+
+// Vec4 `idx` (0..512) of the K slice at k0 of a's 128-row tile: a [K, M] (TA) as 16 k-rows of
+// 32 vec4s along m; a [M, K] as 128 rows of 4 vec4s along k.
+fn wide_fetch_a(base_a: u32, k0: u32, row0: u32, idx: u32) -> vec4<f32> {
+    let p = matmul_params();
+    if (TA) {
+        let k = k0 + idx / 32u;
+        let m = row0 + (idx % 32u) * 4u;
+        return a_vec(base_a + k * p.m + m, k < p.k && m < p.m);
+    }
+    let k = k0 + (idx % 4u) * 4u;
+    let m = row0 + idx / 4u;
+    return a_vec(base_a + m * p.k + k, k < p.k && m < p.m);
+}
+
+// Stores what `wide_fetch_a` read into the [k][m / 4] tile (a [M, K]'s scattered over k).
+fn wide_put_a(idx: u32, v: vec4<f32>) {
+    if (TA) {
+        wa[idx] = v;
+        return;
+    }
+    let mi = idx / 4u;
+    let kq = (idx % 4u) * 4u;
+    for (var e: u32 = 0u; e < 4u; e = e + 1u) { wa[(kq + e) * 32u + mi / 4u][mi % 4u] = v[e]; }
+}
+
+// As `wide_fetch_a` for b's 128-column tile: b [N, K] (TB) as 128 rows of 4 vec4s along k;
+// b [K, N] as 16 k-rows of 32 vec4s along n.
+fn wide_fetch_b(base_b: u32, k0: u32, col0: u32, idx: u32) -> vec4<f32> {
+    let p = matmul_params();
+    if (TB) {
+        let k = k0 + (idx % 4u) * 4u;
+        let n = col0 + idx / 4u;
+        return b_vec(base_b + n * p.k + k, k < p.k && n < p.n);
+    }
+    let k = k0 + idx / 32u;
+    let n = col0 + (idx % 32u) * 4u;
+    return b_vec(base_b + k * p.n + n, k < p.k && n < p.n);
+}
+
+fn wide_put_b(idx: u32, v: vec4<f32>) {
+    if (!TB) {
+        wb[idx] = v;
+        return;
+    }
+    let ni = idx / 4u;
+    let kq = (idx % 4u) * 4u;
+    for (var e: u32 = 0u; e < 4u; e = e + 1u) { wb[(kq + e) * 32u + ni / 4u][ni % 4u] = v[e]; }
+}
+
+@compute @workgroup_size(16, 16, 1)
+fn matmul_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
+               @builtin(local_invocation_index) lidx: u32) {
+    let p = matmul_params();
+    let m_len = p.m;
+    let n_len = p.n;
+    let k_len = p.k;
+    let batch = wid.z + p.first_batch;
+    let base_a = batch * p.stride_a + p.offset_a;
+    let base_b = batch * p.stride_b + p.offset_b;
+    let base_c = batch * p.c_batch + p.c_offset;
+    let row0 = wid.y * WBM;
+    let col0 = wid.x * WBM;
+    let tx = lid.x;
+    let ty = lid.y;
+    var c00 = vec4<f32>(0.0); var c01 = vec4<f32>(0.0);
+    var c10 = vec4<f32>(0.0); var c11 = vec4<f32>(0.0);
+    var c20 = vec4<f32>(0.0); var c21 = vec4<f32>(0.0);
+    var c30 = vec4<f32>(0.0); var c31 = vec4<f32>(0.0);
+    var c40 = vec4<f32>(0.0); var c41 = vec4<f32>(0.0);
+    var c50 = vec4<f32>(0.0); var c51 = vec4<f32>(0.0);
+    var c60 = vec4<f32>(0.0); var c61 = vec4<f32>(0.0);
+    var c70 = vec4<f32>(0.0); var c71 = vec4<f32>(0.0);
+    // Each thread stages 2 of the 512 vec4s of each tile per K slice. The next slice's vec4s
+    // are read from memory into registers while this slice's products run.
+    var pa0 = wide_fetch_a(base_a, 0u, row0, lidx);
+    var pa1 = wide_fetch_a(base_a, 0u, row0, lidx + 256u);
+    var pb0 = wide_fetch_b(base_b, 0u, col0, lidx);
+    var pb1 = wide_fetch_b(base_b, 0u, col0, lidx + 256u);
+    for (var k0: u32 = 0u; k0 < k_len; k0 = k0 + WBK) {
+        wide_put_a(lidx, pa0);
+        wide_put_a(lidx + 256u, pa1);
+        wide_put_b(lidx, pb0);
+        wide_put_b(lidx + 256u, pb1);
+        workgroupBarrier();
+        let kn = k0 + WBK;
+        if (kn < k_len) {
+            pa0 = wide_fetch_a(base_a, kn, row0, lidx);
+            pa1 = wide_fetch_a(base_a, kn, row0, lidx + 256u);
+            pb0 = wide_fetch_b(base_b, kn, col0, lidx);
+            pb1 = wide_fetch_b(base_b, kn, col0, lidx + 256u);
+        }
+        for (var kk: u32 = 0u; kk < WBK; kk = kk + 1u) {
+            let a0 = wa[kk * 32u + ty];
+            let a1 = wa[kk * 32u + 16u + ty];
+            let b0 = wb[kk * 32u + tx];
+            let b1 = wb[kk * 32u + 16u + tx];
+            wide_row(&c00, &c01, a0.x, b0, b1);
+            wide_row(&c10, &c11, a0.y, b0, b1);
+            wide_row(&c20, &c21, a0.z, b0, b1);
+            wide_row(&c30, &c31, a0.w, b0, b1);
+            wide_row(&c40, &c41, a1.x, b0, b1);
+            wide_row(&c50, &c51, a1.y, b0, b1);
+            wide_row(&c60, &c61, a1.z, b0, b1);
+            wide_row(&c70, &c71, a1.w, b0, b1);
+        }
+        workgroupBarrier();
+    }
+    let r0 = row0 + ty * 4u;
+    let r1 = row0 + 64u + ty * 4u;
+    let n0 = col0 + tx * 4u;
+    let n1 = col0 + 64u + tx * 4u;
+    store_c4(base_c, r0, n0, c00); store_c4(base_c, r0, n1, c01);
+    store_c4(base_c, r0 + 1u, n0, c10); store_c4(base_c, r0 + 1u, n1, c11);
+    store_c4(base_c, r0 + 2u, n0, c20); store_c4(base_c, r0 + 2u, n1, c21);
+    store_c4(base_c, r0 + 3u, n0, c30); store_c4(base_c, r0 + 3u, n1, c31);
+    store_c4(base_c, r1, n0, c40); store_c4(base_c, r1, n1, c41);
+    store_c4(base_c, r1 + 1u, n0, c50); store_c4(base_c, r1 + 1u, n1, c51);
+    store_c4(base_c, r1 + 2u, n0, c60); store_c4(base_c, r1 + 2u, n1, c61);
+    store_c4(base_c, r1 + 3u, n0, c70); store_c4(base_c, r1 + 3u, n1, c71);
 }

@@ -127,6 +127,10 @@ fn decode(dtype: u32, i: u32) -> f32 {
             let sc = f16_at(p.b + 208u) * i8_of(byte_at(p.scale));
             return sc * f32(i32(ql | (qh << 4u)) - 32);
         }
+        // An f32 weight (decode's f32 products on devices that take `matvec` for them).
+        case F32_SOURCE: {
+            return bitcast<f32>(packed[i]);
+        }
         default: {
             return kernel_nan();
         }
