@@ -79,6 +79,10 @@ PY
     rm -f "$dir/cargo.json"
     if have strip; then strip "$dir"/bin/* 2>/dev/null || true; fi
     echo "$ROOT" >"$dir/root"
+    # The commit the binaries were built from (a copied checkout's .git can be stale).
+    local dirty=""
+    [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ] && dirty=" plus uncommitted changes"
+    echo "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$dirty" >"$dir/commit"
     local s
     if s=$(make_llama_script); then cp "$s" "$dir/make_llama.py"; fi
     du -sh "$dir" >&2
@@ -117,7 +121,7 @@ say() { echo "$*" | tee -a "$REPORT"; }
 say "# kernels: real-GPU report"
 say ""
 say "- date: $(date -u +%Y-%m-%dT%H:%MZ)"
-say "- commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+say "- commit the binaries were built from: $(cat "$BUNDLE/commit" 2>/dev/null || echo unknown)"
 if have nvidia-smi; then
     say "- nvidia-smi: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
 fi
