@@ -74,6 +74,10 @@ pub(crate) fn matvec(
     args: &[&Tensor],
     acc: Option<&Tensor>,
 ) -> Result<Option<Tensor>> {
+    // f32 operands only on devices that ask for it: nothing to build for the others.
+    if !args.iter().any(|t| t.dtype().is_weight()) && !be.f32_matvec() {
+        return Ok(None);
+    }
     // The product as rows `x [rows, k] @ W^T`, with the op's output shape (the same memory).
     let (x, w, bias, out_shape) = match (*op, args) {
         // `W @ h^T` with one row of `h` per batch entry (decode's projections): `[.., n, 1]`

@@ -70,21 +70,38 @@ __device__ inline void pair_at(unsigned int i, unsigned int half, int interleave
     }
 }
 
+// Where pair `idx` of qkv [b, q_heads + 2 kv_heads, seq, d] lies (the WGSL `qkv_pair`'s twin):
+// its row (of d), its pair i within the row and that pair's two offsets, its position t, head
+// and batch entry. Shared by `rope_kv_write` and its backward.
+struct QkvPair {
+    unsigned long long d, row, t, head, batch, ia, ib;
+    unsigned int i;
+};
+
+__device__ inline QkvPair qkv_pair(const RopeKvWriteParams& p, unsigned long long idx) {
+    QkvPair q;
+    unsigned long long half = p.half, seq = p.seq;
+    unsigned long long heads = (unsigned long long)p.q_heads + 2ull * p.kv_heads;
+    q.d = 2 * half;
+    q.row = idx / half;
+    q.i = (unsigned int)(idx % half);
+    q.t = q.row % seq;
+    q.head = (q.row / seq) % heads;
+    q.batch = q.row / (seq * heads);
+    pair_at(q.i, p.half, p.c[0], &q.ia, &q.ib);
+    return q;
+}
+
 // The fused q/k/v step (the WGSL kernel's twin). in0 = qkv [b, q_heads + 2 kv_heads, seq, d],
 // in3 = turns; out0 = the k cache and out1 = the v cache [b, kv_heads, cap, d] (rows offset..
 // written), out2 = q [b, q_heads, seq, d]. One thread per pair of qkv; p.c[0] = interleaved.
 KERNEL(rope_kv_write, RopeKvWriteParams) {
     unsigned long long idx = global_index();
     if (idx >= p.pairs) return;
-    unsigned long long half = p.half, d = 2 * half, seq = p.seq;
-    unsigned long long row = idx / half;
-    unsigned int i = (unsigned int)(idx % half);
-    unsigned long long t = row % seq;
-    unsigned long long heads = (unsigned long long)p.q_heads + 2ull * p.kv_heads;
-    unsigned long long head = (row / seq) % heads;
-    unsigned long long batch = row / (seq * heads);
-    unsigned long long ia, ib;
-    pair_at(i, p.half, p.c[0], &ia, &ib);
+    QkvPair q = qkv_pair(p, idx);
+    unsigned long long d = q.d, seq = p.seq, row = q.row, t = q.t, head = q.head, batch = q.batch;
+    unsigned long long ia = q.ia, ib = q.ib;
+    unsigned int i = q.i;
     float a = in0[row * d + ia], b = in0[row * d + ib];
     if (head >= (unsigned long long)p.q_heads + p.kv_heads) {
         unsigned long long h = head - p.q_heads - p.kv_heads;
@@ -113,15 +130,10 @@ KERNEL(rope_kv_write, RopeKvWriteParams) {
 KERNEL(rope_kv_write_backward, RopeKvWriteParams) {
     unsigned long long idx = global_index();
     if (idx >= p.pairs) return;
-    unsigned long long half = p.half, d = 2 * half, seq = p.seq;
-    unsigned long long row = idx / half;
-    unsigned int i = (unsigned int)(idx % half);
-    unsigned long long t = row % seq;
-    unsigned long long heads = (unsigned long long)p.q_heads + 2ull * p.kv_heads;
-    unsigned long long head = (row / seq) % heads;
-    unsigned long long batch = row / (seq * heads);
-    unsigned long long ia, ib;
-    pair_at(i, p.half, p.c[0], &ia, &ib);
+    QkvPair q = qkv_pair(p, idx);
+    unsigned long long d = q.d, seq = p.seq, row = q.row, t = q.t, head = q.head, batch = q.batch;
+    unsigned long long ia = q.ia, ib = q.ib;
+    unsigned int i = q.i;
     float a, b;
     if (head < p.q_heads) {
         unsigned long long src = ((batch * p.q_heads + head) * seq + t) * d;

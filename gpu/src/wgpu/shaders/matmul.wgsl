@@ -369,8 +369,6 @@ fn wide_put_b(idx: u32, v: vec4<f32>) {
 fn matmul_wide(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>,
                @builtin(local_invocation_index) lidx: u32) {
     let p = matmul_params();
-    let m_len = p.m;
-    let n_len = p.n;
     let k_len = p.k;
     let batch = wid.z + p.first_batch;
     let base_a = batch * p.stride_a + p.offset_a;

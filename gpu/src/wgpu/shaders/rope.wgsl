@@ -97,6 +97,27 @@ fn pair_at(i: u32, half: u32) -> vec2<u32> {
     return vec2<u32>(i, i + half);
 }
 
+// Where pair `idx` of qkv [b, q_heads + 2 kv_heads, seq, d] lies: its row (of d), its pair i
+// within the row and that pair's two offsets, its position t, head and batch entry. Shared by
+// `rope_kv_write` and its backward.
+struct QkvPair {
+    d: u32,
+    row: u32,
+    i: u32,
+    t: u32,
+    head: u32,
+    batch: u32,
+    at: vec2<u32>,
+}
+
+fn qkv_pair(p: RopeKvWriteParams, idx: u32) -> QkvPair {
+    let row = idx / p.half;
+    let i = idx % p.half;
+    let heads = p.q_heads + 2u * p.kv_heads;
+    return QkvPair(2u * p.half, row, i, row % p.seq, (row / p.seq) % heads,
+                   row / (p.seq * heads), pair_at(i, p.half));
+}
+
 // The fused q/k/v step. x = qkv [b, q_heads + 2 kv_heads, seq, d] (d = 2 half); out0 = the k
 // cache and out1 = the v cache [b, kv_heads, cap, d] (rows offset..offset + seq written), out2
 // = q [b, q_heads, seq, d]. q's and k's pairs are rotated as `rope` rotates them, v's copied.
@@ -107,15 +128,14 @@ fn rope_kv_write(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups)
     let p = rope_kv_write_params();
     let idx = (wid.y * nwg.x + wid.x) * WG + lid;
     if (idx >= p.pairs) { return; }
-    let half = p.half;
-    let d = 2u * half;
-    let row = idx / half;
-    let i = idx % half;
-    let t = row % p.seq;
-    let heads = p.q_heads + 2u * p.kv_heads;
-    let head = (row / p.seq) % heads;
-    let batch = row / (p.seq * heads);
-    let at = pair_at(i, half);
+    let q = qkv_pair(p, idx);
+    let d = q.d;
+    let row = q.row;
+    let i = q.i;
+    let t = q.t;
+    let head = q.head;
+    let batch = q.batch;
+    let at = q.at;
     let a = x[row * d + at.x];
     let b = x[row * d + at.y];
     if (head >= p.q_heads + p.kv_heads) {
@@ -151,15 +171,14 @@ fn rope_kv_write_backward(@builtin(workgroup_id) wid: vec3<u32>,
     let p = rope_kv_write_params();
     let idx = (wid.y * nwg.x + wid.x) * WG + lid;
     if (idx >= p.pairs) { return; }
-    let half = p.half;
-    let d = 2u * half;
-    let row = idx / half;
-    let i = idx % half;
-    let t = row % p.seq;
-    let heads = p.q_heads + 2u * p.kv_heads;
-    let head = (row / p.seq) % heads;
-    let batch = row / (p.seq * heads);
-    let at = pair_at(i, half);
+    let q = qkv_pair(p, idx);
+    let d = q.d;
+    let row = q.row;
+    let i = q.i;
+    let t = q.t;
+    let head = q.head;
+    let batch = q.batch;
+    let at = q.at;
     var a: f32;
     var b: f32;
     if (head < p.q_heads) {
