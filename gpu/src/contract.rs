@@ -123,6 +123,7 @@ pub fn codes() -> Result<Vec<(String, u32)>> {
             // No kernel switches on a code for these.
             Op::Matmul { .. }
             | Op::MatmulAdd { .. }
+            | Op::MatmulSwiglu
             | Op::Swiglu
             | Op::Softmax { .. }
             | Op::LogSoftmax { .. }

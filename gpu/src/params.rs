@@ -90,6 +90,12 @@ kernel_params! {
         u32: [n],
         f32: [],
     }
+    /// `matmul_swiglu`'s gate over its product's halves: `y [rows, 2 half]` (gate columns, then
+    /// up columns) -> `[rows, half]`, `n = rows * half` outputs.
+    GluParams("glu") for ["glu_forward", "glu_backward"] {
+        u32: [n, half],
+        f32: [],
+    }
     /// Unary ops, scale (by `factor`) and gelu over `n` elements.
     UnaryParams("unary") for ["unary_forward", "unary_backward"] {
         u32: [n],
@@ -181,9 +187,10 @@ kernel_params! {
     /// Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of
     /// dtype `dtype` (`WEIGHT_*`); `bias = 1` adds a bias. The outputs go to columns
     /// `col0..col0 + n` of rows of `ldo` (as `MatmulParams`' `ldc`); `accum = 1` adds them to
-    /// what is there (`matmul_add` into its residual).
+    /// what is there (`matmul_add` into its residual). `glu` (0: none) is `matmul_swiglu`'s
+    /// first up row: output `j` is then `silu(row j . x) * (row j + glu . x)`.
     MatvecParams("matvec") for ["matvec", "matvec_each"] {
-        u32: [n, dtype, k, rows, bias, ldo, col0, accum],
+        u32: [n, dtype, k, rows, bias, ldo, col0, accum, glu],
         f32: [],
     }
     /// Embedding gradient: `n = vocab * dim` outputs summed over `tokens`.

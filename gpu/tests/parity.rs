@@ -53,6 +53,7 @@ fn weight_dtypes_match_without_shader_f16() {
             OpKind::Dequantize,
             OpKind::Matmul,
             OpKind::Linear,
+            OpKind::MatmulSwiglu,
             OpKind::Embedding,
         ],
     );
@@ -78,7 +79,13 @@ fn weight_dtypes_match_on_both_matvec_kernels() {
         })
         .unwrap();
         assert_eq!(gpu.uses_per_output_matvec(), each);
-        suite(&gpu, &[OpKind::Matmul, OpKind::Linear, OpKind::MatmulAdd]);
+        let products = [
+            OpKind::Matmul,
+            OpKind::Linear,
+            OpKind::MatmulAdd,
+            OpKind::MatmulSwiglu,
+        ];
+        suite(&gpu, &products);
         let built = gpu.pipelines_built();
         let ran = |entry: &str| built.iter().any(|p| p.split('+').next() == Some(entry));
         assert_eq!(ran("quant/matvec_each"), each, "{built:?}");
@@ -111,6 +118,8 @@ fn row_reductions_match_without_subgroups() {
             OpKind::Mean,
             OpKind::Max,
             OpKind::Sample,
+            // Decode's gated product sums two rows per workgroup.
+            OpKind::MatmulSwiglu,
         ],
     );
     let built = gpu.pipelines_built();

@@ -470,6 +470,12 @@ impl Graph {
     pub fn kv_write(&self, cache: Var, rows: &Var, pos: usize) -> Result<Var> {
         self.apply_donated(Op::KvWrite { pos }, cache, &[rows])
     }
+    /// `silu(x @ gate^T) * (x @ up^T)` for `weight = [gate; up]` `[2 n, in]` (`matmul_swiglu`:
+    /// a SwiGLU MLP's gate and up projections as one product, gated in its epilogue).
+    pub fn matmul_swiglu(&self, x: &Var, weight: &Var) -> Result<Var> {
+        self.apply1(Op::MatmulSwiglu, &[x, weight])
+    }
+
     /// `residual + op(a) @ op(b)` (`matmul_add`: the residual add in the product's epilogue).
     ///
     /// `residual` is taken by value, as `kv_write`'s cache: in an inference graph it is donated,

@@ -300,6 +300,27 @@ pub fn cases(kind: OpKind, seed: u64) -> Result<Vec<Case>> {
                 vec![g.f(&[3, 5, 17], Uniform(-4.0, 4.0))?],
             ),
         ],
+        K::MatmulSwiglu => {
+            // Rows of 1 (decode), primes, tile size +/- 1 in rows, in and 2 n; a batched x; one
+            // output (a weight of two rows).
+            let mut v = Vec::new();
+            for (lead, inf, n) in [
+                (&[1usize][..], 1usize, 1usize),
+                (&[1][..], 13, 5),
+                (&[7][..], 13, 5),
+                (&[2, 3][..], 17, 11),
+                (&[65][..], 63, 32),
+                (&[3][..], 129, 33),
+            ] {
+                let mut xs = lead.to_vec();
+                xs.push(inf);
+                v.push(case(
+                    Op::MatmulSwiglu,
+                    vec![g.f(&xs, Normal)?, g.f(&[2 * n, inf], Uniform(-0.5, 0.5))?],
+                ));
+            }
+            v
+        }
         K::Swiglu => {
             // One element, a prime-sized row, and rows larger than a workgroup.
             let mut v = Vec::new();

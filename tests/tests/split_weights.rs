@@ -1,6 +1,6 @@
 //! Weights larger than one storage binding: `linear`, `matmul` with a transposed 2-D weight
-//! (the prefill tiles and decode's small-m kernel), decode's packed `matvec` and the embedding
-//! lookup read them in row blocks. With the binding limit capped low on lavapipe, every result
+//! (the prefill tiles and decode's small-m kernel), `matmul_swiglu` (its product), decode's
+//! packed `matvec` and the embedding lookup read them in row blocks. With the binding limit capped low on lavapipe, every result
 //! is bit for bit the one-binding result (the blocks compute the same sums in the same order),
 //! the capped runs really split (more dispatches, and `dequantize`, which does not split, is
 //! refused on the same weight), and whole llamas give their transformers golden logits.
@@ -95,6 +95,15 @@ fn products_and_lookups_split_large_weights_over_bindings() {
             &op,
             &[&x, &w, &bias],
         );
+        // The gated product: decode's one gated matvec on one binding; split, the product in
+        // blocks and then the gate.
+        same_split(
+            &whole,
+            &cap,
+            &format!("matmul_swiglu x[{rows}] f32"),
+            &Op::MatmulSwiglu,
+            &[&x, &w],
+        );
     }
     let x3 = normal(4, &[2, 5, 40]);
     same_split(&whole, &cap, "matmul batched x @ f32 w^T", &xt, &[&x3, &w]);
@@ -124,6 +133,8 @@ fn products_and_lookups_split_large_weights_over_bindings() {
                 &op,
                 &[&x, &w, &bias],
             );
+            let what = format!("matmul_swiglu {what}");
+            same_split(&whole, &cap, &what, &Op::MatmulSwiglu, &[&x, &w]);
         }
         // `dequantize` does not split: the same weight is refused there, naming the op.
         let dw = cap.upload(&w).unwrap();

@@ -3,11 +3,11 @@
 //! chunks.
 
 use kernels_core::op::BinaryOp;
-use kernels_core::{DType, Result, Tensor};
+use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::{arg, elem_chunks};
 use crate::device::{Device, ElemRange, Family, Grid, bop_code, u32_of};
-use crate::params::{BinaryParams, ElemsParams, SumRowsParams, UnaryParams};
+use crate::params::{BinaryParams, ElemsParams, GluParams, SumRowsParams, UnaryParams};
 use crate::shapes;
 
 /// Unary ops, scale and gelu, forward and backward: one thread per element, chunked over
@@ -113,6 +113,64 @@ pub(crate) fn swiglu(
         )?;
     }
     Ok(outs)
+}
+
+/// `matmul_swiglu`'s gate over its product `y [rows, 2 half]`: forward `[rows, half]`
+/// (`grad` `None`), or backward `dy [rows, 2 half]` from `grad [rows, half]`. One thread per
+/// output of the forward; `y` must fit one storage binding (its rows are not split).
+pub(crate) fn glu(
+    be: &dyn Device,
+    name: &'static str,
+    y: &Tensor,
+    half: usize,
+    grad: Option<&Tensor>,
+) -> Result<Tensor> {
+    let (&[rows, cols], true) = (y.shape(), half > 0) else {
+        return Err(Error::bad_shape(
+            name,
+            "product",
+            y.shape(),
+            "needs [rows, 2 * half]",
+        ));
+    };
+    if cols != 2 * half {
+        return Err(Error::mismatch(name, y.shape(), &[rows, 2 * half]));
+    }
+    if y.numel() > be.chunk_elems() {
+        return Err(Error::LimitExceeded {
+            what: format!("{name}: elements of the gate and up product in one storage binding"),
+            value: y.numel() as u64,
+            limit: be.chunk_elems() as u64,
+        });
+    }
+    let n = rows * half;
+    let p = GluParams {
+        n: u32_of(name, "elements", n)?,
+        half: u32_of(name, "elements", half)?,
+    };
+    let (entry, out, ins) = match grad {
+        Some(g) => {
+            shapes::same(name, g.shape(), &[rows, half])?;
+            let dy = be.alloc(name, y.shape(), DType::F32)?;
+            ("glu_backward", dy, vec![(y, None), (g, None)])
+        }
+        None => (
+            "glu_forward",
+            be.alloc(name, &[rows, half], DType::F32)?,
+            vec![(y, None)],
+        ),
+    };
+    be.run_ranges(
+        name,
+        Family::Elementwise,
+        entry,
+        &[],
+        p,
+        &ins,
+        &[(&out, None)],
+        Grid::Elems(n),
+    )?;
+    Ok(out)
 }
 
 /// Binds `b` for the chunk `(start, len)` of `a`: the same chunk when `b` has `a`'s size,

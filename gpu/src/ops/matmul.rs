@@ -1,11 +1,11 @@
-//! matmul and linear: shape checks, the fused epilogues and the backward composition, over the
+//! matmul, linear and matmul_swiglu: shape checks, the fused epilogues and the backward composition, over the
 //! device's matmul hook (tiled WGSL on wgpu, cuBLAS on CUDA).
 
-use kernels_core::op::Activation;
+use kernels_core::op::{Activation, Op};
 use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
-use super::elementwise::sum_rows;
+use super::elementwise::{glu, sum_rows};
 use crate::device::{Device, Family, Fused, Grid, Matmul, act_code, u32_of};
 use crate::params::SumRowsParams;
 use crate::shapes;
@@ -234,4 +234,47 @@ pub(crate) fn matmul_backward(
         ),
     };
     Ok(vec![ga, gb])
+}
+
+/// `matmul_swiglu` forward: decode's rows as one gated `matvec` launch where the device takes
+/// it ([`super::quant::matvec`]), else the product `y = x @ weight^T` (any of the products'
+/// paths) and the gate over its halves: two launches.
+pub(crate) fn swiglu_forward(
+    be: &dyn Device,
+    name: &'static str,
+    args: &[&Tensor],
+) -> Result<Tensor> {
+    let (x, w) = (arg(args, 0), arg(args, 1));
+    let (rows, in_f, half) = kernels_core::cpu::matmul_swiglu::check(x.shape(), w.shape())?;
+    if let Some(out) = super::quant::matvec(be, name, &Op::MatmulSwiglu, args, None)? {
+        return Ok(out);
+    }
+    let x2 = x.reshape(&[rows, in_f])?;
+    let y = super::product(be, name, (&x2, false), (w, true), None)?;
+    let out = glu(be, name, &y, half, None)?;
+    out.reshape(&kernels_core::cpu::matmul_swiglu::out_shape(
+        x.shape(),
+        half,
+    ))
+}
+
+/// `matmul_swiglu` backward: `y` made again, `dy` (swiglu's rules over its halves), then
+/// `grad_x = dy @ weight` and `grad_weight = dy^T @ x`.
+pub(crate) fn swiglu_backward(
+    be: &dyn Device,
+    name: &'static str,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    let (x, w, out, g) = (arg(args, 0), arg(args, 1), arg(args, 2), arg(args, 3));
+    let (rows, in_f, half) = kernels_core::cpu::matmul_swiglu::check(x.shape(), w.shape())?;
+    let want = kernels_core::cpu::matmul_swiglu::out_shape(x.shape(), half);
+    shapes::same(name, out.shape(), &want)?;
+    shapes::same(name, g.shape(), &want)?;
+    let x2 = x.reshape(&[rows, in_f])?;
+    let y = super::product(be, name, (&x2, false), (w, true), None)?;
+    let dy = glu(be, name, &y, half, Some(&g.reshape(&[rows, half])?))?;
+    let wd = super::quant::dequantize(be, name, w)?;
+    let gx = matmul(be, name, &dy, &wd, false, false)?;
+    let gw = matmul(be, name, &dy, &x2, true, false)?;
+    Ok(vec![gx.reshape(x.shape())?, gw])
 }

@@ -245,6 +245,8 @@ pub(crate) fn run(
         (Op::MatmulAdd { trans_a, trans_b }, d) => {
             return matmul_add(be, name, (trans_a, trans_b), d, args);
         }
+        (Op::MatmulSwiglu, F) => return Ok(vec![matmul::swiglu_forward(be, name, args)?]),
+        (Op::MatmulSwiglu, B) => return matmul::swiglu_backward(be, name, args),
         _ => {}
     }
     // Weight dtypes: decoded where an op reads them (the signature check let them only into
@@ -292,6 +294,8 @@ pub(crate) fn run(
         (Op::MatmulAdd { trans_a, trans_b }, d) => {
             matmul_add(be, name, (trans_a, trans_b), d, args)
         }
+        (Op::MatmulSwiglu, F) => Ok(vec![matmul::swiglu_forward(be, name, args)?]),
+        (Op::MatmulSwiglu, B) => matmul::swiglu_backward(be, name, args),
         (Op::Linear { activation }, F) => Ok(vec![linear_forward(be, name, activation, args)?]),
         (Op::Linear { activation }, B) => linear_backward(be, name, activation, args),
         (Op::Binary(b), F) => Ok(vec![binary_forward(be, name, b, args)?]),

@@ -63,7 +63,8 @@ pub const MATVEC_MAX_ROWS: usize = 8;
 /// Decode's products with a packed weight, without decoding it whole: `x @ W^T` (`matmul`
 /// with `trans_b`, `W` the packed `b`; `linear` without an activation), and the llama's decode
 /// forms of the same product, `W @ h^T` with one row of `h` per batch entry (`W` the packed `a`)
-/// and `a^T @ W^T` with `a [.., k, 1]`, whose outputs have the memory of the rows' product:
+/// and `a^T @ W^T` with `a [.., k, 1]`, whose outputs have the memory of the rows' product,
+/// and `matmul_swiglu`'s gated product (one launch, each output dotting its gate and up rows):
 /// for at most [`MATVEC_MAX_ROWS`] rows. An f32 `W` takes the same kernels where the device
 /// asks for it ([`Device::f32_matvec`]). `None` for every other case (and for shapes that do
 /// not agree: the f32 path reports those). With `acc`, the product is added into it.
@@ -121,8 +122,18 @@ pub(crate) fn matvec(
             },
             [x, w, b],
         ) => (*x, *w, Some(*b), last_dim_to(x, w)),
+        // The gated product: the last dim is half of `w`'s rows.
+        (Op::MatmulSwiglu, [x, w]) => {
+            let mut shape = last_dim_to(x, w);
+            if let Some(last) = shape.last_mut() {
+                *last /= 2;
+            }
+            (*x, *w, None, shape)
+        }
         _ => return Ok(None),
     };
+    // matmul_swiglu: output j gates row j with row j + half.
+    let glu = matches!(op, Op::MatmulSwiglu);
     let f32_weight = w.dtype() == DType::F32 && be.f32_matvec();
     if x.dtype() != DType::F32
         || !(w.dtype().is_weight() || f32_weight)
@@ -132,11 +143,13 @@ pub(crate) fn matvec(
         return Ok(None);
     }
     let (n, k) = (w.shape()[0], w.shape()[1]);
+    let outs = if glu { n / 2 } else { n };
     // `x`'s elements are the rows of `k` (its last dim, or the `k` of `[.., k, 1]`).
     if k == 0
-        || n == 0
+        || outs == 0
+        || (glu && !n.is_multiple_of(2))
         || !x.numel().is_multiple_of(k)
-        || out_shape.iter().product::<usize>() != x.numel() / k * n
+        || out_shape.iter().product::<usize>() != x.numel() / k * outs
     {
         return Ok(None);
     }
@@ -153,19 +166,30 @@ pub(crate) fn matvec(
     if rows == 0 || rows > MATVEC_MAX_ROWS {
         return Ok(None);
     }
-    // A weight larger than one binding is read in row blocks, one launch each.
+    // A weight larger than one binding is read in row blocks, one launch each (the gated
+    // product, whose two rows of an output may lie in two blocks, then takes the product and
+    // the gate as two launches).
     let blocks = super::split::weight_blocks(be, name, w)?;
+    if glu && blocks.len() != 1 {
+        return Ok(None);
+    }
     let out = super::matmul::product_out(be, name, &out_shape, acc)?;
     for ((first, cnt), range) in blocks {
+        let cnt = if glu { outs } else { cnt };
         let p = MatvecParams {
             n: u32_of(name, "out features", cnt)?,
             dtype: weight_code(w.dtype()),
             k: u32_of(name, "in features", k)?,
             rows: u32_of(name, "rows", rows)?,
             bias: u32::from(bias.is_some()),
-            ldo: u32_of(name, "out features", n)?,
+            ldo: u32_of(name, "out features", outs)?,
             col0: u32_of(name, "out features", first)?,
             accum: u32::from(acc.is_some()),
+            glu: if glu {
+                u32_of(name, "out features", outs)?
+            } else {
+                0
+            },
         };
         // Slots: x, the bias (or x again, unread), the packed weight twice (quant.wgsl's
         // layout).

@@ -116,7 +116,7 @@ pub fn scale_backward<T: Real>(factor: f32, args: &[View<T>]) -> Result<Vec<Owne
 }
 
 /// Logistic function without overflow: `exp` only ever sees a non-positive argument.
-fn sigmoid<T: Real>(x: T) -> T {
+pub(crate) fn sigmoid<T: Real>(x: T) -> T {
     if x >= T::ZERO {
         T::ONE / (T::ONE + (-x).exp())
     } else {

@@ -25,6 +25,7 @@ pub mod layout;
 pub mod linear;
 pub mod loss;
 pub mod matmul;
+pub mod matmul_swiglu;
 pub mod norm;
 pub mod optim;
 pub mod reduce;
@@ -73,6 +74,8 @@ pub fn run<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<Vec<Own
         (Op::MatmulAdd { trans_a, trans_b }, B) => {
             matmul::add_backward_with(args, |p| matmul::backward(trans_a, trans_b, p))
         }
+        (Op::MatmulSwiglu, F) => matmul_swiglu::forward(args),
+        (Op::MatmulSwiglu, B) => matmul_swiglu::backward(args),
         (Op::Linear { activation }, F) => linear::forward(activation, args),
         (Op::Linear { activation }, B) => linear::backward(activation, args),
         (Op::Binary(b), F) => elementwise::binary_forward(b, args),

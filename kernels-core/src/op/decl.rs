@@ -318,6 +318,20 @@ declare_ops! {
             nan: "as matmul, then + residual in IEEE (inf + -inf = NaN)",
         },
     ],
+    /// `silu(x @ gate^T) * (x @ up^T)` with `weight = [gate; up]` `[2 n, in]` (the gate rows,
+    /// then the up rows: a SwiGLU MLP's two projections concatenated at load), x `[..., in]` ->
+    /// out `[..., n]`. The gated product as one op, so that a device makes decode's as one launch.
+    MatmulSwiglu => [
+        MatmulSwiglu "matmul_swiglu" {
+            inputs: [x, weight: Weight],
+            outputs: [out],
+            grad: [x, weight],
+            budget: B_REDUCE,
+            budget_backward: B_REDUCE,
+            doc: "F.silu(x @ gate^T) * (x @ up^T) with weight = cat([gate, up]) [2n, in] (a SwiGLU MLP's gate and up projections as one product)",
+            nan: "as matmul, then swiglu in IEEE: silu(-inf) = NaN, 0 * inf = NaN",
+        },
+    ],
     /// `act(x @ weight^T + bias)`: x `[..., in]`, weight `[out, in]`, bias `[out]`.
     Linear {
         activation: Activation = (Activation::None),

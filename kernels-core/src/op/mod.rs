@@ -76,6 +76,7 @@ impl OpKind {
             K::SvdLowrank => true,
             K::Matmul
             | K::MatmulAdd
+            | K::MatmulSwiglu
             | K::Linear
             | K::Add
             | K::Sub
@@ -360,6 +361,8 @@ impl Op {
             .reduced_len(input_shapes.get(1..).unwrap_or(&[])),
             // Forward reduces over in; backward over out (grad x) and rows (grad weight, bias).
             Op::Linear { .. } => last(0).max(dim(1, 0)).max(numel(0) / last(0).max(1)),
+            // Forward reduces over in; backward over 2 n (grad x) and rows (grad weight).
+            Op::MatmulSwiglu => last(0).max(dim(1, 0)).max(numel(0) / last(0).max(1)),
             Op::Binary(_) => numel(0) / numel(1).max(1),
             Op::Scale { .. } | Op::Unary(_) | Op::Gelu { .. } | Op::Swiglu => 1,
             Op::Transpose | Op::Concat | Op::KvWrite { .. } | Op::RopeKvWrite { .. } => 1,

@@ -46,6 +46,15 @@ impl Gen {
     /// A normal `[.., n]` tensor stored as the weight dtype `dtype` (quantized by
     /// [`crate::quant`]; `q6_k`, which it does not write, as random blocks with finite scales).
     pub(super) fn weight(&mut self, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        self.weight_of_size(shape, dtype, 1.0)
+    }
+    /// [`Gen::weight`] with its values `size` times as large (`q6_k`: its block scales).
+    pub(super) fn weight_of_size(
+        &mut self,
+        shape: &[usize],
+        dtype: DType,
+        size: f32,
+    ) -> Result<Tensor> {
         if dtype == DType::Q6_K {
             let n = numel(shape).unwrap_or(0);
             let blocks = n / dtype.block_elems();
@@ -53,12 +62,18 @@ impl Gen {
             for _ in 0..blocks {
                 let start = bytes.len();
                 bytes.extend((0..dtype.block_bytes()).map(|_| self.rng.below(256) as u8));
-                let d = half::f16::from_f32(self.rng.uniform_range(0.001, 0.01)).to_bits();
+                let scale = self.rng.uniform_range(0.001, 0.01) * size;
+                let d = half::f16::from_f32(scale).to_bits();
                 bytes[start + 208..start + 210].copy_from_slice(&d.to_le_bytes());
             }
             return Tensor::from_raw(shape, dtype, bytes);
         }
-        self.f(shape, Dist::Normal)?.quantize(dtype)
+        let x = self.f(shape, Dist::Normal)?;
+        if size == 1.0 {
+            return x.quantize(dtype);
+        }
+        let v = x.as_f32()?.iter().map(|v| v * size).collect();
+        Tensor::from_f32(shape, v)?.quantize(dtype)
     }
     pub(super) fn ids_i64(&mut self, shape: &[usize], bound: usize) -> Result<Tensor> {
         let n = numel(shape).unwrap_or(0);

@@ -274,6 +274,7 @@ fn out_of_range(base: &Case) -> Result<Vec<Case>> {
         })],
         Op::Matmul { .. }
         | Op::MatmulAdd { .. }
+        | Op::MatmulSwiglu
         | Op::Linear { .. }
         | Op::Binary(_)
         | Op::Unary(_)

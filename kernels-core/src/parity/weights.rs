@@ -1,6 +1,7 @@
-//! The parity cases of the weight dtypes: `dequantize` of each, and `matmul`, `linear` and
-//! `embedding` with a weight of each (decode shapes of one row, prefill shapes, rows of one
-//! block and of several). Their reference is "dequantize, then the f32 kernel".
+//! The parity cases of the weight dtypes: `dequantize` of each, and `matmul`, `linear`,
+//! `matmul_swiglu` and `embedding` with a weight of each (decode shapes of one row, prefill
+//! shapes, rows of one block and of several). Their reference is "dequantize, then the f32
+//! kernel".
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -51,6 +52,27 @@ pub(super) fn cases(kind: OpKind, g: &mut Gen) -> Result<Vec<Case>> {
                             g.f(&xs, Dist::Normal)?,
                             g.weight(&[out, k], dtype)?,
                             g.f(&[out], Dist::AwayFromZero)?,
+                        ],
+                    ));
+                }
+            }
+        }
+        OpKind::MatmulSwiglu => {
+            // Decode (one row, and a batch of rows) and a prefill of more rows than decode's
+            // products take. The gate multiplies one half's rounding error by the other half (and
+            // the backward, dy's by the weight), while the budget is relative to the result: the
+            // weights are drawn a tenth of `weight`'s size, so that the pre-activations are of a
+            // model's size (a few units) rather than tens to hundreds.
+            for dtype in DType::WEIGHT {
+                let k = cols(dtype, 2);
+                for (lead, n) in [(&[1usize][..], 9usize), (&[2, 1][..], 4), (&[11][..], 5)] {
+                    let mut xs = lead.to_vec();
+                    xs.push(k);
+                    v.push(case(
+                        Op::MatmulSwiglu,
+                        vec![
+                            g.f(&xs, Dist::Normal)?,
+                            g.weight_of_size(&[2 * n, k], dtype, 0.1)?,
                         ],
                     ));
                 }

@@ -24,6 +24,21 @@ struct ElemsParams {
     }
 };
 
+// `matmul_swiglu`'s gate over its product's halves: `y [rows, 2 half]` (gate columns, then up
+// columns) -> `[rows, half]`, `n = rows * half` outputs.
+struct GluParams {
+    unsigned int n;
+    unsigned int half;
+    unsigned int c[4];
+    __device__ static GluParams of(const Params& raw) {
+        GluParams p;
+        p.n = raw.u[0];
+        p.half = raw.u[1];
+        for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
+        return p;
+    }
+};
+
 // Unary ops, scale (by `factor`) and gelu over `n` elements.
 struct UnaryParams {
     unsigned int n;
@@ -307,7 +322,8 @@ struct ToHalfParams {
 // Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of dtype
 // `dtype` (`WEIGHT_*`); `bias = 1` adds a bias. The outputs go to columns `col0..col0 + n` of rows
 // of `ldo` (as `MatmulParams`' `ldc`); `accum = 1` adds them to what is there (`matmul_add` into
-// its residual).
+// its residual). `glu` (0: none) is `matmul_swiglu`'s first up row: output `j` is then `silu(row j
+// . x) * (row j + glu . x)`.
 struct MatvecParams {
     unsigned int n;
     unsigned int dtype;
@@ -317,6 +333,7 @@ struct MatvecParams {
     unsigned int ldo;
     unsigned int col0;
     unsigned int accum;
+    unsigned int glu;
     unsigned int c[4];
     __device__ static MatvecParams of(const Params& raw) {
         MatvecParams p;
@@ -328,6 +345,7 @@ struct MatvecParams {
         p.ldo = raw.u[5];
         p.col0 = raw.u[6];
         p.accum = raw.u[7];
+        p.glu = raw.u[8];
         for (int i = 0; i < 4; i++) p.c[i] = raw.c[i];
         return p;
     }

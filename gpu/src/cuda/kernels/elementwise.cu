@@ -189,6 +189,29 @@ KERNEL(swiglu_forward, ElemsParams) {
     out0[i] = g * sigmoid_safe(g) * in1[i];
 }
 
+// matmul_swiglu's gate over its product: in0 = y [rows, 2 half] (gate columns, then up
+// columns); out0 [rows, half] = silu(gate) * up, as swiglu_forward.
+KERNEL(glu_forward, GluParams) {
+    unsigned long long i = global_index();
+    if (i >= p.n) return;
+    unsigned long long at = (i / p.half) * 2ull * p.half + i % p.half;
+    float g = in0[at];
+    out0[i] = g * sigmoid_safe(g) * in0[at + p.half];
+}
+
+// in0 = y [rows, 2 half], in1 = grad_out [rows, half]; out0 = dy [rows, 2 half]: swiglu_backward's
+// grad_gate in the gate columns and grad_up in the up columns.
+KERNEL(glu_backward, GluParams) {
+    unsigned long long i = global_index();
+    if (i >= p.n) return;
+    unsigned long long at = (i / p.half) * 2ull * p.half + i % p.half;
+    float g = in0[at];
+    float s = sigmoid_safe(g);
+    float d = in1[i];
+    out0[at] = d * in0[at + p.half] * (s * (1.0f + g * (1.0f - s)));
+    out0[at + p.half] = d * g * s;
+}
+
 // in0 = gate, in1 = up, in2 = grad_out; out0 = grad_gate, out1 = grad_up.
 KERNEL(swiglu_backward, ElemsParams) {
     unsigned long long i = global_index();

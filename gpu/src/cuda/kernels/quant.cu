@@ -124,20 +124,26 @@ KERNEL(dequantize_rows, DequantizeParams) {
 // (+ in1 = bias when p.bias = 1), W = in2 [n, k] packed. One block per output element; its
 // threads stride over k, decoding as they go, and the block sums. Outputs (and the bias) at
 // columns p.col0.. of rows of p.ldo (a column block, as the WGSL kernel's); p.accum = 1 adds them
-// to what out0 holds (matmul_add into its residual).
+// to what out0 holds (matmul_add into its residual); p.glu != 0 gates output j with the up row
+// j + p.glu (matmul_swiglu: silu(gate) * up).
 KERNEL(matvec, MatvecParams) {
     unsigned long long g = blockIdx.x;
     if (g >= (unsigned long long)p.rows * p.n) return;
     unsigned long long r = g / p.n, j = g % p.n, k = p.k;
+    // With p.glu, the up row j + p.glu is dotted beside the gate row j (matmul_swiglu).
+    unsigned long long ju = j + p.glu;
     const unsigned char* w = (const unsigned char*)in2;
-    float acc = 0.0f;
+    float acc = 0.0f, acc_up = 0.0f;
     for (unsigned long long i = threadIdx.x; i < k; i += blockDim.x) {
         acc = acc + in0[r * k + i] * decode(w, p.dtype, j * k + i);
+        if (p.glu != 0) acc_up = acc_up + in0[r * k + i] * decode(w, p.dtype, ju * k + i);
     }
     float s = block_sum(acc);
+    float up = p.glu != 0 ? block_sum(acc_up) : 0.0f;
     unsigned long long col = p.col0 + j;
     if (threadIdx.x == 0) {
         float v = p.bias == 1 ? s + in1[col] : s;
+        if (p.glu != 0) v = s * sigmoid_safe(s) * up;
         unsigned long long o = r * p.ldo + col;
         out0[o] = p.accum == 1 ? out0[o] + v : v;
     }

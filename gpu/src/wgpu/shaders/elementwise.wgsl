@@ -283,6 +283,35 @@ fn swiglu_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     out0[i] = g * sigmoid(g) * in1[i];
 }
 
+// matmul_swiglu's gate over its product: in0 = y [rows, 2 half] (gate columns, then up
+// columns); out0 [rows, half] = silu(gate) * up, as swiglu_forward.
+@compute @workgroup_size(WG)
+fn glu_forward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let p = glu_params();
+    let i = flat_index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let at = (i / p.half) * 2u * p.half + i % p.half;
+    let g = in0[at];
+    out0[i] = g * sigmoid(g) * in0[at + p.half];
+}
+
+// in0 = y [rows, 2 half], in1 = grad_out [rows, half]; out0 = dy [rows, 2 half]: swiglu_backward's
+// grad_gate in the gate columns and grad_up in the up columns.
+@compute @workgroup_size(WG)
+fn glu_backward(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let p = glu_params();
+    let i = flat_index(wid, nwg, lid);
+    if (i >= p.n) { return; }
+    let at = (i / p.half) * 2u * p.half + i % p.half;
+    let g = in0[at];
+    let s = sigmoid(g);
+    let d = in1[i];
+    out0[at] = d * in0[at + p.half] * (s * (1.0 + g * (1.0 - s)));
+    out0[at + p.half] = d * g * s;
+}
+
 // in0 = gate, in1 = up, in2 = grad_out; out0 = grad_gate = grad * up * silu'(gate), out1 =
 // grad_up = grad * silu(gate).
 @compute @workgroup_size(WG)

@@ -19,6 +19,16 @@ fn elems_params() -> ElemsParams {
     return ElemsParams(kernel_params.u0);
 }
 
+// `matmul_swiglu`'s gate over its product's halves: `y [rows, 2 half]` (gate columns, then up
+// columns) -> `[rows, half]`, `n = rows * half` outputs.
+struct GluParams {
+    n: u32,
+    half: u32,
+}
+fn glu_params() -> GluParams {
+    return GluParams(kernel_params.u0, kernel_params.u1);
+}
+
 // Unary ops, scale (by `factor`) and gelu over `n` elements.
 struct UnaryParams {
     n: u32,
@@ -198,7 +208,8 @@ fn to_half_params() -> ToHalfParams {
 // Decode's product with a packed weight: `rows` rows of `k` against `n` packed rows of dtype
 // `dtype` (`WEIGHT_*`); `bias = 1` adds a bias. The outputs go to columns `col0..col0 + n` of rows
 // of `ldo` (as `MatmulParams`' `ldc`); `accum = 1` adds them to what is there (`matmul_add` into
-// its residual).
+// its residual). `glu` (0: none) is `matmul_swiglu`'s first up row: output `j` is then `silu(row j
+// . x) * (row j + glu . x)`.
 struct MatvecParams {
     n: u32,
     dtype: u32,
@@ -208,9 +219,10 @@ struct MatvecParams {
     ldo: u32,
     col0: u32,
     accum: u32,
+    glu: u32,
 }
 fn matvec_params() -> MatvecParams {
-    return MatvecParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4, kernel_params.u5, kernel_params.u6, kernel_params.u7);
+    return MatvecParams(kernel_params.u0, kernel_params.u1, kernel_params.u2, kernel_params.u3, kernel_params.u4, kernel_params.u5, kernel_params.u6, kernel_params.u7, kernel_params.u8);
 }
 
 // Embedding gradient: `n = vocab * dim` outputs summed over `tokens`.

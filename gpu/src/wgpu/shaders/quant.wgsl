@@ -259,7 +259,8 @@ fn dequantize_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
 }
 
 // Decode's products without a decoded copy of the weight: out0 [rows, n] = xin [rows, k] @ W^T
-// (+ bias, in aux; added to out0's contents when p.accum = 1), W [n, k] packed. One workgroup per output element; its threads stride over k,
+// (+ bias, in aux; added to out0's contents when p.accum = 1; gated with the rows from p.glu on
+// when p.glu != 0), W [n, k] packed. One workgroup per output element; its threads stride over k,
 // decoding as they go, and the workgroup sums (row_sum). p.bias = 1 adds bias[j]. The outputs
 // (and the bias) are columns p.col0.. of rows of p.ldo: a column block of a wider product when
 // the weight is split over bindings (the binding then starts at the block's first row).
@@ -271,20 +272,27 @@ fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: v
     if (g >= p.rows * p.n) { return; }
     let r = g / p.n;
     let j = g % p.n;
+    // With p.glu, the up row j + p.glu is dotted beside the gate row j (matmul_swiglu).
+    let ju = j + p.glu;
     var acc: f32 = 0.0;
+    var acc_up: f32 = 0.0;
     if (p.k % 8u == 0u) {
         // Groups of 8 elements (never across a block): each block's scales decoded once.
         for (var i: u32 = lid * 8u; i < p.k; i = i + 2048u) {
             acc = acc + dot8(p.dtype, j * p.k + i, r * p.k + i);
+            if (p.glu != 0u) { acc_up = acc_up + dot8(p.dtype, ju * p.k + i, r * p.k + i); }
         }
     } else {
         for (var i: u32 = lid; i < p.k; i = i + 256u) {
             acc = acc + xin[r * p.k + i] * decode(p.dtype, j * p.k + i);
+            if (p.glu != 0u) { acc_up = acc_up + xin[r * p.k + i] * decode(p.dtype, ju * p.k + i); }
         }
     }
     let s = row_sum(lid, acc);
+    var up: f32 = 0.0;
+    if (p.glu != 0u) { up = row_sum(lid, acc_up); }
     if (lid == 0u) {
-        store_matvec(p, r, j, s);
+        store_matvec(p, r, j, s, up);
     }
 }
 
@@ -301,6 +309,15 @@ fn matvec_each(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
     if (g >= p.rows * p.n) { return; }
     let r = g / p.n;
     let j = g % p.n;
+    let s = row_dot(p, r, j);
+    var up: f32 = 0.0;
+    if (p.glu != 0u) { up = row_dot(p, r, j + p.glu); }
+    store_matvec(p, r, j, s, up);
+}
+
+// Row r of x dotted with weight row j by one invocation: four running sums over the row's
+// groups of 8.
+fn row_dot(p: MatvecParams, r: u32, j: u32) -> f32 {
     var acc = vec4<f32>(0.0);
     if (p.k % 32u == 0u) {
         for (var i: u32 = 0u; i < p.k; i = i + 32u) {
@@ -320,15 +337,18 @@ fn matvec_each(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) n
             acc.x = acc.x + xin[r * p.k + i] * decode(p.dtype, j * p.k + i);
         }
     }
-    store_matvec(p, r, j, (acc.x + acc.y) + (acc.z + acc.w));
+    return (acc.x + acc.y) + (acc.z + acc.w);
 }
 
 // Output j of row r: the sum, plus the bias (p.bias = 1), added to what is there (p.accum = 1:
-// matmul_add into its residual).
-fn store_matvec(p: MatvecParams, r: u32, j: u32, s: f32) {
+// matmul_add into its residual); with p.glu, silu(s) * up (matmul_swiglu, as swiglu computes it).
+fn store_matvec(p: MatvecParams, r: u32, j: u32, s: f32, up: f32) {
     let col = p.col0 + j;
     let o = r * p.ldo + col;
-    let v = select(s, s + bitcast<f32>(aux[col]), p.bias == 1u);
+    var v = select(s, s + bitcast<f32>(aux[col]), p.bias == 1u);
+    if (p.glu != 0u) {
+        v = s * (1.0 / (1.0 + exp(-s))) * up;
+    }
     if (p.accum == 1u) {
         out0[o] = out0[o] + v;
     } else {

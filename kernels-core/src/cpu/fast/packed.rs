@@ -1,5 +1,5 @@
-//! `linear` and `matmul(x, w, trans_b)` forward with a weight of a weight dtype and few rows
-//! (decode): each weight row is decoded once into a row buffer and dotted with every row of
+//! `linear`, `matmul_swiglu` and `matmul(x, w, trans_b)` forward with a weight of a weight
+//! dtype and few rows (decode): each weight row is decoded once into a row buffer and dotted with every row of
 //! `x`, so the weight streams from memory in its packed size (4.5 bits a weight for `q4_0`
 //! and `q4_k`) instead of being decoded whole into an f32 copy. More rows (prefill) decode the
 //! weight and take the f32 GEMM, as the reference does. Within the op's budget of the
@@ -11,7 +11,7 @@ use alloc::vec::Vec;
 use super::isa::Isa;
 use super::vector::common::with_simd;
 use super::vector::math;
-use crate::cpu::linear;
+use crate::cpu::{linear, matmul_swiglu};
 use crate::error::Result;
 use crate::op::{Activation, Direction, Op};
 use crate::quant;
@@ -63,6 +63,24 @@ pub fn run(op: &Op, dir: Direction, inputs: &[&Tensor]) -> Option<Result<Vec<Ten
             let k = a.shape()[a.rank() - 2];
             let rows = a.reshape(&[a.numel() / k.max(1), k]).ok()?;
             return product_of(Activation::None, &rows, w, None, Some(shape));
+        }
+        // The two halves of one product, gated (odd or mismatched weights go to the reference,
+        // which reports them).
+        (Op::MatmulSwiglu, [x, w]) if w.rank() == 2 && w.shape()[0] % 2 == 0 => {
+            let y = product_of(Activation::None, x, w, None, None)?;
+            let n = w.shape()[0] / 2;
+            return Some(y.and_then(|y| {
+                let y = y
+                    .first()
+                    .map(Tensor::as_f32)
+                    .transpose()?
+                    .unwrap_or_default();
+                let out = matmul_swiglu::gate_halves(y, n);
+                Ok(vec![Tensor::from_f32(
+                    &linear::out_shape(x.shape(), n),
+                    out,
+                )?])
+            }));
         }
         (Op::Embedding, [ids, w]) => return embedding(ids, w),
         _ => return None,
