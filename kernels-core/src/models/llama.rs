@@ -240,7 +240,9 @@ impl Llama {
     /// [`Llama::from_tensors`] for inference: on a device backend, each layer's q, k and v
     /// projections are concatenated at load into one `self_attn.qkv_proj` (where the three
     /// share a dtype and q and k have no per-head norm), so a step makes one product for the
-    /// three and one `rope_kv_write` (rope on q and k as k and v are written into the cache).
+    /// three and one `rope_kv_write` (rope on q and k as k and v are written into the cache),
+    /// and a SwiGLU MLP's gate and up into one `mlp.gate_up_proj` (where the two share a dtype),
+    /// which one `matmul_swiglu` multiplies and gates.
     /// On the CPU the weights stay as the checkpoint has them (they are read where they lie,
     /// often in a memory-mapped file). The parameter names then differ from the checkpoint's:
     /// train and save with [`Llama::from_tensors`].
@@ -262,7 +264,7 @@ impl Llama {
         config: LlamaConfig,
         tensors: &alloc::collections::BTreeMap<String, Tensor>,
         backend: Rc<dyn Backend>,
-        fuse_qkv: bool,
+        fuse: bool,
     ) -> Result<Llama> {
         config.validate()?;
         let needed = config.tensor_count()?;
@@ -313,8 +315,9 @@ impl Llama {
                 ),
             });
         }
-        if fuse_qkv {
+        if fuse {
             fuse::fuse_qkv(&config, &mut params)?;
+            fuse::fuse_gate_up(&config, &mut params)?;
         }
         let mut store = ParamStore::new(backend);
         for (param, value) in params {
@@ -528,13 +531,20 @@ impl Llama {
             } else {
                 norm(&x, "post_attention_layernorm.weight")?
             };
-            let gate = g.matmul_t(&h2, w("mlp.gate_proj.weight")?, false, true)?;
-            let up = g.matmul_t(&h2, w("mlp.up_proj.weight")?, false, true)?;
-            let act = match var.mlp_act {
-                MlpAct::Silu => g.swiglu(&gate, &up)?,
-                MlpAct::GeluTanh => {
-                    let gate = g.gelu_with(&gate, GeluApprox::Tanh)?;
-                    g.mul(&gate, &up)?
+            let gate_up = fuse::gate_up_name(l);
+            let act = if p.contains(&gate_up) {
+                // Gate and up as one product over their weights concatenated at load, gated in
+                // its epilogue.
+                g.matmul_swiglu(&h2, p.get(&gate_up)?)?
+            } else {
+                let gate = g.matmul_t(&h2, w("mlp.gate_proj.weight")?, false, true)?;
+                let up = g.matmul_t(&h2, w("mlp.up_proj.weight")?, false, true)?;
+                match var.mlp_act {
+                    MlpAct::Silu => g.swiglu(&gate, &up)?,
+                    MlpAct::GeluTanh => {
+                        let gate = g.gelu_with(&gate, GeluApprox::Tanh)?;
+                        g.mul(&gate, &up)?
+                    }
                 }
             };
             let down = "mlp.down_proj.weight";

@@ -1,6 +1,8 @@
 //! Projections fused at load for inference on a device: each layer's q, k and v weights (and
 //! biases) concatenated on rows into one `self_attn.qkv_proj` (Phi-3's name for the same
-//! matrix), so a step makes one product for the three and hands its heads to `rope_kv_write`.
+//! matrix), so a step makes one product for the three and hands its heads to `rope_kv_write`;
+//! and its gate and up weights into one `mlp.gate_up_proj` (Phi-3's name again), which
+//! `matmul_swiglu` multiplies and gates in one op.
 //!
 //! A layer is fused only where the result is the same computation: the three weights share one
 //! dtype (GGUF files often mix them, e.g. q4_k with q6_k for v), and the model norms neither q
@@ -11,13 +13,18 @@ use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::LlamaConfig;
+use super::{LlamaConfig, MlpAct};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
 /// The name of layer `l`'s fused q/k/v weight (`.weight`) or bias (`.bias`).
 pub fn qkv_name(l: usize, what: &str) -> String {
     format!("model.layers.{l}.self_attn.qkv_proj.{what}")
+}
+
+/// The name of layer `l`'s fused gate/up weight.
+pub fn gate_up_name(l: usize) -> String {
+    format!("model.layers.{l}.mlp.gate_up_proj.weight")
 }
 
 /// `parts` (each `[rows_i, cols]`, one dtype) concatenated on rows.
@@ -103,6 +110,35 @@ pub fn fuse_qkv(c: &LlamaConfig, params: &mut Vec<(String, Tensor)>) -> Result<u
     Ok(fused)
 }
 
+/// Replaces each layer's gate and up projections in `params` by one `gate_up_proj` (the gate
+/// rows, then the up rows: `matmul_swiglu`'s weight) where the MLP is SwiGLU and the two share a
+/// dtype; returns how many layers were fused.
+pub fn fuse_gate_up(c: &LlamaConfig, params: &mut Vec<(String, Tensor)>) -> Result<usize> {
+    if c.variant.mlp_act != MlpAct::Silu {
+        return Ok(0);
+    }
+    let mut fused = 0;
+    for l in 0..c.num_hidden_layers {
+        let names = ["gate", "up"].map(|p| format!("model.layers.{l}.mlp.{p}_proj.weight"));
+        let found: Vec<usize> = names
+            .iter()
+            .filter_map(|n| params.iter().position(|(m, _)| m == n))
+            .collect();
+        let [g, u] = found[..] else {
+            continue;
+        };
+        if params[g].1.dtype() != params[u].1.dtype() {
+            continue;
+        }
+        let name = gate_up_name(l);
+        let t = concat_rows(&name, &[&params[g].1, &params[u].1])?;
+        params.retain(|(n, _)| !names.contains(n));
+        params.push((name, t));
+        fused += 1;
+    }
+    Ok(fused)
+}
+
 #[cfg(test)]
 mod tests {
     use alloc::collections::BTreeMap;
@@ -147,6 +183,8 @@ mod tests {
         let plain = Llama::load(c.clone(), &t, cpu.clone(), false).unwrap();
         let fused = Llama::load(c.clone(), &t, cpu.clone(), true).unwrap();
         assert!((0..2).all(|l| fused.fused_qkv(l) && !plain.fused_qkv(l)));
+        assert!((0..2).all(|l| fused.store.contains(&gate_up_name(l))));
+        assert!(!fused.store.contains("model.layers.1.mlp.up_proj.weight"));
         assert!(
             !fused
                 .store
@@ -236,5 +274,35 @@ mod tests {
         normed.variant.qk_norm = true;
         let mut params: Vec<(String, Tensor)> = tensors(&c, 1).into_iter().collect();
         assert_eq!(fuse_qkv(&normed, &mut params).unwrap(), 0);
+    }
+
+    /// Gate and up are fused where they share a dtype and the MLP is SwiGLU (Gemma's gelu MLP
+    /// keeps them), gate rows first.
+    #[test]
+    fn gate_and_up_are_fused_where_the_gate_is_silu() {
+        let c = gqa();
+        let mut params: Vec<(String, Tensor)> = tensors(&c, 2).into_iter().collect();
+        let up1 = "model.layers.1.mlp.up_proj.weight";
+        for (n, t) in params.iter_mut() {
+            if n == up1 {
+                *t = t.quantize(DType::F16).unwrap();
+            }
+        }
+        let gate0 = params
+            .iter()
+            .find(|(n, _)| n == "model.layers.0.mlp.gate_proj.weight")
+            .unwrap()
+            .1
+            .clone();
+        let mut gelu = c.clone();
+        gelu.variant.mlp_act = MlpAct::GeluTanh;
+        assert_eq!(fuse_gate_up(&gelu, &mut params.clone()).unwrap(), 0);
+        assert_eq!(fuse_gate_up(&c, &mut params).unwrap(), 1);
+        let names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(names.contains(&up1) && !names.contains(&gate_up_name(1).as_str()));
+        let fused = &params.iter().find(|(n, _)| *n == gate_up_name(0)).unwrap().1;
+        assert_eq!(fused.shape(), [96, 32]);
+        let gate_rows = &fused.as_f32().unwrap()[..48 * 32];
+        assert_eq!(gate_rows, gate0.as_f32().unwrap());
     }
 }
