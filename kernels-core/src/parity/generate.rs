@@ -44,16 +44,27 @@ impl Gen {
         Tensor::from_f32(shape, v)
     }
     /// A normal `[.., n]` tensor stored as the weight dtype `dtype` (quantized by
-    /// [`crate::quant`]; `q6_k`, which it does not write, as random blocks with finite scales).
+    /// [`crate::quant`]; `q6_k`, which it does not write, as random blocks with finite scales
+    /// from 0.001 to 0.01, whose values run to tens).
     pub(super) fn weight(&mut self, shape: &[usize], dtype: DType) -> Result<Tensor> {
-        self.weight_of_size(shape, dtype, 1.0)
+        self.weight_with(shape, dtype, 1.0, (0.001, 0.01))
     }
-    /// [`Gen::weight`] with its values `size` times as large (`q6_k`: its block scales).
+    /// A weight of values about `size`: a normal times `size`, quantized; `q6_k` as random blocks
+    /// whose scales (`size` times 1e-4 to 1e-3) give its random quants about that size.
     pub(super) fn weight_of_size(
         &mut self,
         shape: &[usize],
         dtype: DType,
         size: f32,
+    ) -> Result<Tensor> {
+        self.weight_with(shape, dtype, size, (1e-4 * size, 1e-3 * size))
+    }
+    fn weight_with(
+        &mut self,
+        shape: &[usize],
+        dtype: DType,
+        size: f32,
+        (d_lo, d_hi): (f32, f32),
     ) -> Result<Tensor> {
         if dtype == DType::Q6_K {
             let n = numel(shape).unwrap_or(0);
@@ -62,8 +73,7 @@ impl Gen {
             for _ in 0..blocks {
                 let start = bytes.len();
                 bytes.extend((0..dtype.block_bytes()).map(|_| self.rng.below(256) as u8));
-                let scale = self.rng.uniform_range(0.001, 0.01) * size;
-                let d = half::f16::from_f32(scale).to_bits();
+                let d = half::f16::from_f32(self.rng.uniform_range(d_lo, d_hi)).to_bits();
                 bytes[start + 208..start + 210].copy_from_slice(&d.to_le_bytes());
             }
             return Tensor::from_raw(shape, dtype, bytes);

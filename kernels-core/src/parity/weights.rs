@@ -61,8 +61,8 @@ pub(super) fn cases(kind: OpKind, g: &mut Gen) -> Result<Vec<Case>> {
             // Decode (one row, and a batch of rows) and a prefill of more rows than decode's
             // products take. The gate multiplies one half's rounding error by the other half (and
             // the backward, dy's by the weight), while the budget is relative to the result: the
-            // weights are drawn a tenth of `weight`'s size, so that the pre-activations are of a
-            // model's size (a few units) rather than tens to hundreds.
+            // weights are drawn about 0.1 in size, so that the pre-activations are of a model's
+            // size (a few units) rather than the tens to hundreds of `Gen::weight`'s.
             for dtype in DType::WEIGHT {
                 let k = cols(dtype, 2);
                 for (lead, n) in [(&[1usize][..], 9usize), (&[2, 1][..], 4), (&[11][..], 5)] {

@@ -300,7 +300,11 @@ mod tests {
         assert_eq!(fuse_gate_up(&c, &mut params).unwrap(), 1);
         let names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
         assert!(names.contains(&up1) && !names.contains(&gate_up_name(1).as_str()));
-        let fused = &params.iter().find(|(n, _)| *n == gate_up_name(0)).unwrap().1;
+        let fused = &params
+            .iter()
+            .find(|(n, _)| *n == gate_up_name(0))
+            .unwrap()
+            .1;
         assert_eq!(fused.shape(), [96, 32]);
         let gate_rows = &fused.as_f32().unwrap()[..48 * 32];
         assert_eq!(gate_rows, gate0.as_f32().unwrap());
