@@ -107,6 +107,23 @@ fn products_and_lookups_split_large_weights_over_bindings() {
     }
     let x3 = normal(4, &[2, 5, 40]);
     same_split(&whole, &cap, "matmul batched x @ f32 w^T", &xt, &[&x3, &w]);
+    // A gated product larger than one binding ([24, 256]: 24,576 bytes): its gate and up halves
+    // as two split products, then swiglu.
+    let w2 = normal(10, &[256, 40]);
+    let x24 = normal(11, &[24, 40]);
+    let what = "matmul_swiglu x[24] f32, product over the cap";
+    same_split(&whole, &cap, what, &Op::MatmulSwiglu, &[&x24, &w2]);
+    // Its up rows must start on an aligned offset to be bound apart (here at byte 16,000).
+    let x40 = normal(12, &[40, 40]);
+    match run(&cap, &Op::MatmulSwiglu, &[&x40, &w]) {
+        Err(Error::LimitExceeded { what, .. }) => {
+            assert!(
+                what.starts_with("matmul_swiglu") && what.contains("256-byte"),
+                "{what}"
+            )
+        }
+        other => panic!("matmul_swiglu with unaligned halves over the cap: {other:?}"),
+    }
 
     // Packed weights: decode's matvec (<= 8 rows) splits the packed rows; prefill decodes each
     // block into an f32 temporary of its own size.

@@ -238,7 +238,9 @@ pub(crate) fn matmul_backward(
 
 /// `matmul_swiglu` forward: decode's rows as one gated `matvec` launch where the device takes
 /// it ([`super::quant::matvec`]), else the product `y = x @ weight^T` (any of the products'
-/// paths) and the gate over its halves: two launches.
+/// paths) and the gate over its halves: two launches. A `y` larger than one binding is made as
+/// its two halves ([`super::split::gate_up_halves`]) and gated by `swiglu`. (The backward binds
+/// `y` whole.)
 pub(crate) fn swiglu_forward(
     be: &dyn Device,
     name: &'static str,
@@ -250,12 +252,23 @@ pub(crate) fn swiglu_forward(
         return Ok(out);
     }
     let x2 = x.reshape(&[rows, in_f])?;
+    let shape = kernels_core::cpu::matmul_swiglu::out_shape(x.shape(), half);
+    if rows.saturating_mul(2 * half) > be.chunk_elems() {
+        // The product is larger than one binding: its halves apart, then swiglu (which binds
+        // its tensors in chunks).
+        let [gate, up] = super::split::gate_up_halves(be, name, &x2, w, half)?;
+        let out = super::elementwise::swiglu(be, name, &[&gate, &up], false)?;
+        let Some(out) = out.into_iter().next() else {
+            return Err(kernels_core::Error::Arity {
+                op: name,
+                expected: 1,
+                got: 0,
+            });
+        };
+        return out.reshape(&shape);
+    }
     let y = super::product(be, name, (&x2, false), (w, true), None)?;
-    let out = glu(be, name, &y, half, None)?;
-    out.reshape(&kernels_core::cpu::matmul_swiglu::out_shape(
-        x.shape(),
-        half,
-    ))
+    glu(be, name, &y, half, None)?.reshape(&shape)
 }
 
 /// `matmul_swiglu` backward: `y` made again, `dy` (swiglu's rules over its halves), then

@@ -153,29 +153,8 @@ pub(crate) fn product(
     let out = super::matmul::product_out(be, name, &d.out_shape, acc)?;
     for &(first, cnt) in &blocks {
         let range = words_of(w, (first, cnt), packed_row, rows);
-        let temp;
-        let (blk, blk_range) = if w.dtype().is_weight() {
-            temp = be.alloc(name, &[cnt, k], DType::F32)?;
-            let p = DequantizeParams {
-                n: u32_of(name, "elements", cnt * k)?,
-                dtype: weight_code(w.dtype()),
-                ..Default::default()
-            };
-            let wr = (w, range);
-            be.run_ranges(
-                name,
-                Family::Quant,
-                "dequantize",
-                &[],
-                p,
-                &[wr, wr, wr, wr],
-                &[(&temp, None)],
-                Grid::Elems(cnt * k),
-            )?;
-            (&temp, None)
-        } else {
-            (w, range)
-        };
+        let (blk, blk_range) = weight_block(be, name, w, (first, cnt), range)?;
+        let blk = &blk;
         let mm = if on_b {
             Matmul {
                 a: (a, 0, trans_a),
@@ -224,6 +203,112 @@ pub(crate) fn product(
         be.matmul(name, &mm)?;
     }
     Ok(Some(out))
+}
+
+/// Rows `(first, cnt)` of the 2-D weight `w` as a matmul operand: the weight itself bound as
+/// `range` (f32), or a packed block decoded into an f32 temporary of its own size.
+fn weight_block(
+    be: &dyn Device,
+    name: &'static str,
+    w: &Tensor,
+    (_, cnt): (usize, usize),
+    range: ElemRange,
+) -> Result<(Tensor, ElemRange)> {
+    if !w.dtype().is_weight() {
+        return Ok((w.clone(), range));
+    }
+    let k = w.shape().get(1).copied().unwrap_or(0);
+    let temp = be.alloc(name, &[cnt, k], DType::F32)?;
+    let p = DequantizeParams {
+        n: u32_of(name, "elements", cnt * k)?,
+        dtype: weight_code(w.dtype()),
+        ..Default::default()
+    };
+    let wr = (w, range);
+    be.run_ranges(
+        name,
+        Family::Quant,
+        "dequantize",
+        &[],
+        p,
+        &[wr, wr, wr, wr],
+        &[(&temp, None)],
+        Grid::Elems(cnt * k),
+    )?;
+    Ok((temp, None))
+}
+
+/// `matmul_swiglu`'s product when `x [rows, k] @ W^T` (`W [2 half, k]`) is larger than one
+/// binding: its gate and up halves, `x @ W[..half]^T` and `x @ W[half..]^T`, as two products
+/// of `[rows, half]`, each in row blocks of its half of the weight (the sums of the whole
+/// product's, computed by the same kernels). `LimitExceeded` naming the op when the up rows do
+/// not start on an aligned offset, or a block does not fit.
+pub(crate) fn gate_up_halves(
+    be: &dyn Device,
+    name: &'static str,
+    x: &Tensor,
+    w: &Tensor,
+    half: usize,
+) -> Result<[Tensor; 2]> {
+    let (rows, k) = (x.shape()[0], w.shape()[1]);
+    let f32_row = k.saturating_mul(4);
+    let Some(packed_row) = row_bytes(w.dtype(), k) else {
+        return Err(Error::LimitExceeded {
+            what: format!(
+                "{name}: bytes of a [{rows}, {}] product in one storage binding (the {} weight's \
+                 rows are not whole blocks, so its halves cannot be bound apart)",
+                2 * half,
+                w.dtype().name()
+            ),
+            value: (rows * 2 * half * 4) as u64,
+            limit: binding_bytes(be) as u64,
+        });
+    };
+    if !(half * packed_row).is_multiple_of(ALIGN) {
+        return Err(Error::LimitExceeded {
+            what: format!(
+                "{name}: bytes of a [{rows}, {}] product in one storage binding (the up rows \
+                 start at byte {} of the weight, not on a {ALIGN}-byte offset, so the halves \
+                 cannot be bound apart)",
+                2 * half,
+                half * packed_row
+            ),
+            value: (rows * 2 * half * 4) as u64,
+            limit: binding_bytes(be) as u64,
+        });
+    }
+    let half_out = |h0: usize| -> Result<Tensor> {
+        let out = be.alloc(name, &[rows, half], DType::F32)?;
+        for (first, cnt) in row_blocks(be, name, "the weight", half, (packed_row, f32_row))? {
+            let start = (h0 + first) * packed_row / 4;
+            let end = ((h0 + first + cnt) * packed_row)
+                .div_ceil(4)
+                .min(device_words(w));
+            let (blk, blk_range) =
+                weight_block(be, name, w, (first, cnt), Some((start, end - start)))?;
+            be.matmul(
+                name,
+                &Matmul {
+                    a: (x, 0, false),
+                    b: (&blk, 0, true),
+                    out: &out,
+                    mnk: (rows, cnt, k),
+                    steps_batch: (0, 0, 1),
+                    fused: Fused::default(),
+                    a_range: None,
+                    b_range: blk_range,
+                    out_at: Some(OutAt {
+                        ldc: half,
+                        offset: first,
+                        batch_stride: rows * half,
+                        bias_offset: 0,
+                    }),
+                },
+            )?;
+        }
+        Ok(out)
+    };
+    Ok([half_out(0)?, half_out(half)?])
 }
 
 /// Rows `(first, rows)` of a tensor, with their binding range in words (`None`: whole).
