@@ -16,6 +16,7 @@
 
 mod buffers;
 pub mod config;
+mod gated;
 pub mod gemm;
 pub mod isa;
 pub mod kernel_family;
@@ -82,16 +83,8 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
                 backward(kernel, trans_a, trans_b, p)
             }))
         }
-        (Op::MatmulSwiglu, Direction::Forward) => {
-            Some(super::matmul_swiglu::forward_with(args, &|x, w, in_f| {
-                product_rows(kernel, x, w, in_f)
-            }))
-        }
-        (Op::MatmulSwiglu, Direction::Backward) => Some(super::matmul_swiglu::backward_with(
-            args,
-            &|x, w, in_f| product_rows(kernel, x, w, in_f),
-            &|dy, w, x, in_f| product_grads(kernel, dy, w, x, in_f),
-        )),
+        (Op::MatmulSwiglu, Direction::Forward) => Some(gated::forward(kernel, args)),
+        (Op::MatmulSwiglu, Direction::Backward) => Some(gated::backward(kernel, args)),
         (Op::Linear { activation }, Direction::Forward) => {
             Some(linear_forward(kernel, activation, args))
         }
@@ -290,37 +283,6 @@ fn linear_forward(kernel: Kernel, a: Activation, args: &[View<f32>]) -> Result<V
         &epi,
     )?;
     Ok(vec![Owned::float(linear::out_shape(xs, out_f), out)])
-}
-
-/// `x [rows, in] @ w^T` for `w [cols, in]` on the GEMM (`matmul_swiglu`'s product).
-fn product_rows(kernel: Kernel, x: &[f32], w: &[f32], in_f: usize) -> Result<Vec<f32>> {
-    let (rows, cols) = (x.len() / in_f.max(1), w.len() / in_f.max(1));
-    let mut out = zeros(rows * cols)?;
-    Gemm::new(kernel).run(
-        MatRef::new(x, rows, in_f, false)?,
-        MatRef::new(w, in_f, cols, true)?,
-        &mut out,
-        cols,
-    )?;
-    Ok(out)
-}
-
-/// `(dy @ w, dy^T @ x)` on the GEMM for `dy [rows, cols]`, `w [cols, in]`, `x [rows, in]`.
-fn product_grads(
-    kernel: Kernel,
-    dy: &[f32],
-    w: &[f32],
-    x: &[f32],
-    in_f: usize,
-) -> Result<(Vec<f32>, Vec<f32>)> {
-    let (rows, cols) = (x.len() / in_f.max(1), w.len() / in_f.max(1));
-    let mut gx = zeros(x.len())?;
-    let mut gw = zeros(w.len())?;
-    let mut gemm = Gemm::new(kernel);
-    let dym = MatRef::new(dy, rows, cols, false)?;
-    gemm.run(dym, MatRef::new(w, cols, in_f, false)?, &mut gx, in_f)?;
-    gemm.run(dym.t(), MatRef::new(x, rows, in_f, false)?, &mut gw, in_f)?;
-    Ok((gx, gw))
 }
 
 /// `linear` backward: `g' = g * act'(out)`, then `grad_x = g' . weight`, `grad_weight = g'^T .
