@@ -1,7 +1,7 @@
 //! matmul, linear and matmul_swiglu: shape checks, the fused epilogues and the backward composition, over the
 //! device's matmul hook (tiled WGSL on wgpu, cuBLAS on CUDA).
 
-use kernels_core::op::{Activation, Op};
+use kernels_core::op::{Activation, Direction, Op};
 use kernels_core::{DType, Error, Result, Tensor};
 
 use super::common::arg;
@@ -236,16 +236,25 @@ pub(crate) fn matmul_backward(
     Ok(vec![ga, gb])
 }
 
+/// `matmul_swiglu` in either direction.
+pub(crate) fn swiglu(
+    be: &dyn Device,
+    name: &'static str,
+    dir: Direction,
+    args: &[&Tensor],
+) -> Result<Vec<Tensor>> {
+    match dir {
+        Direction::Forward => Ok(vec![swiglu_forward(be, name, args)?]),
+        Direction::Backward => swiglu_backward(be, name, args),
+    }
+}
+
 /// `matmul_swiglu` forward: decode's rows as one gated `matvec` launch where the device takes
 /// it ([`super::quant::matvec`]), else the product `y = x @ weight^T` (any of the products'
 /// paths) and the gate over its halves: two launches. A `y` larger than one binding is made as
 /// its two halves ([`super::split::gate_up_halves`]) and gated by `swiglu`. (The backward binds
 /// `y` whole.)
-pub(crate) fn swiglu_forward(
-    be: &dyn Device,
-    name: &'static str,
-    args: &[&Tensor],
-) -> Result<Tensor> {
+fn swiglu_forward(be: &dyn Device, name: &'static str, args: &[&Tensor]) -> Result<Tensor> {
     let (x, w) = (arg(args, 0), arg(args, 1));
     let (rows, in_f, half) = kernels_core::cpu::matmul_swiglu::check(x.shape(), w.shape())?;
     if let Some(out) = super::quant::matvec(be, name, &Op::MatmulSwiglu, args, None)? {
@@ -273,11 +282,7 @@ pub(crate) fn swiglu_forward(
 
 /// `matmul_swiglu` backward: `y` made again, `dy` (swiglu's rules over its halves), then
 /// `grad_x = dy @ weight` and `grad_weight = dy^T @ x`.
-pub(crate) fn swiglu_backward(
-    be: &dyn Device,
-    name: &'static str,
-    args: &[&Tensor],
-) -> Result<Vec<Tensor>> {
+fn swiglu_backward(be: &dyn Device, name: &'static str, args: &[&Tensor]) -> Result<Vec<Tensor>> {
     let (x, w, out, g) = (arg(args, 0), arg(args, 1), arg(args, 2), arg(args, 3));
     let (rows, in_f, half) = kernels_core::cpu::matmul_swiglu::check(x.shape(), w.shape())?;
     let want = kernels_core::cpu::matmul_swiglu::out_shape(x.shape(), half);

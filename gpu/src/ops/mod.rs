@@ -245,8 +245,7 @@ pub(crate) fn run(
         (Op::MatmulAdd { trans_a, trans_b }, d) => {
             return matmul_add(be, name, (trans_a, trans_b), d, args);
         }
-        (Op::MatmulSwiglu, F) => return Ok(vec![matmul::swiglu_forward(be, name, args)?]),
-        (Op::MatmulSwiglu, B) => return matmul::swiglu_backward(be, name, args),
+        (Op::MatmulSwiglu, d) => return matmul::swiglu(be, name, d, args),
         _ => {}
     }
     // Weight dtypes: decoded where an op reads them (the signature check let them only into
@@ -285,7 +284,7 @@ pub(crate) fn run(
         return Ok(vec![out]);
     }
     match (*op, dir) {
-        // Taken above (weight dtypes included), as matmul_add.
+        // Taken above (weight dtypes included), as matmul_add and matmul_swiglu.
         (Op::Matmul { trans_a, trans_b }, F) => {
             let (a, b) = ((arg(args, 0), trans_a), (arg(args, 1), trans_b));
             Ok(vec![product(be, name, a, b, None)?])
@@ -294,8 +293,7 @@ pub(crate) fn run(
         (Op::MatmulAdd { trans_a, trans_b }, d) => {
             matmul_add(be, name, (trans_a, trans_b), d, args)
         }
-        (Op::MatmulSwiglu, F) => Ok(vec![matmul::swiglu_forward(be, name, args)?]),
-        (Op::MatmulSwiglu, B) => matmul::swiglu_backward(be, name, args),
+        (Op::MatmulSwiglu, d) => matmul::swiglu(be, name, d, args),
         (Op::Linear { activation }, F) => Ok(vec![linear_forward(be, name, activation, args)?]),
         (Op::Linear { activation }, B) => linear_backward(be, name, activation, args),
         (Op::Binary(b), F) => Ok(vec![binary_forward(be, name, b, args)?]),

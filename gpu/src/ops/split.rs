@@ -153,7 +153,7 @@ pub(crate) fn product(
     let out = super::matmul::product_out(be, name, &d.out_shape, acc)?;
     for &(first, cnt) in &blocks {
         let range = words_of(w, (first, cnt), packed_row, rows);
-        let (blk, blk_range) = weight_block(be, name, w, (first, cnt), range)?;
+        let (blk, blk_range) = weight_block(be, name, w, cnt, range)?;
         let blk = &blk;
         let mm = if on_b {
             Matmul {
@@ -205,13 +205,14 @@ pub(crate) fn product(
     Ok(Some(out))
 }
 
-/// Rows `(first, cnt)` of the 2-D weight `w` as a matmul operand: the weight itself bound as
-/// `range` (f32), or a packed block decoded into an f32 temporary of its own size.
+/// A block of `cnt` rows of the 2-D weight `w`, bound as `range`, as a matmul operand: the
+/// weight itself with that range (f32), or the packed block decoded into an f32 temporary of its
+/// own size.
 fn weight_block(
     be: &dyn Device,
     name: &'static str,
     w: &Tensor,
-    (_, cnt): (usize, usize),
+    cnt: usize,
     range: ElemRange,
 ) -> Result<(Tensor, ElemRange)> {
     if !w.dtype().is_weight() {
@@ -280,12 +281,8 @@ pub(crate) fn gate_up_halves(
     let half_out = |h0: usize| -> Result<Tensor> {
         let out = be.alloc(name, &[rows, half], DType::F32)?;
         for (first, cnt) in row_blocks(be, name, "the weight", half, (packed_row, f32_row))? {
-            let start = (h0 + first) * packed_row / 4;
-            let end = ((h0 + first + cnt) * packed_row)
-                .div_ceil(4)
-                .min(device_words(w));
-            let (blk, blk_range) =
-                weight_block(be, name, w, (first, cnt), Some((start, end - start)))?;
+            let range = words_of(w, (h0 + first, cnt), packed_row, 2 * half);
+            let (blk, blk_range) = weight_block(be, name, w, cnt, range)?;
             be.matmul(
                 name,
                 &Matmul {

@@ -20,24 +20,35 @@ const OP: &str = "linear";
 
 /// Checks `x [..., in]`, `weight [out, in]`, `bias [out]`; returns `(rows, in, out)`.
 pub fn check(x: &[usize], weight: &[usize], bias: &[usize]) -> Result<(usize, usize, usize)> {
-    min_rank(OP, "x", x, 1)?;
-    non_empty(OP, "x", x)?;
+    let (rows, in_f, out_f) = check_x_weight(OP, x, weight)?;
+    if bias != [out_f] {
+        return Err(Error::mismatch(OP, weight, bias));
+    }
+    Ok((rows, in_f, out_f))
+}
+
+/// The checks of `op`'s `x [..., in]` and `weight [out, in]` (x @ weight^T), shared by
+/// `linear` and `matmul_swiglu`; returns `(rows, in, out)`.
+pub fn check_x_weight(
+    op: &'static str,
+    x: &[usize],
+    weight: &[usize],
+) -> Result<(usize, usize, usize)> {
+    min_rank(op, "x", x, 1)?;
+    non_empty(op, "x", x)?;
     if weight.len() != 2 {
         return Err(Error::bad_shape(
-            OP,
+            op,
             "weight",
             weight,
             "must be [out_features, in_features]",
         ));
     }
-    non_empty(OP, "weight", weight)?;
+    non_empty(op, "weight", weight)?;
     let (out_f, in_f) = (weight[0], weight[1]);
     let (lead, last) = x.split_at(x.len() - 1);
     if last[0] != in_f {
-        return Err(Error::mismatch(OP, x, weight));
-    }
-    if bias != [out_f] {
-        return Err(Error::mismatch(OP, weight, bias));
+        return Err(Error::mismatch(op, x, weight));
     }
     Ok((lead.iter().product(), in_f, out_f))
 }

@@ -15,7 +15,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::args::{Owned, View, float_arg, min_rank, non_empty, same_shape};
+use super::args::{Owned, View, float_arg, same_shape};
 use super::elementwise::sigmoid;
 use crate::error::{Error, Result};
 use crate::numerics::Real;
@@ -24,18 +24,8 @@ const OP: &str = "matmul_swiglu";
 
 /// Checks `x [..., in]` and `weight [2 n, in]`; returns `(rows, in, n)`.
 pub fn check(x: &[usize], weight: &[usize]) -> Result<(usize, usize, usize)> {
-    min_rank(OP, "x", x, 1)?;
-    non_empty(OP, "x", x)?;
-    if weight.len() != 2 {
-        return Err(Error::bad_shape(
-            OP,
-            "weight",
-            weight,
-            "must be [2 * n, in_features] (the gate rows, then the up rows)",
-        ));
-    }
-    non_empty(OP, "weight", weight)?;
-    if !weight[0].is_multiple_of(2) {
+    let (rows, in_f, out_f) = super::linear::check_x_weight(OP, x, weight)?;
+    if !out_f.is_multiple_of(2) {
         return Err(Error::bad_shape(
             OP,
             "weight",
@@ -43,11 +33,7 @@ pub fn check(x: &[usize], weight: &[usize]) -> Result<(usize, usize, usize)> {
             "needs an even number of rows (the gate rows, then as many up rows)",
         ));
     }
-    let in_f = x[x.len() - 1];
-    if in_f != weight[1] {
-        return Err(Error::mismatch(OP, x, weight));
-    }
-    Ok((x[..x.len() - 1].iter().product(), in_f, weight[0] / 2))
+    Ok((rows, in_f, out_f / 2))
 }
 
 /// The shape of the output: `x`'s with the last dim replaced by `n`.
