@@ -13,6 +13,7 @@ pub mod atomic_write;
 pub mod commands;
 pub mod format;
 pub mod heap;
+pub mod limits;
 pub mod llama;
 pub mod tokenizer_json;
 /// The parity runner lives with the backends; re-exported for the CLI's commands.

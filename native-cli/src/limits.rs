@@ -1,0 +1,116 @@
+//! Sizes taken from flags, config fields and file headers, checked before anything of that size
+//! is allocated: the bytes are computed with checked arithmetic, then compared with the memory
+//! the machine has available and reserved (fallibly, and released at once) so that an
+//! address-space limit (`ulimit -v`) refuses them here rather than aborting the process later.
+//! Too large is an error naming the flag or field, its value and the bytes it would need.
+
+use crate::{CliResult, fail};
+
+/// `bytes` as a short human figure: `22.5 GB`, `512 MB`, `4.0 KB` (powers of 1000, as `df -H`).
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KB", "MB", "GB", "TB", "PB", "EB"];
+    if bytes < 1000 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1000.0;
+    let mut unit = 0;
+    while v >= 1000.0 && unit + 1 < UNITS.len() {
+        v /= 1000.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// Memory the process can still take: `MemAvailable` plus `SwapFree` of `/proc/meminfo`
+/// (`None` where there is no such file).
+pub fn available_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = info.lines().find(|l| l.starts_with(name))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kb.checked_mul(1024)
+    };
+    Some(field("MemAvailable:")?.saturating_add(field("SwapFree:").unwrap_or(0)))
+}
+
+/// The product of `factors`, or `None` when it overflows a `u64`.
+pub fn product(factors: &[u64]) -> Option<u64> {
+    factors.iter().try_fold(1u64, |a, &b| a.checked_mul(b))
+}
+
+/// The sum of `terms`, or `None` when it overflows a `u64`.
+pub fn sum(terms: &[Option<u64>]) -> Option<u64> {
+    terms
+        .iter()
+        .try_fold(0u64, |a, &b| b.and_then(|b| a.checked_add(b)))
+}
+
+/// Errors unless `bytes` (`None`: more than a `u64` holds) fit in the memory available and in
+/// the address space. `what` says what the user gave, e.g. `--batch 100000000` or
+/// `config.json's max_position_embeddings = 1000000000000`, and `for_what` what the bytes are
+/// for (`the training's parameters and activations`).
+pub fn check_fits(what: &str, for_what: &str, bytes: Option<u64>) -> CliResult<()> {
+    let Some(bytes) = bytes else {
+        return Err(fail(format!(
+            "{what}: {for_what} would need more than {} bytes (the size overflows); use a \
+             smaller value",
+            u64::MAX
+        )));
+    };
+    if let Some(avail) = available_bytes()
+        && bytes > avail
+    {
+        return Err(fail(format!(
+            "{what}: {for_what} would need {} ({bytes} bytes) of memory, and {} are available; \
+             use a smaller value",
+            human_bytes(bytes),
+            human_bytes(avail)
+        )));
+    }
+    // An address-space limit (ulimit -v, a container's) refuses the reservation here; the pages
+    // are never touched, so this costs nothing when it succeeds.
+    let fits = usize::try_from(bytes)
+        .ok()
+        .is_some_and(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok());
+    if !fits {
+        return Err(fail(format!(
+            "{what}: {for_what} would need {} ({bytes} bytes) of memory, more than this process \
+             may allocate; use a smaller value",
+            human_bytes(bytes)
+        )));
+    }
+    Ok(())
+}
+
+/// Errors unless `value` is at least 1, naming the flag.
+pub fn positive(flag: &str, value: usize) -> CliResult<()> {
+    if value == 0 {
+        return Err(fail(format!("{flag} 0: must be at least 1")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_figures() {
+        assert_eq!(human_bytes(999), "999 B");
+        assert_eq!(human_bytes(22_500_000_000), "22.5 GB");
+        assert_eq!(human_bytes(32_000_000_000_000), "32.0 TB");
+    }
+
+    #[test]
+    fn overflow_and_huge_sizes_are_errors_naming_what() {
+        let e = check_fits("--batch 7", "the batch", None).unwrap_err();
+        assert!(e.to_string().contains("--batch 7"), "{e}");
+        let e = check_fits("--layers 1000000000", "the weights", Some(u64::MAX / 2)).unwrap_err();
+        assert!(e.to_string().contains("--layers 1000000000"), "{e}");
+        assert!(e.to_string().contains(&(u64::MAX / 2).to_string()), "{e}");
+        check_fits("--batch 1", "the batch", Some(1024)).unwrap();
+        assert_eq!(product(&[u64::MAX, 2]), None);
+        assert_eq!(sum(&[Some(1), None]), None);
+        assert_eq!(sum(&[Some(1), Some(2)]), Some(3));
+    }
+}
