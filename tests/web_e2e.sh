@@ -12,7 +12,7 @@
 # steps the wasm CPU takes to 90% held-out accuracy (minutes; never in the default run);
 # WEB_E2E_ONLY=big-gguf WEB_E2E_MODEL_DIR=DIR loads a large model directory on WebGPU and prints
 # its load time, tokens, WebGPU storage bytes and wasm memory (never in the default run; see
-# README "Weights in 16, 8 and 4 bits"). WEB_E2E_ONLY=llm-peer WEB_E2E_MODEL_DIR=/tmp/llama-s15
+# web/README.md "A 0.5B model in the page"). WEB_E2E_ONLY=llm-peer WEB_E2E_MODEL_DIR=/tmp/llama-s15
 # runs the transformers.js peer's protocol (../shared/peers/README.md, transformers-js) on the
 # page's wasm CPU with the picked directory: its 32-token prompt, 128 decode steps and a 256-token
 # prefill, WEB_E2E_WARMUP (2) warm-up runs then WEB_E2E_RUNS (3) timed, and prints the median and

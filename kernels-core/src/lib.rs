@@ -17,7 +17,7 @@
 //!   `Rc<dyn Backend>`.
 //! - The op table: [`OpKind::ALL`] lists every op; [`Op`] is one op with its attributes, and
 //!   [`Op::spec`] gives its inputs, outputs, gradients and error budget ([`numerics::Budget`]).
-//!   `kernels ops --markdown` prints the table the README shows.
+//!   `kernels ops --markdown` prints the table `kernels-core/README.md` shows.
 //! - [`autograd::Graph`]: records ops on [`autograd::Var`]s and differentiates them
 //!   ([`autograd::Graph::backward`]); [`nn`] layers keep their parameters in an
 //!   [`nn::ParamStore`], and [`optim`] steps them; [`parallel::DataParallel`] trains replicas

@@ -34,7 +34,8 @@
 //! the replicas agree within `adamw_step`'s budget per step, and [`DataParallel::divergence`]
 //! measures by how much. Against one device on the same global batch, the reduced gradient
 //! differs only by summation order (the shards' partial sums, then their weighted sum), so
-//! losses and parameters agree within the budget that order implies (see the README).
+//! losses and parameters agree within the budget that order implies (see kernels-core/README.md,
+//! "Data-parallel training").
 
 use alloc::collections::BTreeMap;
 use alloc::format;

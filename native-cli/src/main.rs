@@ -55,7 +55,7 @@ enum Cmd {
         /// A JSON list of {"name","inputs","attrs","outputs","grad_inputs","budget","doc"}.
         #[arg(long, conflicts_with = "markdown")]
         json: bool,
-        /// The op table and the budget table in Markdown (as in the README).
+        /// The op table and the budget table in Markdown (as in kernels-core/README.md).
         #[arg(long)]
         markdown: bool,
     },

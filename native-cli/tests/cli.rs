@@ -575,9 +575,11 @@ fn readme_library_code_is_the_check_op_example() {
 
 #[test]
 fn readme_tables_are_the_generated_ones() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-            .unwrap();
+    // The op and budget tables live in kernels-core's guide.
+    let readme = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels-core/README.md"),
+    )
+    .unwrap();
     let md = native_cli::commands::ops::markdown();
     let (ops, budgets) = md.split_at(md.find("\n| op | forward budget").unwrap() + 1);
     let between = |begin: &str, end: &str| {
@@ -588,11 +590,11 @@ fn readme_tables_are_the_generated_ones() {
     assert_eq!(
         between("<!-- ops:begin -->", "<!-- ops:end -->"),
         ops.trim(),
-        "README op table is stale: paste `kernels ops --markdown`"
+        "kernels-core/README.md op table is stale: paste `kernels ops --markdown`"
     );
     assert_eq!(
         between("<!-- budgets:begin -->", "<!-- budgets:end -->"),
         budgets.trim(),
-        "README budget table is stale: paste `kernels ops --markdown`"
+        "kernels-core/README.md budget table is stale: paste `kernels ops --markdown`"
     );
 }

@@ -2,7 +2,7 @@
 //! CPU (2 and 3 replicas, uneven splits), on 2 and 3 wgpu devices opened on one adapter
 //! (lavapipe in CI), and on a CPU + wgpu mix. Replicas hold bit-identical parameters after every
 //! step (of one backend kind anywhere; CPU and wgpu on lavapipe); against one device the budget
-//! of `BUDGET_*` holds (the README's "Data-parallel training" says where it comes from).
+//! of `BUDGET_*` holds (kernels-core/README.md's "Data-parallel training" says where it comes from).
 #![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

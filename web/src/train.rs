@@ -346,11 +346,11 @@ impl Trainer {
 
 /// The parity strip's budget: each parity step's losses on the backend and on the wasm CPU
 /// agree to `|loss - cpu| <= PARITY_ATOL + PARITY_RTOL * |cpu|`. The relative part is the CLI's
-/// budget for wgpu replicas against one CPU (`native-cli/tests/devices_cli.rs`, README
-/// "Data-parallel training"): same starting bits, same batches, so only the kernels' own
-/// rounding, compounded through the AdamW steps. The absolute floor is for a trained model's
-/// loss near zero (fine-tuning), where each token's `logsumexp(logits) - logit` is rounded at
-/// the logits' magnitude (an f32 ulp of a logit of 10 is 1e-6), not the loss's.
+/// budget for wgpu replicas against one CPU (`native-cli/tests/devices_cli.rs`,
+/// kernels-core/README.md "Data-parallel training"): same starting bits, same batches, so only
+/// the kernels' own rounding, compounded through the AdamW steps. The absolute floor is for a
+/// trained model's loss near zero (fine-tuning), where each token's `logsumexp(logits) - logit`
+/// is rounded at the logits' magnitude (an f32 ulp of a logit of 10 is 1e-6), not the loss's.
 pub const PARITY_ATOL: f32 = 1e-5;
 pub const PARITY_RTOL: f32 = 1e-4;
 

@@ -1,5 +1,5 @@
 //! `kernels ops`: every op, listed from [`OpKind::ALL`] and [`OpKind::spec`] (never from a list
-//! of its own), as text, JSON or the Markdown tables pasted into the README.
+//! of its own), as text, JSON or the Markdown tables pasted into kernels-core/README.md.
 
 use kernels_core::numerics::Budget;
 use kernels_core::op::{AttrDefault, AttrKind, AttrSpec, AttrValue, InputKind, OpSpec};
@@ -228,7 +228,7 @@ pub fn markdown() -> String {
 }
 
 /// Runs `kernels ops`: the text listing, or with `json` the JSON list, or with `tables` the
-/// README's Markdown tables.
+/// Markdown tables of kernels-core/README.md.
 pub fn run(json: bool, tables: bool) -> CliResult<()> {
     if json {
         emit_json(&all_json())
