@@ -87,6 +87,18 @@ pub fn numel(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
 }
 
+/// `n` copies of `v`, reserved fallibly: a size from a flag or a file that does not fit is an
+/// [`Error::OutOfMemory`] naming the shape, never an abort.
+fn filled_f32(n: usize, v: f32, shape: &[usize]) -> Result<Vec<f32>> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+        what: format!("an f32 tensor of shape {shape:?}"),
+        bytes: (n as u64).saturating_mul(4),
+    })?;
+    out.resize(n, v);
+    Ok(out)
+}
+
 impl Tensor {
     fn check_len(op: &'static str, shape: &[usize], len: usize) -> Result<()> {
         match numel(shape) {
@@ -246,13 +258,13 @@ impl Tensor {
     pub fn zeros(shape: &[usize]) -> Result<Self> {
         let n = numel(shape)
             .ok_or_else(|| Error::bad_shape("zeros", "shape", shape, "element count overflows"))?;
-        Self::from_f32(shape, vec![0.0; n])
+        Self::from_f32(shape, filled_f32(n, 0.0, shape)?)
     }
     /// f32 tensor filled with `v`.
     pub fn full(shape: &[usize], v: f32) -> Result<Self> {
         let n = numel(shape)
             .ok_or_else(|| Error::bad_shape("full", "shape", shape, "element count overflows"))?;
-        Self::from_f32(shape, vec![v; n])
+        Self::from_f32(shape, filled_f32(n, v, shape)?)
     }
     /// A tensor over a device buffer. Backends call this; the shape is trusted to match.
     pub fn from_device(shape: &[usize], dtype: DType, buf: Arc<dyn DeviceBuffer>) -> Self {

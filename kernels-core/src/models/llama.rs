@@ -38,7 +38,9 @@ use crate::rng::Rng;
 use crate::tensor::Tensor;
 
 pub use config::{LlamaConfig, MlpAct, RopeKind, RopeParams, Variant};
-pub use generate::{GenerateOptions, Generation, Sampling, StopReason, generate, greedy_batch};
+pub use generate::{
+    Decoder, GenerateOptions, Generation, Sampling, StopReason, generate, greedy_batch,
+};
 pub use quantize::{QUANTIZE_CHOICES, QuantizeSummary, format_for, quantize_checkpoint};
 
 /// Keys and values seen so far, per layer, each `[batch, kv_heads, capacity, head_dim]` of
@@ -57,6 +59,48 @@ pub struct KvCache {
     /// Positions to allocate; 0 means the model's `max_position_embeddings`.
     capacity: usize,
     batch: usize,
+}
+
+/// Bytes of a KV cache of `positions` positions for `batch` sequences (keys and values of
+/// every layer, f32), checked: an overflow is [`Error::LimitExceeded`], and a size this process
+/// cannot reserve is [`Error::OutOfMemory`] naming the positions and `max_position_embeddings`,
+/// before any buffer is allocated.
+pub fn kv_cache_bytes(c: &LlamaConfig, batch: usize, positions: usize) -> Result<u64> {
+    let what = || {
+        format!(
+            "a KV cache of {positions} positions (the prompt plus the new tokens, at most the \
+             config's max_position_embeddings = {}) x {} layers x {} kv heads x head_dim {}",
+            c.max_position_embeddings, c.num_hidden_layers, c.num_key_value_heads, c.head_dim
+        )
+    };
+    let bytes = [
+        batch,
+        c.num_key_value_heads,
+        positions,
+        c.head_dim,
+        c.num_hidden_layers,
+        2,
+        4,
+    ]
+    .into_iter()
+    .try_fold(1u64, |a, b| a.checked_mul(b as u64))
+    .ok_or_else(|| Error::LimitExceeded {
+        what: what(),
+        value: u64::MAX,
+        limit: usize::MAX as u64,
+    })?;
+    // Reserve (without touching) what the buffers will take: a size beyond the address space
+    // or the allocator's reach is refused here instead of aborting in the allocation.
+    let reservable = usize::try_from(bytes)
+        .ok()
+        .is_some_and(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok());
+    if !reservable {
+        return Err(Error::OutOfMemory {
+            what: what(),
+            bytes,
+        });
+    }
+    Ok(bytes)
 }
 
 impl KvCache {
@@ -98,7 +142,9 @@ impl KvCache {
             } else {
                 self.capacity.min(c.max_positions())
             };
-            self.capacity = want.max(total);
+            let capacity = want.max(total);
+            kv_cache_bytes(c, batch, capacity)?;
+            self.capacity = capacity;
             self.batch = batch;
             let shape = [batch, c.num_key_value_heads, self.capacity, c.head_dim];
             let zeros = || g.constant(g.backend().zeros(&shape)?);
