@@ -3,7 +3,7 @@
 //! which step failed; nothing here may panic or fail to link on a machine without CUDA.
 
 use std::any::Any;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -16,7 +16,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::CompileOptions;
 use kernels_core::{Error, Result};
 
-use super::engine::{Engine, Gemm, GemmInputs, Grid, Kernel, Mem, Params};
+use super::engine::{Engine, Gemm, GemmInputs, GraphRun, Grid, Kernel, Mem, Node, Params, Step};
 use crate::device::Family;
 
 // SAFETY: `Params` is `#[repr(C)]` plain old data matching `struct Params` in the prelude.
@@ -97,6 +97,34 @@ pub struct Driver {
     /// NVRTC output per family, compiled on first use.
     modules: RefCell<HashMap<Family, Arc<CudaModule>>>,
     functions: RefCell<HashMap<Kernel, CudaFunction>>,
+    /// Instantiated graphs by shape ([`Engine::run_graph`]).
+    graphs: RefCell<HashMap<Vec<Node>, Exec>>,
+    /// Set when the driver refused a capture: graphs are off from then on.
+    no_graphs: Cell<bool>,
+}
+
+/// Graphs kept at once; more shapes than this start the cache afresh.
+const MAX_GRAPHS: usize = 16;
+
+/// An instantiated graph, destroyed with its owner.
+struct Exec(cudarc::driver::sys::CUgraphExec);
+
+impl Drop for Exec {
+    fn drop(&mut self) {
+        // SAFETY: instantiated by `run_graph` and owned here; launches that use it are
+        // ordered on the stream before anything frees its resources (the driver defers that).
+        let _ = unsafe { cudarc::driver::result::graph::exec_destroy(self.0) };
+    }
+}
+
+/// A captured graph, destroyed once it was instantiated or used to update one.
+struct Captured(cudarc::driver::sys::CUgraph);
+
+impl Drop for Captured {
+    fn drop(&mut self) {
+        // SAFETY: returned by `cuStreamEndCapture` and owned here.
+        let _ = unsafe { cudarc::driver::result::graph::destroy(self.0) };
+    }
 }
 
 impl Driver {
@@ -114,6 +142,9 @@ impl Driver {
             .map_err(|e| driver_err("reading the compute capability", e))?;
         let name = ctx.name().map_err(|e| driver_err("reading the name", e))?;
         let stream = ctx.default_stream();
+        // One stream: no cross-stream events (which a capture would not take).
+        // SAFETY: every launch, copy and free of this engine is ordered on `stream`.
+        unsafe { ctx.disable_event_tracking() };
         let blas = CudaBlas::new(stream.clone()).map_err(|e| err(format!("cuBLAS: {e:?}")))?;
         Ok(Driver {
             ctx,
@@ -123,6 +154,8 @@ impl Driver {
             name: format!("{name} (sm_{major}{minor})"),
             modules: RefCell::new(HashMap::new()),
             functions: RefCell::new(HashMap::new()),
+            graphs: RefCell::new(HashMap::new()),
+            no_graphs: Cell::new(false),
         })
     }
 
@@ -155,6 +188,72 @@ impl Driver {
             .map_err(|e| driver_err(&format!("kernel {}", kernel.entry), e))?;
         self.functions.borrow_mut().insert(kernel, f.clone());
         Ok(f)
+    }
+
+    /// Records `steps` into a graph by stream capture (nothing runs yet).
+    fn capture(&self, steps: &[Step]) -> Result<Captured> {
+        use cudarc::driver::{result::stream, sys::CUstreamCaptureMode};
+        let cu = self.stream.cu_stream();
+        // SAFETY: the stream is this engine's; every step only launches kernels or cuBLAS
+        // products on it (allocations and copies happened when the step was recorded).
+        unsafe {
+            stream::begin_capture(cu, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        }
+        .map_err(|e| driver_err("beginning a graph capture", e))?;
+        let ran = steps.iter().try_for_each(|s| s.run(self));
+        // SAFETY: ends the capture begun above, also when a step failed.
+        let graph =
+            unsafe { stream::end_capture(cu) }.map_err(|e| driver_err("ending a graph capture", e));
+        let graph = match graph {
+            Ok(g) if !g.is_null() => Captured(g),
+            Ok(_) => return Err(err("the capture made no graph")),
+            Err(e) => {
+                ran?;
+                return Err(e);
+            }
+        };
+        ran?;
+        Ok(graph)
+    }
+
+    /// Launches `steps` as the graph of their shape: the captured graph updates the one
+    /// instantiated for that shape, or is instantiated when there is none or the update is
+    /// refused.
+    fn launch_graph(&self, steps: &[Step]) -> Result<GraphRun> {
+        use cudarc::driver::{result::graph, sys};
+        let shape: Vec<Node> = steps.iter().map(Step::node).collect();
+        let captured = self.capture(steps)?;
+        let mut graphs = self.graphs.borrow_mut();
+        let mut run = GraphRun::Updated;
+        let updated = graphs.get(&shape).is_some_and(|exec| {
+            let mut info = sys::CUgraphExecUpdateResultInfo_st {
+                result: sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS,
+                errorNode: std::ptr::null_mut(),
+                errorFromNode: std::ptr::null_mut(),
+            };
+            // SAFETY: both graphs are live; the update changes only node parameters.
+            let r = unsafe { sys::cuGraphExecUpdate_v2(exec.0, captured.0, &mut info) };
+            r == sys::CUresult::CUDA_SUCCESS
+                && info.result == sys::CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_SUCCESS
+        });
+        if !updated {
+            // SAFETY: the captured graph is live.
+            let exec = unsafe { graph::instantiate(captured.0, sys::CUgraphInstantiate_flags(0)) }
+                .map_err(|e| driver_err("instantiating a graph", e))?;
+            if graphs.len() >= MAX_GRAPHS {
+                graphs.clear();
+            }
+            graphs.insert(shape.clone(), Exec(exec));
+            run = GraphRun::Instantiated;
+        }
+        drop(captured);
+        let exec = graphs
+            .get(&shape)
+            .ok_or_else(|| err("a graph instantiated just now is missing"))?;
+        // SAFETY: the graph and the stream are live.
+        unsafe { graph::launch(exec.0, self.stream.cu_stream()) }
+            .map_err(|e| driver_err("launching a graph", e))?;
+        Ok(run)
     }
 }
 
@@ -325,5 +424,25 @@ impl Engine for Driver {
         self.stream
             .synchronize()
             .map_err(|e| driver_err("synchronize", e))
+    }
+    fn prepare(&self, kernel: Kernel) -> Result<()> {
+        self.function(kernel).map(|_| ())
+    }
+    fn run_graph(&self, steps: &[Step]) -> Result<GraphRun> {
+        if !self.no_graphs.get() {
+            match self.launch_graph(steps) {
+                Ok(run) => return Ok(run),
+                // Launch by launch from now on: what the capture refused runs directly.
+                Err(e) => {
+                    eprintln!("cuda: graphs off for this backend: {e}");
+                    self.no_graphs.set(true);
+                    self.graphs.borrow_mut().clear();
+                }
+            }
+        }
+        for s in steps {
+            s.run(self)?;
+        }
+        Ok(GraphRun::Direct)
     }
 }

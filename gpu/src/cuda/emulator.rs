@@ -18,7 +18,7 @@ use std::sync::{Mutex, OnceLock};
 
 use kernels_core::{Error, Result};
 
-use super::engine::{Engine, Gemm, GemmInputs, Grid, Kernel, Mem, Params};
+use super::engine::{Engine, Gemm, GemmInputs, GraphRun, Grid, Kernel, Mem, Node, Params, Step};
 use super::kernels::{Family, host};
 
 /// Host memory; atomics so that kernels may write through the shared pointers the launch hands
@@ -155,7 +155,13 @@ pub(crate) struct EmulatedDevice {
     libs: &'static Libraries,
     row_threads: u32,
     launched: Mutex<BTreeSet<(&'static str, &'static str)>>,
+    /// The graphs captured so far, by shape (as the driver keeps its instantiated ones), with
+    /// how many times each was launched.
+    graphs: Mutex<HashMap<Vec<Node>, u64>>,
 }
+
+/// Graphs kept at once; more shapes than this start the cache afresh (the driver's bound too).
+pub(crate) const MAX_GRAPHS: usize = 16;
 
 impl EmulatedDevice {
     /// Fails, saying why, without a host C++ compiler or when a family does not build.
@@ -166,7 +172,15 @@ impl EmulatedDevice {
             libs: libraries()?,
             row_threads,
             launched: Mutex::new(BTreeSet::new()),
+            graphs: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The shapes of the graphs captured so far, each with how often it was launched.
+    #[cfg(test)]
+    pub(crate) fn graph_launches(&self) -> Vec<(usize, u64)> {
+        let g = self.graphs.lock().unwrap_or_else(|p| p.into_inner());
+        g.iter().map(|(shape, n)| (shape.len(), *n)).collect()
     }
 
     /// `(family, entry)` of every kernel launched so far.
@@ -269,6 +283,40 @@ impl Engine for EmulatedDevice {
     fn synchronize(&self) -> Result<()> {
         Ok(())
     }
+    /// The emulated graph: the step's launches and GEMMs were recorded by the backend while
+    /// the step was captured; launching replays them in the order recorded, with the grids,
+    /// parameters and buffers of this step (what an updated graph holds on the device).
+    fn run_graph(&self, steps: &[Step]) -> Result<GraphRun> {
+        let shape: Vec<Node> = steps.iter().map(Step::node).collect();
+        let new = {
+            let mut g = self.graphs.lock().unwrap_or_else(|p| p.into_inner());
+            let new = !g.contains_key(&shape);
+            if new && g.len() >= MAX_GRAPHS {
+                g.clear();
+            }
+            *g.entry(shape).or_insert(0) += 1;
+            new
+        };
+        for s in steps {
+            s.run(self)?;
+        }
+        Ok(if new {
+            GraphRun::Instantiated
+        } else {
+            GraphRun::Updated
+        })
+    }
+    fn prepare(&self, kernel: Kernel) -> Result<()> {
+        let loaded = self
+            .libs
+            .libs
+            .get(&kernel.family)
+            .ok_or_else(|| err(format!("no library for {}", kernel.family.name())))?;
+        // SAFETY: only looks the symbol up.
+        unsafe { loaded.lib.get::<Kern>(kernel.entry.as_bytes()) }
+            .map(|_| ())
+            .map_err(|e| err(format!("kernel {}: {e}", kernel.entry)))
+    }
 }
 
 /// What the driver's cuBLAS call computes, argument for argument (B first, then A).
@@ -354,7 +402,7 @@ fn column_major_gemm(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use kernels_core::op::Direction;
     use kernels_core::parity::Case;
     use kernels_core::{Op, OpKind, Rng, parity};
@@ -512,7 +560,7 @@ mod tests {
     }
 
     /// Lets the test keep a handle on the engine the backend owns.
-    struct Shared(&'static EmulatedDevice);
+    pub(crate) struct Shared(pub(crate) &'static EmulatedDevice);
 
     impl Engine for Shared {
         fn describe(&self) -> String {
@@ -545,6 +593,12 @@ mod tests {
         }
         fn synchronize(&self) -> Result<()> {
             self.0.synchronize()
+        }
+        fn run_graph(&self, steps: &[Step]) -> Result<GraphRun> {
+            self.0.run_graph(steps)
+        }
+        fn prepare(&self, kernel: Kernel) -> Result<()> {
+            self.0.prepare(kernel)
         }
     }
 

@@ -4,6 +4,7 @@
 //! `host_runtime.hpp`) stands in for it.
 
 use std::any::Any;
+use std::sync::Arc;
 
 use kernels_core::Result;
 
@@ -39,7 +40,7 @@ pub struct Kernel {
 
 /// A 1-D launch. `cooperative`: the block's threads synchronize (row kernels); the emulator
 /// needs to know, the device does not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Grid {
     pub blocks: u32,
     pub threads: u32,
@@ -52,7 +53,7 @@ pub trait Mem: Any + std::fmt::Debug + Send + Sync {
 }
 
 /// What `A` and `B` hold; `C` is f32 and the products are summed in f32 either way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum GemmInputs {
     /// f32 (SGEMM).
     #[default]
@@ -65,7 +66,7 @@ pub enum GemmInputs {
 
 /// `C = op(A) op(B)` for `batch` row-major matrices: `op(A) [m, k]`, `op(B) [k, n]`, `C [m,
 /// n]`, each operand at an element offset and a batch stride (0: shared).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Gemm {
     pub inputs: GemmInputs,
     pub m: usize,
@@ -122,6 +123,86 @@ impl Gemm {
     }
 }
 
+/// One recorded piece of a step's work (see [`Engine::run_graph`]), holding its buffers so that
+/// a tensor dropped before the step runs stays alive until it has.
+#[derive(Debug, Clone)]
+pub enum Step {
+    Launch {
+        kernel: Kernel,
+        grid: Grid,
+        params: Params,
+        inputs: Vec<Arc<dyn Mem>>,
+        outputs: Vec<Arc<dyn Mem>>,
+    },
+    Gemm {
+        gemm: Gemm,
+        a: Arc<dyn Mem>,
+        b: Arc<dyn Mem>,
+        c: Arc<dyn Mem>,
+    },
+}
+
+/// What identifies a step's graph: each node's kernel, or a GEMM's shape (cuBLAS may pick
+/// other kernels for another shape). Grids, parameters and pointers are not in it: an
+/// instantiated graph takes new ones by an update, as a decode token's position and fresh
+/// buffers need.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Node {
+    Kernel(Kernel),
+    Gemm {
+        inputs: GemmInputs,
+        mnk: (usize, usize, usize),
+        trans: (bool, bool),
+        batch: usize,
+        accumulate: bool,
+    },
+}
+
+impl Step {
+    pub fn node(&self) -> Node {
+        match self {
+            Step::Launch { kernel, .. } => Node::Kernel(*kernel),
+            Step::Gemm { gemm: g, .. } => Node::Gemm {
+                inputs: g.inputs,
+                mnk: (g.m, g.n, g.k),
+                trans: (g.trans_a, g.trans_b),
+                batch: g.batch,
+                accumulate: g.accumulate,
+            },
+        }
+    }
+
+    /// Runs the step directly (no graph).
+    pub fn run(&self, engine: &(impl Engine + ?Sized)) -> Result<()> {
+        match self {
+            Step::Launch {
+                kernel,
+                grid,
+                params,
+                inputs,
+                outputs,
+            } => {
+                let ins: Vec<&dyn Mem> = inputs.iter().map(|m| m.as_ref()).collect();
+                let outs: Vec<&dyn Mem> = outputs.iter().map(|m| m.as_ref()).collect();
+                engine.launch(*kernel, *grid, params, &ins, &outs)
+            }
+            Step::Gemm { gemm, a, b, c } => engine.gemm(gemm, a.as_ref(), b.as_ref(), c.as_ref()),
+        }
+    }
+}
+
+/// How [`Engine::run_graph`] ran a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphRun {
+    /// A graph of this shape was captured and instantiated, then launched.
+    Instantiated,
+    /// The graph of this shape took the step's grids, parameters and pointers, then launched.
+    Updated,
+    /// No graph: each launch and GEMM was issued on its own (the engine has no graphs, or
+    /// capturing failed and graphs are off from then on).
+    Direct,
+}
+
 /// A device the CUDA backend runs on.
 pub trait Engine {
     /// e.g. `NVIDIA GeForce RTX 4090 (sm_89)`.
@@ -147,4 +228,18 @@ pub trait Engine {
     fn gemm(&self, gemm: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()>;
     /// Waits for all recorded work.
     fn synchronize(&self) -> Result<()>;
+    /// Makes `kernel` ready to launch (compiles its family), so that a launch recorded for a
+    /// graph reports such errors when it is recorded.
+    fn prepare(&self, _kernel: Kernel) -> Result<()> {
+        Ok(())
+    }
+    /// Runs `steps` in order as one graph: the graph of their [`Node`]s is instantiated once
+    /// and updated with each run's grids, parameters and pointers, then launched once. The
+    /// default issues each step on its own.
+    fn run_graph(&self, steps: &[Step]) -> Result<GraphRun> {
+        for s in steps {
+            s.run(self)?;
+        }
+        Ok(GraphRun::Direct)
+    }
 }

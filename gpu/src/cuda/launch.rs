@@ -57,7 +57,7 @@ impl Device for CudaBackend {
         } else {
             n
         };
-        let mem = self.engine.alloc_zeroed(words)?;
+        let mem: Arc<dyn super::engine::Mem> = self.engine.alloc_zeroed(words)?.into();
         Ok(Tensor::from_device(
             shape,
             dtype,

@@ -30,12 +30,14 @@ pub mod driver;
 #[cfg(any(test, feature = "cuda-emulator"))]
 mod emulator;
 pub mod engine;
+#[cfg(test)]
+mod graph_tests;
 pub mod kernels;
 mod launch;
 mod matmul;
 mod svd;
 
-use engine::{Engine, Gemm, Grid, Kernel, Mem, Params};
+use engine::{Engine, Gemm, GraphRun, Grid, Kernel, Mem, Params, Step};
 
 /// Threads per row block on the emulated device: what the driver engine picks.
 #[cfg(feature = "cuda-emulator")]
@@ -54,6 +56,18 @@ pub struct CudaCounters {
     pub bytes_uploaded: u64,
     /// Bytes copied device -> host.
     pub bytes_downloaded: u64,
+    /// Steps (the launches and GEMMs recorded between two reads of the device) run as one
+    /// CUDA graph launch ([`CudaBackend::with_graphs`]).
+    pub graph_launches: u64,
+    /// Of those, the ones that instantiated a graph (a step of a new shape); the others
+    /// updated the graph of their shape with their grids, parameters and pointers.
+    pub graph_instantiations: u64,
+    /// Launches and GEMMs that ran inside graph launches.
+    pub graph_nodes: u64,
+    /// Host time from the first launch or GEMM a step records until its graph launch (or, with
+    /// graphs off, its last launch) returned: the host's cost of a step, without the wait for
+    /// results (see `crate::host_time`'s definition, the same for every backend).
+    pub host_ns: u64,
 }
 
 /// Whether a CUDA device can be used here: `Ok(device count)`, or why not (no driver, no
@@ -80,7 +94,7 @@ fn guarded<R>(what: &str, f: impl FnOnce() -> Result<R>) -> Result<R> {
 
 /// One tensor's elements on the CUDA device (32-bit words; i64 ids are stored as i32).
 pub struct CudaBuffer {
-    mem: Box<dyn Mem>,
+    mem: Arc<dyn Mem>,
     device: DeviceId,
     /// Host copy of integer tensors uploaded from the host (ids, targets), so index ranges can
     /// be checked without a readback.
@@ -122,7 +136,18 @@ pub struct CudaBackend {
     counters: Cell<CudaCounters>,
     /// Products with a weight operand in 16 bits (see [`CudaBackend::with_half_products`]).
     half_products: bool,
+    /// Steps run as CUDA graphs (see [`CudaBackend::with_graphs`]).
+    graphs: bool,
+    /// The launches and GEMMs of the step being recorded (graphs on).
+    pending: RefCell<Vec<Step>>,
+    /// When the step being recorded began (its first launch or GEMM).
+    step_started: Cell<Option<std::time::Instant>>,
 }
+
+/// A step that records this many launches and GEMMs runs them at once, launch by launch, and
+/// records on: a training loop that never reads the device back would otherwise hold every
+/// intermediate of every iteration. A decode token of a 1B llama is about 150 launches.
+pub const MAX_GRAPH_STEPS: usize = 4096;
 
 /// The error budgets of CUDA's half products ([`CudaBackend::with_half_products`]) against the
 /// f32 reference, for f16 and for bf16 operands: the activations are rounded to the 16-bit
@@ -155,16 +180,28 @@ pub fn half_product_budget(a: DType, b: DType) -> Option<kernels_core::numerics:
 
 /// `KERNELS_CUDA_HALF`: `1` turns half products on, `0` (or unset) off.
 fn half_products_from_env() -> Result<bool> {
-    match std::env::var("KERNELS_CUDA_HALF") {
-        Err(_) => Ok(false),
-        Ok(v) => match v.trim() {
-            "1" | "on" | "true" => Ok(true),
-            "0" | "off" | "false" | "" => Ok(false),
-            other => Err(Error::Backend {
-                backend: "cuda".into(),
-                why: format!("KERNELS_CUDA_HALF={other:?}: expected 1 or 0"),
-            }),
-        },
+    switch_from_env("KERNELS_CUDA_HALF", false)
+}
+
+/// `KERNELS_CUDA_GRAPHS`: `0` turns CUDA graphs off, `1` (or unset) on.
+pub fn graphs_from_env() -> Result<bool> {
+    switch_from_env("KERNELS_CUDA_GRAPHS", true)
+}
+
+fn switch_from_env(name: &str, default: bool) -> Result<bool> {
+    switch_value(name, std::env::var(name).ok().as_deref(), default)
+}
+
+/// A `1`/`0` switch's value (`on`/`off`, `true`/`false`; unset or empty: `default`).
+fn switch_value(name: &str, value: Option<&str>, default: bool) -> Result<bool> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(default),
+        Some("1" | "on" | "true") => Ok(true),
+        Some("0" | "off" | "false") => Ok(false),
+        Some(other) => Err(Error::Backend {
+            backend: "cuda".into(),
+            why: format!("{name}={other:?}: expected 1 or 0"),
+        }),
     }
 }
 
@@ -192,7 +229,9 @@ impl CudaBackend {
     /// Opens CUDA device `ordinal` (`--devices cuda:0,cuda:1`: one context per device).
     pub fn on_device(ordinal: usize) -> Result<Self> {
         let engine = guarded("opening the device", || driver::Driver::new(ordinal))?;
-        Ok(Self::with_engine(Box::new(engine)).with_half_products(half_products_from_env()?))
+        Ok(Self::with_engine(Box::new(engine))
+            .with_half_products(half_products_from_env()?)
+            .with_graphs(graphs_from_env()?))
     }
 
     /// The CUDA backend on the emulated device (`cuda-emulator` feature; for tests): the same
@@ -203,7 +242,9 @@ impl CudaBackend {
     #[cfg(feature = "cuda-emulator")]
     pub fn emulated() -> Result<Self> {
         let device = emulator::EmulatedDevice::new(EMULATED_ROW_THREADS)?;
-        Ok(Self::with_engine(Box::new(device)).with_half_products(half_products_from_env()?))
+        Ok(Self::with_engine(Box::new(device))
+            .with_half_products(half_products_from_env()?)
+            .with_graphs(graphs_from_env()?))
     }
 
     pub(crate) fn with_engine(engine: Box<dyn Engine>) -> Self {
@@ -213,7 +254,76 @@ impl CudaBackend {
             tables: RefCell::new(HashMap::new()),
             counters: Cell::new(CudaCounters::default()),
             half_products: false,
+            graphs: false,
+            pending: RefCell::new(Vec::new()),
+            step_started: Cell::new(None),
         }
+    }
+
+    /// Whether each step (the launches and GEMMs recorded between two reads of the device: a
+    /// decode token, say) runs as one CUDA graph launch: recorded on the host, captured into a
+    /// graph once per shape (the sequence of kernels and GEMM shapes) and instantiated, then
+    /// for every later step of that shape the instantiated graph is updated with the step's
+    /// grids, parameters and buffers (`cuGraphExecUpdate`) and launched. On by default
+    /// (`KERNELS_CUDA_GRAPHS=0` turns it off). Results are the same either way: the same
+    /// kernels run on the same buffers in the same order. A launch's errors (a kernel that does
+    /// not compile) are still reported by the op that launched it; an error of the device
+    /// itself comes with the next read. If the driver refuses to capture, graphs turn off for
+    /// the backend and the step runs launch by launch.
+    pub fn with_graphs(mut self, on: bool) -> Self {
+        self.graphs = on;
+        self
+    }
+
+    /// See [`CudaBackend::with_graphs`].
+    pub fn graphs(&self) -> bool {
+        self.graphs
+    }
+
+    /// Adds `step` to the step being recorded; at [`MAX_GRAPH_STEPS`], runs what was recorded.
+    fn record(&self, step: Step) -> Result<()> {
+        let full = {
+            let mut p = self.pending.borrow_mut();
+            p.push(step);
+            (p.len() >= MAX_GRAPH_STEPS).then(|| std::mem::take(&mut *p))
+        };
+        match full {
+            Some(steps) => steps.iter().try_for_each(|s| s.run(self.engine.as_ref())),
+            None => Ok(()),
+        }
+    }
+
+    fn step_begins(&self) {
+        if self.step_started.get().is_none() {
+            self.step_started.set(Some(std::time::Instant::now()));
+        }
+    }
+
+    /// Runs the recorded step (graphs on) and ends its host clock. Called before any read of
+    /// the device and by [`Backend::flush`].
+    fn end_step(&self) -> Result<()> {
+        let steps = std::mem::take(&mut *self.pending.borrow_mut());
+        let run = if steps.is_empty() {
+            Ok(None)
+        } else {
+            self.engine.run_graph(&steps).map(Some)
+        };
+        let ns = self.step_started.take().map_or(0, |t| {
+            u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        });
+        // The buffers the step held are released only once its work is queued.
+        let nodes = steps.len() as u64;
+        drop(steps);
+        let run = run?;
+        self.count(|c| {
+            c.host_ns += ns;
+            if let Some(r @ (GraphRun::Instantiated | GraphRun::Updated)) = run {
+                c.graph_launches += 1;
+                c.graph_nodes += nodes;
+                c.graph_instantiations += u64::from(r == GraphRun::Instantiated);
+            }
+        });
+        Ok(())
     }
 
     /// Whether products with a weight operand (f16, bf16 or GGML blocks) that are not decode's
@@ -272,15 +382,33 @@ impl CudaBackend {
         if grid.blocks == 0 {
             return Ok(());
         }
-        let ins = inputs
-            .iter()
-            .map(|t| self.buffer_of(op, t).map(|b| b.mem.as_ref()))
-            .collect::<Result<Vec<_>>>()?;
-        let outs = outputs
-            .iter()
-            .map(|t| self.buffer_of(op, t).map(|b| b.mem.as_ref()))
-            .collect::<Result<Vec<_>>>()?;
-        self.engine.launch(kernel, grid, &params, &ins, &outs)?;
+        self.step_begins();
+        if self.graphs {
+            self.engine.prepare(kernel)?;
+            let held = |ts: &[&Tensor]| -> Result<Vec<Arc<dyn Mem>>> {
+                ts.iter()
+                    .map(|t| self.buffer_of(op, t).map(|b| b.mem.clone()))
+                    .collect()
+            };
+            let step = Step::Launch {
+                kernel,
+                grid,
+                params,
+                inputs: held(inputs)?,
+                outputs: held(outputs)?,
+            };
+            self.record(step)?;
+        } else {
+            let ins = inputs
+                .iter()
+                .map(|t| self.buffer_of(op, t).map(|b| b.mem.as_ref()))
+                .collect::<Result<Vec<_>>>()?;
+            let outs = outputs
+                .iter()
+                .map(|t| self.buffer_of(op, t).map(|b| b.mem.as_ref()))
+                .collect::<Result<Vec<_>>>()?;
+            self.engine.launch(kernel, grid, &params, &ins, &outs)?;
+        }
         self.count(|c| c.launches += 1);
         Ok(())
     }
@@ -321,8 +449,18 @@ impl CudaBackend {
             self.buffer_of(op, b)?,
             self.buffer_of(op, c)?,
         );
-        self.engine
-            .gemm(g, ma.mem.as_ref(), mb.mem.as_ref(), mc.mem.as_ref())?;
+        self.step_begins();
+        if self.graphs {
+            self.record(Step::Gemm {
+                gemm: *g,
+                a: ma.mem.clone(),
+                b: mb.mem.clone(),
+                c: mc.mem.clone(),
+            })?;
+        } else {
+            self.engine
+                .gemm(g, ma.mem.as_ref(), mb.mem.as_ref(), mc.mem.as_ref())?;
+        }
         let half = u64::from(g.inputs != engine::GemmInputs::F32);
         self.count(|c| {
             c.gemms += 1;
@@ -334,6 +472,7 @@ impl CudaBackend {
     /// Downloads now (CUDA copies block the host thread anyway).
     pub fn download_blocking(&self, t: &Tensor) -> Result<Tensor> {
         let buf = self.buffer_of("download", t)?;
+        self.end_step()?;
         let words = self
             .engine
             .download(buf.mem.as_ref(), crate::device::device_words(t))?;
@@ -396,7 +535,7 @@ impl Backend for CudaBackend {
             Storage::Packed(b) => (crate::device::packed_words(b), None),
             Storage::Device(_) => return Err(Error::NotOnHost { op: "upload" }),
         };
-        let mem = self.engine.upload(&words)?;
+        let mem: Arc<dyn Mem> = self.engine.upload(&words)?.into();
         self.count(|c| c.bytes_uploaded += 4 * words.len() as u64);
         Ok(Tensor::from_device(
             t.shape(),
@@ -419,7 +558,8 @@ impl Backend for CudaBackend {
         crate::ops::run_donated(self, op, donated, rest)
     }
     fn flush(&self) -> Result<()> {
-        // Launches are already queued on the stream; waiting surfaces any asynchronous error.
+        // Runs the recorded step; waiting surfaces any asynchronous error.
+        self.end_step()?;
         self.engine.synchronize()
     }
     fn zeros(&self, shape: &[usize]) -> Result<Tensor> {

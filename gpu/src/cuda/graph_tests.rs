@@ -1,0 +1,134 @@
+//! CUDA graphs on the emulated device: a llama's decode tokens, each one step (recorded, then
+//! launched as one graph at the token's download), give the very logits and tokens of the
+//! launch-by-launch path; the graph of the decode shape is instantiated once and then updated
+//! and replayed, token after token, with every launch the token recorded.
+
+use std::rc::Rc;
+
+use kernels_core::autograd::Graph;
+use kernels_core::models::llama::addition::{Size, config};
+use kernels_core::models::llama::{KvCache, Llama};
+use kernels_core::{Backend, Rng, Tensor};
+
+use super::emulator::EmulatedDevice;
+use super::kernels::host;
+use super::{CudaBackend, CudaCounters};
+
+const PROMPT: [i32; 5] = [1, 4, 2, 7, 3];
+const DECODE: usize = 6;
+
+/// What one run gives: per step (the prefill, then each decode token) the last position's
+/// logits and the greedy token, and the counters after the prefill and after the last token.
+struct Run {
+    logits: Vec<Vec<f32>>,
+    tokens: Vec<i64>,
+    after_prefill: CudaCounters,
+    after: CudaCounters,
+}
+
+fn decode(be: Rc<CudaBackend>) -> Run {
+    let mut c = config(Size {
+        hidden: 32,
+        intermediate: 48,
+        layers: 2,
+        heads: 4,
+        kv_heads: 2,
+    });
+    c.max_position_embeddings = 32;
+    let dynbe: Rc<dyn Backend> = be.clone();
+    let model = Llama::init(c, dynbe.clone(), &mut Rng::new(29)).unwrap();
+    let g = Graph::inference(dynbe.clone());
+    let p = model.bind(&g).unwrap();
+    let mut cache = KvCache::with_capacity(PROMPT.len() + DECODE);
+    let ids = Tensor::from_i32(&[1, PROMPT.len()], PROMPT.to_vec()).unwrap();
+    let mut input = g.constant(dynbe.upload(&ids).unwrap()).unwrap();
+    let (mut logits, mut tokens) = (Vec::new(), Vec::new());
+    let mut after_prefill = CudaCounters::default();
+    for step in 0..=DECODE {
+        let h = model.forward(&g, &p, &input, Some(&mut cache)).unwrap();
+        let last = model.last_positions(&g, &h).unwrap();
+        let l = model.logits(&g, &p, &last).unwrap();
+        let next = g.argmax(&l).unwrap();
+        // The token's one read: the step runs here (as a graph with graphs on).
+        let host = pollster::block_on(dynbe.download(l.tensor())).unwrap();
+        logits.push(host.to_f32_vec().unwrap());
+        let id = pollster::block_on(dynbe.download(next.tensor())).unwrap();
+        tokens.push(id.to_i64_vec().unwrap()[0]);
+        input = g.reshape(&next, &[1, 1]).unwrap();
+        if step == 0 {
+            after_prefill = be.counters();
+        }
+    }
+    Run {
+        logits,
+        tokens,
+        after_prefill,
+        after: be.counters(),
+    }
+}
+
+fn emulated(graphs: bool) -> Option<(Rc<CudaBackend>, &'static EmulatedDevice)> {
+    host::compiler()?;
+    let dev = EmulatedDevice::new(64).unwrap_or_else(|e| panic!("{e}"));
+    let dev: &'static EmulatedDevice = Box::leak(Box::new(dev));
+    let be =
+        CudaBackend::with_engine(Box::new(super::emulator::tests::Shared(dev))).with_graphs(graphs);
+    Some((Rc::new(be), dev))
+}
+
+#[test]
+fn cuda_graphs_replay_decode_tokens_as_the_launches_would_run() {
+    let (Some((plain, _)), Some((graphed, dev))) = (emulated(false), emulated(true)) else {
+        return;
+    };
+    let a = decode(plain);
+    let b = decode(graphed);
+    assert_eq!(a.tokens, b.tokens, "greedy tokens");
+    for (step, (x, y)) in a.logits.iter().zip(&b.logits).enumerate() {
+        let same = x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+        assert!(
+            same,
+            "step {step}: logits differ between graph and launches"
+        );
+    }
+    // Without graphs nothing is captured.
+    assert_eq!(a.after.graph_launches, 0, "{:?}", a.after);
+    // The same work was recorded either way.
+    assert_eq!(
+        (a.after.launches, a.after.gemms),
+        (b.after.launches, b.after.gemms)
+    );
+    // With graphs, every launch and GEMM of every step ran inside a graph launch: the logits'
+    // read ends the step, the token's read finds nothing recorded.
+    let (p, e) = (b.after_prefill, b.after);
+    assert_eq!(e.graph_nodes, e.launches + e.gemms, "{e:?}");
+    assert_eq!(e.graph_launches, 1 + DECODE as u64, "{e:?}");
+    // The decode tokens share one shape: the first instantiates its graph, the rest update
+    // and replay it with their own position and buffers.
+    let decode_nodes = (e.launches + e.gemms) - (p.launches + p.gemms);
+    assert!(decode_nodes > 0);
+    assert_eq!(e.graph_instantiations - p.graph_instantiations, 1, "{e:?}");
+    let shapes = dev.graph_launches();
+    let per_token = decode_nodes / DECODE as u64;
+    assert_eq!(
+        decode_nodes % DECODE as u64,
+        0,
+        "{decode_nodes} over {DECODE} tokens"
+    );
+    assert!(
+        shapes.contains(&(per_token as usize, DECODE as u64)),
+        "the decode graph ({per_token} nodes) launched {DECODE} times: {shapes:?}"
+    );
+    assert!(e.host_ns > 0 && a.after.host_ns > 0);
+}
+
+#[test]
+fn cuda_graphs_switch_reads_its_values() {
+    // The switch's parsing (the env itself is not touched: tests run in parallel).
+    assert!(super::switch_value("KERNELS_CUDA_GRAPHS", Some("0"), true) == Ok(false));
+    assert!(super::switch_value("KERNELS_CUDA_GRAPHS", Some("off"), true) == Ok(false));
+    assert!(super::switch_value("KERNELS_CUDA_GRAPHS", Some("1"), false) == Ok(true));
+    assert!(super::switch_value("KERNELS_CUDA_GRAPHS", None, true) == Ok(true));
+    assert!(super::switch_value("KERNELS_CUDA_GRAPHS", Some(""), true) == Ok(true));
+    assert!(super::switch_value("KERNELS_CUDA_GRAPHS", Some("yes please"), true).is_err());
+}
