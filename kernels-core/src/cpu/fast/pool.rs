@@ -1,0 +1,187 @@
+//! One persistent pool of worker threads for the CPU products.
+//!
+//! A product is split by output rows (or columns) into ranges of `0..len`, and the ranges are
+//! run by the calling thread and the pool's workers together:
+//!
+//! ```ignore
+//! // out[j] for j in 0..n, in ranges of whole 16s:
+//! pool::for_slices(&mut out, 1, 16, &|rows, out_part| {
+//!     for (j, o) in rows.zip(out_part) { *o = dot(x, weight_row(j)); }
+//!     Ok(())
+//! })?;
+//! ```
+//!
+//! - **Ranges.** `0..len` is cut into ranges made of whole `grain`s (every range starts at a
+//!   multiple of `grain`; the last one ends at `len`), at most [`CHUNKS_PER_THREAD`] per thread.
+//!   The cut depends only on `len`, `grain` and the thread count ([`ranges`]), never on which
+//!   thread runs what or whether the pool was free: a kernel whose outputs do not depend on
+//!   where its range starts (within the grain) gives the same bits on any number of threads.
+//! - **Threads.** `KERNELS_THREADS` ([`config::threads`]) threads take part: the caller and
+//!   `threads - 1` workers, started on first use and kept for the life of the process. With
+//!   one thread, one range or without the `threads` feature (wasm32, `no_std`) everything runs
+//!   inline on the caller.
+//! - **Waking.** A product publishes its job and bumps an atomic epoch; workers that finished
+//!   a job less than [`SPIN`] ago are still spinning on that epoch and start without a system
+//!   call. Workers idle for longer park, and the caller unparks them (a system call, off the
+//!   hot path of decode, whose products follow each other within microseconds). The ranges are
+//!   handed out through one atomic counter, so a worker that the OS descheduled does not hold
+//!   the others up: the caller takes its ranges.
+//! - **Busy pool.** One product at a time owns the workers. A second caller (another thread,
+//!   or a range calling back into the pool) runs its ranges inline, one after the other: no
+//!   deadlock, no oversubscription.
+//! - **Errors.** Every range runs even when one fails (a range is cheap, and the output is
+//!   wrong anyway); the error of the lowest range is returned. A panic in a range is caught
+//!   on the thread that ran it (a worker survives it) and resumed on the caller once every
+//!   range has finished, as `std::thread::scope` does.
+
+use core::ops::Range;
+
+use super::config;
+use crate::error::{Error, Result};
+
+/// Ranges per thread at most: more lets the fast threads take over a slow one's work, fewer
+/// costs less per range.
+pub const CHUNKS_PER_THREAD: usize = 4;
+
+/// How long an idle worker spins on the epoch before it parks (microseconds).
+pub const SPIN_MICROS: u64 = 500;
+
+/// The ranges [`for_ranges_on`] cuts `0..len` into for `threads` threads, in order.
+pub fn ranges(threads: usize, len: usize, grain: usize) -> impl Iterator<Item = Range<usize>> {
+    let chunk = chunk_len(threads, len, grain);
+    (0..len.div_ceil(chunk)).map(move |i| i * chunk..((i + 1) * chunk).min(len))
+}
+
+/// Elements per range (a multiple of `grain`; at least 1).
+fn chunk_len(threads: usize, len: usize, grain: usize) -> usize {
+    let grain = grain.max(1);
+    let grains = len.div_ceil(grain).max(1);
+    let target = if threads <= 1 {
+        1
+    } else {
+        threads.saturating_mul(CHUNKS_PER_THREAD)
+    };
+    grains.div_ceil(target).saturating_mul(grain).max(1)
+}
+
+/// Runs `f` on every range of `0..len` ([`ranges`]) on [`config::threads`] threads; the first
+/// error (by range) is returned after every range has run.
+pub fn for_ranges(
+    len: usize,
+    grain: usize,
+    f: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
+) -> Result<()> {
+    for_ranges_on(config::threads(), len, grain, f)
+}
+
+/// [`for_ranges`] on at most `threads` threads (the ranges follow `threads`, so a test can ask
+/// for more threads than the pool has and still get that many ranges).
+pub fn for_ranges_on(
+    threads: usize,
+    len: usize,
+    grain: usize,
+    f: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
+) -> Result<()> {
+    let chunk = chunk_len(threads, len, grain);
+    let chunks = len.div_ceil(chunk);
+    if chunks <= 1 {
+        return if len == 0 { Ok(()) } else { f(0..len) };
+    }
+    imp::run(threads, len, chunk, chunks, f)
+}
+
+/// [`for_ranges`] over `out` cut into units of `unit` values: range `r` of
+/// `0..out.len().div_ceil(unit)` gets `out[r.start * unit..]` up to `r.end * unit` (or the end
+/// of `out`, so a last short row is allowed). For outputs split by rows of `unit` values.
+pub fn for_slices<T: Send>(
+    out: &mut [T],
+    unit: usize,
+    grain: usize,
+    f: &(dyn Fn(Range<usize>, &mut [T]) -> Result<()> + Sync),
+) -> Result<()> {
+    for_slices_on(config::threads(), out, unit, grain, f)
+}
+
+/// [`for_slices`] on at most `threads` threads.
+pub fn for_slices_on<T: Send>(
+    threads: usize,
+    out: &mut [T],
+    unit: usize,
+    grain: usize,
+    f: &(dyn Fn(Range<usize>, &mut [T]) -> Result<()> + Sync),
+) -> Result<()> {
+    if unit == 0 {
+        return Err(Error::bad_shape(
+            "pool",
+            "out",
+            &[out.len()],
+            alloc::string::String::from("a unit of 0 values"),
+        ));
+    }
+    let (total, len) = (out.len(), out.len().div_ceil(unit));
+    let base = SyncPtr(out.as_mut_ptr());
+    for_ranges_on(threads, len, grain, &|r: Range<usize>| {
+        let lo = r.start.saturating_mul(unit).min(total);
+        let hi = r.end.saturating_mul(unit).min(total);
+        // SAFETY: `lo..hi` lies within `out` (clamped to `total`), and the pool runs each range
+        // of `0..len` exactly once, the ranges disjoint: no two slices overlap, and `out` is
+        // borrowed mutably until every range has returned.
+        let part = unsafe { core::slice::from_raw_parts_mut(base.get().add(lo), hi - lo) };
+        f(r, part)
+    })
+}
+
+/// A pointer the ranges share; each range makes its own disjoint slice of it.
+struct SyncPtr<T>(*mut T);
+
+impl<T> SyncPtr<T> {
+    /// Through a method, so closures capture the whole wrapper (which is `Sync`), not the field.
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
+// SAFETY: the wrapper only hands the pointer to `for_slices_on`'s ranges, which make disjoint
+// slices of it: sharing it is sending disjoint parts of a `&mut [T]`, sound for `T: Send`.
+unsafe impl<T: Send> Sync for SyncPtr<T> {}
+
+#[cfg(all(feature = "threads", not(target_arch = "wasm32")))]
+mod imp;
+
+#[cfg(not(all(feature = "threads", not(target_arch = "wasm32"))))]
+mod imp {
+    use core::ops::Range;
+
+    use crate::error::Result;
+
+    /// No threads here: the ranges run in order on the caller.
+    pub(super) fn run(
+        _threads: usize,
+        len: usize,
+        chunk: usize,
+        chunks: usize,
+        f: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
+    ) -> Result<()> {
+        super::inline(len, chunk, chunks, f)
+    }
+}
+
+/// Every range in order on this thread; the first error is returned after all have run.
+fn inline(
+    len: usize,
+    chunk: usize,
+    chunks: usize,
+    f: &(dyn Fn(Range<usize>) -> Result<()> + Sync),
+) -> Result<()> {
+    let mut first = Ok(());
+    for i in 0..chunks {
+        let r = f(i * chunk..((i + 1) * chunk).min(len));
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}
+
+#[cfg(test)]
+mod tests;
