@@ -28,6 +28,7 @@ pub mod cuda;
 #[path = "cuda/kernels.rs"]
 mod cuda_kernels;
 mod device;
+mod host_time;
 mod ops;
 pub mod params;
 pub mod parity;

@@ -26,6 +26,13 @@ pub struct Counters {
     pub storage_bytes: u64,
     /// The most `storage_bytes` has been since the backend was made.
     pub peak_storage_bytes: u64,
+    /// Host nanoseconds from each batch's first recorded command until its submit returned
+    /// (`crate::host_time`): the host's cost of recording and submitting, without the wait for
+    /// results. One decode token is one batch.
+    pub host_ns: u64,
+    /// Bind groups created (a dispatch whose buffers, offsets and sizes were not seen before,
+    /// or were evicted from the cache).
+    pub bind_groups_created: u64,
 }
 
 impl Counters {
@@ -47,6 +54,10 @@ impl Counters {
             bytes_touched: self.bytes_touched.saturating_sub(earlier.bytes_touched),
             storage_bytes: self.storage_bytes,
             peak_storage_bytes: self.peak_storage_bytes,
+            host_ns: self.host_ns.saturating_sub(earlier.host_ns),
+            bind_groups_created: self
+                .bind_groups_created
+                .saturating_sub(earlier.bind_groups_created),
         }
     }
 }

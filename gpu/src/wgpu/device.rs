@@ -66,6 +66,8 @@ pub(crate) struct Gpu {
     /// Small constant tables uploaded once and kept (e.g. rope frequencies), by key.
     pub(crate) tables: RefCell<HashMap<String, Tensor>>,
     pub(crate) rec: RefCell<Recording>,
+    /// Times the batch being recorded (`Counters::host_ns`).
+    pub(crate) clock: crate::host_time::HostClock,
     pub(crate) arena: wgpu::Buffer,
     pub(crate) slot: usize,
     pub(crate) dummy_ro: wgpu::Buffer,
@@ -247,6 +249,7 @@ pub(crate) async fn open(
             dispatches: 0,
             params: Vec::new(),
         }),
+        clock: Default::default(),
         arena,
         slot,
         dummy_ro,

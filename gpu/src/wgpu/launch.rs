@@ -97,6 +97,7 @@ impl WgpuBackend {
         grid: (u32, u32, u32),
     ) -> Result<()> {
         let g = self.gpu();
+        g.clock.begin();
         if inputs.len() > RO_SLOTS || outputs.len() > RW_SLOTS {
             return Err(backend_err(format!("{op}: too many bindings for {entry}")));
         }
@@ -199,6 +200,7 @@ impl WgpuBackend {
         g.shared.count(|c| {
             c.dispatches += 1;
             c.bytes_touched += bytes_touched;
+            c.bind_groups_created += 1;
         });
         Ok(())
     }
@@ -213,6 +215,7 @@ impl WgpuBackend {
             return Ok(t);
         }
         let g = self.gpu();
+        g.clock.begin();
         let raw = self
             .buffer_of("zeros", &t)?
             .raw()
@@ -243,7 +246,11 @@ impl WgpuBackend {
         drop(rec);
         g.queue.submit(Some(encoder.finish()));
         g.shared.batch.fetch_add(1, Ordering::Relaxed);
-        g.shared.count(|c| c.submits += 1);
+        let host_ns = g.clock.end();
+        g.shared.count(|c| {
+            c.submits += 1;
+            c.host_ns += host_ns;
+        });
         Ok(())
     }
 }

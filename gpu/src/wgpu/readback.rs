@@ -87,6 +87,7 @@ impl WgpuBackend {
                 mapped_at_creation: false,
             }),
         };
+        g.clock.begin();
         {
             let mut rec = g.rec.borrow_mut();
             let encoder = rec.encoder.get_or_insert_with(|| {

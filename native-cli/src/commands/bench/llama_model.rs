@@ -49,6 +49,13 @@ pub struct LlamaBenchReport {
     pub dispatches_per_token: Option<f64>,
     pub submits_per_token: Option<f64>,
     pub bytes_down_per_token: Option<f64>,
+    /// Host microseconds per decode token from the step's first recorded command until its
+    /// submit (or graph launch) returned, the wait for results excluded (`Counters::host_ns`).
+    pub host_us_per_token: Option<f64>,
+    /// `host_us_per_token` over the dispatches (kernel launches plus GEMMs on CUDA) of a token.
+    pub host_us_per_dispatch: Option<f64>,
+    /// Bind groups created per decode token (wgpu; 0 once its bind-group cache is warm).
+    pub bind_groups_per_token: Option<f64>,
     /// The dtypes of the model's matrices, e.g. `q4_k+q5_0` (`f32` when unquantized).
     pub weights: String,
     /// Bytes of weights one decode step reads: every matrix whole, except an untied embedding
@@ -61,7 +68,8 @@ pub struct LlamaBenchReport {
 
 impl LlamaBenchReport {
     /// `{"model", "backend", "threads", "params", "decode_tok_s", "prefill_tok_s",
-    /// "dispatches_per_token", "submits_per_token", "bytes_down_per_token", "weights",
+    /// "dispatches_per_token", "submits_per_token", "bytes_down_per_token",
+    /// "host_us_per_token", "host_us_per_dispatch", "bind_groups_per_token", "weights",
     /// "weight_bytes_per_token", "device_peak_bytes"}`.
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -74,6 +82,9 @@ impl LlamaBenchReport {
             "dispatches_per_token": self.dispatches_per_token,
             "submits_per_token": self.submits_per_token,
             "bytes_down_per_token": self.bytes_down_per_token,
+            "host_us_per_token": self.host_us_per_token,
+            "host_us_per_dispatch": self.host_us_per_dispatch,
+            "bind_groups_per_token": self.bind_groups_per_token,
             "weights": self.weights,
             "weight_bytes_per_token": self.weight_bytes_per_token,
             "device_peak_bytes": self.device_peak_bytes,
@@ -89,8 +100,17 @@ enum Counting {
     Cuda(Rc<kernels_gpu::CudaBackend>),
 }
 
-/// (dispatches, submits, bytes downloaded) so far.
-type Snapshot = (u64, Option<u64>, u64);
+/// A backend's counters so far (`None`: the backend does not count it).
+#[derive(Debug, Clone, Copy)]
+struct Snapshot {
+    /// Dispatches (wgpu), kernel launches plus GEMMs (CUDA).
+    work: u64,
+    submits: Option<u64>,
+    bytes_down: u64,
+    /// `Counters::host_ns`.
+    host_ns: Option<u64>,
+    bind_groups: Option<u64>,
+}
 
 impl Counting {
     /// The most storage bytes the device has held (wgpu only).
@@ -105,12 +125,24 @@ impl Counting {
             Counting::None => None,
             Counting::Wgpu(g) => {
                 let c = g.counters();
-                Some((c.dispatches, Some(c.submits), c.bytes_downloaded))
+                Some(Snapshot {
+                    work: c.dispatches,
+                    submits: Some(c.submits),
+                    bytes_down: c.bytes_downloaded,
+                    host_ns: Some(c.host_ns),
+                    bind_groups: Some(c.bind_groups_created),
+                })
             }
             #[cfg(feature = "cuda")]
             Counting::Cuda(g) => {
                 let c = g.counters();
-                Some((c.launches + c.gemms, None, c.bytes_downloaded))
+                Some(Snapshot {
+                    work: c.launches + c.gemms,
+                    submits: None,
+                    bytes_down: c.bytes_downloaded,
+                    host_ns: None,
+                    bind_groups: None,
+                })
             }
         }
     }
@@ -233,14 +265,17 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
         prefill.push(prefill_once(&model, &long)?);
     }
     let per_token = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / opts.new_tokens as f64;
-    let (dispatches, submits, bytes_down) = match counters {
-        Some((a, b)) => (
-            Some(per_token(a.0, b.0)),
-            a.1.zip(b.1).map(|(x, y)| per_token(x, y)),
-            Some(per_token(a.2, b.2)),
-        ),
-        None => (None, None, None),
+    let both = |f: fn(&Snapshot) -> Option<u64>| {
+        counters.and_then(|(a, b)| f(&a).zip(f(&b)).map(|(x, y)| per_token(x, y)))
     };
+    let dispatches = both(|s| Some(s.work));
+    let submits = both(|s| s.submits);
+    let bytes_down = both(|s| Some(s.bytes_down));
+    let host_us_per_token = both(|s| s.host_ns).map(|ns| ns / 1e3);
+    let host_us_per_dispatch = host_us_per_token
+        .zip(dispatches)
+        .filter(|&(_, d)| d > 0.0)
+        .map(|(us, d)| us / d);
     Ok(LlamaBenchReport {
         model: files.origin.clone(),
         backend: backend_name,
@@ -251,6 +286,9 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
         dispatches_per_token: dispatches,
         submits_per_token: submits,
         bytes_down_per_token: bytes_down,
+        host_us_per_token,
+        host_us_per_dispatch,
+        bind_groups_per_token: both(|s| s.bind_groups),
         weights,
         weight_bytes_per_token,
         device_peak_bytes: counting.peak_bytes(),
@@ -286,7 +324,7 @@ pub fn run(opts: &LlamaBenchOptions) -> CliResult<()> {
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
     emit(&format!(
         "{} on {} ({:.2}M params, {}, {:.1} MB of weights read per token): decode {:.1} tok/s ({} new after a {}-token prompt), \
-         prefill {:.1} tok/s ({} tokens); per decode token: {} dispatches, {} submits, {} bytes down; device peak {}\n",
+         prefill {:.1} tok/s ({} tokens); per decode token: {} dispatches, {} submits, {} bytes down, {} bind groups made, host {} µs ({} µs a dispatch); device peak {}\n",
         r.model,
         r.backend,
         r.params as f64 / 1e6,
@@ -300,6 +338,10 @@ pub fn run(opts: &LlamaBenchOptions) -> CliResult<()> {
         opt(r.dispatches_per_token),
         opt(r.submits_per_token),
         opt(r.bytes_down_per_token),
+        opt(r.bind_groups_per_token),
+        opt(r.host_us_per_token),
+        r.host_us_per_dispatch
+            .map_or("-".to_string(), |x| format!("{x:.2}")),
         r.device_peak_bytes
             .map_or("-".to_string(), |b| format!("{:.1} MB", b as f64 / 1e6)),
     ))

@@ -30,8 +30,10 @@ pub struct BenchRow {
 
 impl BenchRow {
     /// `{"bench","backend","size","median_ms","gflops","gbps"}` plus `runs`, `dispatches`,
-    /// `submits`, `bytes_uploaded`, `bytes_downloaded`, `min_bytes`, `bytes_touched`,
-    /// `peak_fraction`, `tokens_per_s` and `error` (null where a figure does not apply).
+    /// `submits`, `bytes_uploaded`, `bytes_downloaded`, `min_bytes`, `bytes_touched`, `host_us`
+    /// (host time recording and submitting, `Counters::host_ns`), `host_us_per_dispatch`,
+    /// `bind_groups_created`, `peak_fraction`, `tokens_per_s` and `error` (null where a figure
+    /// does not apply).
     pub fn json(&self) -> serde_json::Value {
         let c = self.counters.as_ref();
         serde_json::json!({
@@ -48,11 +50,19 @@ impl BenchRow {
             "bytes_downloaded": c.map(|c| c.bytes_downloaded),
             "min_bytes": self.min_bytes,
             "bytes_touched": c.map(|c| c.bytes_touched),
+            "host_us": c.map(|c| c.host_ns as f64 / 1e3),
+            "host_us_per_dispatch": c.and_then(host_us_per_dispatch),
+            "bind_groups_created": c.map(|c| c.bind_groups_created),
             "peak_fraction": self.peak_fraction,
             "tokens_per_s": self.tokens_per_s,
             "error": self.error,
         })
     }
+}
+
+/// Host microseconds per dispatch of a run's counters (none without dispatches).
+fn host_us_per_dispatch(c: &Counters) -> Option<f64> {
+    (c.dispatches > 0).then(|| c.host_ns as f64 / 1e3 / c.dispatches as f64)
 }
 
 fn fmt_opt(v: Option<f64>, prec: usize) -> String {
@@ -80,6 +90,8 @@ pub fn table(rows: &[BenchRow]) -> String {
             "down B",
             "min B",
             "touched B",
+            "host µs",
+            "µs/disp",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -117,6 +129,8 @@ pub fn table(rows: &[BenchRow]) -> String {
                 (Some(c), _) => c.bytes_touched.to_string(),
                 (None, _) => "-".into(),
             },
+            fmt_opt(c.map(|c| c.host_ns as f64 / 1e3), 1),
+            fmt_opt(c.and_then(host_us_per_dispatch), 2),
         ]);
     }
     let ncol = cells[0].len();
