@@ -84,13 +84,17 @@ pub struct PageChat {
     pub end_of_turn: Vec<u32>,
 }
 
-fn chat_error(e: kernels_chat::ChatError) -> Error {
+pub(crate) fn chat_error(e: kernels_chat::ChatError) -> Error {
+    use kernels_chat::ChatError as C;
+    let path = match &e {
+        C::Model(inner) => return inner.clone(),
+        C::BadFile { path, .. } => path.clone(),
+        C::NoTemplate { origin } | C::Template { origin, .. } => origin.clone(),
+        C::Tokenizer { .. } => "tokenizer.json".into(),
+        C::Empty | C::TooLong { .. } => "prompt".into(),
+    };
     Error::BadModelFile {
-        path: match &e {
-            kernels_chat::ChatError::BadFile { path, .. } => path.clone(),
-            kernels_chat::ChatError::NoTemplate { origin }
-            | kernels_chat::ChatError::Template { origin, .. } => origin.clone(),
-        },
+        path,
         why: e.to_string(),
     }
 }

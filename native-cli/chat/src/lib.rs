@@ -3,20 +3,35 @@
 //! tokens that end an assistant's turn, and generated text streamed so that it is exactly the
 //! tokenizer's decode of the generated ids ([`TextStream`]).
 //!
-//! Nothing here knows a tokenizer library: decoding and vocabulary look-ups are passed in, so
-//! the CLI (the `tokenizers` crate with its C-free regex engine) and the page (its wasm build)
-//! use the same code.
+//! It is also the one text-generation path of the CLI (`generate`, `chat`) and the page: a
+//! prompt encoded as transformers' `tokenizer(text)` encodes it ([`TextTokenizer`]), a chat as
+//! `apply_chat_template` encodes it, the decode loop with its stop conditions and streaming
+//! ([`Completion`], over kernels-core's model-level [`Decoder`]), and a chat whose KV cache
+//! survives between turns ([`ChatSession`]).
+//!
+//! The tokenizer is the `tokenizers` crate: natively with its C-free regex engine, on the page
+//! its wasm build.
 
+pub mod generate;
 mod json;
+pub mod session;
 pub mod stream;
 pub mod template;
 mod time;
+pub mod tokenizer;
 
+pub use generate::{Completion, Step, Stop, StopWhen, prompt_ids};
+pub use kernels_core::models::llama::Decoder;
+pub use session::{ChatSession, ChatSetup, ChatTurn, TurnReport};
 pub use stream::TextStream;
-pub use template::{ChatTemplate, END_OF_TURN_TOKENS, Message, generation_config_eos};
+pub use template::{
+    ChatTemplate, END_OF_TURN_TOKENS, Message, TEMPLATE_FUEL, generation_config_eos,
+    generation_config_stop_strings,
+};
+pub use tokenizer::TextTokenizer;
 
 /// What goes wrong reading or rendering a chat template.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ChatError {
     /// Neither `tokenizer_config.json`'s `chat_template` nor `chat_template.jinja`.
     NoTemplate { origin: String },
@@ -24,6 +39,20 @@ pub enum ChatError {
     BadFile { path: String, why: String },
     /// The template does not compile, or refuses the conversation (its `raise_exception`).
     Template { origin: String, why: String },
+    /// The tokenizer refused a text or an id.
+    Tokenizer { why: String },
+    /// The prompt has no tokens.
+    Empty,
+    /// More tokens than the model's context holds.
+    TooLong { tokens: usize, context: usize },
+    /// The model failed (a device error, a bad id).
+    Model(kernels_core::Error),
+}
+
+impl From<kernels_core::Error> for ChatError {
+    fn from(e: kernels_core::Error) -> ChatError {
+        ChatError::Model(e)
+    }
 }
 
 impl core::fmt::Display for ChatError {
@@ -36,6 +65,13 @@ impl core::fmt::Display for ChatError {
             ),
             ChatError::BadFile { path, why } => write!(f, "{path}: {why}"),
             ChatError::Template { origin, why } => write!(f, "{origin}: chat template: {why}"),
+            ChatError::Tokenizer { why } => write!(f, "tokenizer: {why}"),
+            ChatError::Empty => write!(f, "the prompt is empty: it has no tokens"),
+            ChatError::TooLong { tokens, context } => write!(
+                f,
+                "{tokens} tokens, and the model's context (max_position_embeddings) holds {context}"
+            ),
+            ChatError::Model(e) => write!(f, "{e}"),
         }
     }
 }

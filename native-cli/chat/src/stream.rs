@@ -38,6 +38,31 @@ impl TextStream {
         TextStream::default()
     }
 
+    /// A stream whose text begins with `prefix` (a prompt's ids), and the part of the prefix's
+    /// text already settled: what the stream shows in all is then the decode of the prefix and
+    /// every id pushed after it, the edge between them included (two decodes, however long the
+    /// prefix).
+    pub fn with_prefix<E>(
+        prefix: &[u32],
+        decode: &mut dyn FnMut(&[u32]) -> Result<String, E>,
+    ) -> Result<(TextStream, String), E> {
+        let mut s = TextStream::new();
+        let Some((_, head)) = prefix.split_last() else {
+            return Ok((s, String::new()));
+        };
+        let before = if head.is_empty() {
+            String::new()
+        } else {
+            decode(head)?
+        };
+        s.ids = prefix.to_vec();
+        let text = decode(&s.ids)?;
+        let settled = common_prefix(&before, &text).trim_end_matches(REPLACEMENT);
+        let piece = s.advance(settled);
+        s.last = text;
+        Ok((s, piece))
+    }
+
     /// Adds a token and returns the text now settled (often empty).
     pub fn push<E>(
         &mut self,
@@ -201,6 +226,27 @@ mod tests {
         let (pieces, s) = stream_all(&[0, 1, 2, 3], &mut d);
         assert_eq!(pieces.concat(), "ab");
         assert!(s.rewritten());
+    }
+
+    #[test]
+    fn a_prefix_and_its_continuation_add_up_to_the_decode_of_both() {
+        // Words joined by spaces: the edge between prompt and continuation gets its space.
+        let mut d = |ids: &[u32]| -> Result<String, String> {
+            Ok(ids
+                .iter()
+                .map(|i| format!("t{i}"))
+                .collect::<Vec<_>>()
+                .join(" "))
+        };
+        let (mut s, head) = TextStream::with_prefix(&[5, 17, 42], &mut d).unwrap();
+        assert_eq!(head, "t5 t17");
+        let mut text = head;
+        text.push_str(&s.push(270, &mut d).unwrap());
+        text.push_str(&s.finish(&mut d).unwrap());
+        assert_eq!(text, "t5 t17 t42 t270");
+        let (mut s, head) = TextStream::with_prefix(&[], &mut d).unwrap();
+        assert_eq!(head, "");
+        assert_eq!(s.finish(&mut d).unwrap(), "");
     }
 
     #[test]

@@ -66,6 +66,12 @@ impl core::fmt::Debug for ChatTemplate {
 }
 
 const TEMPLATE_NAME: &str = "chat_template";
+
+/// The work one render may do, in minijinja's fuel (about one unit per instruction). The
+/// templates of Qwen2.5, Llama 3.2 and Gemma 3 spend about a hundred units per message, so this
+/// is room for conversations of tens of thousands of messages, and a template that loops for
+/// ever (nested `range(100000)` loops) ends in well under a second with an error naming it.
+pub const TEMPLATE_FUEL: u64 = 5_000_000;
 const SPECIAL_TOKENS: [&str; 4] = ["bos_token", "eos_token", "unk_token", "pad_token"];
 
 impl ChatTemplate {
@@ -130,6 +136,7 @@ impl ChatTemplate {
             .build()
             .map_err(|e| template_error(origin, &e))?;
         env.set_syntax(syntax);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_filter("tojson", crate::json::tojson);
         env.add_function("raise_exception", |msg: String| -> Result<Value, _> {
@@ -227,6 +234,15 @@ fn named_default(named: &[Json]) -> Result<String, String> {
 
 fn template_error(origin: &str, e: &minijinja::Error) -> ChatError {
     // The template's own `raise_exception` message is the detail; name the line when known.
+    if e.kind() == ErrorKind::OutOfFuel {
+        return ChatError::Template {
+            origin: origin.into(),
+            why: format!(
+                "rendering did more work than the limit of {TEMPLATE_FUEL} steps (a loop that \
+                 does not end?)"
+            ),
+        };
+    }
     let mut why = match e.detail() {
         Some(d) => format!("{}: {d}", e.kind()),
         None => e.kind().to_string(),
@@ -253,6 +269,27 @@ pub fn generation_config_eos(path: &str, text: &str) -> Result<Vec<u32>, ChatErr
             .ok_or_else(|| bad(format!("`eos_token_id` holds {x}, not a token id")))
     };
     match &v["eos_token_id"] {
+        Json::Null => Ok(Vec::new()),
+        Json::Array(list) => list.iter().map(one).collect(),
+        x => Ok(vec![one(x)?]),
+    }
+}
+
+/// `stop_strings` of a `generation_config.json` (a string or a list; absent: none), which
+/// transformers' `generate` stops at.
+pub fn generation_config_stop_strings(path: &str, text: &str) -> Result<Vec<String>, ChatError> {
+    let bad = |why: String| ChatError::BadFile {
+        path: path.into(),
+        why,
+    };
+    let v: Json = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+    let one = |x: &Json| {
+        x.as_str()
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .ok_or_else(|| bad(format!("`stop_strings` holds {x}, not a non-empty string")))
+    };
+    match &v["stop_strings"] {
         Json::Null => Ok(Vec::new()),
         Json::Array(list) => list.iter().map(one).collect(),
         x => Ok(vec![one(x)?]),

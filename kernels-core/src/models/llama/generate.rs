@@ -1,5 +1,6 @@
-//! Generation with a [`Llama`]: sampling options, a token-at-a-time [`Generation`] driven by
-//! the caller, [`generate`] (that in a loop) and [`greedy_batch`].
+//! The model-level step of generation with a [`Llama`]: sampling options, the [`Decoder`]
+//! (prefill and decode over a KV cache that survives between calls), the id-level
+//! [`Generation`] and [`generate`] for benchmarks and model tests, and [`greedy_batch`].
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -71,18 +72,150 @@ pub async fn generate(
     Ok((run.into_tokens(), reason))
 }
 
-/// A generation driven one token at a time, for callers that must do something between tokens
-/// (a page yields to its event loop). [`generate`] is this in a loop.
-pub struct Generation<'m> {
-    model: &'m Llama,
+/// A model's inference state across calls: the graph, its bound parameters, the KV cache and
+/// the sampler. This is the model-level step of every generation: [`Decoder::prefill`] feeds
+/// token ids after the cached positions and samples the next token; [`Decoder::decode`] feeds
+/// the token it sampled last (still on the device) and samples the next. The cache survives
+/// between calls, so a chat prefills only a turn's new tokens, and [`Decoder::truncate`] forgets
+/// positions from a point on (a conversation that changed there). The text-level loop (prompt
+/// encoding, stop conditions, streaming) is kernels-chat's.
+pub struct Decoder {
+    /// A clone of the caller's model (its tensors are shared, not copied).
+    model: Llama,
     graph: Graph,
     params: Params,
     cache: KvCache,
     rng: Rng,
     sample_op: Op,
+    /// The last sampled token, on the device: [`Decoder::decode`]'s input.
+    last: Option<Var>,
+}
+
+impl Decoder {
+    /// A decoder whose cache will hold `capacity` positions (capped at the model's
+    /// `max_position_embeddings` when allocated; 0: that). Checks the sampling attributes; no
+    /// work on the device yet.
+    pub fn new(model: &Llama, sampling: Sampling, capacity: usize) -> Result<Decoder> {
+        let s = sampling;
+        crate::cpu::sample::check_attrs(s.temperature, s.top_k, s.top_p)?;
+        let graph = Graph::inference(model.store.backend().clone());
+        let params = model.bind(&graph)?;
+        Ok(Decoder {
+            model: model.clone(),
+            graph,
+            params,
+            cache: KvCache::with_capacity(capacity),
+            rng: Rng::new(s.seed),
+            sample_op: Op::Sample {
+                temperature: s.temperature,
+                top_k: s.top_k,
+                top_p: s.top_p,
+            },
+            last: None,
+        })
+    }
+
+    pub fn model(&self) -> &Llama {
+        &self.model
+    }
+
+    /// Positions in the cache.
+    pub fn cached(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The most positions the model (and this cache, once allocated) holds.
+    pub fn context(&self) -> usize {
+        match self.cache.capacity() {
+            0 => self.model.config.max_positions(),
+            n => n.min(self.model.config.max_positions()),
+        }
+    }
+
+    /// Forgets the cached positions from `len` on (the next prefill continues at `len`); the
+    /// last sampled token is dropped, so the next call must be a prefill.
+    pub fn truncate(&mut self, len: usize) {
+        self.cache.len = self.cache.len.min(len);
+        self.last = None;
+    }
+
+    /// Feeds `ids` after the cached positions and samples the token that follows them.
+    pub async fn prefill(&mut self, ids: &[u32]) -> Result<u32> {
+        let c = &self.model.config;
+        if ids.is_empty() {
+            return Err(Error::Empty {
+                op: "generate",
+                tensor: "prompt".into(),
+            });
+        }
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(Error::IndexOutOfRange {
+                op: "generate",
+                tensor: "prompt".into(),
+                index: i64::from(bad),
+                bound: c.vocab_size,
+            });
+        }
+        self.check_room(ids.len())?;
+        let ids: Vec<i32> = ids.iter().map(|&t| t as i32).collect();
+        let backend = self.model.store.backend().clone();
+        let input = self
+            .graph
+            .constant(backend.upload(&Tensor::from_i32(&[1, ids.len()], ids)?)?)?;
+        self.step(&input).await
+    }
+
+    /// Feeds the token sampled last and samples the next.
+    pub async fn decode(&mut self) -> Result<u32> {
+        let input = self.last.clone().ok_or_else(|| Error::Autograd {
+            why: "generate: decode before a prefill".into(),
+        })?;
+        self.check_room(1)?;
+        self.step(&input).await
+    }
+
+    fn check_room(&self, new: usize) -> Result<()> {
+        let total = self.cache.len().saturating_add(new);
+        let limit = self.model.config.max_positions();
+        if total > limit {
+            return Err(Error::LimitExceeded {
+                what: "generate: tokens over the model's max_position_embeddings".into(),
+                value: total as u64,
+                limit: limit as u64,
+            });
+        }
+        Ok(())
+    }
+
+    async fn step(&mut self, input: &Var) -> Result<u32> {
+        self.last = None;
+        let (g, p, model) = (&self.graph, &self.params, &self.model);
+        let backend = model.store.backend().clone();
+        let hidden = model.forward(g, p, input, Some(&mut self.cache))?;
+        let last = model.last_positions(g, &hidden)?;
+        let logits = model.logits(g, p, &last)?;
+        let u = g.constant(backend.upload(&Tensor::from_f32(&[1], vec![self.rng.uniform()])?)?)?;
+        let next = g
+            .apply(&self.sample_op, &[&logits, &u])?
+            .pop()
+            .ok_or_else(|| Error::Autograd {
+                why: "sample: expected one output".into(),
+            })?;
+        let host = backend.download(next.tensor()).await?;
+        let id = host.to_i64_vec()?.first().copied().unwrap_or(0) as u32;
+        self.last = Some(g.reshape(&next, &[1, 1])?);
+        Ok(id)
+    }
+}
+
+/// Token ids generated from a prompt one at a time over a [`Decoder`], for benchmarks and
+/// model tests (text generation, with its stop conditions and streaming, is kernels-chat's).
+/// [`generate`] is this in a loop.
+pub struct Generation<'m> {
+    decoder: Decoder,
+    _model: core::marker::PhantomData<&'m Llama>,
+    prompt: Vec<u32>,
     opts: GenerateOptions,
-    /// The next forward's input: the prompt, then the last sampled token.
-    input: Var,
     out: Vec<u32>,
     stopped: Option<StopReason>,
 }
@@ -116,28 +249,14 @@ impl<'m> Generation<'m> {
                 bound: c.vocab_size,
             });
         }
-        let s = opts.sampling;
-        crate::cpu::sample::check_attrs(s.temperature, s.top_k, s.top_p)?;
-        let backend = model.store.backend().clone();
-        let graph = Graph::inference(backend.clone());
-        let params = model.bind(&graph)?;
-        let ids: Vec<i32> = prompt.iter().map(|&t| t as i32).collect();
-        let input = graph.constant(backend.upload(&Tensor::from_i32(&[1, ids.len()], ids)?)?)?;
+        // Room for the prompt and every new token (the last is never fed back), capped at
+        // max_position_embeddings when allocated.
+        let capacity = prompt.len().saturating_add(opts.max_new_tokens);
         Ok(Generation {
-            model,
-            graph,
-            params,
-            // Room for the prompt and every new token (the last is never fed back), capped at
-            // max_position_embeddings when allocated.
-            cache: KvCache::with_capacity(prompt.len().saturating_add(opts.max_new_tokens)),
-            rng: Rng::new(s.seed),
-            sample_op: Op::Sample {
-                temperature: s.temperature,
-                top_k: s.top_k,
-                top_p: s.top_p,
-            },
+            decoder: Decoder::new(model, opts.sampling, capacity)?,
+            _model: core::marker::PhantomData,
+            prompt: prompt.to_vec(),
             opts: opts.clone(),
-            input,
             out: Vec::new(),
             stopped: None,
         })
@@ -153,29 +272,24 @@ impl<'m> Generation<'m> {
             self.stopped = Some(StopReason::MaxTokens);
             return Ok(None);
         }
-        if self.cache.len() + self.input.shape()[1] > self.model.config.max_positions() {
+        let feed = if self.out.is_empty() {
+            self.prompt.len()
+        } else {
+            1
+        };
+        if self.decoder.cached() + feed > self.decoder.model.config.max_positions() {
             self.stopped = Some(StopReason::MaxPositions);
             return Ok(None);
         }
-        let (g, p, model) = (&self.graph, &self.params, self.model);
-        let backend = model.store.backend().clone();
-        let hidden = model.forward(g, p, &self.input, Some(&mut self.cache))?;
-        let last = model.last_positions(g, &hidden)?;
-        let logits = model.logits(g, p, &last)?;
-        let u = g.constant(backend.upload(&Tensor::from_f32(&[1], vec![self.rng.uniform()])?)?)?;
-        let next = g
-            .apply(&self.sample_op, &[&logits, &u])?
-            .pop()
-            .ok_or_else(|| Error::Autograd {
-                why: "sample: expected one output".into(),
-            })?;
-        let host = backend.download(next.tensor()).await?;
-        let id = host.to_i64_vec()?.first().copied().unwrap_or(0) as u32;
+        let id = if self.out.is_empty() {
+            self.decoder.prefill(&self.prompt).await?
+        } else {
+            self.decoder.decode().await?
+        };
         self.out.push(id);
         if self.opts.stop_tokens.contains(&id) {
             self.stopped = Some(StopReason::StopToken);
         }
-        self.input = g.reshape(&next, &[1, 1])?;
         Ok(Some(id))
     }
 
