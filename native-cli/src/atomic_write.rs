@@ -116,6 +116,93 @@ fn replace(target: &Path, bytes: &[u8], perms: Option<Permissions>) -> io::Resul
     Ok(())
 }
 
+/// Writes a directory of `files` (name, bytes) whole: into a fresh directory beside `dir`, then
+/// swapped in by renames (the old `dir`, if any, is moved aside and removed), so `dir` holds
+/// exactly these files, never a mix of an old and a new set. A `dir` that exists and is not a
+/// directory is refused; a symbolic link to a directory is followed (the link stays).
+pub fn write_dir_atomically(dir: &Path, files: &[(&str, &[u8])]) -> io::Result<()> {
+    let target = match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => dir.to_path_buf(),
+        Err(e) => return Err(e),
+        Ok(m) if m.file_type().is_symlink() => fs::canonicalize(dir).map_err(|e| {
+            refused(
+                dir,
+                format!("it is a symbolic link whose target cannot be resolved ({e})"),
+            )
+        })?,
+        Ok(_) => dir.to_path_buf(),
+    };
+    let exists = match fs::metadata(&target) {
+        Ok(m) if m.is_dir() => true,
+        Ok(m) => {
+            return Err(refused(
+                dir,
+                format!("it is {}, not a directory", describe(&m)),
+            ));
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    let parent = match target.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&parent)?;
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let fresh = tempfile::Builder::new()
+        .prefix(&format!(".{name}.new."))
+        .tempdir_in(&parent)?;
+    for (file, bytes) in files {
+        let mut f = fs::File::create(fresh.path().join(file))?;
+        if let Some(p) = new_file_permissions() {
+            f.set_permissions(p)?;
+        }
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(fresh.path(), Permissions::from_mode(0o755))?;
+    }
+    let fresh = fresh.keep();
+    if !exists {
+        return fs::rename(&fresh, &target).inspect_err(|_| {
+            let _ = fs::remove_dir_all(&fresh);
+        });
+    }
+    // An empty directory to move the old one onto (rename replaces an empty directory).
+    let old = tempfile::Builder::new()
+        .prefix(&format!(".{name}.old."))
+        .tempdir_in(&parent)?
+        .keep();
+    if let Err(e) = fs::rename(&target, &old) {
+        let _ = fs::remove_dir_all(&fresh);
+        let _ = fs::remove_dir(&old);
+        return Err(e);
+    }
+    if let Err(e) = fs::rename(&fresh, &target) {
+        // Put the old one back; the new files go.
+        let _ = fs::rename(&old, &target);
+        let _ = fs::remove_dir_all(&fresh);
+        return Err(e);
+    }
+    fs::remove_dir_all(&old)
+}
+
+/// What a non-directory path is, in words.
+fn describe(meta: &fs::Metadata) -> &'static str {
+    match kind_of(meta) {
+        Kind::Regular => "a regular file",
+        Kind::Stream => "a character device or a FIFO",
+        Kind::Refused(what) => what,
+        Kind::Missing => "missing",
+    }
+}
+
 /// Permissions of a new result file: an ordinary 0644 file on Unix (the temporary file starts
 /// at 0600); elsewhere the temporary file's own.
 fn new_file_permissions() -> Option<Permissions> {
@@ -134,6 +221,29 @@ fn new_file_permissions() -> Option<Permissions> {
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_is_replaced_whole() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("model");
+        write_dir_atomically(&dir, &[("a", b"1"), ("b", b"2")]).unwrap();
+        fs::write(dir.join("stale"), b"old").unwrap();
+        write_dir_atomically(&dir, &[("a", b"3")]).unwrap();
+        let mut names: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a"]);
+        assert_eq!(fs::read(dir.join("a")).unwrap(), b"3");
+        // Nothing left beside it.
+        assert_eq!(fs::read_dir(root.path()).unwrap().count(), 1);
+        let file = root.path().join("file");
+        fs::write(&file, b"x").unwrap();
+        let e = write_dir_atomically(&file, &[("a", b"1")]).unwrap_err();
+        assert!(e.to_string().contains("not a directory"), "{e}");
+        assert_eq!(fs::read(&file).unwrap(), b"x");
+    }
 
     #[test]
     fn atomic_write_replaces_only_when_complete() {

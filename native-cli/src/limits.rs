@@ -90,7 +90,53 @@ pub fn positive(flag: &str, value: usize) -> CliResult<()> {
     Ok(())
 }
 
+/// `Ok` when `meta` (of `path`, links followed) is a regular file; else what it is, with the
+/// path: a FIFO, a device or a socket would block a reader or never end, so model files,
+/// shards, configs and tokenizers are refused by name before they are opened.
+pub fn regular_file(path: &std::path::Path, meta: &std::fs::Metadata) -> Result<(), String> {
+    let t = meta.file_type();
+    if t.is_file() {
+        return Ok(());
+    }
+    let what = if t.is_dir() {
+        "a directory"
+    } else {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileTypeExt;
+            if t.is_fifo() {
+                "a FIFO (named pipe)"
+            } else if t.is_char_device() {
+                "a character device"
+            } else if t.is_block_device() {
+                "a block device"
+            } else if t.is_socket() {
+                "a socket"
+            } else {
+                "not a regular file"
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            "not a regular file"
+        }
+    };
+    Err(format!(
+        "{}: is {what}, not a regular file; model files must be regular files",
+        path.display()
+    ))
+}
+
+/// Reads a model file (weights, shard, config, tokenizer) after checking it is a regular file
+/// ([`regular_file`]), so a FIFO or a device named as one is an error instead of a hang.
+pub fn read_regular(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    let meta = std::fs::metadata(path)?;
+    regular_file(path, &meta).map_err(std::io::Error::other)?;
+    std::fs::read(path)
+}
+
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 
@@ -112,5 +158,19 @@ mod tests {
         assert_eq!(product(&[u64::MAX, 2]), None);
         assert_eq!(sum(&[Some(1), None]), None);
         assert_eq!(sum(&[Some(1), Some(2)]), Some(3));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_is_refused_by_name_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("model.safetensors");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+        let e = read_regular(&fifo).unwrap_err().to_string();
+        assert!(e.contains("FIFO") && e.contains("model.safetensors"), "{e}");
+        let file = dir.path().join("config.json");
+        std::fs::write(&file, b"{}").unwrap();
+        assert_eq!(read_regular(&file).unwrap(), b"{}");
     }
 }

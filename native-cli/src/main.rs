@@ -4,26 +4,25 @@
 //! This file is the command line (clap) and its dispatch; each subcommand is a module of
 //! `native_cli::commands`.
 
-use std::path::PathBuf;
+mod args;
+
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use args::{BenchCmd, GruCmd, SamplingArgs, TrainCmd, run_bench_llama, run_gru};
 use clap::{Parser, Subcommand};
-use kernels_core::models::llama::Sampling;
 use native_cli::CliResult;
 use native_cli::commands::bench::BenchOptions;
 use native_cli::commands::chat::ChatArgs;
 use native_cli::commands::demo::DemoOptions;
 use native_cli::commands::generate::GenerateArgs;
-use native_cli::commands::gru::bench::GruBenchOptions;
-use native_cli::commands::gru::train::TrainOptions;
 use native_cli::commands::logits::{LogitsArgs, parse_tokens};
 use native_cli::commands::op::OpRequest;
 use native_cli::commands::parity::ParityOptions;
 use native_cli::commands::train::TrainArgs;
 use native_cli::commands::{
-    bench, chat, demo, eval, generate, gru, info, logits, op, ops, parity, train,
+    bench, chat, demo, eval, generate, info, logits, op, ops, parity, train,
 };
-use native_cli::world_model::HORIZON;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -34,6 +33,10 @@ use native_cli::world_model::HORIZON;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// On an error, also print the library's own error beneath the message (op and function
+    /// names, as a bug report needs them).
+    #[arg(long, global = true)]
+    verbose: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -188,9 +191,12 @@ enum Cmd {
         /// Model directory or GGUF file (default: the embedded demo model).
         #[arg(long)]
         model: Option<PathBuf>,
-        /// The text to continue (with --chat: the user's message).
+        /// The text to continue (with --chat: the user's message); `-` reads it from stdin.
+        #[arg(long, required_unless_present = "prompt_file", conflicts_with = "prompt_file")]
+        prompt: Option<String>,
+        /// Read the prompt from this file (UTF-8), for prompts longer than a command line holds.
         #[arg(long)]
-        prompt: String,
+        prompt_file: Option<PathBuf>,
         /// New tokens at most (default: 64, or what the model's context leaves; a larger
         /// value than the context leaves gets a note; with --chat: 512).
         #[arg(long)]
@@ -260,7 +266,7 @@ enum Cmd {
         /// whole blocks fall back, as llama.cpp does; norms stay f32).
         #[arg(long, value_parser = native_cli::llama::parse_quantize)]
         quantize: Option<kernels_core::DType>,
-        /// JSON output (the only format).
+        /// JSON output (the only format; accepted for symmetry with the other commands).
         #[arg(long)]
         json: bool,
     },
@@ -301,10 +307,13 @@ enum Cmd {
         /// One JSON object instead of the text (format above).
         #[arg(long)]
         json: bool,
+        /// Model directory or GGUF file (default: the embedded demo model).
         #[arg(long)]
         model: Option<PathBuf>,
+        /// Held-out problems to answer (at most the held-out set's size).
         #[arg(long, default_value_t = 1000)]
         problems: usize,
+        /// Seed of the problems drawn.
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
@@ -317,279 +326,41 @@ enum Cmd {
     },
 }
 
-/// How `generate` and `chat` draw each token.
-#[derive(clap::Args, Debug)]
-struct SamplingArgs {
-    /// 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f32,
-    /// Keep the k most likely tokens (0: all).
-    #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_K)]
-    top_k: usize,
-    /// Keep the most likely tokens holding this much probability (1: all).
-    #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_P)]
-    top_p: f32,
-    /// Seed of the sampling's random numbers.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-}
-
-impl SamplingArgs {
-    fn get(&self) -> Sampling {
-        Sampling {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            seed: self.seed,
+/// The `--model` a command was given, if any.
+fn model_flag(cmd: &Cmd) -> Option<&Path> {
+    match cmd {
+        Cmd::Generate { model, .. } | Cmd::Logits { model, .. } | Cmd::Eval { model, .. } => {
+            model.as_deref()
         }
+        Cmd::Chat { model, .. } | Cmd::Quantize { model, .. } => Some(model),
+        Cmd::Bench {
+            cmd: Some(BenchCmd::Llama(a)),
+            ..
+        } => Some(&a.model),
+        _ => None,
     }
 }
 
-#[derive(Subcommand, Debug)]
-enum TrainCmd {
-    /// A llama-architecture model on three-digit addition, with AdamW; writes a Hugging Face
-    /// checkpoint (config.json, model.safetensors, tokenizer.json) to --out.
-    Transformer {
-        #[arg(long)]
-        out: PathBuf,
-        #[arg(long, default_value_t = 6000)]
-        steps: usize,
-        #[arg(long, default_value_t = 64)]
-        batch: usize,
-        #[arg(long, default_value_t = 3e-3)]
-        lr: f32,
-        #[arg(long, default_value_t = 96)]
-        hidden: usize,
-        #[arg(long, default_value_t = 2)]
-        layers: usize,
-        #[arg(long, default_value_t = 4)]
-        heads: usize,
-        #[arg(long, default_value_t = 2)]
-        kv_heads: usize,
-        #[arg(long, default_value_t = 256)]
-        intermediate: usize,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
-        #[arg(long)]
-        backend: Option<String>,
-        /// Checkpoint every N steps (and at the end).
-        #[arg(long, default_value_t = 1000)]
-        checkpoint_every: usize,
-        /// Held-out problems evaluated at each checkpoint.
-        #[arg(long, default_value_t = 500)]
-        eval_problems: usize,
-        #[command(flatten)]
-        dp: DpArgs,
-    },
-}
-
-/// Data-parallel training flags of `train transformer` and `gru train`.
-#[derive(clap::Args, Debug)]
-struct DpArgs {
-    /// Data-parallel replicas, one per entry (cpu, wgpu, cuda, cuda:N, auto), e.g.
-    /// cpu,wgpu,wgpu or cuda:0,cuda:1: the global batch is split across them and gradients
-    /// averaged through the host. Default: one replica on --backend.
-    #[arg(long)]
-    devices: Option<String>,
-    /// Print ONE JSON object per logged step instead of the progress bar: {"step", "loss",
-    /// "tokens_per_s", "devices", "reduce", "reduce_bytes"} ("reduce": host, or none for one
-    /// replica).
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Subcommand, Debug)]
-enum BenchCmd {
-    /// The peers' llama protocol on a model directory: a random prompt through the KV cache,
-    /// then greedy decode steps timed (argmax and the id's download included); prefill is one
-    /// forward of --prefill-len tokens on a fresh cache after a warm-up, lm_head on the last
-    /// position. Medians of --runs runs.
-    ///
-    /// --json prints ONE object: {"model", "backend", "threads", "params", "decode_tok_s",
-    /// "prefill_tok_s", "dispatches_per_token", "submits_per_token", "bytes_down_per_token", "weights",
-    /// "weight_bytes_per_token", "device_peak_bytes"},
-    /// null where a figure does not apply (the CPU keeps no counters; CUDA has no submits).
-    #[command(verbatim_doc_comment)]
-    Llama(BenchLlamaArgs),
-}
-
-#[derive(clap::Args, Debug)]
-struct BenchLlamaArgs {
-    /// Model directory (config.json, model.safetensors or shards, tokenizer.json optional) or
-    /// GGUF file.
-    #[arg(long)]
-    model: PathBuf,
-    /// cpu, wgpu, cuda or auto (default: $KERNELS_BACKEND, else auto).
-    #[arg(long)]
-    backend: Option<String>,
-    /// Quantize the model's matrices as they load: q8_0, q4_0 or q4_k (rows that are not
-    /// whole blocks fall back, as llama.cpp does; norms stay f32).
-    #[arg(long, value_parser = native_cli::llama::parse_quantize)]
-    quantize: Option<kernels_core::DType>,
-    /// CPU threads (sets KERNELS_THREADS for this run; default: KERNELS_THREADS, else every
-    /// core). The report's "threads" is the count the CPU's products use.
-    #[arg(long)]
-    threads: Option<usize>,
-    #[arg(long, default_value_t = 32)]
-    prompt_len: usize,
-    #[arg(long, default_value_t = 128)]
-    new_tokens: usize,
-    #[arg(long, default_value_t = 256)]
-    prefill_len: usize,
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
-    #[arg(long)]
-    json: bool,
-}
-
-fn run_bench_llama(a: BenchLlamaArgs) -> CliResult<()> {
-    let threads = match a.threads {
-        Some(0) => {
-            return Err(native_cli::fail(
-                "bench llama: --threads must be at least 1",
-            ));
-        }
-        Some(n) => {
-            // SAFETY: set before any kernel, pool or adapter thread exists (only the main
-            // thread runs here), so nothing reads the environment concurrently.
-            unsafe { std::env::set_var("KERNELS_THREADS", n.to_string()) };
-            Some(n)
-        }
-        // What the CPU's products will use: KERNELS_THREADS, else the machine's parallelism.
-        None => Some(kernels_core::cpu::fast::config::threads()),
-    };
-    bench::llama_model::run(&bench::llama_model::LlamaBenchOptions {
-        model: a.model,
-        backend: a.backend,
-        quantize: a.quantize,
-        threads,
-        prompt_len: a.prompt_len,
-        new_tokens: a.new_tokens,
-        prefill_len: a.prefill_len,
-        runs: a.runs,
-        json: a.json,
-    })
-}
-
-#[derive(Subcommand, Debug)]
-enum GruCmd {
-    /// Train the world model by backpropagation through time (AdamW) on simulated trajectories
-    /// of a damped double pendulum; saves F16 weights (every 100 iterations and at the end),
-    /// then reports the held-out error against persistence.
-    Train {
-        /// Where to write the weights (the shipped ones are
-        /// native-cli/models/world/world.safetensors, embedded into the binary when it is built).
-        #[arg(long)]
-        out: PathBuf,
-        /// Continue from these weights.
-        #[arg(long)]
-        init: Option<PathBuf>,
-        #[arg(long, default_value_t = 3000)]
-        iters: usize,
-        /// Stop (and save) after this many minutes.
-        #[arg(long, default_value_t = 12.0)]
-        max_minutes: f64,
-        #[arg(long, default_value_t = 32)]
-        batch: usize,
-        /// Steps rolled out (and backpropagated through) per window.
-        #[arg(long, default_value_t = HORIZON)]
-        horizon: usize,
-        #[arg(long, default_value_t = 2e-3)]
-        lr: f32,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Training trajectories.
-        #[arg(long, default_value_t = 512)]
-        trajectories: usize,
-        /// Observations per trajectory (0.05 s apart).
-        #[arg(long, default_value_t = 120)]
-        length: usize,
-        /// GRU hidden size (fresh models only).
-        #[arg(long, default_value_t = 256)]
-        hidden: usize,
-        /// Ensemble members (fresh models only).
-        #[arg(long, default_value_t = 5)]
-        members: usize,
-        /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
-        #[arg(long)]
-        backend: Option<String>,
-        #[command(flatten)]
-        dp: DpArgs,
-    },
-    /// Run a one-layer GRU whose weights carry PyTorch `nn.GRU` state_dict names on a
-    /// safetensors input; writes `output` [seq, batch, hidden] and `h_n` [1, batch, hidden] as
-    /// PyTorch returns them. Nothing is written unless every shape checks out and the run
-    /// succeeds.
-    Run {
-        /// weight_ih_l0 [3H, I], weight_hh_l0 [3H, H], bias_ih_l0 [3H], bias_hh_l0 [3H].
-        #[arg(long, value_name = "W.safetensors")]
-        weights: PathBuf,
-        /// x [seq, batch, I] and optionally h0 [1, batch, H] (zeros when absent).
-        #[arg(long, value_name = "X.safetensors")]
-        input: PathBuf,
-        /// Output file (replaced atomically on success).
-        #[arg(long, value_name = "Y.safetensors")]
-        out: PathBuf,
-        /// cpu, wgpu, cuda or auto (default: $KERNELS_BACKEND, else auto).
-        #[arg(long)]
-        backend: Option<String>,
-    },
-    /// Latency of the world-model pipeline, CPU against wgpu in one run: state encode, the
-    /// ensemble rollout, rank-k svd_lowrank of the residuals, corrections and the total
-    /// (median of several runs), with wgpu dispatches per rollout step.
-    ///
-    /// --json prints ONE object: {"batch", "steps", "rank", "runs",
-    /// "rows": [{"stage", "backend", "median_ms", "dispatches", "submits"}],
-    /// "rollout_dispatches", "dispatches_per_step"}; null where a figure does not apply (the
-    /// CPU keeps no counters); notes go to stderr.
-    #[command(verbatim_doc_comment)]
-    Bench {
-        /// One JSON object instead of the table (format above).
-        #[arg(long)]
-        json: bool,
-        /// Comma-separated: cpu, wgpu (default: cpu, plus wgpu when an adapter exists).
-        #[arg(long)]
-        backend: Option<String>,
-        #[arg(long, default_value_t = 32)]
-        batch: usize,
-        #[arg(long, default_value_t = HORIZON)]
-        steps: usize,
-        #[arg(long, default_value_t = 32)]
-        rank: usize,
-        #[arg(long, default_value_t = 7)]
-        runs: usize,
-        /// Weights (default: the embedded ones).
-        #[arg(long)]
-        weights: Option<PathBuf>,
-    },
-    /// Predict held-out trajectories: per-step error of the ensemble mean against persistence
-    /// ("no change"), ensemble spread, and the residuals' rank-k compression.
-    ///
-    /// --json prints ONE object: {"weights", "backend", "config": {"features", "embed",
-    /// "hidden", "members"}, "held_out": {"windows", "model_mse", "persistence_mse",
-    /// "steps": [{"step", "model_mse", "persistence_mse", "ratio", "spread"}]},
-    /// "compression": {"windows", "rows", "cols", "rank", "ratio", "rel_error", "mse_pred",
-    /// "mse_corrected", "singular_values"}}.
-    #[command(verbatim_doc_comment)]
-    Predict {
-        /// One JSON object instead of the text (format above).
-        #[arg(long)]
-        json: bool,
-        /// Weights (default: the embedded ones).
-        #[arg(long)]
-        weights: Option<PathBuf>,
-        #[arg(long, default_value_t = HORIZON)]
-        horizon: usize,
-        /// Rank of the residual compression.
-        #[arg(long, default_value_t = 32)]
-        rank: usize,
-        #[arg(long)]
-        backend: Option<String>,
-    },
+/// `--model` must name something that exists: a directory, or a regular file (a `.gguf`);
+/// said in the flag's words before any loader looks inside it (a missing `nope.gguf` is not a
+/// model directory missing its `config.json`, and a FIFO would block the reader forever).
+fn check_model_flag(model: &Path) -> CliResult<()> {
+    let shown = model.display();
+    match std::fs::metadata(model) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(native_cli::fail(format!(
+            "--model {shown}: no such file or directory (give a model directory or a .gguf file)"
+        ))),
+        Err(e) => Err(native_cli::fail(format!("--model {shown}: {e}"))),
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(m) => native_cli::limits::regular_file(model, &m)
+            .map_err(|e| native_cli::fail(format!("--model {e}"))),
+    }
 }
 
 fn run(cli: Cli) -> CliResult<()> {
+    if let Some(model) = model_flag(&cli.cmd) {
+        check_model_flag(model)?;
+    }
     match cli.cmd {
         Cmd::Info { json } => info::run(json),
         Cmd::Ops { json, markdown } => ops::run(json, markdown),
@@ -658,6 +429,7 @@ fn run(cli: Cli) -> CliResult<()> {
         Cmd::Generate {
             model,
             prompt,
+            prompt_file,
             max_tokens,
             chat,
             system,
@@ -666,9 +438,9 @@ fn run(cli: Cli) -> CliResult<()> {
             quantize,
         } => generate::run(&GenerateArgs {
             model,
-            prompt,
+            prompt: generate::PromptSource::from_args(prompt, prompt_file),
             max_tokens,
-            sampling: sampling.get(),
+            sampling: sampling.get()?,
             backend,
             chat,
             system,
@@ -685,7 +457,7 @@ fn run(cli: Cli) -> CliResult<()> {
             model,
             system,
             max_tokens,
-            sampling: sampling.get(),
+            sampling: sampling.get()?,
             backend,
             show_prompt,
         }),
@@ -720,6 +492,7 @@ fn run(cli: Cli) -> CliResult<()> {
                     checkpoint_every,
                     eval_problems,
                     dp,
+                    force,
                 },
         } => train::run(&TrainArgs {
             out,
@@ -737,6 +510,7 @@ fn run(cli: Cli) -> CliResult<()> {
             eval_problems,
             devices: dp.devices,
             json: dp.json,
+            force,
         }),
         Cmd::Eval {
             json,
@@ -753,75 +527,6 @@ fn run(cli: Cli) -> CliResult<()> {
             quantize,
             json,
         ),
-    }
-}
-
-fn run_gru(cmd: GruCmd) -> CliResult<()> {
-    match cmd {
-        GruCmd::Train {
-            out,
-            init,
-            iters,
-            max_minutes,
-            batch,
-            horizon,
-            lr,
-            seed,
-            trajectories,
-            length,
-            hidden,
-            members,
-            backend,
-            dp,
-        } => gru::train::run(
-            backend.as_deref(),
-            &TrainOptions {
-                devices: dp.devices,
-                json: dp.json,
-                out,
-                init,
-                iters,
-                max_minutes,
-                batch,
-                horizon,
-                lr,
-                seed,
-                trajectories,
-                length,
-                hidden,
-                members,
-            },
-        ),
-        GruCmd::Run {
-            weights,
-            input,
-            out,
-            backend,
-        } => gru::run::run(&weights, &input, &out, backend.as_deref()),
-        GruCmd::Bench {
-            json,
-            backend,
-            batch,
-            steps,
-            rank,
-            runs,
-            weights,
-        } => gru::bench::run(&GruBenchOptions {
-            backends: backend,
-            batch,
-            steps,
-            rank,
-            runs,
-            weights,
-            json,
-        }),
-        GruCmd::Predict {
-            json,
-            weights,
-            horizon,
-            rank,
-            backend,
-        } => gru::predict::run(backend.as_deref(), weights.as_deref(), horizon, rank, json),
     }
 }
 
@@ -855,10 +560,19 @@ fn main() -> ExitCode {
     #[cfg(target_os = "linux")]
     ensure_runtime_dir();
     let cli = Cli::parse();
+    let verbose = cli.verbose;
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
+            if verbose {
+                eprintln!("  detail: {e:?}");
+                let mut source = e.source();
+                while let Some(s) = source {
+                    eprintln!("  caused by: {s}");
+                    source = s.source();
+                }
+            }
             ExitCode::FAILURE
         }
     }

@@ -543,22 +543,48 @@ pub fn llama_to_gguf(
         )));
     }
     let mut w = GgufWriter::new();
-    let size = |v: usize| Value::U32(u32::try_from(v).unwrap_or(u32::MAX));
     let key = |k: &str| format!("{arch}.{k}");
+    // GGUF's size fields are u32: a larger value is refused naming the config field and the
+    // GGUF key, never written wrapped or saturated.
+    let size = |field: &str, gguf_key: &str, v: usize| -> Result<Value> {
+        u32::try_from(v).map(Value::U32).map_err(|_| {
+            bad(format!(
+                "{field} = {v} does not fit GGUF's u32 field `{}` (at most {})",
+                key(gguf_key),
+                u32::MAX
+            ))
+        })
+    };
     w.add_metadata("general.architecture", Value::from(arch))?;
-    for (k, v) in [
-        ("block_count", config.num_hidden_layers),
-        ("context_length", config.max_position_embeddings),
-        ("embedding_length", config.hidden_size),
-        ("feed_forward_length", config.intermediate_size),
-        ("attention.head_count", config.num_attention_heads),
-        ("attention.head_count_kv", config.num_key_value_heads),
-        ("attention.key_length", config.head_dim),
-        ("attention.value_length", config.head_dim),
-        ("rope.dimension_count", config.head_dim),
-        ("vocab_size", config.vocab_size),
+    for (k, field, v) in [
+        ("block_count", "num_hidden_layers", config.num_hidden_layers),
+        (
+            "context_length",
+            "max_position_embeddings",
+            config.max_position_embeddings,
+        ),
+        ("embedding_length", "hidden_size", config.hidden_size),
+        (
+            "feed_forward_length",
+            "intermediate_size",
+            config.intermediate_size,
+        ),
+        (
+            "attention.head_count",
+            "num_attention_heads",
+            config.num_attention_heads,
+        ),
+        (
+            "attention.head_count_kv",
+            "num_key_value_heads",
+            config.num_key_value_heads,
+        ),
+        ("attention.key_length", "head_dim", config.head_dim),
+        ("attention.value_length", "head_dim", config.head_dim),
+        ("rope.dimension_count", "head_dim", config.head_dim),
+        ("vocab_size", "vocab_size", config.vocab_size),
     ] {
-        w.add_metadata(&key(k), size(v))?;
+        w.add_metadata(&key(k), size(field, k, v)?)?;
     }
     w.add_metadata(
         &key("attention.layer_norm_rms_epsilon"),
@@ -581,7 +607,11 @@ pub fn llama_to_gguf(
             w.add_metadata(&key("rope.scaling.factor"), Value::F32(factor))?;
             w.add_metadata(
                 &key("rope.scaling.original_context_length"),
-                size(original_max_position_embeddings),
+                size(
+                    "rope_scaling.original_max_position_embeddings",
+                    "rope.scaling.original_context_length",
+                    original_max_position_embeddings,
+                )?,
             )?;
             w.add_metadata(&key("rope.scaling.yarn_beta_fast"), Value::F32(beta_fast))?;
             w.add_metadata(&key("rope.scaling.yarn_beta_slow"), Value::F32(beta_slow))?;

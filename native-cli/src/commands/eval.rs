@@ -3,7 +3,7 @@
 
 use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::addition::{embedded, evaluate};
+use crate::addition::{embedded, held_out_count};
 use crate::llama::{build, quantize_files, read_dir};
 use crate::{CliResult, emit, emit_json};
 
@@ -17,6 +17,15 @@ pub fn run(
     quantize: Option<kernels_core::DType>,
     json: bool,
 ) -> CliResult<()> {
+    // Problems are drawn from the held-out set with replacement: more than it holds only
+    // repeats them.
+    let distinct = held_out_count();
+    if n == 0 || n > distinct {
+        return Err(crate::fail(format!(
+            "--problems {n}: must be between 1 and {distinct}, the number of distinct held-out \
+             problems"
+        )));
+    }
     let chosen = select_backend(BackendChoice::from_arg(backend)?)?;
     let mut files = match dir {
         Some(d) => read_dir(d)?,
@@ -24,7 +33,7 @@ pub fn run(
     };
     quantize_files(&mut files, quantize)?;
     let model = build(&files, chosen.backend.clone())?;
-    let (ok, n, wrong) = evaluate(&model, n, seed, 256)?;
+    let (ok, n, wrong) = evaluate_with_progress(&model, n, seed)?;
     if json {
         return emit_json(&serde_json::json!({
             "model": files.origin,
@@ -46,4 +55,37 @@ pub fn run(
         emit(&format!("  wrong: {w}\n"))?;
     }
     Ok(())
+}
+
+/// [`crate::addition::evaluate`] with a progress line on stderr at most once a second (a long
+/// run says how far it is, and how right so far).
+fn evaluate_with_progress(
+    model: &kernels_core::models::llama::Llama,
+    n: usize,
+    seed: u64,
+) -> CliResult<(usize, usize, Vec<String>)> {
+    let start = std::time::Instant::now();
+    let mut last = start;
+    let mut progress = |done: usize, correct: usize| {
+        let now = std::time::Instant::now();
+        if done < n && now.duration_since(last).as_secs_f64() >= 1.0 {
+            last = now;
+            let rate = done as f64 / now.duration_since(start).as_secs_f64().max(1e-9);
+            eprintln!(
+                "eval: {done}/{n} problems, {correct} correct so far ({:.0} problems/s, about \
+                 {:.0} s left)",
+                rate,
+                (n - done) as f64 / rate.max(1e-9)
+            );
+        }
+    };
+    Ok(pollster::block_on(
+        kernels_core::models::llama::addition::evaluate_with_progress(
+            model,
+            n,
+            seed,
+            256,
+            &mut progress,
+        ),
+    )?)
 }

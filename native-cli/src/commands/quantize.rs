@@ -32,7 +32,7 @@ pub fn run(model: &Path, to: DType, out: &Path, with_tokenizer: bool) -> CliResu
         .map_err(|e| fail(format!("{}: {e}", files.origin)))?;
     quantize_files(&mut files, Some(to))?;
     let mut writer = llama_to_gguf(&config, &files.tensors)
-        .map_err(|e| fail(format!("{}: {e}", files.origin)))?;
+        .map_err(|e| fail(format!("--model {}: {e}", files.origin)))?;
     let tokenizer = if !with_tokenizer {
         false
     } else if model.is_dir() {
@@ -47,6 +47,7 @@ pub fn run(model: &Path, to: DType, out: &Path, with_tokenizer: bool) -> CliResu
     let bytes = writer
         .to_bytes()
         .map_err(|e| fail(format!("{}: {e}", out.display())))?;
+    read_back(&bytes, &config, files.tensors.len(), out)?;
     write_atomically(out, &bytes).map_err(|e| fail(format!("{}: {e}", out.display())))?;
     let note = match (tokenizer, with_tokenizer) {
         (true, _) => "",
@@ -66,7 +67,7 @@ pub fn run(model: &Path, to: DType, out: &Path, with_tokenizer: bool) -> CliResu
 /// Reads a file of `dir` when it exists.
 fn read_opt(dir: &Path, name: &str) -> CliResult<Option<Vec<u8>>> {
     let path = dir.join(name);
-    match std::fs::read(&path) {
+    match crate::limits::read_regular(&path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(fail(format!("{}: {e}", path.display()))),
@@ -104,7 +105,7 @@ fn tokenizer_of_dir(w: &mut GgufWriter, dir: &Path, vocab_size: usize) -> CliRes
 /// Copies a GGUF file's `tokenizer.*` keys (false when it has no `tokenizer.ggml.model`).
 fn tokenizer_of_gguf(w: &mut GgufWriter, path: &Path) -> CliResult<bool> {
     let origin = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| fail(format!("{origin}: {e}")))?;
+    let bytes = crate::limits::read_regular(path).map_err(|e| fail(format!("{origin}: {e}")))?;
     let file = GgufFile::parse(&bytes, &origin)?;
     let has = file.get("tokenizer.ggml.model").is_some();
     for (k, v) in &file.metadata {
@@ -113,4 +114,64 @@ fn tokenizer_of_gguf(w: &mut GgufWriter, path: &Path) -> CliResult<bool> {
         }
     }
     Ok(has)
+}
+
+/// Parses the file about to be written as `generate` will (header, metadata, the config from
+/// it, every tensor) and checks the config and tensor count came through unchanged, so a file
+/// the loader would refuse is never put in place.
+fn read_back(bytes: &[u8], config: &LlamaConfig, tensors: usize, out: &Path) -> CliResult<()> {
+    let origin = out.display().to_string();
+    let not_written = |why: String| {
+        fail(format!(
+            "--out {origin}: not written: the GGUF made does not read back: {why}"
+        ))
+    };
+    let file = GgufFile::parse(bytes, &origin).map_err(|e| not_written(e.to_string()))?;
+    let model =
+        kernels_core::gguf::llama::load_llama(&file).map_err(|e| not_written(e.to_string()))?;
+    let (a, b) = (&model.config, config);
+    let fields = [
+        (
+            "num_hidden_layers",
+            a.num_hidden_layers,
+            b.num_hidden_layers,
+        ),
+        ("hidden_size", a.hidden_size, b.hidden_size),
+        (
+            "intermediate_size",
+            a.intermediate_size,
+            b.intermediate_size,
+        ),
+        (
+            "num_attention_heads",
+            a.num_attention_heads,
+            b.num_attention_heads,
+        ),
+        (
+            "num_key_value_heads",
+            a.num_key_value_heads,
+            b.num_key_value_heads,
+        ),
+        ("head_dim", a.head_dim, b.head_dim),
+        ("vocab_size", a.vocab_size, b.vocab_size),
+        (
+            "max_position_embeddings",
+            a.max_position_embeddings,
+            b.max_position_embeddings,
+        ),
+    ];
+    for (name, got, want) in fields {
+        if got != want {
+            return Err(not_written(format!(
+                "{name} reads back as {got}, not {want}"
+            )));
+        }
+    }
+    if model.tensors.len() != tensors {
+        return Err(not_written(format!(
+            "{} tensors read back, not {tensors}",
+            model.tensors.len()
+        )));
+    }
+    Ok(())
 }

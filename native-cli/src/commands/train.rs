@@ -44,6 +44,9 @@ pub struct TrainArgs {
     pub devices: Option<String>,
     /// One JSON object per logged step on stdout instead of the progress bar.
     pub json: bool,
+    /// Replace a non-empty `--out` directory (the new model is written beside it and swapped
+    /// in, so the directory ends up holding that model only).
+    pub force: bool,
 }
 
 /// The replicas' backends: `--devices` when given, else the one `--backend` selects.
@@ -84,15 +87,10 @@ pub fn config(args: &TrainArgs) -> LlamaConfig {
     })
 }
 
-/// Writes a file through a temporary beside it, so a failed run leaves the old one whole (and
-/// never replaces a device, FIFO or symlink: see [`crate::atomic_write`]).
-fn write_atomic(path: &Path, bytes: &[u8]) -> CliResult<()> {
-    crate::atomic_write::write_atomically(path, bytes)
-        .map_err(|e| crate::fail(format!("cannot write {}: {e}", path.display())))
-}
-
-/// Writes `config.json`, `model.safetensors` and `tokenizer.json` into `dir`. Parameters holding
-/// NaN or infinity are refused, so a diverged run never replaces a good checkpoint.
+/// Writes `config.json`, `model.safetensors` and `tokenizer.json` as the whole of `dir`: into a
+/// fresh directory beside it, swapped in by renames ([`crate::atomic_write::write_dir_atomically`]),
+/// so `dir` never mixes two models. Parameters holding NaN or infinity are refused, so a
+/// diverged run never replaces a good checkpoint.
 pub fn save_checkpoint(model: &Llama, dir: &Path) -> CliResult<()> {
     let host = pollster::block_on(model.store.to_host())?;
     for (name, t) in &host {
@@ -103,15 +101,141 @@ pub fn save_checkpoint(model: &Llama, dir: &Path) -> CliResult<()> {
             )));
         }
     }
-    std::fs::create_dir_all(dir)?;
     let weights = pollster::block_on(model.store.save())?;
-    write_atomic(&dir.join("model.safetensors"), &weights)?;
-    write_atomic(&dir.join("config.json"), model.config.to_json().as_bytes())?;
-    write_atomic(
-        &dir.join("tokenizer.json"),
-        addition::tokenizer_json().as_bytes(),
+    let config = model.config.to_json();
+    let tokenizer = addition::tokenizer_json();
+    crate::atomic_write::write_dir_atomically(
+        dir,
+        &[
+            ("model.safetensors", &weights),
+            ("config.json", config.as_bytes()),
+            ("tokenizer.json", tokenizer.as_bytes()),
+        ],
+    )
+    .map_err(|e| {
+        fail(format!(
+            "--out {}: cannot write the checkpoint: {e}",
+            dir.display()
+        ))
+    })
+}
+
+/// `--out` must be a directory that is missing or empty, unless `--force`; anything but a
+/// directory is refused. Checked before training, so a bad `--out` costs nothing.
+pub fn check_out(out: &Path, force: bool) -> CliResult<()> {
+    let meta = match std::fs::metadata(out) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(fail(format!("--out {}: {e}", out.display()))),
+        Ok(m) => m,
+    };
+    if !meta.is_dir() {
+        return Err(fail(format!(
+            "--out {}: exists and is not a directory; give a directory for the model's files",
+            out.display()
+        )));
+    }
+    let mut names: Vec<String> = std::fs::read_dir(out)
+        .map_err(|e| fail(format!("--out {}: {e}", out.display())))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    if names.is_empty() || force {
+        return Ok(());
+    }
+    names.sort();
+    let shown = names.iter().take(5).cloned().collect::<Vec<_>>().join(", ");
+    let more = if names.len() > 5 { ", ..." } else { "" };
+    Err(fail(format!(
+        "--out {}: the directory is not empty (it holds {shown}{more}); pass --force to replace \
+         its contents with the new model, or give another directory",
+        out.display()
+    )))
+}
+
+/// The size flags checked before anything is built: each at least 1, the heads dividing as a
+/// llama needs (named by flag, not by config field), at least one row per replica, and the
+/// memory a step needs (parameters, gradients and AdamW's moments per replica, plus the
+/// activations of the batch) available.
+pub fn check_sizes(args: &TrainArgs, replicas: usize) -> CliResult<LlamaConfig> {
+    use crate::limits::{check_fits, positive, product, sum};
+    for (flag, v) in [
+        ("--steps", args.steps),
+        ("--batch", args.batch),
+        ("--hidden", args.hidden),
+        ("--layers", args.layers),
+        ("--heads", args.heads),
+        ("--kv-heads", args.kv_heads),
+        ("--intermediate", args.intermediate),
+    ] {
+        positive(flag, v)?;
+    }
+    if !args.lr.is_finite() || args.lr <= 0.0 {
+        return Err(fail(format!(
+            "--lr {}: must be a finite number > 0",
+            args.lr
+        )));
+    }
+    if !args.hidden.is_multiple_of(args.heads) {
+        return Err(fail(format!(
+            "--hidden {} is not a multiple of --heads {}",
+            args.hidden, args.heads
+        )));
+    }
+    let head_dim = args.hidden / args.heads;
+    if !head_dim.is_multiple_of(2) {
+        return Err(fail(format!(
+            "--hidden {} / --heads {} = {head_dim} per head: must be even (rotary embeddings \
+             rotate pairs)",
+            args.hidden, args.heads
+        )));
+    }
+    if !args.heads.is_multiple_of(args.kv_heads) {
+        return Err(fail(format!(
+            "--heads {} is not a multiple of --kv-heads {}",
+            args.heads, args.kv_heads
+        )));
+    }
+    if args.batch < replicas {
+        return Err(fail(format!(
+            "--batch {}: smaller than the {replicas} replicas of --devices (each needs a row)",
+            args.batch
+        )));
+    }
+    let cfg = config(args);
+    let shape = format!(
+        "--hidden {}, --layers {}, --intermediate {}",
+        args.hidden, args.layers, args.intermediate
+    );
+    let params = cfg.checked_num_parameters().ok().map(|n| n as u64);
+    // Weights, gradients and AdamW's two moments, f32, on every replica.
+    let param_bytes = params.and_then(|n| product(&[n, 16, replicas as u64]));
+    check_fits(
+        &shape,
+        "the model's parameters with their gradients and AdamW moments",
+        param_bytes,
     )?;
-    Ok(())
+    // Per token and layer, what a step keeps for the backward: the q/k/v/o and norm
+    // activations, the MLP's, and each head's attention row; then the logits.
+    let (b, seq, h, i) = (
+        args.batch as u64,
+        addition::SEQ as u64,
+        args.hidden as u64,
+        args.intermediate as u64,
+    );
+    let per_layer = sum(&[
+        h.checked_mul(10),
+        i.checked_mul(4),
+        (args.heads as u64).checked_mul(seq * 2),
+    ]);
+    let activations = sum(&[
+        per_layer.and_then(|p| product(&[p, args.layers as u64, b, seq, 4])),
+        product(&[b, seq, addition::VOCAB.len() as u64, 4 * 3]),
+    ]);
+    check_fits(
+        &format!("--batch {} (with {shape})", args.batch),
+        "one training step's activations and the model's state",
+        sum(&[activations, param_bytes]),
+    )?;
+    Ok(cfg)
 }
 
 /// Runs `kernels train transformer`.
@@ -121,19 +245,11 @@ pub fn run(args: &TrainArgs) -> CliResult<()> {
 
 /// Trains and checkpoints; returns the final held-out accuracy when evaluated.
 pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
-    if args.steps == 0 || args.batch == 0 {
-        return Err(fail("train: --steps and --batch must be > 0"));
-    }
-    // The same rule as the adamw_step op, before any work: NaN or infinity would train a model
-    // of NaN.
-    if !(args.lr.is_finite() && args.lr > 0.0) {
-        return Err(fail(format!(
-            "train: --lr must be a finite number > 0, got {}",
-            args.lr
-        )));
-    }
+    check_out(&args.out, args.force)?;
     let chosen = replica_backends(args.devices.as_deref(), args.backend.as_deref())?;
-    let cfg = config(args);
+    // Sizes, the heads' shapes and the lr (NaN or infinity would train a model of NaN) before
+    // any work.
+    let cfg = check_sizes(args, chosen.len())?;
     let mut rng = Rng::new(args.seed);
     // Replica 0 is initialized as a single-device run would be (the batches follow from the
     // same stream); DataParallel copies its parameters to the others.

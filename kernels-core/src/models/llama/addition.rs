@@ -185,11 +185,34 @@ pub async fn evaluate(
     seed: u64,
     batch: usize,
 ) -> Result<(usize, usize, Vec<String>)> {
+    evaluate_with_progress(model, n, seed, batch, &mut |_, _| {}).await
+}
+
+/// How many distinct problems are held out (about a tenth of the million `(a, b)` pairs).
+pub fn held_out_count() -> usize {
+    (0..1000u32)
+        .map(|a| (0..1000u32).filter(|&b| held_out(a, b)).count())
+        .sum()
+}
+
+/// [`evaluate`], calling `progress(done, correct)` after each batch. The problems are drawn
+/// batch by batch, so `n` costs time, not memory.
+pub async fn evaluate_with_progress(
+    model: &Llama,
+    n: usize,
+    seed: u64,
+    batch: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(usize, usize, Vec<String>)> {
     let mut rng = Rng::new(seed);
-    let problems: Vec<(u32, u32)> = (0..n).map(|_| draw(&mut rng, true)).collect();
+    let batch = batch.max(1);
     let mut correct = 0;
     let mut wrong = Vec::new();
-    for chunk in problems.chunks(batch.max(1)) {
+    let mut done = 0;
+    while done < n {
+        let chunk: Vec<(u32, u32)> = (0..batch.min(n - done))
+            .map(|_| draw(&mut rng, true))
+            .collect();
         let prompts = chunk
             .iter()
             .map(|&(a, b)| ids(&prompt(a, b)))
@@ -203,6 +226,8 @@ pub async fn evaluate(
                 wrong.push(format!("{}{got} (want {})", prompt(a, b), answer(a, b)));
             }
         }
+        done += chunk.len();
+        progress(done, correct);
     }
     Ok((correct, n, wrong))
 }

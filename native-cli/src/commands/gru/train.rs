@@ -185,5 +185,74 @@ pub fn train(chosen: &[Selected], o: &TrainOptions) -> CliResult<()> {
 /// `--backend` (else `KERNELS_BACKEND`) selects.
 pub fn run(backend: Option<&str>, o: &TrainOptions) -> CliResult<()> {
     let chosen = replica_backends(o.devices.as_deref(), backend)?;
+    check_sizes(o, chosen.len())?;
     train(&chosen, o)
+}
+
+/// The flags checked before anything is built, in their own words: sizes at least 1, a row per
+/// replica, and the memory of the model's state (weights, gradients, AdamW's moments on each
+/// replica) and of one iteration's activations available.
+pub fn check_sizes(o: &TrainOptions, replicas: usize) -> CliResult<()> {
+    use crate::limits::{check_fits, positive, product, sum};
+    for (flag, v) in [
+        ("--iters", o.iters),
+        ("--batch", o.batch),
+        ("--horizon", o.horizon),
+        ("--trajectories", o.trajectories),
+        ("--length", o.length),
+        ("--hidden", o.hidden),
+        ("--members", o.members),
+    ] {
+        positive(flag, v)?;
+    }
+    if !(o.lr.is_finite() && o.lr > 0.0) {
+        return Err(fail(format!("--lr {}: must be a finite number > 0", o.lr)));
+    }
+    if o.batch < replicas {
+        return Err(fail(format!(
+            "--batch {}: smaller than the {replicas} replicas of --devices (each needs a row)",
+            o.batch
+        )));
+    }
+    let (f, e) = (
+        WorldConfig::DEFAULT.features as u64,
+        WorldConfig::DEFAULT.embed as u64,
+    );
+    let (h, m) = (o.hidden as u64, o.members as u64);
+    // A fresh model's parameters (--init's are checked as they load): the encoder, then per
+    // member its init layer, GRU and readout.
+    let per_member = sum(&[
+        product(&[e, h]),
+        h.checked_mul(4),
+        h.checked_add(e).and_then(|n| product(&[3, h, n])),
+        h.checked_mul(3),
+        product(&[h, f]),
+        Some(f),
+    ]);
+    let params = sum(&[
+        product(&[f, e]),
+        Some(e),
+        per_member.and_then(|p| p.checked_mul(m)),
+    ]);
+    let state = params.and_then(|p| product(&[p, 16, replicas as u64]));
+    if o.init.is_none() {
+        check_fits(
+            &format!("--hidden {}, --members {}", o.hidden, o.members),
+            "the model's parameters with their gradients and AdamW moments",
+            state,
+        )?;
+    }
+    // Per window step and member, the GRU's gates and states kept for the backward, the
+    // encoded input and the prediction.
+    let per_step = sum(&[h.checked_mul(8), Some(e), f.checked_mul(2)]);
+    let activations = per_step.and_then(|p| product(&[p, o.batch as u64, o.horizon as u64, m, 4]));
+    check_fits(
+        &format!(
+            "--batch {} (with --horizon {}, --hidden {}, --members {})",
+            o.batch, o.horizon, o.hidden, o.members
+        ),
+        "one iteration's activations and the model's state",
+        sum(&[activations, if o.init.is_none() { state } else { Some(0) }]),
+    )?;
+    Ok(())
 }
