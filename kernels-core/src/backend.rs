@@ -74,6 +74,9 @@ pub fn now_or_never<F: Future>(fut: F) -> Option<F::Output> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CpuBackend {
     reference_only: bool,
+    /// f32 activations in products with a block-quantized weight (see
+    /// [`CpuBackend::with_exact_activations`]).
+    exact_activations: bool,
 }
 
 impl CpuBackend {
@@ -81,13 +84,23 @@ impl CpuBackend {
     pub fn new() -> Self {
         CpuBackend {
             reference_only: false,
+            exact_activations: false,
         }
     }
     /// Reference kernels only: the specification, for parity checks.
     pub fn reference() -> Self {
         CpuBackend {
             reference_only: true,
+            exact_activations: false,
         }
+    }
+    /// With `exact`, products with a block-quantized weight keep f32 activations (the
+    /// dequantize-then-f32 reference's numbers) instead of 8-bit ones and integer dot products
+    /// (`cpu::fast::qdot`, within its published budget). `KERNELS_EXACT_ACTIVATIONS=1` asks for
+    /// the same in every backend.
+    pub fn with_exact_activations(mut self, exact: bool) -> Self {
+        self.exact_activations = exact;
+        self
     }
     /// True for [`CpuBackend::reference`].
     pub fn is_reference(&self) -> bool {
@@ -267,7 +280,12 @@ impl Backend for CpuBackend {
             return self.matmul_add((*residual).clone(), a, b, (trans_a, trans_b));
         }
         if !self.reference_only
-            && let Some(r) = cpu::fast::packed::run(op, dir, inputs)
+            && let Some(r) = cpu::fast::packed::run_with(
+                op,
+                dir,
+                inputs,
+                self.exact_activations || cpu::fast::config::exact_activations(),
+            )
         {
             return r;
         }

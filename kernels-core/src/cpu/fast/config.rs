@@ -7,6 +7,10 @@
 //!   use; `1` turns threading off. Unset, zero or unparsable: the machine's
 //!   `available_parallelism`.
 //!
+//! - `KERNELS_EXACT_ACTIVATIONS=1` keeps f32 activations in products with a block-quantized
+//!   weight (the dequantize-then-f32 reference's numbers) instead of quantizing them to 8 bits
+//!   for integer dot products ([`super::qdot`]); `0` or unset: 8-bit activations.
+//!
 //! Without `std` there is no environment: the best kernel, one thread.
 
 /// A kernel family named by `KERNELS_CPU_KERNEL`.
@@ -46,6 +50,28 @@ pub fn forced_kernel() -> Option<Forced> {
 #[cfg(not(feature = "std"))]
 pub fn forced_kernel() -> Option<Forced> {
     None
+}
+
+/// Whether `KERNELS_EXACT_ACTIVATIONS` asks for f32 activations with quantized weights (read
+/// once; `1`, `true`, `yes` or `on`).
+#[cfg(feature = "std")]
+pub fn exact_activations() -> bool {
+    static EXACT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *EXACT.get_or_init(|| parse_flag(std::env::var("KERNELS_EXACT_ACTIVATIONS").ok().as_deref()))
+}
+
+#[cfg(not(feature = "std"))]
+pub fn exact_activations() -> bool {
+    false
+}
+
+/// A boolean environment value: `1`, `true`, `yes`, `on` (any case) are true.
+pub fn parse_flag(v: Option<&str>) -> bool {
+    v.is_some_and(|v| {
+        ["1", "true", "yes", "on"]
+            .iter()
+            .any(|t| v.trim().eq_ignore_ascii_case(t))
+    })
 }
 
 /// Threads a large product may use: `KERNELS_THREADS`, else the machine's parallelism (read
@@ -90,5 +116,7 @@ mod tests {
         assert_eq!(parse_threads(Some("x")), None);
         assert_eq!(parse_threads(None), None);
         assert_eq!(parse_threads(Some("100000")), Some(256));
+        assert!(parse_flag(Some("1")) && parse_flag(Some(" TRUE ")));
+        assert!(!parse_flag(Some("0")) && !parse_flag(None) && !parse_flag(Some("")));
     }
 }

@@ -23,6 +23,7 @@ pub mod kernel_family;
 pub mod kernels;
 mod matref;
 pub mod packed;
+pub mod qdot;
 pub mod pool;
 mod skinny;
 pub mod vector;

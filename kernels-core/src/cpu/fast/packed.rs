@@ -1,5 +1,12 @@
 //! `linear`, `matmul_swiglu` and `matmul(x, w, trans_b)` forward with a weight of a weight
-//! dtype and few rows (decode): each weight row is decoded once into a row buffer and dotted with every row of
+//! dtype.
+//!
+//! A block-quantized weight (`q8_0` ... `q6_k`) takes 8-bit activations and integer dot products
+//! on the packed blocks ([`super::qdot`]) for any number of rows of `x`, decode and prefill
+//! alike, within [`super::qdot::QUANTIZED_ACTIVATION_BUDGETS`] of the reference; the weight is
+//! never decoded to f32. With exact activations (`KERNELS_EXACT_ACTIVATIONS=1`,
+//! [`crate::backend::CpuBackend::with_exact_activations`]), and for `f16` and `bf16` weights,
+//! few rows (decode) take the f32 path below: each weight row is decoded once into a row buffer and dotted with every row of
 //! `x`, so the weight streams from memory in its packed size (4.5 bits a weight for `q4_0`
 //! and `q4_k`) instead of being decoded whole into an f32 copy. More rows (prefill) decode the
 //! weight and take the f32 GEMM, as the reference does. Within the op's budget of the
@@ -8,7 +15,9 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::config;
 use super::isa::Isa;
+use super::qdot::{self, Family};
 use super::vector::common::with_simd;
 use super::vector::math;
 use crate::cpu::{linear, matmul_swiglu};
@@ -23,6 +32,16 @@ pub const MAX_ROWS: usize = 8;
 /// The fast path of `op` on these inputs, or `None` (then the caller decodes the weight and
 /// runs the f32 kernels, which also report any error in the inputs).
 pub fn run(op: &Op, dir: Direction, inputs: &[&Tensor]) -> Option<Result<Vec<Tensor>>> {
+    run_with(op, dir, inputs, config::exact_activations())
+}
+
+/// [`run`] with f32 activations for quantized weights (`exact`) or 8-bit ones.
+pub fn run_with(
+    op: &Op,
+    dir: Direction,
+    inputs: &[&Tensor],
+    exact: bool,
+) -> Option<Result<Vec<Tensor>>> {
     if dir != Direction::Forward {
         return None;
     }
@@ -48,7 +67,7 @@ pub fn run(op: &Op, dir: Direction, inputs: &[&Tensor]) -> Option<Result<Vec<Ten
         ) if w.rank() == 2 && h.rank() >= 2 && h.shape()[h.rank() - 2] == 1 => {
             let mut shape = h.shape()[..h.rank() - 2].to_vec();
             shape.extend([w.shape()[0], 1]);
-            return product_of(Activation::None, h, w, None, Some(shape));
+            return product_of(Activation::None, h, w, None, Some(shape), exact);
         }
         // `a^T @ W^T` with `a [batch, k, 1]` (decode's o_proj): `a`'s memory is the rows.
         (
@@ -62,12 +81,12 @@ pub fn run(op: &Op, dir: Direction, inputs: &[&Tensor]) -> Option<Result<Vec<Ten
             shape.extend([1, w.shape()[0]]);
             let k = a.shape()[a.rank() - 2];
             let rows = a.reshape(&[a.numel() / k.max(1), k]).ok()?;
-            return product_of(Activation::None, &rows, w, None, Some(shape));
+            return product_of(Activation::None, &rows, w, None, Some(shape), exact);
         }
         // The two halves of one product, gated (odd or mismatched weights go to the reference,
         // which reports them).
         (Op::MatmulSwiglu, [x, w]) if w.rank() == 2 && w.shape()[0] % 2 == 0 => {
-            let y = product_of(Activation::None, x, w, None, None)?;
+            let y = product_of(Activation::None, x, w, None, None, exact)?;
             let n = w.shape()[0] / 2;
             return Some(y.and_then(|y| {
                 let y = y
@@ -85,7 +104,7 @@ pub fn run(op: &Op, dir: Direction, inputs: &[&Tensor]) -> Option<Result<Vec<Ten
         (Op::Embedding, [ids, w]) => return embedding(ids, w),
         _ => return None,
     };
-    product_of(activation, x, w, bias, None)
+    product_of(activation, x, w, bias, None, exact)
 }
 
 /// `embedding(ids, w)` with a packed table: only the picked rows are decoded. Ids out of range
@@ -120,9 +139,14 @@ fn product_of(
     w: &Tensor,
     bias: Option<&Tensor>,
     out_shape: Option<Vec<usize>>,
+    exact: bool,
 ) -> Option<Result<Vec<Tensor>>> {
     if !w.dtype().is_weight() || x.dtype() != DType::F32 || !x.is_host() || !w.is_host() {
         return None;
+    }
+    // f16 and bf16 weights: widened in registers, any number of rows (half_dot.rs).
+    if matches!(w.dtype(), DType::F16 | DType::BF16) {
+        return super::half_dot::product_of(activation, x, w, bias, out_shape);
     }
     let (rows, k, n) = match bias {
         Some(b) => linear::check(x.shape(), w.shape(), b.shape()).ok()?,
@@ -138,7 +162,8 @@ fn product_of(
             (x.numel() / k.max(1), k, ws[0])
         }
     };
-    if rows == 0 || rows > MAX_ROWS || k == 0 || n == 0 {
+    let integer = !exact && qdot::takes(w.dtype());
+    if rows == 0 || k == 0 || n == 0 || (rows > MAX_ROWS && !integer) {
         return None;
     }
     let xv = x.as_f32().ok()?;
@@ -149,6 +174,18 @@ fn product_of(
     let packed = w.packed_bytes().ok()?;
     let row_bytes = w.dtype().bytes_for(k)?;
     let out_shape = out_shape.unwrap_or_else(|| linear::out_shape(x.shape(), n));
+    if integer {
+        return Some(integer_product(
+            w.dtype(),
+            packed,
+            row_bytes,
+            xv,
+            bv,
+            activation,
+            (rows, k, n),
+            &out_shape,
+        ));
+    }
     Some(product(
         w.dtype(),
         packed,
@@ -187,6 +224,38 @@ fn product(
         for j in 0..n {
             let v = out[r * n + j] + bias.map_or(0.0, |b| b[j]);
             out[r * n + j] = linear::act(activation, v);
+        }
+    }
+    Ok(vec![Tensor::from_f32(out_shape, out)?])
+}
+
+/// [`product`] with 8-bit activations and integer dot products ([`qdot::product_t`]).
+#[allow(clippy::too_many_arguments)]
+fn integer_product(
+    dtype: DType,
+    packed: &[u8],
+    row_bytes: usize,
+    x: &[f32],
+    bias: Option<&[f32]>,
+    activation: Activation,
+    (rows, k, n): (usize, usize, usize),
+    out_shape: &[usize],
+) -> Result<Vec<Tensor>> {
+    let mut t = vec![0.0f32; rows * n];
+    qdot::product_t(
+        Family::best(),
+        dtype,
+        packed,
+        row_bytes,
+        x,
+        (rows, k, n),
+        &mut t,
+    )?;
+    let mut out = vec![0.0f32; rows * n];
+    for (j, tj) in t.chunks_exact(rows).enumerate() {
+        let b = bias.map_or(0.0, |b| b[j]);
+        for (r, &v) in tj.iter().enumerate() {
+            out[r * n + j] = linear::act(activation, v + b);
         }
     }
     Ok(vec![Tensor::from_f32(out_shape, out)?])

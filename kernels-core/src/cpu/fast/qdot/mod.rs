@@ -1,0 +1,374 @@
+//! Products with a block-quantized weight (`Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q4_K`, `Q6_K`) and
+//! 8-bit activations, as llama.cpp's CPU backend computes them:
+//!
+//! 1. Each row of `x` is quantized once per product ([`Acts`]): to blocks of 32 values with an
+//!    f32 scale for the 32-element formats (llama.cpp's `Q8_0`/`Q8_1`), to super-blocks of 256
+//!    with an f32 scale for the K-quants (`Q8_K`); both keep the integer sum of every 16 values
+//!    (the `Q8_1` sum and the `Q8_K` `bsums`), which the formats with a min (`Q4_1`, `Q4_K`)
+//!    need.
+//! 2. Integer dot products run straight on the packed weight blocks (nothing is decoded to
+//!    f32): 8-bit by 8-bit products summed in `i32`, then scaled by the weight's and the
+//!    activation's block scales in f32.
+//!
+//! Kernel families ([`Family`]): plain Rust ([`portable`], every target, the reference of the
+//! integer path), and on x86_64 AVX2 (`maddubs` + `madd`), AVX-512 VNNI (`vpdpbusd` on
+//! 256-bit vectors, with AVX-512VL) and AVX-VNNI (the VEX `vpdpbusd`), chosen at run time.
+//! `KERNELS_CPU_KERNEL` forces one (see [`Family::best`]).
+//!
+//! Decode (one row of `x`) and prefill (many) share one driver ([`product_t`]): the weight
+//! rows are split over threads ([`split_rows`]), and each weight row is unpacked once per tile
+//! of up to [`TILE`] rows of `x`.
+//!
+//! A row of `x` holding a NaN or an infinity is not quantized: it takes the decoded weight rows
+//! and an f32 dot product, so NaN and infinity land where the reference puts them.
+//!
+//! The numbers differ from the dequantize-then-f32 reference by the activations' rounding to
+//! 8 bits: [`QUANTIZED_ACTIVATION_BUDGETS`] bounds that. `KERNELS_EXACT_ACTIVATIONS=1` (or
+//! [`crate::backend::CpuBackend::with_exact_activations`]) keeps f32 activations instead.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::numerics::Budget;
+use crate::quant;
+
+pub mod portable;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(test)]
+mod tests;
+
+/// Rows of `x` one unpacked weight row is dotted with at a time (prefill's register tile).
+pub const TILE: usize = 4;
+
+/// The budgets of the products with 8-bit activations against the dequantize-then-f32
+/// reference, per weight format, for inputs of unit scale (activations in `[-1, 1]`, weights
+/// quantized from `[-1, 1]`; scale the budget with the operands' largest values otherwise).
+/// They are absolute and grow with `sqrt(k)`: the activation rounding is at most half a step,
+/// `max|x| / 254`, per element, so the error is a random walk over the `k` terms, however
+/// small the result (a relative budget would fail on results near 0).
+///
+/// Derived as `HALF_PRODUCT_BUDGETS` was: the worst `|got - ref| / sqrt(k)` over 200 seeds per
+/// format (`k` of 1 block, 3 blocks and 4864; 1 to 5 rows of `x`; 16 weight rows), on every
+/// kernel family this machine runs (`derive_budgets`:
+/// `cargo test -p kernels-core --lib qdot::tests::derive_budgets -- --ignored --nocapture`),
+/// then doubled and rounded up. Worst cases measured (2026-11-26, AMD EPYC Zen 4, portable,
+/// AVX2 and AVX-512 VNNI): q8_0 4.96e-3, q4_0 4.81e-3, q4_1 4.98e-3, q5_0 5.00e-3,
+/// q4_k 5.16e-3, q6_k 2.83e-3 (its weights are 6-bit: smaller on average).
+pub const QUANTIZED_ACTIVATION_BUDGETS: [(DType, Budget); 6] = [
+    (DType::Q8_0, Budget::per_k(1e-2, 0.0)),
+    (DType::Q4_0, Budget::per_k(1e-2, 0.0)),
+    (DType::Q4_1, Budget::per_k(1e-2, 0.0)),
+    (DType::Q5_0, Budget::per_k(1.1e-2, 0.0)),
+    (DType::Q4_K, Budget::per_k(1.1e-2, 0.0)),
+    (DType::Q6_K, Budget::per_k(6e-3, 0.0)),
+];
+
+/// The budget of a product with 8-bit activations on a weight of `dtype` (see
+/// [`QUANTIZED_ACTIVATION_BUDGETS`]); `None` for a dtype that keeps f32 activations.
+pub fn quantized_activation_budget(dtype: DType) -> Option<Budget> {
+    QUANTIZED_ACTIVATION_BUDGETS
+        .iter()
+        .find(|(d, _)| *d == dtype)
+        .map(|(_, b)| *b)
+}
+
+/// Whether products with a weight of `dtype` take 8-bit activations (by default).
+pub fn takes(dtype: DType) -> bool {
+    quantized_activation_budget(dtype).is_some()
+}
+
+/// A kernel family of the integer products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Plain Rust: every target; the reference of the integer path.
+    Portable,
+    /// x86_64 AVX2: `vpmaddubsw` + `vpmaddwd`.
+    Avx2,
+    /// x86_64 AVX-VNNI: the VEX-encoded 256-bit `vpdpbusd`.
+    AvxVnni,
+    /// x86_64 AVX-512 VNNI with AVX-512VL: the EVEX `vpdpbusd`.
+    Avx512Vnni,
+}
+
+impl Family {
+    /// Every family, portable first, fastest last.
+    pub const ALL: [Family; 4] = [
+        Family::Portable,
+        Family::Avx2,
+        Family::AvxVnni,
+        Family::Avx512Vnni,
+    ];
+
+    /// Short name for logs, benchmarks and `KERNELS_CPU_KERNEL`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Portable => "portable",
+            Family::Avx2 => "avx2",
+            Family::AvxVnni => "avxvnni",
+            Family::Avx512Vnni => "avx512vnni",
+        }
+    }
+
+    /// The family a `KERNELS_CPU_KERNEL` value names (`avx512` names AVX-512 VNNI here).
+    pub fn parse(s: &str) -> Option<Family> {
+        let s = s.trim();
+        if s.eq_ignore_ascii_case("avx512") {
+            return Some(Family::Avx512Vnni);
+        }
+        Family::ALL
+            .into_iter()
+            .find(|f| s.eq_ignore_ascii_case(f.name()))
+    }
+
+    /// Why this machine cannot run the family, or `None` when it can.
+    pub fn missing(self) -> Option<&'static str> {
+        match self {
+            Family::Portable => None,
+            #[cfg(target_arch = "x86_64")]
+            Family::Avx2 => (!x86::has_avx2()).then_some("the CPU has no AVX2"),
+            #[cfg(target_arch = "x86_64")]
+            Family::AvxVnni => (!x86::has_avxvnni()).then_some("the CPU has no AVX-VNNI"),
+            #[cfg(target_arch = "x86_64")]
+            Family::Avx512Vnni => {
+                (!x86::has_avx512vnni()).then_some("the CPU has no AVX-512 VNNI with AVX-512VL")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni => Some("not an x86_64 build"),
+        }
+    }
+
+    /// Every family this machine can run, portable first.
+    pub fn available() -> Vec<Family> {
+        Family::ALL
+            .into_iter()
+            .filter(|f| f.missing().is_none())
+            .collect()
+    }
+
+    /// The fastest family this machine runs.
+    pub fn fastest() -> Family {
+        [Family::Avx512Vnni, Family::AvxVnni, Family::Avx2]
+            .into_iter()
+            .find(|f| f.missing().is_none())
+            .unwrap_or(Family::Portable)
+    }
+
+    /// The family the products use: the one `KERNELS_CPU_KERNEL` names if this machine runs
+    /// it, else [`Family::fastest`] (read once with `std`).
+    pub fn best() -> Family {
+        #[cfg(feature = "std")]
+        {
+            static BEST: std::sync::OnceLock<Family> = std::sync::OnceLock::new();
+            *BEST.get_or_init(|| {
+                std::env::var("KERNELS_CPU_KERNEL")
+                    .ok()
+                    .and_then(|v| Family::parse(&v))
+                    .filter(|f| f.missing().is_none())
+                    .unwrap_or_else(Family::fastest)
+            })
+        }
+        #[cfg(not(feature = "std"))]
+        Family::fastest()
+    }
+}
+
+/// The rows of `x` quantized to 8 bits for a product with a weight of one format.
+#[derive(Debug, Clone)]
+pub struct Acts {
+    k: usize,
+    /// Values per scale: 32, or 256 for the K-quants.
+    block: usize,
+    qs: Vec<i8>,
+    d: Vec<f32>,
+    /// The integer sum of every 16 quantized values.
+    sums: Vec<i32>,
+    /// Rows that hold a NaN or an infinity (not quantized: they take the f32 path).
+    pub(crate) special: Vec<bool>,
+}
+
+/// One quantized row of `x`.
+#[derive(Debug, Clone, Copy)]
+pub struct XRow<'a> {
+    pub qs: &'a [i8],
+    /// One scale per block of 32 (or 256 for the K-quants).
+    pub d: &'a [f32],
+    /// The integer sum of every 16 values.
+    pub sums: &'a [i32],
+}
+
+/// GGML's `nearest_int`: round half to even through the float's mantissa (`|v| < 2^22`).
+#[inline(always)]
+fn nearest_int(v: f32) -> i32 {
+    let v = v + 12_582_912.0;
+    (v.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
+}
+
+/// Values per activation scale for a weight of `dtype`.
+pub fn act_block(dtype: DType) -> usize {
+    if dtype.block_elems() == quant::QK_K {
+        quant::QK_K
+    } else {
+        quant::QK
+    }
+}
+
+impl Acts {
+    /// Quantizes the `x.len() / k` rows of `x` for a weight of `dtype` (`k` a whole number of
+    /// its blocks).
+    pub fn new(dtype: DType, x: &[f32], k: usize) -> Result<Acts> {
+        let block = act_block(dtype);
+        if k == 0 || !k.is_multiple_of(block) || !x.len().is_multiple_of(k) {
+            return Err(Error::bad_shape(
+                "matmul",
+                "x",
+                &[x.len()],
+                alloc::format!("rows of {k} are not whole blocks of {block}"),
+            ));
+        }
+        let rows = x.len() / k;
+        let mut a = Acts {
+            k,
+            block,
+            qs: vec![0; x.len()],
+            d: vec![0.0; x.len() / block],
+            sums: vec![0; x.len() / 16],
+            special: vec![false; rows],
+        };
+        for r in 0..rows {
+            let xr = &x[r * k..(r + 1) * k];
+            if xr.iter().any(|v| !v.is_finite()) {
+                a.special[r] = true;
+                continue;
+            }
+            let qs = &mut a.qs[r * k..(r + 1) * k];
+            let ds = &mut a.d[r * k / block..(r + 1) * k / block];
+            for ((xb, qb), d) in xr
+                .chunks_exact(block)
+                .zip(qs.chunks_exact_mut(block))
+                .zip(ds)
+            {
+                *d = quantize_block(xb, qb);
+            }
+            let sums = &mut a.sums[r * k / 16..(r + 1) * k / 16];
+            for (s, q) in sums.iter_mut().zip(qs.chunks_exact(16)) {
+                *s = q.iter().map(|&v| v as i32).sum();
+            }
+        }
+        Ok(a)
+    }
+
+    /// Row `r` (quantized; meaningless for a special row).
+    pub fn row(&self, r: usize) -> XRow<'_> {
+        let k = self.k;
+        XRow {
+            qs: &self.qs[r * k..(r + 1) * k],
+            d: &self.d[r * k / self.block..(r + 1) * k / self.block],
+            sums: &self.sums[r * k / 16..(r + 1) * k / 16],
+        }
+    }
+}
+
+/// One block to `[-127, 127]` with scale `max|x| / 127` (symmetric, so the AVX2 sign trick
+/// never meets -128); returns the scale.
+fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    if amax == 0.0 {
+        q.fill(0);
+        return 0.0;
+    }
+    let id = 127.0 / amax;
+    if id.is_finite() {
+        for (q, &v) in q.iter_mut().zip(x) {
+            *q = nearest_int(v * id).clamp(-127, 127) as i8;
+        }
+    } else {
+        // A subnormal largest value: scale by division, which stays finite.
+        for (q, &v) in q.iter_mut().zip(x) {
+            *q = nearest_int(v / amax * 127.0).clamp(-127, 127) as i8;
+        }
+    }
+    amax / 127.0
+}
+
+/// `out_t[j * rows + r] = dot(w row j, x row r)` for the `n` rows of a packed `w` of `dtype`
+/// (`row_bytes` each) and the `rows` rows of `x` (`k` each), with 8-bit activations on
+/// `family`'s kernels: the transposed product, so that each thread owns whole weight rows.
+#[allow(clippy::too_many_arguments)]
+pub fn product_t(
+    family: Family,
+    dtype: DType,
+    packed: &[u8],
+    row_bytes: usize,
+    x: &[f32],
+    (rows, k, n): (usize, usize, usize),
+    out_t: &mut [f32],
+) -> Result<()> {
+    let bad =
+        |why: &str| Error::bad_shape("matmul", "w", &[n, k], alloc::string::String::from(why));
+    if !takes(dtype) || dtype.bytes_for(k) != Some(row_bytes) {
+        return Err(bad("not a quantized weight of whole blocks"));
+    }
+    if packed.len() < n.saturating_mul(row_bytes)
+        || x.len() != rows.saturating_mul(k)
+        || out_t.len() != n.saturating_mul(rows)
+    {
+        return Err(bad("operand sizes disagree"));
+    }
+    let acts = Acts::new(dtype, x, k)?;
+    let xrows: Vec<XRow> = (0..rows).map(|r| acts.row(r)).collect();
+    let work = n.saturating_mul(k).saturating_mul(rows);
+    split_rows(n, rows, work, out_t, &|j0, out| {
+        let jn = out.len() / rows.max(1);
+        let w = &packed[j0 * row_bytes..(j0 + jn) * row_bytes];
+        rows_of(family, dtype, w, row_bytes, &xrows, out);
+        // Rows with NaN or infinity: decoded weight rows and an f32 dot, as the reference.
+        if acts.special.iter().any(|&s| s) {
+            let mut wrow = vec![0.0f32; k];
+            for jj in 0..jn {
+                quant::decode_blocks(dtype, &w[jj * row_bytes..(jj + 1) * row_bytes], &mut wrow);
+                for r in (0..rows).filter(|&r| acts.special[r]) {
+                    let xr = &x[r * k..(r + 1) * k];
+                    out[jj * rows + r] = xr.iter().zip(&wrow).fold(0.0, |s, (a, b)| s + a * b);
+                }
+            }
+        }
+    })
+}
+
+/// The products of the weight rows in `w` with every row in `xs` on `family`:
+/// `out[j * xs.len() + r]`.
+fn rows_of(family: Family, dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+    match family {
+        #[cfg(target_arch = "x86_64")]
+        Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni if family.missing().is_none() => {
+            x86::rows(family, dtype, w, row_bytes, xs, out)
+        }
+        _ => portable::rows(dtype, w, row_bytes, xs, out),
+    }
+}
+
+/// Multiply-adds per grain of weight rows handed to a thread: a product smaller than two
+/// grains runs on the caller alone.
+const GRAIN_WORK: usize = 1 << 16;
+
+/// Splits the `n` weight rows of a product (`out_t`, `rows` outputs per weight row) into
+/// ranges of whole grains on the persistent pool ([`super::pool`]) and runs
+/// `f(first_row, its outputs)` on each. The one place the product's threads are chosen.
+fn split_rows(
+    n: usize,
+    rows: usize,
+    work: usize,
+    out_t: &mut [f32],
+    f: &(dyn Fn(usize, &mut [f32]) + Sync),
+) -> Result<()> {
+    let per_row = (work / n.max(1)).max(1);
+    let grain = GRAIN_WORK.div_ceil(per_row).max(1);
+    super::pool::for_slices(out_t, rows.max(1), grain, &|r, out| {
+        f(r.start, out);
+        Ok(())
+    })
+}

@@ -1,0 +1,384 @@
+//! The integer products on x86_64: one body per weight format, written once over [`Dot`] (the
+//! 8-bit by 8-bit multiply-add of a family) and compiled per family in a `target_feature`
+//! function:
+//!
+//! - AVX2: `vpmaddubsw` (u8 x i8 pairs to i16) then `vpmaddwd` with ones (to i32);
+//! - AVX-VNNI and AVX-512 VNNI: `vpdpbusd` (u8 x i8 quads summed into i32 in one instruction).
+//!
+//! Both multiply an unsigned byte by a signed one; signed weights go through the sign trick
+//! (`|w|` times `x` with `w`'s sign), which is why the activations stay in `[-127, 127]`. One
+//! 32-element chunk gives eight `i32` lanes, lane `t` the sum over elements `4t..4t + 4`, so
+//! lanes 0-3 and 4-7 are the two 16-element halves (`Q6_K`'s sub-blocks).
+
+use core::arch::x86_64::*;
+
+use super::{Family, TILE, XRow};
+use crate::dtype::DType;
+use crate::quant::decode::{f16_at, q4_k_scale_min};
+
+pub fn has_avx2() -> bool {
+    #[cfg(feature = "std")]
+    return std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+    #[cfg(not(feature = "std"))]
+    return cfg!(all(target_feature = "avx2", target_feature = "fma"));
+}
+
+pub fn has_avxvnni() -> bool {
+    #[cfg(feature = "std")]
+    return has_avx2() && std::is_x86_feature_detected!("avxvnni");
+    #[cfg(not(feature = "std"))]
+    return has_avx2() && cfg!(target_feature = "avxvnni");
+}
+
+pub fn has_avx512vnni() -> bool {
+    #[cfg(feature = "std")]
+    return has_avx2()
+        && std::is_x86_feature_detected!("avx512f")
+        && std::is_x86_feature_detected!("avx512vl")
+        && std::is_x86_feature_detected!("avx512bw")
+        && std::is_x86_feature_detected!("avx512vnni");
+    #[cfg(not(feature = "std"))]
+    return has_avx2()
+        && cfg!(all(
+            target_feature = "avx512f",
+            target_feature = "avx512vl",
+            target_feature = "avx512bw",
+            target_feature = "avx512vnni"
+        ));
+}
+
+/// The rows of `w` against `xs` on an x86 `family` (which this CPU runs: the caller checked).
+pub fn rows(
+    family: Family,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    // SAFETY: the caller checked that the CPU has the family's features (`Family::missing`).
+    unsafe {
+        match family {
+            Family::Avx512Vnni => rows_avx512vnni(dtype, w, row_bytes, xs, out),
+            Family::AvxVnni => rows_avxvnni(dtype, w, row_bytes, xs, out),
+            _ => rows_avx2(dtype, w, row_bytes, xs, out),
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows_avx2(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+    unsafe { rows_with::<Avx2>(dtype, w, row_bytes, xs, out) }
+}
+
+#[target_feature(enable = "avx2,fma,avxvnni")]
+unsafe fn rows_avxvnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+    unsafe { rows_with::<AvxVnni>(dtype, w, row_bytes, xs, out) }
+}
+
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn rows_avx512vnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+    unsafe { rows_with::<Avx512Vnni>(dtype, w, row_bytes, xs, out) }
+}
+
+/// The multiply-add of a family: `acc + sum of u * x` over each group of 4 bytes, for `u` in
+/// `[0, 128]` (as unsigned) and `x` in `[-127, 127]`.
+trait Dot {
+    unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i;
+}
+
+struct Avx2;
+struct AvxVnni;
+struct Avx512Vnni;
+
+impl Dot for Avx2 {
+    #[inline(always)]
+    unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
+        // |u * x| pairs stay below 2 * 128 * 127 < 2^15: no saturation.
+        unsafe {
+            let p = _mm256_maddubs_epi16(u, x);
+            _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+        }
+    }
+}
+
+impl Dot for AvxVnni {
+    #[inline(always)]
+    unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
+        unsafe { _mm256_dpbusd_avx_epi32(acc, u, x) }
+    }
+}
+
+impl Dot for Avx512Vnni {
+    #[inline(always)]
+    unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
+        unsafe { _mm256_dpbusd_epi32(acc, u, x) }
+    }
+}
+
+#[inline(always)]
+unsafe fn load32(p: &[u8]) -> __m256i {
+    debug_assert!(p.len() >= 32);
+    // SAFETY: 32 bytes in bounds (every caller slices them).
+    unsafe { _mm256_loadu_si256(p.as_ptr() as *const __m256i) }
+}
+
+#[inline(always)]
+unsafe fn load_x(x: &[i8]) -> __m256i {
+    debug_assert!(x.len() >= 32);
+    unsafe { _mm256_loadu_si256(x.as_ptr() as *const __m256i) }
+}
+
+/// 16 bytes of nibbles as 32 bytes: the low nibbles, then the high ones.
+#[inline(always)]
+unsafe fn nibbles16(p: &[u8]) -> __m256i {
+    debug_assert!(p.len() >= 16);
+    unsafe {
+        let b = _mm_loadu_si128(p.as_ptr() as *const __m128i);
+        let v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+        _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
+    }
+}
+
+#[inline(always)]
+unsafe fn hsum(v: __m256) -> f32 {
+    unsafe {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+}
+
+#[inline(always)]
+unsafe fn rows_with<D: Dot>(
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    let nr = xs.len();
+    if nr == 0 || row_bytes == 0 {
+        return;
+    }
+    for (wr, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(nr)) {
+        let mut tiles = xs.chunks_exact(TILE);
+        let mut outs = o.chunks_exact_mut(TILE);
+        for (xt, ot) in (&mut tiles).zip(&mut outs) {
+            unsafe { row::<D, TILE>(dtype, wr, xt, ot) };
+        }
+        for (x, ot) in tiles.remainder().iter().zip(outs.into_remainder()) {
+            let mut one = [0.0f32];
+            unsafe { row::<D, 1>(dtype, wr, core::slice::from_ref(x), &mut one) };
+            *ot = one[0];
+        }
+    }
+}
+
+/// One weight row against `R` rows of `x`.
+#[inline(always)]
+unsafe fn row<D: Dot, const R: usize>(dtype: DType, w: &[u8], xs: &[XRow], out: &mut [f32]) {
+    let r = unsafe {
+        match dtype {
+            DType::Q8_0 => blocks32::<D, R, Q8_0>(w, xs),
+            DType::Q4_0 => blocks32::<D, R, Q4_0>(w, xs),
+            DType::Q4_1 => blocks32::<D, R, Q4_1>(w, xs),
+            DType::Q5_0 => blocks32::<D, R, Q5_0>(w, xs),
+            DType::Q4_K => q4_k::<D, R>(w, xs),
+            DType::Q6_K => q6_k::<D, R>(w, xs),
+            _ => [0.0; R],
+        }
+    };
+    out.copy_from_slice(&r[..out.len()]);
+}
+
+const Q8_0: u8 = 0;
+const Q4_0: u8 = 1;
+const Q4_1: u8 = 2;
+const Q5_0: u8 = 3;
+
+/// A 32-element block of format `F`: its values as signed bytes (`Q4_1`: unsigned ones), its
+/// scale and its min (0 but for `Q4_1`).
+#[inline(always)]
+unsafe fn unpack32<const F: u8>(b: &[u8]) -> (__m256i, f32, f32) {
+    unsafe {
+        match F {
+            Q8_0 => (load32(&b[2..34]), f16_at(b, 0), 0.0),
+            Q4_0 => {
+                let q = _mm256_sub_epi8(nibbles16(&b[2..18]), _mm256_set1_epi8(8));
+                (q, f16_at(b, 0), 0.0)
+            }
+            Q4_1 => (nibbles16(&b[4..20]), f16_at(b, 0), f16_at(b, 2)),
+            _ => {
+                let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                let bytes = _mm256_shuffle_epi8(
+                    _mm256_set1_epi32(qh as i32),
+                    _mm256_setr_epi8(
+                        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                        3, 3, 3, 3, 3, 3, 3,
+                    ),
+                );
+                let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                let bits = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+                let hi = _mm256_and_si256(bits, _mm256_set1_epi8(16));
+                let q = _mm256_or_si256(nibbles16(&b[6..22]), hi);
+                (_mm256_sub_epi8(q, _mm256_set1_epi8(16)), f16_at(b, 0), 0.0)
+            }
+        }
+    }
+}
+
+/// The 32-element formats.
+#[inline(always)]
+unsafe fn blocks32<D: Dot, const R: usize, const F: u8>(w: &[u8], xs: &[XRow]) -> [f32; R] {
+    let bb = [34, 18, 20, 22][F as usize];
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut mins = [0.0f32; R];
+        for (b, wb) in w.chunks_exact(bb).enumerate() {
+            let (q, d, m) = unpack32::<F>(wb);
+            if F != Q4_1 {
+                let aq = _mm256_sign_epi8(q, q);
+                for r in 0..R {
+                    let x = &xs[r];
+                    let xq = load_x(&x.qs[32 * b..]);
+                    let p = D::dot_u(_mm256_setzero_si256(), aq, _mm256_sign_epi8(xq, q));
+                    let dd = _mm256_set1_ps(d * x.d[b]);
+                    acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[r]);
+                }
+            } else {
+                for r in 0..R {
+                    let x = &xs[r];
+                    let xq = load_x(&x.qs[32 * b..]);
+                    let p = D::dot_u(_mm256_setzero_si256(), q, xq);
+                    let dx = x.d[b];
+                    let dd = _mm256_set1_ps(d * dx);
+                    acc[r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[r]);
+                    mins[r] += m * dx * (x.sums[2 * b] + x.sums[2 * b + 1]) as f32;
+                }
+            }
+        }
+        let mut out = [0.0f32; R];
+        for r in 0..R {
+            out[r] = hsum(acc[r]) + mins[r];
+        }
+        out
+    }
+}
+
+#[inline(always)]
+unsafe fn q4_k<D: Dot, const R: usize>(w: &[u8], xs: &[XRow]) -> [f32; R] {
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut mins = [0.0f32; R];
+        let low = _mm256_set1_epi8(0x0F);
+        for (b, wb) in w.chunks_exact(144).enumerate() {
+            let (d, dmin) = (f16_at(wb, 0), f16_at(wb, 2));
+            let mut sc = [0i32; 8];
+            let mut mn = [0i32; 8];
+            for j in 0..8 {
+                let (s, m) = q4_k_scale_min(&wb[4..16], j);
+                sc[j] = s as i32;
+                mn[j] = m as i32;
+            }
+            let mut isum = [_mm256_setzero_si256(); R];
+            for c in 0..4 {
+                let v = load32(&wb[16 + 32 * c..]);
+                let lo = _mm256_and_si256(v, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                let (s_lo, s_hi) = (
+                    _mm256_set1_epi32(sc[2 * c]),
+                    _mm256_set1_epi32(sc[2 * c + 1]),
+                );
+                for r in 0..R {
+                    let xq = &xs[r].qs[256 * b + 64 * c..];
+                    let p_lo = D::dot_u(_mm256_setzero_si256(), lo, load_x(xq));
+                    let p_hi = D::dot_u(_mm256_setzero_si256(), hi, load_x(&xq[32..]));
+                    let p = _mm256_add_epi32(
+                        _mm256_mullo_epi32(p_lo, s_lo),
+                        _mm256_mullo_epi32(p_hi, s_hi),
+                    );
+                    isum[r] = _mm256_add_epi32(isum[r], p);
+                }
+            }
+            for r in 0..R {
+                let x = &xs[r];
+                let s = &x.sums[16 * b..16 * b + 16];
+                let msum: i32 = (0..8).map(|j| mn[j] * (s[2 * j] + s[2 * j + 1])).sum();
+                let dx = x.d[b];
+                acc[r] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+                mins[r] += dmin * dx * msum as f32;
+            }
+        }
+        let mut out = [0.0f32; R];
+        for r in 0..R {
+            out[r] = hsum(acc[r]) - mins[r];
+        }
+        out
+    }
+}
+
+#[inline(always)]
+unsafe fn q6_k<D: Dot, const R: usize>(w: &[u8], xs: &[XRow]) -> [f32; R] {
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        let (low, three, off) = (
+            _mm256_set1_epi8(0x0F),
+            _mm256_set1_epi8(3),
+            _mm256_set1_epi8(32),
+        );
+        for (b, wb) in w.chunks_exact(210).enumerate() {
+            let d = f16_at(wb, 208);
+            let scales = &wb[192..208];
+            let mut isum = [_mm256_setzero_si256(); R];
+            for h in 0..2 {
+                let ql0 = load32(&wb[64 * h..]);
+                let ql1 = load32(&wb[64 * h + 32..]);
+                let qh = load32(&wb[128 + 32 * h..]);
+                let hbits = |s: i32| {
+                    let v = match s {
+                        0 => qh,
+                        2 => _mm256_srli_epi16(qh, 2),
+                        4 => _mm256_srli_epi16(qh, 4),
+                        _ => _mm256_srli_epi16(qh, 6),
+                    };
+                    _mm256_slli_epi16(_mm256_and_si256(v, three), 4)
+                };
+                let q = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, low), hbits(0)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, low), hbits(2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), hbits(4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low), hbits(6)),
+                ];
+                for (k, qk) in q.iter().enumerate() {
+                    let c = 4 * h + k;
+                    let wq = _mm256_sub_epi8(*qk, off);
+                    let scv = _mm256_set_m128i(
+                        _mm_set1_epi32((scales[2 * c + 1] as i8) as i32),
+                        _mm_set1_epi32((scales[2 * c] as i8) as i32),
+                    );
+                    let aw = _mm256_sign_epi8(wq, wq);
+                    for r in 0..R {
+                        let xq = load_x(&xs[r].qs[256 * b + 32 * c..]);
+                        let p = D::dot_u(_mm256_setzero_si256(), aw, _mm256_sign_epi8(xq, wq));
+                        isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(p, scv));
+                    }
+                }
+            }
+            for r in 0..R {
+                acc[r] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(d * xs[r].d[b]),
+                    _mm256_cvtepi32_ps(isum[r]),
+                    acc[r],
+                );
+            }
+        }
+        let mut out = [0.0f32; R];
+        for r in 0..R {
+            out[r] = hsum(acc[r]);
+        }
+        out
+    }
+}
