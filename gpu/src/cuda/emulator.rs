@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use kernels_core::{Error, Result};
@@ -158,6 +158,9 @@ pub(crate) struct EmulatedDevice {
     /// The graphs captured so far, by shape (as the driver keeps its instantiated ones), with
     /// how many times each was launched.
     graphs: Mutex<HashMap<Vec<Node>, u64>>,
+    /// Nanoseconds spent running kernels and GEMMs on the CPU: what a device would do, so that
+    /// a measurement of the host's own cost can take it out.
+    device_ns: AtomicU64,
 }
 
 /// Graphs kept at once; more shapes than this start the cache afresh (the driver's bound too).
@@ -173,7 +176,22 @@ impl EmulatedDevice {
             row_threads,
             launched: Mutex::new(BTreeSet::new()),
             graphs: Mutex::new(HashMap::new()),
+            device_ns: AtomicU64::new(0),
         })
+    }
+
+    /// Nanoseconds the emulated kernels and GEMMs have run so far.
+    #[cfg(test)]
+    pub(crate) fn device_ns(&self) -> u64 {
+        self.device_ns.load(Ordering::Relaxed)
+    }
+
+    fn timed<R>(&self, f: impl FnOnce() -> R) -> R {
+        let t = std::time::Instant::now();
+        let r = f();
+        let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.device_ns.fetch_add(ns, Ordering::Relaxed);
+        r
     }
 
     /// The shapes of the graphs captured so far, each with how often it was launched.
@@ -245,12 +263,12 @@ impl Engine for EmulatedDevice {
             *d = host_mem(*m, kernel.entry)?.ptr();
         }
         let _one_at_a_time = LAUNCH.lock().unwrap_or_else(|p| p.into_inner());
-        // SAFETY: every KERNEL has the prelude's signature (`Kern`), `emu_run` the runtime's;
-        // the pointers are live host buffers sized by the launcher, as on the device.
-        let status = unsafe {
-            let f: libloading::Symbol<Kern> = lib
-                .get(kernel.entry.as_bytes())
-                .map_err(|e| err(format!("kernel {}: {e}", kernel.entry)))?;
+        // SAFETY: every KERNEL has the prelude's signature (`Kern`).
+        let f: libloading::Symbol<Kern> = unsafe { lib.get(kernel.entry.as_bytes()) }
+            .map_err(|e| err(format!("kernel {}: {e}", kernel.entry)))?;
+        // SAFETY: `emu_run` has the runtime's signature; the pointers are live host buffers
+        // sized by the launcher, as on the device.
+        let status = self.timed(|| unsafe {
             (loaded.run)(
                 *f,
                 grid.blocks,
@@ -260,7 +278,7 @@ impl Engine for EmulatedDevice {
                 ins.as_ptr(),
                 outs.as_ptr(),
             )
-        };
+        });
         if status != 0 {
             return Err(err(format!(
                 "{} called __syncthreads but was launched as non-cooperative",
@@ -273,12 +291,12 @@ impl Engine for EmulatedDevice {
         Ok(())
     }
     fn gemm(&self, g: &Gemm, a: &dyn Mem, b: &dyn Mem, c: &dyn Mem) -> Result<()> {
-        host_gemm(
-            g,
+        let (a, b, c) = (
             host_mem(a, "gemm")?,
             host_mem(b, "gemm")?,
             host_mem(c, "gemm")?,
-        )
+        );
+        self.timed(|| host_gemm(g, a, b, c))
     }
     fn synchronize(&self) -> Result<()> {
         Ok(())

@@ -132,3 +132,69 @@ fn cuda_graphs_switch_reads_its_values() {
     assert!(super::switch_value("KERNELS_CUDA_GRAPHS", Some(""), true) == Ok(true));
     assert!(super::switch_value("KERNELS_CUDA_GRAPHS", Some("yes please"), true).is_err());
 }
+
+/// The host's cost of a decode token with and without graphs on the emulated device: the
+/// backend's `host_ns` over the decode tokens less the time the emulator spent running the
+/// kernels and GEMMs (what a device would do), so only the op glue, the recording and the
+/// launch calls are left. A measurement, not a test: run with
+/// `cargo test --release -p kernels-gpu --features cuda --lib -- --ignored --nocapture
+/// cuda_graph_host_cost`.
+#[test]
+#[ignore = "a measurement; prints host µs per token"]
+fn cuda_graph_host_cost_per_token() {
+    const TOKENS: usize = 16;
+    const RUNS: usize = 5;
+    let mut c = config(Size {
+        hidden: 64,
+        intermediate: 128,
+        layers: 8,
+        heads: 4,
+        kv_heads: 2,
+    });
+    c.max_position_embeddings = 64;
+    let mut per = [Vec::new(), Vec::new()];
+    let mut launches = [0u64; 2];
+    for _ in 0..RUNS {
+        for (i, graphs) in [false, true].into_iter().enumerate() {
+            let Some((be, dev)) = emulated(graphs) else {
+                return;
+            };
+            let dynbe: Rc<dyn Backend> = be.clone();
+            let model = Llama::init(c.clone(), dynbe.clone(), &mut Rng::new(29)).unwrap();
+            let g = Graph::inference(dynbe.clone());
+            let p = model.bind(&g).unwrap();
+            let mut cache = KvCache::with_capacity(PROMPT.len() + TOKENS + 1);
+            let ids = Tensor::from_i32(&[1, PROMPT.len()], PROMPT.to_vec()).unwrap();
+            let mut input = g.constant(dynbe.upload(&ids).unwrap()).unwrap();
+            let mut start = (0, 0, CudaCounters::default());
+            for step in 0..=TOKENS {
+                if step == 1 {
+                    start = (be.counters().host_ns, dev.device_ns(), be.counters());
+                }
+                let h = model.forward(&g, &p, &input, Some(&mut cache)).unwrap();
+                let last = model.last_positions(&g, &h).unwrap();
+                let l = model.logits(&g, &p, &last).unwrap();
+                let next = g.argmax(&l).unwrap();
+                pollster::block_on(dynbe.download(next.tensor())).unwrap();
+                input = g.reshape(&next, &[1, 1]).unwrap();
+            }
+            let (host, device) = (be.counters().host_ns - start.0, dev.device_ns() - start.1);
+            per[i].push(host.saturating_sub(device) as f64 / 1e3 / TOKENS as f64);
+            launches[i] =
+                (be.counters().launches + be.counters().gemms - start.2.launches - start.2.gemms)
+                    / TOKENS as u64;
+        }
+    }
+    for (i, name) in ["without graphs", "with graphs"].iter().enumerate() {
+        let mut v = per[i].clone();
+        v.sort_by(f64::total_cmp);
+        eprintln!(
+            "host µs per decode token {name}: median {:.1}, range {:.1}..{:.1} over {RUNS} runs \
+             of {TOKENS} tokens, {} launches and GEMMs a token",
+            v[v.len() / 2],
+            v[0],
+            v[v.len() - 1],
+            launches[i]
+        );
+    }
+}
