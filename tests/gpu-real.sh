@@ -19,11 +19,24 @@
 #   KERNELS_PREBUILT=DIR tests/gpu-real.sh   run a bundle's binaries (no cargo needed)
 #
 # Environment: GPU_REAL_OUT (report folder, default target/gpu-real), GPU_REAL_TEST_TIMEOUT
-# (seconds per test binary, default 300), GPU_REAL_MODEL (a llama
+# (seconds per test binary, default 120), GPU_REAL_MODEL (a llama
 # directory to bench; default: written by make_llama.py, which needs torch and transformers),
 # GPU_REAL_CUDA (1 or 0: force the cuda build on or off), GPU_REAL_PARTS (`tests`, `bench` or
 # `tests,bench`, the default: which halves to run; the report of a part is appended), PEAK_GFLOPS (e.g. `wgpu=66900,cuda=66900`
 # for the GFLOPS-over-peak column; a few NVIDIA data-center cards are known below).
+# GPU_REAL_BUDGET (seconds for the whole run, default 470: one 8-minute lease call; every stage
+# runs under `timeout` with what is left, capped at its own limit; the benches run first, then
+# the tests with what is left), GPU_REAL_TESTS_BUDGET (seconds for all test binaries together,
+# default 240; a binary not reached is reported NOT RUN), GPU_REAL_1B (0: skip the Llama-3.2-1B-shaped
+# decode section), GPU_REAL_DRY=1 (the report logic on any adapter, lavapipe included: a tiny
+# llama instead of the 1B shape, one run of each bench, no test binaries; GPU_REAL_GPU_NAME
+# stands in for nvidia-smi's name in the bandwidth and peak tables).
+#
+# The 1B section writes a random f16 checkpoint at Llama-3.2-1B's sizes (16 layers, hidden 2048,
+# GQA 32/8 heads, intermediate 8192, vocab 128256, tied embeddings; about 2.5 GB, written by
+# python3 alone on the GPU machine, so the bundle stays small) and benches decode and prefill on
+# wgpu and CUDA in f16, q8_0 and q4_k (`--quantize` at load), with the share of the memory roof:
+# weight bytes per token x tok/s / the card's bandwidth (table below, by nvidia-smi's name).
 # Exit status: 0 when every test passed, 1 otherwise; the report says which.
 
 set -uo pipefail
@@ -111,6 +124,16 @@ if [ ! -e "$BUILT_AT" ]; then
 fi
 
 export WGPU_BACKEND=${WGPU_BACKEND:-vulkan}
+DRY=${GPU_REAL_DRY:-0}
+BUDGET=${GPU_REAL_BUDGET:-470}
+T0=$(date +%s)
+# Seconds a stage may take: its own cap, or what is left of the budget (at least 1).
+limit() {
+    local cap=$1 left=$((BUDGET - ($(date +%s) - T0)))
+    [ "$left" -lt "$cap" ] && cap=$left
+    [ "$cap" -lt 1 ] && cap=1
+    echo "$cap"
+}
 REPORT=$OUT/report.md
 FAILED=0
 PARTS=${GPU_REAL_PARTS:-tests,bench}
@@ -132,13 +155,26 @@ grep -E '^\s*\[[0-9]+\]' "$OUT/info.txt" | sed 's/^/  /' | tee -a "$REPORT"
 say "- $(grep -m1 '^cuda' "$OUT/info.txt" || echo 'cuda: not in this build')"
 say ""
 
-GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+GPU_NAME=${GPU_REAL_GPU_NAME:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)}
+# Memory bandwidth (GB/s) from the vendors' data sheets, for the share of the memory roof.
+case "$GPU_NAME" in
+    *H100*SXM* | *"H100 80GB HBM3"*) BW_GBPS=3350 ;;
+    *H200*) BW_GBPS=4800 ;;
+    *H100*PCIe*) BW_GBPS=2000 ;;
+    *) BW_GBPS="" ;;
+esac
+if [ -n "$BW_GBPS" ]; then
+    say "- memory bandwidth used for the roof ($GPU_NAME): $BW_GBPS GB/s"
+else
+    say "- memory bandwidth: unknown for '${GPU_NAME:-no nvidia-smi}' (no roof column)"
+fi
+
 if [ -z "${PEAK_GFLOPS:-}" ]; then
     # FP32 (non-tensor) peaks from the vendors' data sheets, for the GFLOPS-over-peak column.
     case "$GPU_NAME" in
         *H100*SXM* | *"H100 80GB HBM3"*) PEAK_GFLOPS="wgpu=66900,cuda=66900" ;;
         *H100*PCIe*) PEAK_GFLOPS="wgpu=51200,cuda=51200" ;;
-        *H200*) PEAK_GFLOPS="wgpu=66900,cuda=66900" ;;
+        *H200*) PEAK_GFLOPS="wgpu=67000,cuda=67000" ;;
         *A100*) PEAK_GFLOPS="wgpu=19500,cuda=19500" ;;
         *) PEAK_GFLOPS="" ;;
     esac
@@ -154,15 +190,17 @@ run_cli() { # label, log, command...
     local label=$1 log=$2
     shift 2
     local start=$(date +%s)
-    "$@" >"$OUT/$log" 2>"$OUT/$log.stderr"
+    timeout "$(limit "${CLI_LIMIT:-120}")" "$@" >"$OUT/$log" 2>"$OUT/$log.stderr"
     local rc=$? t=$(($(date +%s) - start))
     if [ $rc -eq 0 ]; then say "| $label | pass | ${t}s |"; else
         FAILED=1
-        say "| $label | **FAIL** (exit $rc): $(tail -1 "$OUT/$log.stderr") | ${t}s |"
+        say "| $label | **FAIL** (exit $rc$([ $rc = 124 ] && echo ', timed out')): $(tail -1 "$OUT/$log.stderr") | ${t}s |"
     fi
 }
 
-if part tests; then
+[ "$DRY" = 1 ] && PARTS=bench
+tests_part() {
+TESTS_END=$(($(date +%s) + ${GPU_REAL_TESTS_BUDGET:-240}))
 say ""
 say "## Tests"
 say ""
@@ -174,7 +212,10 @@ say "| --- | --- | --- |"
 run_test_bin() { # pkg_dir, bin, log, extra arguments...
     local dir=$1 bin=$2 log=$3
     shift 3
-    (cd "$dir" 2>/dev/null || cd "$ROOT"; timeout "${GPU_REAL_TEST_TIMEOUT:-300}" "$BUNDLE/$bin" "$@") >"$log" 2>&1
+    local cap=$((TESTS_END - $(date +%s)))
+    [ "$cap" -gt "${GPU_REAL_TEST_TIMEOUT:-120}" ] && cap=${GPU_REAL_TEST_TIMEOUT:-120}
+    [ "$cap" -lt 5 ] && { echo "no time left in the tests' budget" >"$log"; return 125; }
+    (cd "$dir" 2>/dev/null || cd "$ROOT"; timeout "$(limit "$cap")" "$BUNDLE/$bin" "$@") >"$log" 2>&1
 }
 while IFS=$'\t' read -r name pkg_dir bin; do
     [ -n "$name" ] || continue
@@ -186,27 +227,36 @@ while IFS=$'\t' read -r name pkg_dir bin; do
     skipped=$(grep -ci 'skipped' "$OUT/$name.log")
     if [ $rc -eq 0 ]; then
         say "| $name | pass: $summary${skipped:+ ($skipped skip lines)} | ${t}s |"
+    elif [ $rc -eq 125 ]; then
+        FAILED=1
+        say "| $name | **NOT RUN**: the tests' budget (GPU_REAL_TESTS_BUDGET) was spent | - |"
     else
         FAILED=1
-        run_test_bin "$pkg_dir" "$bin" "$OUT/$name.serial.log" --test-threads=1
-        serial=$?
+        serial=skipped
+        if [ $rc != 124 ]; then
+            run_test_bin "$pkg_dir" "$bin" "$OUT/$name.serial.log" --test-threads=1
+            serial=$?
+        fi
         again=$(grep -E '^test result:' "$OUT/$name.serial.log" | tail -1 | sed 's/test result: //')
         say "| $name | **FAIL** (exit $rc$([ $rc = 124 ] && echo ', timed out')): $summary; one test at a time: exit $serial, $again | ${t}s |"
     fi
 done <"$BUNDLE/manifest.tsv"
 for b in ${BACKENDS//,/ }; do
     [ "$b" = cpu ] && continue
-    run_cli "kernels parity --backend $b" "parity-$b.json" "$KERNELS" parity --backend "$b" --json
+    CLI_LIMIT=90 run_cli "kernels parity --backend $b" "parity-$b.json" "$KERNELS" parity --backend "$b" --json
 done
-fi
+}
 
-if part bench; then
+bench_part() {
 
 say ""
 say "## kernels bench (medians; matmul up to 4096)"
 say ""
-run_cli "kernels bench --backend $BACKENDS" bench.json "$KERNELS" bench --backend "$BACKENDS" \
-    --matmul-max 4096 --json ${PEAK_GFLOPS:+--peak-gflops "$PEAK_GFLOPS"}
+MATMUL_MAX=4096
+BENCH_BACKENDS=$BACKENDS
+[ "$DRY" = 1 ] && MATMUL_MAX=256 && BENCH_BACKENDS=wgpu
+CLI_LIMIT=60 run_cli "kernels bench --backend $BENCH_BACKENDS" bench.json "$KERNELS" bench --backend "$BENCH_BACKENDS" \
+    --matmul-max "$MATMUL_MAX" --json ${PEAK_GFLOPS:+--peak-gflops "$PEAK_GFLOPS"}
 python3 - "$OUT/bench.json" <<'PY' | tee -a "$REPORT"
 import json, sys
 try:
@@ -223,13 +273,180 @@ for r in rows:
           f'{"-" if r["dispatches"] is None else r["dispatches"]} | {r["error"] or ""} |')
 PY
 
+python3 - "$OUT/bench.json" "$MATMUL_MAX" <<'PY' | tee -a "$REPORT"
+import json, sys
+size = sys.argv[2]
+try:
+    rows = json.load(open(sys.argv[1]))
+except Exception:
+    rows = []
+hit = [r for r in rows if r["bench"] == "matmul" and r["backend"].startswith("wgpu") and size in str(r["size"])]
+for r in hit:
+    p = r.get("peak_fraction")
+    print(f'\nWGSL matmul at {r["size"]}: {r["gflops"]:.0f} GFLOPS, '
+          + (f"{100 * p:.1f}% of FP32 peak (target 50%)" if p is not None else "no FP32 peak known for this card"))
+if not hit:
+    print(f"\nWGSL matmul at {size}: no row")
+PY
+
+# Llama-3.2-1B's sizes, random weights: decode tok/s against the memory roof, prefill tok/s,
+# the host's cost per dispatch and per token, on wgpu and CUDA, in f16, q8_0 and q4_k.
+if [ "${GPU_REAL_1B:-1}" = 1 ]; then
+say ""
+if [ "$DRY" = 1 ]; then
+    say "## llama decode (DRY RUN: a tiny random llama, not the 1B shape)"
+    SHAPE="4 64 4 2 128 256"
+else
+    say "## llama decode at Llama-3.2-1B's sizes (random weights; 16 layers, hidden 2048, GQA 32/8, intermediate 8192, vocab 128256)"
+    SHAPE="16 2048 32 8 8192 128256"
+fi
+say ""
+M1B=$OUT/llama-1b-shape
+[ "$DRY" = 1 ] && M1B=$OUT/llama-dry
+if [ ! -f "$M1B/model.safetensors" ]; then
+    # shellcheck disable=SC2086
+    timeout "$(limit 90)" python3 - "$M1B" $SHAPE <<'PY' >"$OUT/make-1b.log" 2>&1 || say "writing the checkpoint failed: $(tail -1 "$OUT/make-1b.log")"
+import json, os, random, struct, sys
+d = sys.argv[1]
+layers, h, heads, kv, inter, vocab = map(int, sys.argv[2:8])
+hd = h // heads
+os.makedirs(d, exist_ok=True)
+shapes = [("model.embed_tokens.weight", [vocab, h])]
+for l in range(layers):
+    p = f"model.layers.{l}."
+    shapes += [(p + "input_layernorm.weight", [h]),
+               (p + "self_attn.q_proj.weight", [heads * hd, h]),
+               (p + "self_attn.k_proj.weight", [kv * hd, h]),
+               (p + "self_attn.v_proj.weight", [kv * hd, h]),
+               (p + "self_attn.o_proj.weight", [h, heads * hd]),
+               (p + "post_attention_layernorm.weight", [h]),
+               (p + "mlp.gate_proj.weight", [inter, h]),
+               (p + "mlp.up_proj.weight", [inter, h]),
+               (p + "mlp.down_proj.weight", [h, inter])]
+shapes.append(("model.norm.weight", [h]))
+header, off = {}, 0
+for name, shape in shapes:
+    n = 2
+    for x in shape:
+        n *= x
+    header[name] = {"dtype": "F16", "shape": shape, "data_offsets": [off, off + n]}
+    off += n
+hj = json.dumps(header).encode()
+hj += b" " * (-len(hj) % 8)
+# Random f16 of magnitude 2^-8..2^-5 with random signs: the high byte keeps its sign and top
+# mantissa bits, its exponent is mapped into 8..10.
+rnd = random.Random(29)
+chunk = bytearray(rnd.getrandbits(8) for _ in range(1 << 16)) * 64
+table = bytes(((b >> 7) << 7) | ((8 + ((b >> 2) & 31) % 3) << 2) | (b & 3) for b in range(256))
+chunk[1::2] = bytes(chunk[1::2]).translate(table)
+one = struct.pack("<e", 1.0)
+with open(os.path.join(d, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(hj)) + hj)
+    for name, shape in shapes:
+        n = header[name]["data_offsets"][1] - header[name]["data_offsets"][0]
+        if len(shape) == 1:
+            f.write(one * (n // 2))
+            continue
+        while n > 0:
+            k = min(n, len(chunk))
+            f.write(chunk[:k])
+            n -= k
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": h,
+           "intermediate_size": inter, "num_hidden_layers": layers, "num_attention_heads": heads,
+           "num_key_value_heads": kv, "head_dim": hd, "vocab_size": vocab, "rms_norm_eps": 1e-5,
+           "rope_theta": 500000.0, "max_position_embeddings": 2048, "tie_word_embeddings": True,
+           "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2},
+          open(os.path.join(d, "config.json"), "w"))
+print(f"{d}: {off / 1e9:.2f} GB of f16 weights")
+PY
+fi
+: >"$OUT/bench-1b.jsonl"
+if [ -f "$M1B/model.safetensors" ]; then
+    ARGS_1B=(--prompt-len 16 --new-tokens 32 --prefill-len 64 --runs 1)
+    [ "$DRY" = 1 ] && ARGS_1B=(--prompt-len 4 --new-tokens 4 --prefill-len 8 --runs 1)
+    for b in ${BACKENDS//,/ }; do
+        [ "$b" = cpu ] && [ "$DRY" != 1 ] && continue
+        for q in f16 q8_0 q4_k; do
+            qa=()
+            [ "$q" != f16 ] && qa=(--quantize "$q")
+            start=$(date +%s)
+            if timeout "$(limit 50)" env KERNELS_CUDA_HALF=0 "$KERNELS" bench llama --model "$M1B" --backend "$b" \
+                "${ARGS_1B[@]}" "${qa[@]}" --json >"$OUT/bench-1b-one.json" 2>"$OUT/bench-1b-$b-$q.stderr"; then
+                python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r["label"]=sys.argv[2]; r["dtype"]=sys.argv[3]; r["wall_s"]=int(sys.argv[4]); print(json.dumps(r))' \
+                    "$OUT/bench-1b-one.json" "$b" "$q" "$(($(date +%s) - start))" >>"$OUT/bench-1b.jsonl"
+            else
+                rc=$?
+                FAILED=1
+                say "bench llama $b $q: **FAIL** (exit $rc$([ $rc = 124 ] && echo ', timed out')): $(tail -1 "$OUT/bench-1b-$b-$q.stderr")"
+            fi
+        done
+    done
+fi
+python3 - "$OUT/bench-1b.jsonl" "${BW_GBPS:-}" <<'PY' | tee -a "$REPORT"
+import json, sys
+bw = float(sys.argv[2]) * 1e9 if sys.argv[2] else None
+f = lambda v, p=1: "-" if v is None else f"{v:.{p}f}"
+print("| backend | weights | decode tok/s | weight MB/token | % of memory roof | prefill tok/s | host µs/dispatch | host µs/token | dispatches/token | wall s |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    tok, wb = r.get("decode_tok_s"), r.get("weight_bytes_per_token")
+    roof = None if (bw is None or tok is None or wb is None) else 100.0 * wb * tok / bw
+    roof_s = "- (bandwidth unknown)" if bw is None else ("-" if roof is None else f"{roof:.1f}%")
+    print(f'| {r["backend"].split(" (")[0]} | {r["dtype"]} | {f(tok)} | {f(None if wb is None else wb / 1e6)} | '
+          f'{roof_s} | {f(r.get("prefill_tok_s"))} | '
+          f'{f(r.get("host_us_per_dispatch"), 2)} | {f(r.get("host_us_per_token"))} | {f(r.get("dispatches_per_token"))} | {r["wall_s"]} |')
+print("\nTargets (issue 29): wgpu decode >= 50% of the roof at f16 and q8_0; CUDA decode >= 80%.")
+PY
+fi
+
+# Seed 002's world-model latency at batch 32 beside its targets.
+say ""
+say "## GRU world model, batch 32 (kernels gru bench)"
+say ""
+rm -f "$OUT"/gru-*.json
+GRU_RUNS=7
+[ "$DRY" = 1 ] && GRU_RUNS=1
+for b in ${BACKENDS//,/ }; do
+    [ "$b" = cpu ] && continue
+    if timeout "$(limit 40)" "$KERNELS" gru bench --backend "$b" --batch 32 --steps 10 --rank 32 --runs "$GRU_RUNS" --json \
+        >"$OUT/gru-$b.out" 2>"$OUT/gru-$b.stderr"; then
+        mv "$OUT/gru-$b.out" "$OUT/gru-$b.json"
+    else
+        say "gru bench --backend $b: failed (exit $?): $(tail -1 "$OUT/gru-$b.stderr")"
+    fi
+done
+python3 - "$OUT"/gru-*.json <<'PY' | tee -a "$REPORT"
+import json, sys
+targets = {"encode": 0.25, "rollout": 5.0, "svd": 3.0, "corrections": 0.04, "total": 8.29}
+def target(stage):
+    for k, v in targets.items():
+        if k in stage.lower():
+            return v
+    return None
+rows = []
+for path in sys.argv[1:]:
+    try:
+        rows += json.load(open(path)).get("rows", [])
+    except Exception as e:
+        print(f"({path}: {e})\n")
+print("| stage | backend | median ms | target ms (seed 002) | met |")
+print("| --- | --- | --- | --- | --- |")
+for r in rows:
+    t, ms = target(r["stage"]), r.get("median_ms")
+    met = "-" if t is None or ms is None else ("yes" if ms <= t else "no")
+    print(f'| {r["stage"]} | {r["backend"].split(" (")[0]} | {"-" if ms is None else f"{ms:.3f}"} | {"-" if t is None else t} | {met} |')
+if not rows:
+    print("| (no rows) | | | | |")
+PY
+
 say ""
 say "## kernels bench llama (stories15M shape, peers' protocol)"
 say ""
 MODEL=${GPU_REAL_MODEL:-$OUT/llama-s15}
 if [ ! -f "$MODEL/model.safetensors" ]; then
     if s=$(make_llama_script); then
-        python3 "$s" "$MODEL" >"$OUT/make_llama.log" 2>&1 || say "make_llama.py failed: $(tail -1 "$OUT/make_llama.log")"
+        timeout "$(limit 60)" python3 "$s" "$MODEL" >"$OUT/make_llama.log" 2>&1 || say "make_llama.py failed: $(tail -1 "$OUT/make_llama.log")"
     else
         say "no llama checkpoint: set GPU_REAL_MODEL or provide ../shared/peers/make_llama.py"
     fi
@@ -241,7 +458,7 @@ if [ -f "$MODEL/model.safetensors" ]; then
         shift 2
         local threads=()
         [ "$b" = cpu ] && threads=(--threads 1)
-        if env "$@" "$KERNELS" bench llama --model "$MODEL" --backend "$b" "${threads[@]}" --json \
+        if timeout "$(limit 60)" env "$@" "$KERNELS" bench llama --model "$MODEL" --backend "$b" "${threads[@]}" --json \
             $BENCH_ARGS >"$OUT/bench-llama-one.json" 2>"$OUT/bench-llama-$label.stderr"; then
             python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r["label"]=sys.argv[2]; print(json.dumps(r))' \
                 "$OUT/bench-llama-one.json" "$label" >>"$OUT/bench-llama.jsonl"
@@ -270,8 +487,11 @@ for line in open(sys.argv[1]):
           f'{f(r["dispatches_per_token"])} | {f(r["submits_per_token"])} | {f(r["bytes_down_per_token"])} |')
 PY
 fi
+}
 
-fi
+# The figures first, then the tests with what is left of the budget.
+part bench && bench_part
+part tests && tests_part
 
 say ""
 say "Result: $([ $FAILED = 0 ] && echo 'every test passed' || echo 'FAILURES above')."
