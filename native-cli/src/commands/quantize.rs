@@ -31,8 +31,14 @@ pub fn run(model: &Path, to: DType, out: &Path, with_tokenizer: bool) -> CliResu
         .validate()
         .map_err(|e| fail(format!("{}: {e}", files.origin)))?;
     quantize_files(&mut files, Some(to))?;
-    let mut writer = llama_to_gguf(&config, &files.tensors)
-        .map_err(|e| fail(format!("--model {}: {e}", files.origin)))?;
+    let mut writer = llama_to_gguf(&config, &files.tensors).map_err(|e| match e {
+        // The writer's complaints are about the config the user gave.
+        kernels_core::Error::BadModelFile { why, .. } => fail(format!(
+            "--model {}: cannot be written as GGUF: {why}",
+            files.origin
+        )),
+        e => fail(format!("--model {}: {e}", files.origin)),
+    })?;
     let tokenizer = if !with_tokenizer {
         false
     } else if model.is_dir() {

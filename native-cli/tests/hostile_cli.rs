@@ -1,0 +1,301 @@
+//! Hostile invocations of the `kernels` binary, as a table: each runs under an address-space
+//! limit (`ulimit -v`, so a size that slipped past the checks aborts in the allocator instead of
+//! exhausting the machine) and a time limit, and must exit 1 with an error that names the flag,
+//! file or field the user gave and the bad value: no abort, no hang, nothing written.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The address space each run may take: enough for the binary and a small model, far less than
+/// any of the sizes below asks for.
+const ADDRESS_SPACE_KB: u64 = 3_000_000;
+/// A run taking longer than this is a hang.
+const TIME_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs `kernels args` under the limits in `cwd`: (exit code, stderr). `None` exit code: killed
+/// by a signal (an abort).
+fn run_limited(cwd: &Path, args: &[String]) -> (Option<i32>, String) {
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v {ADDRESS_SPACE_KB} && exec \"$0\" \"$@\""
+        ))
+        .arg(env!("CARGO_BIN_EXE_kernels"))
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("KERNELS_BACKEND")
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sh");
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            let mut err = String::new();
+            if let Some(mut s) = child.stderr.take() {
+                use std::io::Read;
+                s.read_to_string(&mut err).expect("read stderr");
+            }
+            return (status.code(), err);
+        }
+        if start.elapsed() > TIME_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("kernels {args:?} hung for more than {TIME_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A copy of the demo model with config.json's `field` set to `value`.
+fn adder_with(dir: &Path, name: &str, field: &str, value: serde_json::Value) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/adder");
+    let out = dir.join(name);
+    std::fs::create_dir_all(&out).unwrap();
+    for f in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(src.join(f), out.join(f)).unwrap();
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).unwrap()).unwrap();
+    config[field] = value;
+    std::fs::write(out.join("config.json"), config.to_string()).unwrap();
+    out
+}
+
+struct Case {
+    /// What the user typed after `kernels` (`{dir}` is the scratch directory).
+    args: &'static str,
+    /// What the error must say (each, verbatim).
+    says: &'static [&'static str],
+    /// What it must not say (the code's words, a path the user did not give).
+    not: &'static [&'static str],
+}
+
+const CASES: &[Case] = &[
+    // Sizes from flags, checked before allocating.
+    Case {
+        args: "train transformer --out {dir}/t --backend cpu --steps 1 --batch 100000000",
+        says: &["--batch 100000000", "bytes"],
+        not: &[],
+    },
+    Case {
+        args: "train transformer --out {dir}/t --backend cpu --steps 1 --hidden 1000000",
+        says: &["--hidden 1000000", "bytes"],
+        not: &[],
+    },
+    Case {
+        args: "train transformer --out {dir}/t --backend cpu --steps 1 --layers 1000000000",
+        says: &["--layers 1000000000", "bytes"],
+        not: &[],
+    },
+    Case {
+        args: "gru train --out {dir}/g.safetensors --backend cpu --iters 1 --batch 1000000000",
+        says: &["--batch 1000000000", "bytes"],
+        not: &[],
+    },
+    Case {
+        args: "gru train --out {dir}/g.safetensors --backend cpu --iters 1 --hidden 100000000",
+        says: &["--hidden 100000000", "bytes"],
+        not: &[],
+    },
+    Case {
+        args: "gru train --out {dir}/g.safetensors --backend cpu --iters 1 --members 100000000",
+        says: &["--members 100000000", "bytes"],
+        not: &[],
+    },
+    Case {
+        args: "eval --backend cpu --problems 1000000000000",
+        says: &["--problems 1000000000000"],
+        not: &[],
+    },
+    Case {
+        args: "bench llama --model {dir}/long --backend cpu --prefill-len 1000000000000",
+        says: &["--prefill-len 1000000000000", "bytes"],
+        not: &[],
+    },
+    Case {
+        args: "generate --model {dir}/long --backend cpu --prompt 123+456= \
+               --max-tokens 1000000000000",
+        says: &["max_position_embeddings", "1000000000000", "bytes"],
+        not: &[],
+    },
+    // Errors in the user's words.
+    Case {
+        args: "gru train --out {dir}/g.safetensors --backend cpu --iters 1 --hidden 0",
+        says: &["--hidden 0"],
+        not: &["Linear", "out_features"],
+    },
+    Case {
+        args: "train transformer --out {dir}/t --backend cpu --steps 1 --devices cpu,cpu \
+               --batch 1",
+        says: &["--batch 1", "--devices"],
+        not: &["DataParallel"],
+    },
+    Case {
+        args: "generate --backend cpu --prompt 1+1= --top-p 2",
+        says: &["--top-p 2"],
+        not: &["sample:", "attribute"],
+    },
+    Case {
+        args: "train transformer --out {dir}/t --backend cpu --steps 1 --hidden 15 --heads 3 \
+               --kv-heads 1",
+        says: &["--hidden 15", "--heads 3"],
+        not: &["config.json", "head_dim ="],
+    },
+    Case {
+        args: "train transformer --out {dir}/t --backend cpu --steps 1 --heads 3",
+        says: &["--heads 3", "--kv-heads 2"],
+        not: &["config.json", "num_attention_heads"],
+    },
+    Case {
+        args: "generate --model {dir}/nope.gguf --backend cpu --prompt hi",
+        says: &["--model", "nope.gguf", "no such file"],
+        not: &["config.json"],
+    },
+    Case {
+        args: "train transformer --out {dir}/a-file --backend cpu --steps 1",
+        says: &["--out", "a-file", "not a directory"],
+        not: &["os error 17"],
+    },
+    // Nothing mixed: a model directory is not overwritten without --force.
+    Case {
+        args: "train transformer --out {dir}/full --backend cpu --steps 1",
+        says: &["--out", "full", "not empty", "--force"],
+        not: &[],
+    },
+    // No hangs: a FIFO named as a model is refused by name.
+    Case {
+        args: "generate --model {dir}/fifo.gguf --backend cpu --prompt hi",
+        says: &["fifo.gguf", "FIFO"],
+        not: &[],
+    },
+    Case {
+        args: "quantize --model {dir}/long --to q8_0 --out {dir}/long.gguf --no-tokenizer",
+        says: &["max_position_embeddings = 1000000000000", "u32"],
+        not: &[],
+    },
+];
+
+#[test]
+fn hostile_invocations_get_a_clean_error_in_the_users_words() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    adder_with(
+        dir,
+        "long",
+        "max_position_embeddings",
+        serde_json::json!(1_000_000_000_000u64),
+    );
+    std::fs::write(dir.join("a-file"), b"not a directory").unwrap();
+    std::fs::create_dir(dir.join("full")).unwrap();
+    std::fs::write(dir.join("full/generation_config.json"), b"{}").unwrap();
+    let fifo = dir.join("fifo.gguf");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+
+    let mut failures = Vec::new();
+    for case in CASES {
+        let line = case.args.replace("{dir}", &dir.display().to_string());
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        let (code, err) = run_limited(dir, &args);
+        let mut wrong = Vec::new();
+        if code != Some(1) {
+            wrong.push(format!("exit {code:?}, want 1"));
+        }
+        // Notes may come first; the last line is the error.
+        if !err
+            .trim_end()
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("error: "))
+        {
+            wrong.push("stderr does not end with an `error: ` line".into());
+        }
+        for s in case.says {
+            if !err.contains(s) {
+                wrong.push(format!("does not say {s:?}"));
+            }
+        }
+        for s in case.not {
+            if err.contains(s) {
+                wrong.push(format!("says {s:?}"));
+            }
+        }
+        if !wrong.is_empty() {
+            failures.push(format!(
+                "kernels {line}\n  {}\n  stderr: {err}",
+                wrong.join("; ")
+            ));
+        }
+    }
+    // Nothing was written by the refused runs.
+    assert_eq!(
+        std::fs::read(dir.join("a-file")).unwrap(),
+        b"not a directory"
+    );
+    let full: Vec<_> = std::fs::read_dir(dir.join("full")).unwrap().collect();
+    assert_eq!(full.len(), 1, "the non-empty --out was touched");
+    for name in ["t", "g.safetensors", "long.gguf"] {
+        assert!(!dir.join(name).exists(), "{name} was written");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `--force` replaces a model directory whole: the old model's other files go, the new
+/// checkpoint is complete, and nothing is left beside it.
+#[test]
+fn train_force_replaces_the_directory_whole() {
+    let scratch = tempfile::tempdir().unwrap();
+    let out = scratch.path().join("model");
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("generation_config.json"), b"{}").unwrap();
+    std::fs::write(out.join("config.json"), b"old").unwrap();
+    let args: Vec<String> = [
+        "train",
+        "transformer",
+        "--out",
+        &out.display().to_string(),
+        "--backend",
+        "cpu",
+        "--steps",
+        "1",
+        "--batch",
+        "2",
+        "--hidden",
+        "8",
+        "--heads",
+        "2",
+        "--kv-heads",
+        "1",
+        "--layers",
+        "1",
+        "--intermediate",
+        "8",
+        "--eval-problems",
+        "0",
+        "--force",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (code, err) = run_limited(scratch.path(), &args);
+    assert_eq!(code, Some(0), "{err}");
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["config.json", "model.safetensors", "tokenizer.json"]
+    );
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["hidden_size"], 8);
+    // Only the model directory is left in its parent: no staging or old directories.
+    assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 1);
+}
