@@ -192,7 +192,11 @@ enum Cmd {
         #[arg(long)]
         model: Option<PathBuf>,
         /// The text to continue (with --chat: the user's message); `-` reads it from stdin.
-        #[arg(long, required_unless_present = "prompt_file", conflicts_with = "prompt_file")]
+        #[arg(
+            long,
+            required_unless_present = "prompt_file",
+            conflicts_with = "prompt_file"
+        )]
         prompt: Option<String>,
         /// Read the prompt from this file (UTF-8), for prompts longer than a command line holds.
         #[arg(long)]
@@ -575,5 +579,53 @@ fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::panic)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// The flags and positionals of `cmd` and its subcommands that have no help text, as
+    /// `kernels train transformer --out`.
+    fn without_help(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for a in cmd.get_arguments() {
+            let id = a.get_id().as_str();
+            if id == "help" || id == "version" {
+                continue;
+            }
+            if a.get_help().is_none() && a.get_long_help().is_none() {
+                let name = a.get_long().map_or(id.to_string(), |l| format!("--{l}"));
+                out.push(format!("{path} {name}"));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            without_help(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    #[test]
+    fn every_flag_of_every_subcommand_has_help() {
+        let cmd = Cli::command();
+        let mut missing = Vec::new();
+        without_help(&cmd, "kernels", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "flags without help text:\n{}",
+            missing.join("\n")
+        );
+        // The walk reaches the nested subcommands (so an empty list means something).
+        let train = cmd
+            .find_subcommand("train")
+            .and_then(|t| t.find_subcommand("transformer"));
+        assert!(train.is_some_and(|t| t.get_arguments().count() > 10));
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
     }
 }
