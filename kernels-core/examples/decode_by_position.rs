@@ -8,7 +8,10 @@
 //! donated buffer, attention reading `kv_len` keys) against the concat cache it replaced (the
 //! whole cache copied at every step).
 //!
-//! `cargo run --release -p kernels-core --example decode_by_position [-- CONFIG.json]`
+//! `cargo run --release -p kernels-core --example decode_by_position [-- CONFIG.json] [--json FILE]`
+//!
+//! `--json FILE` also writes every step's time as `{"model", "backend", "prompt_len",
+//! "positions": [...], "ms_per_token": [...]}`, which `tests/src/bin/charts.rs` draws.
 
 use std::rc::Rc;
 use std::time::Instant;
@@ -25,7 +28,16 @@ const STORIES15M: &str = r#"{"architectures": ["LlamaForCausalLM"], "model_type"
   "hidden_act": "silu"}"#;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let text = match std::env::args().nth(1) {
+    let mut args = std::env::args().skip(1);
+    let (mut config_path, mut json_path) = (None, None);
+    while let Some(a) = args.next() {
+        if a == "--json" {
+            json_path = Some(args.next().ok_or("--json needs a file")?);
+        } else {
+            config_path = Some(a);
+        }
+    }
+    let text = match &config_path {
         Some(path) => std::fs::read_to_string(path)?,
         None => STORIES15M.to_string(),
     };
@@ -70,6 +82,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         b / a,
         times.len()
     );
+    if let Some(path) = json_path {
+        // Step i >= 1 fed the token at position prompt.len() + i - 1.
+        let (mut positions, mut ms) = (Vec::new(), Vec::new());
+        for (i, t) in times.iter().enumerate().skip(1) {
+            positions.push((prompt.len() + i - 1).to_string());
+            ms.push(format!("{:.4}", t * 1e3));
+        }
+        let model = config_path
+            .as_deref()
+            .unwrap_or("stories15M shape, random f32");
+        std::fs::write(
+            path,
+            format!(
+                "{{\"model\":{model:?},\"backend\":\"cpu\",\"prompt_len\":{},\"positions\":[{}],\"ms_per_token\":[{}]}}\n",
+                prompt.len(),
+                positions.join(","),
+                ms.join(",")
+            ),
+        )?;
+    }
     Ok(())
 }
 
