@@ -1,5 +1,5 @@
 //! Llama checkpoints from a Hugging Face model directory, a GGUF file (memory-mapped), or the
-//! demo model embedded in the binary, their tokenizer, timed generation and the logits of a token sequence. The model
+//! demo model embedded in the binary, their tokenizer, timed id-level generation and the logits of a token sequence. The model
 //! itself is kernels-core's `models::llama`; this module only reads files. The `generate`,
 //! `logits` and `eval` commands, the demo and the benchmarks load their models through it.
 
@@ -8,7 +8,6 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use kernels_chat::TextStream;
 use kernels_core::models::hf;
 use kernels_core::models::llama::{
     self, GenerateOptions, Llama, LlamaConfig, Sampling, quantize_checkpoint,
@@ -186,62 +185,6 @@ pub fn build(files: &ModelFiles, backend: Rc<dyn Backend>) -> CliResult<Llama> {
         .map_err(|e| fail(format!("{}: {e}", files.origin)))
 }
 
-/// Prompt text to ids.
-pub fn encode(tok: &Tokenizer, text: &str) -> CliResult<Vec<u32>> {
-    Ok(tok
-        .encode(text, false)
-        .map_err(|e| fail(format!("tokenizer: {e}")))?
-        .get_ids()
-        .to_vec())
-}
-
-/// Ids to text.
-pub fn decode(tok: &Tokenizer, ids: &[u32]) -> CliResult<String> {
-    tok.decode(ids, false)
-        .map_err(|e| fail(format!("tokenizer: {e}")))
-}
-
-/// Generated ids to streamed text through a tokenizer: kernels-chat's [`TextStream`], whose
-/// pieces add up to exactly the tokenizer's decode of all the ids (`generate`, `chat`).
-pub struct TokenStream<'t> {
-    tok: &'t Tokenizer,
-    inner: TextStream,
-}
-
-impl<'t> TokenStream<'t> {
-    pub fn new(tok: &'t Tokenizer) -> TokenStream<'t> {
-        TokenStream {
-            tok,
-            inner: TextStream::new(),
-        }
-    }
-
-    /// Adds a generated id; the text now settled (often empty).
-    pub fn push(&mut self, id: u32) -> CliResult<String> {
-        let tok = self.tok;
-        self.inner.push(id, &mut |ids| decode(tok, ids))
-    }
-
-    /// The rest of the decode. When the tokenizer rewrote text already shown (no tokenizer
-    /// known does), says so on stderr with the full decode.
-    pub fn finish(&mut self) -> CliResult<String> {
-        let tok = self.tok;
-        let rest = self.inner.finish(&mut |ids| decode(tok, ids))?;
-        if self.inner.rewritten() {
-            eprintln!(
-                "\nnote: the tokenizer rewrote text already shown; its decode is {:?}",
-                decode(tok, self.inner.ids())?
-            );
-        }
-        Ok(rest)
-    }
-
-    /// The text shown so far.
-    pub fn shown(&self) -> &str {
-        self.inner.shown()
-    }
-}
-
 /// Timings of one generation: prefill (prompt -> first token) and decode (the rest).
 #[derive(Debug, Clone, Copy)]
 pub struct GenStats {
@@ -268,8 +211,9 @@ impl GenStats {
     }
 }
 
-/// Generates from `prompt` ids until the config's `eos_token_id`, calling `on_token` with each
-/// id as it comes, and times it.
+/// Generates from `prompt` ids (a tokenizer-free model such as the demo's) until the config's
+/// `eos_token_id`, calling `on_token` with each id as it comes, and times it. Text generation
+/// goes through kernels-chat (`commands::generate`).
 pub fn generate_ids(
     model: &Llama,
     prompt: &[u32],
@@ -277,24 +221,10 @@ pub fn generate_ids(
     sampling: Sampling,
     on_token: &mut dyn FnMut(u32),
 ) -> CliResult<(Vec<u32>, GenStats)> {
-    let stop = model.config.eos_token_ids.clone();
-    generate_ids_until(model, prompt, max_tokens, sampling, stop, on_token)
-}
-
-/// [`generate_ids`] ending at any of `stop_tokens` (a chat template's end-of-turn tokens),
-/// which is the last id returned when one came.
-pub fn generate_ids_until(
-    model: &Llama,
-    prompt: &[u32],
-    max_tokens: usize,
-    sampling: Sampling,
-    stop_tokens: Vec<u32>,
-    on_token: &mut dyn FnMut(u32),
-) -> CliResult<(Vec<u32>, GenStats)> {
     let opts = GenerateOptions {
         max_new_tokens: max_tokens,
         sampling,
-        stop_tokens,
+        stop_tokens: model.config.eos_token_ids.clone(),
     };
     let start = Instant::now();
     let mut first: Option<Instant> = None;
@@ -308,11 +238,12 @@ pub fn generate_ids_until(
     let (ids, _) = pollster::block_on(llama::generate(model, prompt, &opts, &mut cb))?;
     let end = Instant::now();
     let first = first.unwrap_or(end);
+    let new_tokens = ids.len();
     Ok((
-        ids.clone(),
+        ids,
         GenStats {
             prompt_tokens: prompt.len(),
-            new_tokens: ids.len(),
+            new_tokens,
             prefill: first - start,
             decode: end - first,
         },

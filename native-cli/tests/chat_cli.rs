@@ -13,9 +13,10 @@ use std::process::{Command, Stdio};
 use std::rc::Rc;
 
 use common::{kernels, stderr};
+use kernels_chat::{TextStream, TextTokenizer};
 use kernels_core::CpuBackend;
 use kernels_core::models::llama::Sampling;
-use native_cli::llama::{TokenStream, build, decode, encode, generate_ids, read_dir};
+use native_cli::llama::{build, generate_ids, read_dir};
 use tokenizers::Tokenizer;
 
 fn fixtures() -> PathBuf {
@@ -30,11 +31,16 @@ fn stdout(o: &std::process::Output) -> String {
     String::from_utf8(o.stdout.clone()).unwrap()
 }
 
-/// Streams `ids` through a [`TokenStream`]: the pieces, then the rest at the end.
+fn decode(tok: &Tokenizer, ids: &[u32]) -> Result<String, tokenizers::Error> {
+    tok.decode(ids, false)
+}
+
+/// Streams `ids` through a [`TextStream`]: the pieces, then the rest at the end.
 fn stream(tok: &Tokenizer, ids: &[u32]) -> Vec<String> {
-    let mut s = TokenStream::new(tok);
-    let mut pieces: Vec<String> = ids.iter().map(|&id| s.push(id).unwrap()).collect();
-    pieces.push(s.finish().unwrap());
+    let mut s = TextStream::new();
+    let mut d = |ids: &[u32]| decode(tok, ids);
+    let mut pieces: Vec<String> = ids.iter().map(|&id| s.push(id, &mut d).unwrap()).collect();
+    pieces.push(s.finish(&mut d).unwrap());
     pieces
 }
 
@@ -128,11 +134,15 @@ fn generate_streams_the_decode_of_its_ids() {
     let files = read_dir(dir.path()).unwrap();
     let tok = files.tokenizer.as_ref().unwrap();
     let model = build(&files, Rc::new(CpuBackend::new())).unwrap();
-    let prompt = encode(tok, "café").unwrap();
+    let prompt = TextTokenizer::new(tok.clone())
+        .encode_prompt("café")
+        .unwrap();
     let (ids, _) = generate_ids(&model, &prompt, 40, Sampling::default(), &mut |_| {}).unwrap();
     assert_eq!(ids.len(), 40);
-    let want = decode(tok, &ids).unwrap();
-    assert_eq!(stdout(&o), format!("café{want}\n"));
+    // What is printed is the decode of the prompt's ids and the new ones together.
+    let all: Vec<u32> = prompt.iter().chain(&ids).copied().collect();
+    let want = decode(tok, &all).unwrap();
+    assert_eq!(stdout(&o), format!("{want}\n"));
     // The random model emits lone bytes of multi-byte characters: the case this is about.
     assert!(
         (1..ids.len()).any(|n| decode(tok, &ids[..n]).unwrap().ends_with('\u{FFFD}')),
@@ -203,9 +213,11 @@ fn chat_renders_the_conversation_and_stops_at_the_end_of_turn() {
         .filter(|l| l.starts_with('[') && l.contains(';'))
         .collect();
     assert_eq!(endings.len(), 2, "{err}");
-    assert!(endings[0].starts_with("[end of turn;"), "{err}");
+    assert!(endings[0].starts_with("[end token 13;"), "{err}");
+    assert!(endings[1].starts_with("[token limit;"), "{err}");
+    // The second turn reused the first turn's cache: only its own tokens were prefilled.
     assert!(
-        endings[1].starts_with("[token limit or context reached;"),
+        endings[0].contains("; 0 of ") && !endings[1].contains("; 0 of "),
         "{err}"
     );
     assert!(endings[1].contains("decode 9 tokens"), "{err}");
@@ -229,7 +241,7 @@ fn chat_renders_the_conversation_and_stops_at_the_end_of_turn() {
     ]);
     assert!(g.status.success(), "{}", stderr(&g));
     assert_eq!(stdout(&g), format!("{}\n", replies[0]));
-    assert!(stderr(&g).contains("[end of turn;"), "{}", stderr(&g));
+    assert!(stderr(&g).contains("[end token 13;"), "{}", stderr(&g));
     // A system message replaces the template's default one.
     let s = chat(
         dir.path(),
@@ -269,11 +281,19 @@ fn chat_without_a_template_or_room_says_so() {
     ]);
     assert!(!g.status.success());
     assert!(stderr(&g).contains("no chat template"), "{}", stderr(&g));
-    // The default system prompt alone is longer than a 64-position context.
+    // The default system prompt alone is longer than a 64-position context: each message is
+    // refused on stderr, and the chat goes on reading.
     let small = model_dir(&CHAT_FILES, 64);
-    let o = chat(small.path(), "hello\n", &[]);
-    assert!(!o.status.success());
-    assert!(stderr(&o).contains("no room for a reply"), "{}", stderr(&o));
+    let o = chat(small.path(), "hello\nagain\n", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stderr(&o)
+            .matches("does not fit the model's context")
+            .count(),
+        2,
+        "{}",
+        stderr(&o)
+    );
     let bad = kernels(&["generate", "--prompt", "1", "--system", "x"]);
     assert!(!bad.status.success());
     assert!(stderr(&bad).contains("--chat"), "{}", stderr(&bad));

@@ -1,20 +1,22 @@
 //! `kernels chat`: an interactive chat with an instruct model in the terminal, and the one
-//! reply of `kernels generate --chat`. The model's own chat template (kernels-chat's
-//! [`ChatTemplate`], rendered as transformers' `apply_chat_template` renders it) turns the
-//! conversation into the prompt; each reply streams to stdout and ends at the template's
-//! end-of-turn tokens.
+//! reply of `kernels generate --chat`, through kernels-chat's [`ChatSession`]: the model's own
+//! chat template (rendered as transformers' `apply_chat_template` renders it, encoded without a
+//! second BOS) turns the conversation into ids; the KV cache survives between turns, so each
+//! turn prefills only the ids after the first that differs from the cached ones; each reply
+//! streams to stdout and ends at the template's end-of-turn tokens. A conversation that
+//! outgrows the context loses its oldest turns (the system message stays), said on stderr; a
+//! line too long for the context alone is refused on stderr, and the chat goes on.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
+use std::rc::Rc;
 
-use kernels_chat::{ChatTemplate, Message, generation_config_eos};
+use kernels_chat::{ChatError, ChatSession, ChatSetup, Decoder, TextTokenizer};
 use kernels_core::models::llama::{Llama, Sampling};
 use kernels_gpu::{BackendChoice, select_backend};
-use tokenizers::Tokenizer;
 
-use crate::llama::{
-    GenStats, ModelFiles, TokenStream, build, encode, generate_ids_until, read_dir,
-};
+use crate::commands::generate::StepTimer;
+use crate::llama::{GenStats, ModelFiles, build, read_dir};
 use crate::{CliResult, emit, fail};
 
 /// New tokens per reply when `--max-tokens` is not given (fewer when the context leaves
@@ -35,145 +37,83 @@ pub struct ChatArgs {
     pub show_prompt: bool,
 }
 
-/// A model's chat setup: its template and the ids that end an assistant's turn.
-#[derive(Debug)]
-pub struct ChatSetup {
-    pub template: ChatTemplate,
-    /// Sorted: the config's and generation_config.json's `eos_token_id`, the template's
-    /// `eos_token`, and the end-of-turn markers the vocabulary has.
-    pub end_of_turn: Vec<u32>,
-}
-
-impl ChatSetup {
-    /// From the directory's `tokenizer_config.json` / `chat_template.jinja` and
-    /// `generation_config.json`; no template is an error saying so.
-    pub fn new(files: &ModelFiles, model: &Llama, tok: &Tokenizer) -> CliResult<ChatSetup> {
-        let f = &files.chat_files;
-        let template = ChatTemplate::from_files(
-            &files.origin,
-            f.tokenizer_config.as_deref(),
-            f.chat_template.as_deref(),
-        )?;
-        let mut eos = model.config.eos_token_ids.clone();
-        if let Some(text) = &f.generation_config {
-            let path = format!("{}/generation_config.json", files.origin);
-            eos.extend(generation_config_eos(&path, text)?);
-        }
-        let end_of_turn = template.end_of_turn_ids(&eos, &|t| tok.token_to_id(t));
-        if end_of_turn.is_empty() {
-            return Err(fail(format!(
-                "{}: nothing ends an assistant's turn (no eos_token_id, no eos_token, none of {:?} \
-                 in the vocabulary)",
-                files.origin,
-                kernels_chat::END_OF_TURN_TOKENS
-            )));
-        }
-        Ok(ChatSetup {
-            template,
-            end_of_turn,
+/// The model's tokenizer, or an error saying there is none.
+pub fn text_tokenizer(files: &ModelFiles) -> CliResult<TextTokenizer> {
+    files
+        .tokenizer
+        .clone()
+        .map(TextTokenizer::new)
+        .ok_or_else(|| {
+            fail(format!(
+                "{}: no tokenizer.json (use `kernels logits --tokens` for raw ids)",
+                files.origin
+            ))
         })
-    }
-
-    /// The end-of-turn ids with their texts, for the status line.
-    pub fn describe_end_of_turn(&self, tok: &Tokenizer) -> String {
-        let named: Vec<String> = self
-            .end_of_turn
-            .iter()
-            .map(|&id| match tok.id_to_token(id) {
-                Some(t) => format!("{id} {t}"),
-                None => id.to_string(),
-            })
-            .collect();
-        named.join(", ")
-    }
 }
 
-/// One reply, as it went.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    /// The tokenizer's decode of the reply's ids (the end-of-turn token left out): what was
-    /// streamed.
-    pub text: String,
-    /// The reply's ids, the end-of-turn token included when it came.
-    pub ids: Vec<u32>,
-    /// An end-of-turn token ended it (else the token limit or the context did).
-    pub ended_turn: bool,
-    pub stats: GenStats,
+/// The model's chat setup from its files (kernels-chat's [`ChatSetup`]).
+pub fn chat_setup(files: &ModelFiles, model: &Llama, tok: &TextTokenizer) -> CliResult<ChatSetup> {
+    let f = &files.chat_files;
+    Ok(ChatSetup::new(
+        &files.origin,
+        f.tokenizer_config.as_deref(),
+        f.chat_template.as_deref(),
+        f.generation_config.as_deref(),
+        &model.config.eos_token_ids,
+        tok,
+    )?)
 }
 
-/// Renders `messages` with the generation prompt, generates the assistant's reply and streams
-/// it to stdout as it is decoded.
-pub fn reply(
-    model: &Llama,
-    tok: &Tokenizer,
-    setup: &ChatSetup,
-    messages: &[Message],
-    max_tokens: Option<usize>,
-    sampling: Sampling,
+/// Answers `user`: the reply streams to stdout. Returns why it ended and its timings.
+pub fn answer(
+    session: &mut ChatSession,
+    user: &str,
+    max_tokens: usize,
     show_prompt: bool,
-) -> CliResult<Reply> {
+) -> CliResult<(String, GenStats)> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    let prompt_text = setup.template.render(messages, true, now)?;
     if show_prompt {
-        eprintln!("[prompt]\n{prompt_text}\n[/prompt]");
+        let mut messages = session.messages().to_vec();
+        messages.push(kernels_chat::Message::new("user", user));
+        let text = session.setup().template.render(&messages, true, now)?;
+        eprintln!("[prompt]\n{text}\n[/prompt]");
     }
-    // The template writes the special tokens itself (bos included), as transformers encodes it.
-    let prompt = encode(tok, &prompt_text)?;
-    let limit = model.config.max_position_embeddings;
-    if prompt.len() >= limit {
-        return Err(fail(format!(
-            "the conversation is {} tokens, and the model's context (max_position_embeddings) \
-             is {limit}: no room for a reply",
-            prompt.len()
-        )));
+    let (mut turn, report) = session.turn(user, max_tokens, now)?;
+    if report.dropped_messages > 0 {
+        eprintln!(
+            "note: the conversation outgrew the model's context: dropped its {} oldest \
+             message(s) (the system message stays); recomputing from the first changed token",
+            report.dropped_messages
+        );
     }
-    let room = limit - prompt.len();
-    let max_tokens = max_tokens.unwrap_or(DEFAULT_REPLY_TOKENS).min(room);
-    let mut stream = TokenStream::new(tok);
-    let mut stream_err = None;
-    let stop = &setup.end_of_turn;
-    let (ids, stats) = generate_ids_until(
-        model,
-        &prompt,
-        max_tokens,
-        sampling,
-        stop.clone(),
-        &mut |id| {
-            if stop.contains(&id) || stream_err.is_some() {
-                return;
-            }
-            match stream.push(id) {
-                Ok(piece) => {
-                    if let Err(e) = emit(&piece) {
-                        stream_err = Some(e);
-                    }
-                }
-                Err(e) => stream_err = Some(e),
-            }
-        },
-    )?;
-    if let Some(e) = stream_err {
+    let mut timer = StepTimer::start(report.prefill);
+    let mut out_err = None;
+    pollster::block_on(turn.run(&mut |step| {
+        timer.step(step.fed);
+        if out_err.is_none()
+            && let Err(e) = emit(&step.piece)
+        {
+            out_err = Some(e);
+        }
+        Ok(())
+    }))?;
+    if let Some(e) = out_err {
         return Err(e);
     }
-    emit(&stream.finish()?)?;
-    let ended_turn = ids.last().is_some_and(|id| stop.contains(id));
-    Ok(Reply {
-        text: stream.shown().to_string(),
-        ids,
-        ended_turn,
-        stats,
-    })
-}
-
-/// Why a reply ended, for stderr.
-pub fn ending(r: &Reply) -> &'static str {
-    if r.ended_turn {
-        "end of turn"
-    } else {
-        "token limit or context reached"
+    let (rest, reply) = turn.finish()?;
+    emit(&rest)?;
+    if let Some(full) = &reply.rewritten {
+        eprintln!("\nnote: the tokenizer rewrote text already shown; its decode is {full:?}");
     }
+    let why = format!(
+        "{}; {} of {} prompt tokens from the cache",
+        reply.stop.describe(),
+        report.reused,
+        report.prompt_tokens
+    );
+    Ok((why, timer.stats(reply.ids.len())))
 }
 
 /// `kernels chat`: reads user lines from stdin until EOF, answering each in turn.
@@ -183,28 +123,23 @@ pub fn run(args: &ChatArgs) -> CliResult<()> {
         .map_err(|e| fail(format!("chat: {e}")))?;
     let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
     let files = read_dir(&args.model)?;
-    let tok = files
-        .tokenizer
-        .as_ref()
-        .ok_or_else(|| fail(format!("{}: no tokenizer.json", files.origin)))?;
+    let tok = text_tokenizer(&files)?;
     let model = build(&files, chosen.backend.clone())?;
-    let setup = ChatSetup::new(&files, &model, tok)?;
+    let setup = chat_setup(&files, &model, &tok)?;
     eprintln!(
         "{} on {} ({}); a reply ends at: {}",
         files.origin,
         chosen.backend.name(),
         chosen.reason,
-        setup.describe_end_of_turn(tok)
+        setup.describe_end_of_turn(&tok)
     );
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!("type a message and press Enter; end with Ctrl-D");
     }
-    let mut messages: Vec<Message> = args
-        .system
-        .iter()
-        .map(|s| Message::new("system", s))
-        .collect();
+    let decoder = Decoder::new(&model, args.sampling, 0)?;
+    let mut session = ChatSession::new(decoder, tok, Rc::new(setup), args.system.as_deref());
+    let max = args.max_tokens.unwrap_or(DEFAULT_REPLY_TOKENS);
     let mut lines = std::io::stdin().lock().lines();
     loop {
         if interactive {
@@ -217,19 +152,24 @@ pub fn run(args: &ChatArgs) -> CliResult<()> {
         if line.trim().is_empty() {
             continue;
         }
-        messages.push(Message::new("user", line));
-        let r = reply(
-            &model,
-            tok,
-            &setup,
-            &messages,
-            args.max_tokens,
-            args.sampling,
-            args.show_prompt,
-        )?;
-        emit("\n")?;
-        eprintln!("[{}; {}]", ending(&r), r.stats.line());
-        messages.push(Message::new("assistant", &r.text));
+        match answer(&mut session, line, max, args.show_prompt) {
+            Ok((why, stats)) => {
+                emit("\n")?;
+                eprintln!("[{why}; {}]", stats.line());
+            }
+            // A message the context cannot hold is refused; the chat goes on.
+            Err(e) if is_too_long(&e) => {
+                eprintln!("chat: this message does not fit the model's context: {e}; skipped");
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
+}
+
+fn is_too_long(e: &crate::CliError) -> bool {
+    matches!(
+        e.downcast_ref::<ChatError>(),
+        Some(ChatError::TooLong { .. } | ChatError::Empty)
+    )
 }

@@ -1,28 +1,80 @@
-//! `kernels generate`: text from a llama checkpoint (or the embedded demo model), streamed to
-//! stdout as it is decoded (the pieces add up to the tokenizer's decode of the generated ids),
-//! with the prefill and decode rates on stderr. With `--chat`, the prompt is one user message
-//! through the model's chat template (see `commands::chat`).
+//! `kernels generate`: text from a llama checkpoint (or the embedded demo model) through
+//! kernels-chat's generation path: the prompt encoded as transformers' `tokenizer(text)`
+//! encodes it (the tokenizer's BOS added when its post-processor, or a GGUF's
+//! `add_bos_token`, says so), then the prompt and its continuation streamed to stdout so that
+//! what is printed is exactly `tokenizer.decode(prompt_ids + new_ids)`, with the prefill and
+//! decode rates on stderr. With `--chat`, the prompt is one user message through the model's
+//! chat template (see `commands::chat`).
 
-use std::io::Write;
+use std::io::Read;
 use std::path::PathBuf;
 
+use kernels_chat::{Completion, Decoder, StopWhen, prompt_ids};
 use kernels_core::models::llama::Sampling;
 use kernels_gpu::{BackendChoice, select_backend};
 
-use kernels_chat::Message;
-
-use crate::commands::chat::{ChatSetup, ending, reply};
-use crate::llama::{TokenStream, build, encode, generate_ids, quantize_files, read_dir};
+use crate::commands::chat::{chat_setup, text_tokenizer};
+use crate::llama::{GenStats, build, quantize_files, read_dir};
 use crate::{CliResult, addition, emit, fail};
 
 /// New tokens when `--max-tokens` is not given (fewer when the context leaves fewer).
 pub const DEFAULT_MAX_TOKENS: usize = 64;
 
+/// Where the prompt comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PromptSource {
+    /// `--prompt TEXT`.
+    Text(String),
+    /// `--prompt -`: standard input.
+    Stdin,
+    /// `--prompt-file FILE`.
+    File(PathBuf),
+}
+
+impl PromptSource {
+    /// From `--prompt` and `--prompt-file` (clap makes them exclusive and one required).
+    pub fn from_args(prompt: Option<String>, file: Option<PathBuf>) -> PromptSource {
+        match (prompt, file) {
+            (_, Some(f)) => PromptSource::File(f),
+            (Some(p), None) if p == "-" => PromptSource::Stdin,
+            (Some(p), None) => PromptSource::Text(p),
+            (None, None) => PromptSource::Text(String::new()),
+        }
+    }
+
+    /// The prompt's text; errors name the file (or stdin).
+    pub fn read(&self) -> CliResult<String> {
+        match self {
+            PromptSource::Text(t) => Ok(t.clone()),
+            PromptSource::Stdin => {
+                let mut bytes = Vec::new();
+                std::io::stdin()
+                    .read_to_end(&mut bytes)
+                    .map_err(|e| fail(format!("--prompt -: reading stdin: {e}")))?;
+                String::from_utf8(bytes)
+                    .map_err(|e| fail(format!("--prompt -: stdin is not UTF-8 text ({e})")))
+            }
+            PromptSource::File(path) => {
+                let shown = path.display();
+                let meta = std::fs::metadata(path)
+                    .map_err(|e| fail(format!("--prompt-file {shown}: {e}")))?;
+                if !meta.is_file() {
+                    return Err(fail(format!("--prompt-file {shown}: not a regular file")));
+                }
+                let bytes =
+                    std::fs::read(path).map_err(|e| fail(format!("--prompt-file {shown}: {e}")))?;
+                String::from_utf8(bytes)
+                    .map_err(|e| fail(format!("--prompt-file {shown}: not UTF-8 text ({e})")))
+            }
+        }
+    }
+}
+
 /// Options of `kernels generate`.
 #[derive(Debug, Clone)]
 pub struct GenerateArgs {
     pub model: Option<PathBuf>,
-    pub prompt: String,
+    pub prompt: PromptSource,
     /// None: 64, or what the context leaves after the prompt.
     pub max_tokens: Option<usize>,
     pub sampling: Sampling,
@@ -35,12 +87,16 @@ pub struct GenerateArgs {
     pub quantize: Option<kernels_core::DType>,
 }
 
-/// `kernels generate`: streams the completion to stdout, the timings to stderr.
+/// `kernels generate`: streams the prompt and its completion to stdout, the timings to stderr.
 pub fn run(args: &GenerateArgs) -> CliResult<()> {
     // Bad sampling arguments are refused before anything is loaded or echoed.
     let s = args.sampling;
     kernels_core::cpu::sample::check_attrs(s.temperature, s.top_k, s.top_p)
         .map_err(|e| fail(format!("generate: {e}")))?;
+    if args.system.is_some() && !args.chat {
+        return Err(fail("generate: --system needs --chat"));
+    }
+    let prompt_text = args.prompt.read()?;
     let chosen = select_backend(BackendChoice::from_arg(args.backend.as_deref())?)?;
     let mut files = match &args.model {
         Some(dir) => read_dir(dir)?,
@@ -48,44 +104,41 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
     };
     quantize_files(&mut files, args.quantize)?;
     let model = build(&files, chosen.backend.clone())?;
-    let tok = files.tokenizer.as_ref().ok_or_else(|| {
-        fail(format!(
-            "{}: no tokenizer.json (use `kernels logits --tokens` for raw ids)",
-            files.origin
-        ))
-    })?;
+    let tok = text_tokenizer(&files)?;
     if args.chat {
-        let setup = ChatSetup::new(&files, &model, tok)?;
-        let mut messages: Vec<Message> = args
-            .system
-            .iter()
-            .map(|s| Message::new("system", s))
-            .collect();
-        messages.push(Message::new("user", &args.prompt));
+        let setup = chat_setup(&files, &model, &tok)?;
         eprintln!(
             "{} on {} ({}); a reply ends at: {}",
             files.origin,
             chosen.backend.name(),
             chosen.reason,
-            setup.describe_end_of_turn(tok)
+            setup.describe_end_of_turn(&tok)
         );
-        let r = reply(
-            &model,
+        let max = args
+            .max_tokens
+            .unwrap_or(crate::commands::chat::DEFAULT_REPLY_TOKENS);
+        let decoder = Decoder::new(&model, args.sampling, 0)?;
+        let mut session = kernels_chat::ChatSession::new(
+            decoder,
             tok,
-            &setup,
-            &messages,
-            args.max_tokens,
-            args.sampling,
-            false,
-        )?;
+            std::rc::Rc::new(setup),
+            args.system.as_deref(),
+        );
+        let r = crate::commands::chat::answer(&mut session, &prompt_text, max, false)?;
         emit("\n")?;
-        eprintln!("[{}; {}]", ending(&r), r.stats.line());
+        eprintln!("[{}; {}]", r.0, r.1.line());
         return Ok(());
     }
-    if args.system.is_some() {
-        return Err(fail("generate: --system needs --chat"));
+    let prompt =
+        prompt_ids(&tok, &prompt_text).map_err(|e| fail(format!("generate: --prompt: {e}")))?;
+    let context = model.config.max_positions();
+    if prompt.len() >= context {
+        return Err(fail(format!(
+            "generate: the prompt is {} tokens, and the model's context (max_position_embeddings) \
+             is {context}: no room to generate",
+            prompt.len()
+        )));
     }
-    let prompt = encode(tok, &args.prompt)?;
     eprintln!(
         "{} on {} ({}), {} prompt tokens",
         files.origin,
@@ -93,43 +146,95 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
         chosen.reason,
         prompt.len()
     );
-    let room = model
-        .config
-        .max_position_embeddings
-        .saturating_sub(prompt.len());
+    let room = context - prompt.len();
     let max_tokens = match args.max_tokens {
         None => DEFAULT_MAX_TOKENS.min(room),
         Some(n) if n > room => {
             eprintln!(
-                "note: --max-tokens {n} is more than the model's max_position_embeddings = {} \
+                "note: --max-tokens {n} is more than the model's context ({context} tokens) \
                  leaves after a {}-token prompt; generation stops after at most {room} tokens",
-                model.config.max_position_embeddings,
                 prompt.len()
             );
-            n
+            room
         }
         Some(n) => n,
     };
-    emit(&args.prompt)?;
-    // The completion's text as the tokenizer decodes all of it: a character split over tokens
-    // appears once complete, and decoders that join tokens (spaces, byte-level) join them.
-    let mut stream = TokenStream::new(tok);
-    let mut stream_err = None;
-    let (_, stats) = generate_ids(&model, &prompt, max_tokens, args.sampling, &mut |id| {
-        if stream_err.is_some() {
-            return;
+    let mut decoder = Decoder::new(&model, args.sampling, prompt.len() + max_tokens)?;
+    let mut stop_ids = model.config.eos_token_ids.clone();
+    let mut stop_strings = Vec::new();
+    if let Some(text) = &files.chat_files.generation_config {
+        let path = format!("{}/generation_config.json", files.origin);
+        stop_ids.extend(kernels_chat::generation_config_eos(&path, text)?);
+        stop_strings = kernels_chat::generation_config_stop_strings(&path, text)?;
+    }
+    let when = StopWhen {
+        max_new_tokens: max_tokens,
+        stop_ids,
+        stop_strings,
+        show_stop_id: true,
+    };
+    let (mut run, head) = Completion::start(&mut decoder, &tok, prompt.clone(), &prompt, when)?;
+    // What is printed is the decode of the prompt's ids and the new ones, edge included.
+    emit(&head)?;
+    let mut timer = StepTimer::start(prompt.len());
+    let mut out_err = None;
+    pollster::block_on(run.run(&mut |step| {
+        timer.step(step.fed);
+        if out_err.is_none()
+            && let Err(e) = emit(&step.piece)
+        {
+            out_err = Some(e);
         }
-        match stream.push(id).and_then(|piece| emit(&piece)) {
-            Ok(()) => {}
-            Err(e) => stream_err = Some(e),
-        }
-    })?;
-    if let Some(e) = stream_err {
+        Ok(())
+    }))?;
+    if let Some(e) = out_err {
         return Err(e);
     }
-    emit(&stream.finish()?)?;
+    let (rest, rewritten) = run.finish()?;
+    emit(&rest)?;
     emit("\n")?;
-    let _ = std::io::stdout().flush();
-    eprintln!("{}", stats.line());
+    if let Some(full) = rewritten {
+        eprintln!("note: the tokenizer rewrote text already shown; its decode is {full:?}");
+    }
+    let why = run.stopped().map_or("stopped".into(), |s| s.describe());
+    eprintln!("[{why}; {}]", timer.stats(run.new_ids().len()).line());
     Ok(())
+}
+
+/// Times a generation's steps: the first (the prefill) apart from the rest.
+#[derive(Debug, Clone, Copy)]
+pub struct StepTimer {
+    start: std::time::Instant,
+    first: Option<std::time::Instant>,
+    prompt_tokens: usize,
+}
+
+impl StepTimer {
+    pub fn start(prompt_tokens: usize) -> StepTimer {
+        StepTimer {
+            start: std::time::Instant::now(),
+            first: None,
+            prompt_tokens,
+        }
+    }
+
+    /// After a step that fed `fed` tokens.
+    pub fn step(&mut self, fed: usize) {
+        if self.first.is_none() {
+            self.first = Some(std::time::Instant::now());
+            self.prompt_tokens = fed;
+        }
+    }
+
+    /// The timings of `new_tokens` generated.
+    pub fn stats(&self, new_tokens: usize) -> GenStats {
+        let end = std::time::Instant::now();
+        let first = self.first.unwrap_or(end);
+        GenStats {
+            prompt_tokens: self.prompt_tokens,
+            new_tokens,
+            prefill: first - self.start,
+            decode: end - first,
+        }
+    }
 }
