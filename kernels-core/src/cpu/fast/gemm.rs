@@ -21,7 +21,7 @@ use super::config;
 pub use super::kernel_family::{Epilogue, Kernel};
 use super::kernels::MicroKernel;
 pub use super::matref::MatRef;
-use super::skinny;
+use super::{pool, skinny};
 use crate::error::{Error, Result};
 
 const NAME: &str = "matmul";
@@ -150,7 +150,8 @@ impl Gemm {
         1
     }
 
-    #[cfg(feature = "threads")]
+    /// The rows in `parts` blocks of whole tiles on the thread pool, each block with its own
+    /// packing buffers.
     fn threaded(
         &mut self,
         parts: usize,
@@ -159,65 +160,24 @@ impl Gemm {
         c: &mut [f32],
         ldc: usize,
     ) -> Result<()> {
-        let (kernel, m) = (self.kernel, a.rows);
-        // Row boundaries on multiples of 24 (every kernel's MR divides it): whole tiles.
-        let bounds: Vec<usize> = (0..=parts).map(|i| (m * i / parts) / 24 * 24).collect();
-        let mut jobs = Vec::with_capacity(parts);
-        let mut rest = c;
-        let mut bufs = self.bufs.iter_mut();
-        for (i, w) in bounds.windows(2).enumerate() {
-            let (r0, r1) = (w[0], if i + 1 == parts { m } else { w[1] });
-            if r1 <= r0 {
-                continue;
-            }
-            let ai = a
-                .row_range(r0, r1)
-                .ok_or_else(|| Error::mismatch(NAME, &[r0, r1], &[m]))?;
-            let tail = core::mem::take(&mut rest);
-            let (ci, tail) = if i + 1 == parts {
-                (tail, &mut [][..])
-            } else {
-                tail.split_at_mut(((r1 - r0) * ldc).min(tail.len()))
-            };
-            rest = tail;
-            let buf = bufs
-                .next()
-                .ok_or_else(|| Error::mismatch(NAME, &[parts], &[i]))?;
-            jobs.push((ai, ci, buf));
+        let (kernel, m, n) = (self.kernel, a.rows, b.cols);
+        // Row blocks on multiples of 24 (every kernel's MR divides it): whole tiles. One range
+        // per block: `parts` grains of `rows` rows.
+        let rows = m.div_ceil(parts).div_ceil(24) * 24;
+        let have = c.len();
+        let c = c
+            .get_mut(..(m - 1) * ldc + n)
+            .ok_or_else(|| Error::mismatch(NAME, &[m, n], &[have]))?;
+        let count = pool::ranges(self.threads, m, rows).count();
+        while self.bufs.len() < count {
+            self.bufs.push(Buffers::default());
         }
-        let mut first = None;
-        let results: Vec<Result<()>> = std::thread::scope(|s| {
-            let mut handles = Vec::new();
-            for (ai, ci, buf) in jobs {
-                if first.is_none() {
-                    first = Some((ai, ci, buf));
-                } else {
-                    handles.push(s.spawn(move || drive_any(kernel, ai, b, ci, ldc, buf)));
-                }
-            }
-            let mut out = Vec::with_capacity(handles.len() + 1);
-            if let Some((ai, ci, buf)) = first.take() {
-                out.push(drive_any(kernel, ai, b, ci, ldc, buf));
-            }
-            for h in handles {
-                // A panic in a worker is a bug: let it go on unwinding here.
-                out.push(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
-            }
-            out
-        });
-        results.into_iter().collect()
-    }
-
-    #[cfg(not(feature = "threads"))]
-    fn threaded(
-        &mut self,
-        _parts: usize,
-        a: MatRef,
-        b: MatRef,
-        c: &mut [f32],
-        ldc: usize,
-    ) -> Result<()> {
-        drive_any(self.kernel, a, b, c, ldc, &mut self.bufs[0])
+        pool::for_slices_scratch_on(self.threads, c, ldc, rows, &mut self.bufs, &|r, ci, buf| {
+            let ai = a
+                .row_range(r.start, r.end)
+                .ok_or_else(|| Error::mismatch(NAME, &[r.start, r.end], &[m]))?;
+            drive_any(kernel, ai, b, ci, ldc, buf)
+        })
     }
 }
 

@@ -52,7 +52,6 @@ impl<'a> MatRef<'a> {
     }
 
     /// Rows `r0..r1` of `self` (no copy); `None` if the range is not within `0..rows`.
-    #[cfg(feature = "threads")]
     pub(super) fn row_range(self, r0: usize, r1: usize) -> Option<Self> {
         if r0 > r1 || r1 > self.rows {
             return None;

@@ -18,6 +18,7 @@ mod buffers;
 pub mod config;
 mod gated;
 pub mod gemm;
+pub mod half_dot;
 pub mod isa;
 pub mod kernel_family;
 pub mod kernels;

@@ -46,6 +46,12 @@ pub const CHUNKS_PER_THREAD: usize = 4;
 /// How long an idle worker spins on the epoch before it parks (microseconds).
 pub const SPIN_MICROS: u64 = 500;
 
+/// What [`for_slices`] runs on each range and its part of the output.
+pub type SliceFn<'a, T> = dyn Fn(Range<usize>, &mut [T]) -> Result<()> + Sync + 'a;
+
+/// What [`for_slices_scratch_on`] runs on each range, its output and its scratch value.
+pub type ScratchFn<'a, T, S> = dyn Fn(Range<usize>, &mut [T], &mut S) -> Result<()> + Sync + 'a;
+
 /// The ranges [`for_ranges_on`] cuts `0..len` into for `threads` threads, in order.
 pub fn ranges(threads: usize, len: usize, grain: usize) -> impl Iterator<Item = Range<usize>> {
     let chunk = chunk_len(threads, len, grain);
@@ -93,12 +99,7 @@ pub fn for_ranges_on(
 /// [`for_ranges`] over `out` cut into units of `unit` values: range `r` of
 /// `0..out.len().div_ceil(unit)` gets `out[r.start * unit..]` up to `r.end * unit` (or the end
 /// of `out`, so a last short row is allowed). For outputs split by rows of `unit` values.
-pub fn for_slices<T: Send>(
-    out: &mut [T],
-    unit: usize,
-    grain: usize,
-    f: &(dyn Fn(Range<usize>, &mut [T]) -> Result<()> + Sync),
-) -> Result<()> {
+pub fn for_slices<T: Send>(out: &mut [T], unit: usize, grain: usize, f: &SliceFn<T>) -> Result<()> {
     for_slices_on(config::threads(), out, unit, grain, f)
 }
 
@@ -108,7 +109,7 @@ pub fn for_slices_on<T: Send>(
     out: &mut [T],
     unit: usize,
     grain: usize,
-    f: &(dyn Fn(Range<usize>, &mut [T]) -> Result<()> + Sync),
+    f: &SliceFn<T>,
 ) -> Result<()> {
     if unit == 0 {
         return Err(Error::bad_shape(
@@ -128,6 +129,34 @@ pub fn for_slices_on<T: Send>(
         // borrowed mutably until every range has returned.
         let part = unsafe { core::slice::from_raw_parts_mut(base.get().add(lo), hi - lo) };
         f(r, part)
+    })
+}
+
+/// [`for_slices_on`] with a scratch value per range: range `i` (in [`ranges`] order) gets
+/// `scratch[i]` (packing buffers reused across products, say). Too few scratch values for the
+/// ranges is an error.
+pub fn for_slices_scratch_on<T: Send, S: Send>(
+    threads: usize,
+    out: &mut [T],
+    unit: usize,
+    grain: usize,
+    scratch: &mut [S],
+    f: &ScratchFn<T, S>,
+) -> Result<()> {
+    let len = out.len().div_ceil(unit.max(1));
+    let (chunk, have) = (chunk_len(threads, len, grain), scratch.len());
+    if len.div_ceil(chunk) > have {
+        return Err(Error::mismatch("pool", &[len.div_ceil(chunk)], &[have]));
+    }
+    let base = SyncPtr(scratch.as_mut_ptr());
+    for_slices_on(threads, out, unit, grain, &|r, part| {
+        let i = r.start / chunk;
+        if i >= have {
+            return Err(Error::mismatch("pool", &[i], &[have]));
+        }
+        // SAFETY: `i < have` indexes `scratch`, and ranges start at distinct multiples of
+        // `chunk`, so no two ranges (each run once) make a reference to the same value.
+        f(r, part, unsafe { &mut *base.get().add(i) })
     })
 }
 

@@ -20,6 +20,7 @@ use alloc::vec::Vec;
 
 use super::kernel_family::{Epilogue, Kernel};
 use super::matref::MatRef;
+use super::pool;
 use crate::error::{Error, Result};
 
 /// Products whose smaller side (`m`, or `n` when it is smaller) has at most this many entries
@@ -29,12 +30,12 @@ pub const MAX_ROWS: usize = 8;
 /// Rows of `A'` handled at once (one pass over `B'` per group).
 const GROUP: usize = 4;
 
-/// Work (multiply-adds) below which a product stays on one thread: 2^21 is an 8 MiB weight, about
-/// half a millisecond of streaming, against tens of microseconds (more on a busy machine) to
-/// start a thread. Measured on the llama decode: threading the 0.9 MiB projections too made
-/// 2 threads slower than 1.
+/// Work (multiply-adds) below which a product stays on one thread: 2^16 is a 256 KiB weight,
+/// about 20 us of streaming, against a few microseconds to hand ranges to the pool's spinning
+/// workers. (With a thread spawned per product the threshold was 2^21: threading the 0.9 MiB
+/// projections of the llama decode made 2 threads slower than 1.)
 #[cfg(feature = "threads")]
-const MIN_THREAD_WORK: usize = 1 << 21;
+const MIN_THREAD_WORK: usize = 1 << 16;
 
 /// One instruction set's kernels. The methods are `unsafe`: the value proves the CPU supports
 /// the set (it is made only by [`Kernel`]), and the pointer contracts are the callers'.
@@ -373,11 +374,21 @@ pub(super) fn run(
         }
     }
     let t = grow(t_buf, rows * cols)?;
-    let parts = split(threads, rows * k * cols, cols);
-    compute_parts(kernel, ap, big, rows, &parts, t);
-    // Add T into C: T's part for columns j0..j1 is [rows, j1 - j0] at t[rows * j0..].
-    for w in parts.windows(2) {
-        let (j0, j1) = (w[0], w[1]);
+    // Parts of whole 16-column blocks, so every column goes through the same kernel (the same
+    // bits) on any number of threads. T's part for columns j0..j1 is [rows, j1 - j0] at
+    // t[rows * j0..].
+    let threads = if work_threads(rows * k * cols) {
+        threads
+    } else {
+        1
+    };
+    pool::for_slices_on(threads, t, rows, COLUMN_GRAIN, &|js, part| {
+        compute(kernel, ap, big, rows, js.start, js.end, part);
+        Ok(())
+    })?;
+    // Add T into C.
+    for js in pool::ranges(threads, cols, COLUMN_GRAIN) {
+        let (j0, j1) = (js.start, js.end);
         let part = &t[rows * j0..rows * j1];
         for (r, tr) in part.chunks_exact(j1 - j0).enumerate() {
             for (dj, &v) in tr.iter().enumerate() {
@@ -392,60 +403,17 @@ pub(super) fn run(
     Ok(())
 }
 
-/// Column boundaries `0 = b0 < b1 < ... = cols` of the parts computed on separate threads.
-fn split(threads: usize, work: usize, cols: usize) -> Vec<usize> {
-    #[cfg(feature = "threads")]
-    let parts = if work >= MIN_THREAD_WORK {
-        threads.min(cols / 16).max(1)
-    } else {
-        1
-    };
-    #[cfg(not(feature = "threads"))]
-    let parts = {
-        let _ = (threads, work);
-        1
-    };
-    // Boundaries on multiples of 16 columns (whole vector blocks) where the parts allow.
-    let mut b: Vec<usize> = (0..parts).map(|i| (cols * i / parts) / 16 * 16).collect();
-    b.push(cols);
-    b.dedup();
-    b
-}
+/// Columns of a part are whole multiples of this (two 8-column dot blocks).
+const COLUMN_GRAIN: usize = 16;
 
-/// Computes every part of `T`, the first on this thread and the others on scoped threads.
-fn compute_parts(
-    kernel: Kernel,
-    ap: &[f32],
-    big: Streamed,
-    rows: usize,
-    parts: &[usize],
-    t: &mut [f32],
-) {
+/// Whether a product of `work` multiply-adds is split over threads.
+fn work_threads(work: usize) -> bool {
     #[cfg(feature = "threads")]
-    if parts.len() > 2 {
-        std::thread::scope(|s| {
-            let mut rest = t;
-            let mut mine = None;
-            for w in parts.windows(2) {
-                let (j0, j1) = (w[0], w[1]);
-                let (part, tail) = core::mem::take(&mut rest).split_at_mut(rows * (j1 - j0));
-                rest = tail;
-                if mine.is_none() {
-                    mine = Some((j0, j1, part));
-                } else {
-                    s.spawn(move || compute(kernel, ap, big, rows, j0, j1, part));
-                }
-            }
-            if let Some((j0, j1, part)) = mine {
-                compute(kernel, ap, big, rows, j0, j1, part);
-            }
-        });
-        return;
-    }
-    for w in parts.windows(2) {
-        let (j0, j1) = (w[0], w[1]);
-        let part = &mut t[rows * j0..rows * j1];
-        compute(kernel, ap, big, rows, j0, j1, part);
+    return work >= MIN_THREAD_WORK;
+    #[cfg(not(feature = "threads"))]
+    {
+        let _ = work;
+        false
     }
 }
 

@@ -1,0 +1,357 @@
+//! `linear`, `matmul(x, w, trans_b)` and `matmul_swiglu`'s product with an `f16` or `bf16`
+//! weight, on f32 activations: the weight streams from memory in its 16-bit size and is
+//! widened to f32 in registers, never into an f32 copy of the whole weight.
+//!
+//! - **Decode** (at most [`STREAM_ROWS`] rows of `x`): four weight rows at a time are widened
+//!   16 (AVX-512) or 8 (AVX2) values at a time, with F16C's `vcvtph2ps` for `f16` and a
+//!   zero-extend and shift by 16 for `bf16` (exact: a bf16 is the top half of an f32), and
+//!   multiplied into f32 accumulators with FMA. The weight rows are split over the thread
+//!   pool ([`super::pool`]).
+//! - **Prefill** (more rows): blocks of [`BLOCK_ROWS`] weight rows are widened into a buffer
+//!   and multiplied by the blocked f32 GEMM, the blocks split over the thread pool.
+//!
+//! The activations stay f32, as the reference's (decode the weight, then the f32 product): only
+//! the summation order differs, within matmul's budget. AVX-512 BF16's `vdpbf16ps` is not used:
+//! it would round the activations to bf16, and f16/bf16 weights keep f32 activations.
+//! `KERNELS_CPU_KERNEL` caps the family like the GEMM's: `avx512`, `avx2` (both with F16C), or
+//! `portable` (each row decoded by the reference's decoder, then an f32 dot).
+
+use alloc::vec::Vec;
+
+use super::buffers;
+use super::config::Forced;
+use super::gemm::{Gemm, Kernel, MatRef};
+use super::isa::Isa;
+use super::pool;
+use crate::cpu::linear;
+use crate::error::{Error, Result};
+use crate::op::Activation;
+use crate::quant;
+use crate::tensor::{DType, Tensor};
+
+/// Rows of `x` up to which the weight is streamed through the dot kernels; more take the GEMM.
+pub const STREAM_ROWS: usize = 8;
+/// Weight rows widened at once for the GEMM (64 rows of 4864 are 1.2 MiB of f32).
+pub const BLOCK_ROWS: usize = 64;
+/// Weight rows per range of the pool in decode: whole groups of the kernels' four rows.
+const GRAIN: usize = 16;
+/// Multiply-adds below which a product stays on one thread.
+const MIN_THREAD_WORK: usize = 1 << 16;
+
+/// A kernel family of this module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Portable,
+    /// AVX2 + FMA + F16C, 8 lanes.
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    /// AVX-512F + F16C, 16 lanes.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Family {
+    /// The family [`Isa::selected`] allows (F16C required for the x86 ones).
+    pub fn best() -> Family {
+        Family::of(Isa::selected())
+    }
+
+    fn of(isa: Isa) -> Family {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 if has_f16c() => Family::Avx512,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::Avx512 if has_f16c() => Family::Avx2,
+            _ => Family::Portable,
+        }
+    }
+
+    /// Every family this machine runs (tests run each).
+    pub fn available() -> Vec<Family> {
+        let mut all: Vec<Family> = Isa::available().map(Family::of).collect();
+        all.dedup();
+        all
+    }
+
+    /// The GEMM kernel of the same family (the best one for the portable family on wasm).
+    fn gemm_kernel(self) -> Kernel {
+        let forced = match self {
+            Family::Portable if cfg!(target_arch = "wasm32") => return Kernel::best(),
+            Family::Portable => Forced::Portable,
+            #[cfg(target_arch = "x86_64")]
+            Family::Avx2 => Forced::Avx2,
+            #[cfg(target_arch = "x86_64")]
+            Family::Avx512 => Forced::Avx512,
+        };
+        Kernel::of(forced).unwrap_or_else(Kernel::best)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_f16c() -> bool {
+    #[cfg(feature = "std")]
+    return std::is_x86_feature_detected!("f16c");
+    #[cfg(not(feature = "std"))]
+    return cfg!(target_feature = "f16c");
+}
+
+/// `act(x @ w^T + bias)` for an `f16` or `bf16` weight `w [n, k]` and f32 `x [.., k]`, shaped as
+/// linear's output or `out_shape`; `None` for other inputs (the caller's path reports them).
+pub fn product_of(
+    activation: Activation,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    out_shape: Option<Vec<usize>>,
+) -> Option<Result<Vec<Tensor>>> {
+    let dtype = w.dtype();
+    if !matches!(dtype, DType::F16 | DType::BF16)
+        || x.dtype() != DType::F32
+        || !x.is_host()
+        || !w.is_host()
+    {
+        return None;
+    }
+    let (rows, k, n) = match bias {
+        Some(b) => linear::check(x.shape(), w.shape(), b.shape()).ok()?,
+        None => {
+            let (xs, ws) = (x.shape(), w.shape());
+            if ws.len() != 2 || xs.is_empty() || xs[xs.len() - 1] != ws[1] {
+                return None;
+            }
+            let k = ws[1];
+            (x.numel() / k.max(1), k, ws[0])
+        }
+    };
+    if rows == 0 || k == 0 || n == 0 {
+        return None;
+    }
+    let xv = x.as_f32().ok()?;
+    let bv = match bias {
+        Some(b) => Some(b.as_f32().ok()?),
+        None => None,
+    };
+    let packed = w.packed_bytes().ok()?;
+    let out_shape = out_shape.unwrap_or_else(|| linear::out_shape(x.shape(), n));
+    Some((|| {
+        let mut t = super::zeros(rows.checked_mul(n).ok_or_else(too_large)?)?;
+        product_t(
+            Family::best(),
+            crate::cpu::fast::config::threads(),
+            dtype,
+            packed,
+            xv,
+            (rows, k, n),
+            &mut t,
+        )?;
+        let mut out = super::zeros(rows * n)?;
+        for (j, tj) in t.chunks_exact(rows).enumerate() {
+            let b = bv.map_or(0.0, |b| b[j]);
+            for (r, &v) in tj.iter().enumerate() {
+                out[r * n + j] = linear::act(activation, v + b);
+            }
+        }
+        Ok(alloc::vec![Tensor::from_f32(&out_shape, out)?])
+    })())
+}
+
+fn too_large() -> Error {
+    Error::bad_shape(
+        "matmul",
+        "out",
+        &[],
+        alloc::string::String::from("output size overflows"),
+    )
+}
+
+/// `t [n, rows] = w [n, k] . x [rows, k]^T` (the product transposed: weight row `j`'s outputs
+/// are `t[j * rows..][..rows]`) for `w` of `dtype` (`f16` or `bf16`, `2 k` bytes a row), on
+/// `family` and up to `threads` threads. `t` starts zeroed.
+pub fn product_t(
+    family: Family,
+    threads: usize,
+    dtype: DType,
+    w: &[u8],
+    x: &[f32],
+    (rows, k, n): (usize, usize, usize),
+    t: &mut [f32],
+) -> Result<()> {
+    let bf = match dtype {
+        DType::F16 => false,
+        DType::BF16 => true,
+        other => {
+            return Err(Error::UnsupportedOnBackend {
+                op: "matmul",
+                backend: alloc::format!("cpu half_dot ({other})"),
+            });
+        }
+    };
+    let row_bytes = k.checked_mul(2).ok_or_else(too_large)?;
+    let need_w = n.checked_mul(row_bytes).ok_or_else(too_large)?;
+    let need_t = n.checked_mul(rows).ok_or_else(too_large)?;
+    let need_x = rows.checked_mul(k).ok_or_else(too_large)?;
+    if w.len() < need_w || t.len() < need_t || x.len() < need_x || rows == 0 || k == 0 {
+        return Err(Error::mismatch("matmul", &[n, k], &[rows, k]));
+    }
+    let (w, t, x) = (&w[..need_w], &mut t[..need_t], &x[..need_x]);
+    let work = rows.saturating_mul(k).saturating_mul(n);
+    let threads = if work >= MIN_THREAD_WORK { threads } else { 1 };
+    if rows > STREAM_ROWS {
+        return gemm_t(family, threads, bf, w, x, (rows, k), t);
+    }
+    pool::for_slices_on(threads, t, rows, GRAIN, &|js, part| {
+        stream(family, bf, w, x, (rows, k), js.start, js.end, part);
+        Ok(())
+    })
+}
+
+/// Weight rows `j0..j1` dotted with every row of `x` into `part` (`[j1 - j0, rows]`).
+#[allow(clippy::too_many_arguments)]
+fn stream(
+    family: Family,
+    bf: bool,
+    w: &[u8],
+    x: &[f32],
+    (rows, k): (usize, usize),
+    j0: usize,
+    j1: usize,
+    part: &mut [f32],
+) {
+    let row_bytes = 2 * k;
+    if part.len() < (j1 - j0) * rows || w.len() < j1 * row_bytes || x.len() < rows * k {
+        return;
+    }
+    match family {
+        Family::Portable => {
+            let dtype = if bf { DType::BF16 } else { DType::F16 };
+            let mut row = alloc::vec![0.0f32; k];
+            for j in j0..j1 {
+                quant::decode_blocks(dtype, &w[j * row_bytes..(j + 1) * row_bytes], &mut row);
+                for r in 0..rows {
+                    part[(j - j0) * rows + r] = dot(&x[r * k..(r + 1) * k], &row);
+                }
+            }
+        }
+        // SAFETY: the family was made only where the CPU has its features (`Family::of`); the
+        // weight rows `j0..j1` (`2 k` bytes each), `rows * k` activations and `(j1 - j0) *
+        // rows` outputs lie in the slices (checked above).
+        #[cfg(target_arch = "x86_64")]
+        Family::Avx512 => unsafe {
+            let (wp, xp, tp) = (w.as_ptr(), x.as_ptr(), part.as_mut_ptr());
+            if bf {
+                x86::avx512::rows::<true>(wp, row_bytes, j0, j1, xp, rows, k, tp)
+            } else {
+                x86::avx512::rows::<false>(wp, row_bytes, j0, j1, xp, rows, k, tp)
+            }
+        },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Family::Avx2 => unsafe {
+            let (wp, xp, tp) = (w.as_ptr(), x.as_ptr(), part.as_mut_ptr());
+            if bf {
+                x86::avx2::rows::<true>(wp, row_bytes, j0, j1, xp, rows, k, tp)
+            } else {
+                x86::avx2::rows::<false>(wp, row_bytes, j0, j1, xp, rows, k, tp)
+            }
+        },
+    }
+}
+
+/// A plain f32 dot product with eight accumulators (auto-vectorized).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Weight rows `src` (`2 k` bytes each) widened into `dst`.
+fn widen(family: Family, bf: bool, src: &[u8], dst: &mut [f32]) {
+    let n = (src.len() / 2).min(dst.len());
+    match family {
+        Family::Portable => {
+            let dtype = if bf { DType::BF16 } else { DType::F16 };
+            quant::decode_blocks(dtype, &src[..2 * n], &mut dst[..n]);
+        }
+        // SAFETY: the family proves the features; `n` values are read from `src` (2 bytes each)
+        // and written to `dst`.
+        #[cfg(target_arch = "x86_64")]
+        Family::Avx512 => unsafe {
+            if bf {
+                x86::avx512::widen::<true>(src.as_ptr(), n, dst.as_mut_ptr())
+            } else {
+                x86::avx512::widen::<false>(src.as_ptr(), n, dst.as_mut_ptr())
+            }
+        },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        Family::Avx2 => unsafe {
+            if bf {
+                x86::avx2::widen::<true>(src.as_ptr(), n, dst.as_mut_ptr())
+            } else {
+                x86::avx2::widen::<false>(src.as_ptr(), n, dst.as_mut_ptr())
+            }
+        },
+    }
+}
+
+/// The prefill: `t [n, rows]` by blocks of [`BLOCK_ROWS`] widened weight rows on the GEMM
+/// (`t_block = w_block [b, k] . x^T [k, rows]`), the blocks split over the pool.
+fn gemm_t(
+    family: Family,
+    threads: usize,
+    bf: bool,
+    w: &[u8],
+    x: &[f32],
+    (rows, k): (usize, usize),
+    t: &mut [f32],
+) -> Result<()> {
+    let xt = MatRef::new(x, k, rows, true)?;
+    let kernel = family.gemm_kernel();
+    let row_bytes = 2 * k;
+    pool::for_slices_on(threads, t, rows, BLOCK_ROWS, &|js, part| {
+        let mut buf: Vec<f32> = Vec::new();
+        buffers::grow(
+            &mut buf,
+            BLOCK_ROWS.min(js.len()) * k,
+            0.0,
+            "f16 weight block",
+        )?;
+        let mut gemm = Gemm::new(kernel).with_threads(1);
+        for b0 in js.clone().step_by(BLOCK_ROWS) {
+            let b1 = (b0 + BLOCK_ROWS).min(js.end);
+            let wb = &mut buf[..(b1 - b0) * k];
+            widen(family, bf, &w[b0 * row_bytes..b1 * row_bytes], wb);
+            let a = MatRef::new(wb, b1 - b0, k, false)?;
+            let c = &mut part[(b0 - js.start) * rows..(b1 - js.start) * rows];
+            gemm.run(a, xt, c, rows)?;
+        }
+        Ok(())
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(test)]
+mod tests;
+
+/// One `f16` (or `bf16` when `BF`) value's bits as f32, as the reference decodes it.
+#[inline(always)]
+fn scalar<const BF: bool>(h: u16) -> f32 {
+    if BF {
+        f32::from_bits((h as u32) << 16)
+    } else {
+        quant::decode::f16_to_f32(h)
+    }
+}

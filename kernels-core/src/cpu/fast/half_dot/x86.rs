@@ -1,0 +1,260 @@
+//! The x86_64 kernels of [`super`]: AVX-512F and AVX2, both with FMA and F16C.
+
+/// The dot and widening kernels over one instruction set's primitives, which the invoking
+/// module defines: the vector type `V` of `L` lanes, `GROUP` (rows of `x` at once) and
+/// `unsafe fn`s `zero`, `add`, `load_x` (`L` f32), `load_w::<BF>` (`L` f16 or bf16 values
+/// widened), `store`, `fma(a, b, c) = a * b + c` and `hsum`.
+macro_rules! half_kernels {
+    ($(#[$attr:meta])*) => {
+        /// `t[(j - j0) * rows + r] = x[r] . w[j]` for `j0 <= j < j1`, `r < rows`.
+        ///
+        /// # Safety
+        /// The CPU has this module's features; `w + j * row_bytes` is valid for `row_bytes =
+        /// 2 k` reads for `j < j1`, `x` for `rows * k` reads, `t` for `(j1 - j0) * rows`
+        /// writes.
+        $(#[$attr])*
+        #[allow(clippy::too_many_arguments)]
+        pub(in crate::cpu::fast::half_dot) unsafe fn rows<const BF: bool>(
+            w: *const u8,
+            row_bytes: usize,
+            j0: usize,
+            j1: usize,
+            x: *const f32,
+            rows: usize,
+            k: usize,
+            t: *mut f32,
+        ) {
+            // SAFETY: every block reads weight rows j..j + J < j1 and rows r0..r0 + R <= rows of
+            // x, and writes their outputs (J x R values at (j - j0) * rows + r0, stride rows).
+            unsafe {
+                let mut r0 = 0;
+                while r0 < rows {
+                    let rn = (rows - r0).min(GROUP);
+                    let xr = x.add(r0 * k);
+                    let mut j = j0;
+                    while j + 4 <= j1 {
+                        let (wj, tj) = (w.add(j * row_bytes), t.add((j - j0) * rows + r0));
+                        match rn {
+                            1 => block::<1, 4, 2, BF>(xr, k, wj, row_bytes, tj, rows),
+                            2 => block::<2, 4, 1, BF>(xr, k, wj, row_bytes, tj, rows),
+                            3 => block::<3, 4, 1, BF>(xr, k, wj, row_bytes, tj, rows),
+                            _ => block::<4, 4, 1, BF>(xr, k, wj, row_bytes, tj, rows),
+                        }
+                        j += 4;
+                    }
+                    while j < j1 {
+                        let (wj, tj) = (w.add(j * row_bytes), t.add((j - j0) * rows + r0));
+                        match rn {
+                            1 => block::<1, 1, 4, BF>(xr, k, wj, row_bytes, tj, rows),
+                            2 => block::<2, 1, 2, BF>(xr, k, wj, row_bytes, tj, rows),
+                            3 => block::<3, 1, 2, BF>(xr, k, wj, row_bytes, tj, rows),
+                            _ => block::<4, 1, 2, BF>(xr, k, wj, row_bytes, tj, rows),
+                        }
+                        j += 1;
+                    }
+                    r0 += rn;
+                }
+            }
+        }
+
+        /// `R` rows of `x` by `J` weight rows, `U` accumulators each along `k`.
+        ///
+        /// # Safety
+        /// As [`rows`], for these rows.
+        $(#[$attr])*
+        #[inline]
+        unsafe fn block<const R: usize, const J: usize, const U: usize, const BF: bool>(
+            x: *const f32,
+            k: usize,
+            w: *const u8,
+            row_bytes: usize,
+            t: *mut f32,
+            ldt: usize,
+        ) {
+            // SAFETY: reads at p + u * L + L <= k of each row; the tail is scalar.
+            unsafe {
+                let mut acc = [[[zero(); U]; J]; R];
+                let mut p = 0;
+                while p + U * L <= k {
+                    for u in 0..U {
+                        let mut wv = [zero(); J];
+                        for (jj, v) in wv.iter_mut().enumerate() {
+                            *v = load_w::<BF>(w.add(jj * row_bytes + 2 * (p + u * L)));
+                        }
+                        for (r, accr) in acc.iter_mut().enumerate() {
+                            let xv = load_x(x.add(r * k + p + u * L));
+                            for (a, &wj) in accr.iter_mut().zip(&wv) {
+                                a[u] = fma(xv, wj, a[u]);
+                            }
+                        }
+                    }
+                    p += U * L;
+                }
+                while p + L <= k {
+                    let mut wv = [zero(); J];
+                    for (jj, v) in wv.iter_mut().enumerate() {
+                        *v = load_w::<BF>(w.add(jj * row_bytes + 2 * p));
+                    }
+                    for (r, accr) in acc.iter_mut().enumerate() {
+                        let xv = load_x(x.add(r * k + p));
+                        for (a, &wj) in accr.iter_mut().zip(&wv) {
+                            a[0] = fma(xv, wj, a[0]);
+                        }
+                    }
+                    p += L;
+                }
+                for (r, accr) in acc.iter().enumerate() {
+                    for (jj, a) in accr.iter().enumerate() {
+                        let mut v = a[0];
+                        for &more in &a[1..] {
+                            v = add(v, more);
+                        }
+                        let mut s = hsum(v);
+                        for q in p..k {
+                            let h = core::ptr::read_unaligned(w.add(jj * row_bytes + 2 * q) as *const u16);
+                            s += *x.add(r * k + q) * super::super::scalar::<BF>(h);
+                        }
+                        *t.add(jj * ldt + r) = s;
+                    }
+                }
+            }
+        }
+
+        /// `dst[i] = src[i]` widened to f32 for `i < n`.
+        ///
+        /// # Safety
+        /// The CPU has this module's features; `src` is valid for `2 n` reads, `dst` for `n`
+        /// writes.
+        $(#[$attr])*
+        pub(in crate::cpu::fast::half_dot) unsafe fn widen<const BF: bool>(
+            src: *const u8,
+            n: usize,
+            dst: *mut f32,
+        ) {
+            // SAFETY: whole vectors below n, then single values.
+            unsafe {
+                let mut i = 0;
+                while i + L <= n {
+                    store(dst.add(i), load_w::<BF>(src.add(2 * i)));
+                    i += L;
+                }
+                while i < n {
+                    let h = core::ptr::read_unaligned(src.add(2 * i) as *const u16);
+                    *dst.add(i) = super::super::scalar::<BF>(h);
+                    i += 1;
+                }
+            }
+        }
+    };
+}
+
+pub(super) mod avx512 {
+    use core::arch::x86_64::*;
+
+    type V = __m512;
+    const L: usize = 16;
+    const GROUP: usize = 4;
+
+    #[inline(always)]
+    unsafe fn zero() -> V {
+        // SAFETY: called only inside this module's `target_feature` kernels.
+        unsafe { _mm512_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn add(a: V, b: V) -> V {
+        // SAFETY: as `zero`.
+        unsafe { _mm512_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn load_x(p: *const f32) -> V {
+        // SAFETY: as `zero`; the caller's pointer holds 16 values.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn load_w<const BF: bool>(p: *const u8) -> V {
+        // SAFETY: as `load_x`, 16 two-byte values.
+        unsafe {
+            let h = _mm256_loadu_si256(p as *const __m256i);
+            if BF {
+                _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+            } else {
+                _mm512_cvtph_ps(h)
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: V) {
+        // SAFETY: as `load_x`.
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: V, b: V, c: V) -> V {
+        // SAFETY: as `zero`.
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn hsum(v: V) -> f32 {
+        // SAFETY: as `zero`.
+        unsafe { _mm512_reduce_add_ps(v) }
+    }
+
+    half_kernels!(#[target_feature(enable = "avx512f,avx2,fma,f16c")]);
+}
+
+pub(super) mod avx2 {
+    use core::arch::x86_64::*;
+
+    type V = __m256;
+    const L: usize = 8;
+    const GROUP: usize = 2;
+
+    #[inline(always)]
+    unsafe fn zero() -> V {
+        // SAFETY: called only inside this module's `target_feature` kernels.
+        unsafe { _mm256_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn add(a: V, b: V) -> V {
+        // SAFETY: as `zero`.
+        unsafe { _mm256_add_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn load_x(p: *const f32) -> V {
+        // SAFETY: as `zero`; the caller's pointer holds 8 values.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn load_w<const BF: bool>(p: *const u8) -> V {
+        // SAFETY: as `load_x`, 8 two-byte values.
+        unsafe {
+            let h = _mm_loadu_si128(p as *const __m128i);
+            if BF {
+                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+            } else {
+                _mm256_cvtph_ps(h)
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: V) {
+        // SAFETY: as `load_x`.
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+    #[inline(always)]
+    unsafe fn fma(a: V, b: V, c: V) -> V {
+        // SAFETY: as `zero`.
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn hsum(v: V) -> f32 {
+        // SAFETY: as `zero`.
+        unsafe {
+            let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+            _mm_cvtss_f32(s)
+        }
+    }
+
+    half_kernels!(#[target_feature(enable = "avx2,fma,f16c")]);
+}
