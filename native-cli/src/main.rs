@@ -355,10 +355,51 @@ fn check_model_flag(model: &Path) -> CliResult<()> {
             "--model {shown}: no such file or directory (give a model directory or a .gguf file)"
         ))),
         Err(e) => Err(native_cli::fail(format!("--model {shown}: {e}"))),
-        Ok(m) if m.is_dir() => Ok(()),
+        Ok(m) if m.is_dir() => check_model_dir(model),
         Ok(m) => native_cli::limits::regular_file(model, &m)
             .map_err(|e| native_cli::fail(format!("--model {e}"))),
     }
+}
+
+/// The files a model directory's loaders open (config, weights, the shards its index lists,
+/// tokenizer and chat files) must be regular files where they exist: a FIFO, device or socket
+/// among them is refused by name before anything is opened.
+fn check_model_dir(dir: &Path) -> CliResult<()> {
+    const FILES: [&str; 7] = [
+        "config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "generation_config.json",
+    ];
+    let check = |path: &Path| -> CliResult<()> {
+        match std::fs::metadata(path) {
+            Ok(m) => native_cli::limits::regular_file(path, &m)
+                .map_err(|e| native_cli::fail(format!("--model {}: {e}", dir.display()))),
+            Err(_) => Ok(()),
+        }
+    };
+    for name in FILES {
+        check(&dir.join(name))?;
+    }
+    let index = dir.join("model.safetensors.index.json");
+    let Ok(bytes) = native_cli::limits::read_regular(&index) else {
+        return Ok(());
+    };
+    // The loader reports a malformed index; here only the shards it names matter.
+    let Ok(json) = serde_json::from_slice::<serde_json::Value>(&bytes) else {
+        return Ok(());
+    };
+    if let Some(map) = json.get("weight_map").and_then(|m| m.as_object()) {
+        let shards: std::collections::BTreeSet<&str> =
+            map.values().filter_map(|v| v.as_str()).collect();
+        for shard in shards {
+            check(&dir.join(shard))?;
+        }
+    }
+    Ok(())
 }
 
 fn run(cli: Cli) -> CliResult<()> {

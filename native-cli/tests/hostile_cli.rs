@@ -175,6 +175,11 @@ const CASES: &[Case] = &[
         not: &[],
     },
     Case {
+        args: "generate --model {dir}/shard-fifo --backend cpu --prompt hi",
+        says: &["model-00001-of-00002.safetensors", "FIFO"],
+        not: &[],
+    },
+    Case {
         args: "quantize --model {dir}/long --to q8_0 --out {dir}/long.gguf --no-tokenizer",
         says: &["max_position_embeddings = 1000000000000", "u32"],
         not: &[],
@@ -197,6 +202,27 @@ fn hostile_invocations_get_a_clean_error_in_the_users_words() {
     let fifo = dir.join("fifo.gguf");
     let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
     assert!(made.success());
+    // A sharded checkpoint whose first shard is a FIFO.
+    let sharded = adder_with(dir, "shard-fifo", "hidden_size", serde_json::json!(48));
+    std::fs::remove_file(sharded.join("model.safetensors")).unwrap();
+    std::fs::write(
+        sharded.join("model.safetensors.index.json"),
+        serde_json::json!({"weight_map": {
+            "model.embed_tokens.weight": "model-00001-of-00002.safetensors",
+            "model.norm.weight": "model-00002-of-00002.safetensors",
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let shard = sharded.join("model-00001-of-00002.safetensors");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&shard)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    std::fs::write(sharded.join("model-00002-of-00002.safetensors"), b"").unwrap();
 
     let mut failures = Vec::new();
     for case in CASES {
