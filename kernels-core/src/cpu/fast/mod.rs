@@ -6,7 +6,8 @@
 //! forces one, see [`config`]), `simd128` on wasm, and auto-vectorized plain Rust everywhere
 //! else. Products with few rows or columns (decode's matrix-vector products) stream the large
 //! operand without packing it (`skinny`). With the `threads` feature large products are split
-//! over `KERNELS_THREADS` scoped threads; without it (and in `no_std`) one thread.
+//! over the persistent thread pool of `KERNELS_THREADS` threads ([`pool`]); without it (and in
+//! `no_std`, and on wasm) one thread.
 //! `gru_cell` and `gru_sequence` reuse the reference's gate arithmetic with their products on
 //! that GEMM ([`matmul_slices`]).
 //!
