@@ -87,6 +87,11 @@ impl Device for CudaBackend {
     fn host_floats(&self, op: &'static str, t: &Tensor) -> Result<Option<Arc<Vec<f32>>>> {
         Ok(self.buffer_of(op, t)?.host_floats().cloned())
     }
+    /// Decode's f32 products (at most `MATVEC_MAX_ROWS` rows) take `matvec`, each weight row
+    /// read once by a block in coalesced loads, not an SGEMM with one row.
+    fn f32_matvec(&self) -> bool {
+        true
+    }
     fn chunk_elems(&self) -> usize {
         // One binding holds any tensor: nothing is split.
         usize::MAX

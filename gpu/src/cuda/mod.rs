@@ -1,7 +1,9 @@
 //! The optional CUDA backend (`cuda` feature): the same [`Backend`] trait as the CPU and wgpu,
 //! for NVIDIA GPUs through the vendor libraries, via `cudarc`.
 //!
-//! - matmul (and every product inside other ops: GRU projections, low-rank SVD) is cuBLAS
+//! - decode's products (at most 8 rows: f32, f16, bf16 and packed weights, `matmul_swiglu`'s
+//!   gated form) are the `matvec` kernel of `quant.cu`, each weight row read once;
+//! - every other matmul (and every product inside other ops: GRU projections, low-rank SVD) is cuBLAS
 //!   SGEMM, strided batched, with the transposes passed to cuBLAS instead of copies; with
 //!   [`CudaBackend::with_half_products`] (`KERNELS_CUDA_HALF=1`), products with a 16-bit or
 //!   packed weight that are not decode's `matvec` run in 16 bits on tensor cores
@@ -35,6 +37,8 @@ mod graph_tests;
 pub mod kernels;
 mod launch;
 mod matmul;
+#[cfg(test)]
+mod matvec_tests;
 mod svd;
 
 use engine::{Engine, Gemm, GraphRun, Grid, Kernel, Mem, Params, Step};

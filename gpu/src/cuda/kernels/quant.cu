@@ -125,7 +125,9 @@ KERNEL(dequantize_rows, DequantizeParams) {
 // threads stride over k, decoding as they go, and the block sums. Outputs (and the bias) at
 // columns p.col0.. of rows of p.ldo (a column block, as the WGSL kernel's); p.accum = 1 adds them
 // to what out0 holds (matmul_add into its residual); p.glu != 0 gates output j with the up row
-// j + p.glu (matmul_swiglu: silu(gate) * up).
+// j + p.glu (matmul_swiglu: silu(gate) * up). f32 weights (decode's f32 products) and f16/bf16
+// rows of even length are read without the per-element decode: f32 rows directly, 16-bit rows
+// one 32-bit word (two elements) a load.
 KERNEL(matvec, MatvecParams) {
     unsigned long long g = blockIdx.x;
     if (g >= (unsigned long long)p.rows * p.n) return;
@@ -134,9 +136,41 @@ KERNEL(matvec, MatvecParams) {
     unsigned long long ju = j + p.glu;
     const unsigned char* w = (const unsigned char*)in2;
     float acc = 0.0f, acc_up = 0.0f;
-    for (unsigned long long i = threadIdx.x; i < k; i += blockDim.x) {
-        acc = acc + in0[r * k + i] * decode(w, p.dtype, j * k + i);
-        if (p.glu != 0) acc_up = acc_up + in0[r * k + i] * decode(w, p.dtype, ju * k + i);
+    const float* x = in0 + r * k;
+    bool halves = (p.dtype == WEIGHT_F16 || p.dtype == WEIGHT_BF16) && (k & 1ull) == 0;
+    if (p.dtype == F32_SOURCE) {
+        // An f32 weight (decode's f32 products): the rows read as f32, coalesced across the
+        // block, no per-element decode.
+        const float* wj = (const float*)in2 + j * k;
+        const float* wu = (const float*)in2 + ju * k;
+        for (unsigned long long i = threadIdx.x; i < k; i += blockDim.x) {
+            acc = acc + x[i] * wj[i];
+            if (p.glu != 0) acc_up = acc_up + x[i] * wu[i];
+        }
+    } else if (halves) {
+        // f16 or bf16 rows of even length: one 32-bit word (two elements) a load.
+        const unsigned int* w32 = (const unsigned int*)in2;
+        unsigned long long kw = k / 2, wj = j * kw, wu = ju * kw;
+        bool bf = p.dtype == WEIGHT_BF16;
+        for (unsigned long long i = threadIdx.x; i < kw; i += blockDim.x) {
+            unsigned int v = w32[wj + i];
+            float lo = bf ? __int_as_float((int)(v << 16)) : f16_bits(v & 0xffffu);
+            float hi = bf ? __int_as_float((int)(v & 0xffff0000u)) : f16_bits(v >> 16);
+            acc = acc + x[2 * i] * lo;
+            acc = acc + x[2 * i + 1] * hi;
+            if (p.glu != 0) {
+                unsigned int u = w32[wu + i];
+                float ulo = bf ? __int_as_float((int)(u << 16)) : f16_bits(u & 0xffffu);
+                float uhi = bf ? __int_as_float((int)(u & 0xffff0000u)) : f16_bits(u >> 16);
+                acc_up = acc_up + x[2 * i] * ulo;
+                acc_up = acc_up + x[2 * i + 1] * uhi;
+            }
+        }
+    } else {
+        for (unsigned long long i = threadIdx.x; i < k; i += blockDim.x) {
+            acc = acc + x[i] * decode(w, p.dtype, j * k + i);
+            if (p.glu != 0) acc_up = acc_up + x[i] * decode(w, p.dtype, ju * k + i);
+        }
     }
     float s = block_sum(acc);
     float up = p.glu != 0 ? block_sum(acc_up) : 0.0f;
