@@ -144,3 +144,66 @@ fn cuda_training_is_stable_and_agrees_with_the_cpu() {
     }
     println!("cuda stability: loss {first:.4} -> {last:.6}; {:?}", after);
 }
+
+/// CUDA graphs on the device: a llama's prefill and decode tokens give the same logits and
+/// tokens with graphs (each token one captured, updated and launched graph) as launch by
+/// launch, every launch ran inside a graph, and the decode shape was instantiated once.
+#[test]
+fn cuda_graphs_decode_as_launches_do() {
+    use kernels_core::models::llama::addition::{Size, config};
+    use kernels_core::models::llama::{KvCache, Llama};
+    let Some(first) = testing::cuda("cuda_graphs_decode_as_launches_do") else {
+        return;
+    };
+    let run = |be: Rc<kernels_gpu::cuda::CudaBackend>| {
+        let mut c = config(Size {
+            hidden: 64,
+            intermediate: 128,
+            layers: 3,
+            heads: 4,
+            kv_heads: 2,
+        });
+        c.max_position_embeddings = 64;
+        let dynbe: Rc<dyn Backend> = be.clone();
+        let model = Llama::init(c, dynbe.clone(), &mut Rng::new(29)).unwrap();
+        let g = Graph::inference(dynbe.clone());
+        let p = model.bind(&g).unwrap();
+        let mut cache = KvCache::with_capacity(24);
+        let ids = Tensor::from_i32(&[1, 4], vec![1, 4, 2, 7]).unwrap();
+        let mut input = g.constant(dynbe.upload(&ids).unwrap()).unwrap();
+        let mut out = Vec::new();
+        for _ in 0..12 {
+            let h = model.forward(&g, &p, &input, Some(&mut cache)).unwrap();
+            let last = model.last_positions(&g, &h).unwrap();
+            let l = model.logits(&g, &p, &last).unwrap();
+            let next = g.argmax(&l).unwrap();
+            let logits = pollster::block_on(dynbe.download(l.tensor())).unwrap();
+            out.push(logits.to_f32_vec().unwrap());
+            input = g.reshape(&next, &[1, 1]).unwrap();
+        }
+        (out, be.counters())
+    };
+    let plain = Rc::new(first.with_graphs(false));
+    let graphed = Rc::new(
+        kernels_gpu::cuda::CudaBackend::new()
+            .unwrap()
+            .with_graphs(true),
+    );
+    let (a, ca) = run(plain);
+    let (b, cb) = run(graphed);
+    for (step, (x, y)) in a.iter().zip(&b).enumerate() {
+        let same = x.iter().zip(y).all(|(p, q)| p.to_bits() == q.to_bits());
+        assert!(
+            same,
+            "step {step}: logits differ between graphs and launches"
+        );
+    }
+    println!("without graphs {ca:?}\nwith graphs {cb:?}");
+    assert_eq!(ca.graph_launches, 0);
+    assert_eq!(cb.graph_nodes, cb.launches + cb.gemms, "{cb:?}");
+    assert_eq!(cb.graph_launches, 12, "{cb:?}");
+    assert!(
+        cb.graph_instantiations <= 2,
+        "prefill and decode shapes: {cb:?}"
+    );
+}
