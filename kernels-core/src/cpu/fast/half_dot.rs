@@ -346,7 +346,9 @@ mod x86;
 #[cfg(test)]
 mod tests;
 
-/// One `f16` (or `bf16` when `BF`) value's bits as f32, as the reference decodes it.
+/// One `f16` (or `bf16` when `BF`) value's bits as f32, as the reference decodes it (the x86
+/// kernels' tails).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn scalar<const BF: bool>(h: u16) -> f32 {
     if BF {
