@@ -78,10 +78,17 @@ fn the_generator_makes_valid_svg_from_the_saved_json_and_the_committed_charts_ar
 const META: &str = r#"{"out": "chart.svg", "title": "t", "date": "2000-01-02",
   "machine": "m", "command": "c"}"#;
 
+/// A folder's name, its files (name, content) and texts its chart must show.
+type Case = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    &'static [&'static str],
+);
+
 #[test]
 fn every_input_format_is_read() {
     // The formats of tests/README.md's "Charts", with figures made up for this test only.
-    let cases: [(&str, &[(&str, &str)], &[&str]); 4] = [
+    let cases: [Case; 4] = [
         (
             "llama_cpp",
             &[(
