@@ -86,7 +86,9 @@ enum Cmd {
         #[arg(long)]
         backend: Option<String>,
     },
-    /// Every op, forward and backward, on the available backends against the CPU reference.
+    /// The demo model and the world model on each backend, then every op, forward and
+    /// backward, against the CPU reference: one summary line per backend (the failing rows when
+    /// any; every row with --verbose) and the commands to try next.
     ///
     /// --json prints the summary as ONE object on stdout (the progress goes to stderr):
     /// {"seed", "llama": [{"backend", "reason", "held_out_correct", "held_out_problems"}],
@@ -406,6 +408,7 @@ fn run(cli: Cli) -> CliResult<()> {
     if let Some(model) = model_flag(&cli.cmd) {
         check_model_flag(model)?;
     }
+    let verbose = cli.verbose;
     match cli.cmd {
         Cmd::Info { json } => info::run(json),
         Cmd::Ops { json, markdown } => ops::run(json, markdown),
@@ -434,6 +437,7 @@ fn run(cli: Cli) -> CliResult<()> {
             large,
             plot,
             json,
+            verbose,
         }),
         Cmd::Parity {
             backend,

@@ -26,6 +26,8 @@ pub struct DemoOptions {
     pub plot: std::path::PathBuf,
     /// Print the summary as one JSON object on stdout, the progress on stderr.
     pub json: bool,
+    /// Print every parity check's row, not only the failing ones.
+    pub verbose: bool,
 }
 
 /// The backends the demo runs: the CPU with its fast paths, and the GPU `KERNELS_BACKEND`
@@ -63,14 +65,14 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
     let backends = backends()?;
     emit(&format!(
         "kernels demo: the llama addition model, the GRU world model, then {} parity cases of {} \
-         ops, forward and backward, against the CPU reference (seed {})\n\n",
+         ops (forward and backward) against the CPU reference, seed {}\n\n",
         cases.len(),
         kernels_core::OpKind::ALL.len(),
         opts.seed
     ))?;
     let mut llama = Vec::new();
     for (backend, reason) in &backends {
-        let (ok, n) = model_demo(backend.clone(), reason, opts.seed)?;
+        let (ok, n) = model_demo(backend.clone(), reason, opts.seed, opts.verbose)?;
         llama.push(serde_json::json!({
             "backend": backend.name(),
             "reason": reason,
@@ -81,14 +83,22 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
     let world = world::run(&backends, &opts.plot)?;
     let mut totals: Vec<(String, usize, usize, Duration)> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
+    let mut s = format!(
+        "parity against the CPU reference ({} cases):\n",
+        cases.len()
+    );
     for (backend, reason) in &backends {
-        emit(&format!("backend {}: {reason}\n", backend.name()))?;
         let t0 = Instant::now();
         let rows = check_all(&cases, backend.as_ref());
         let wall = t0.elapsed();
-        emit(&table(&rows, false))?;
+        if opts.verbose {
+            emit(&format!("backend {}: {reason}\n", backend.name()))?;
+            emit(&table(&rows, false))?;
+            emit("\n")?;
+        }
         let passed = rows.iter().filter(|r| r.pass()).count();
-        for r in rows.iter().filter(|r| !r.pass()) {
+        let failed: Vec<_> = rows.iter().filter(|r| !r.pass()).cloned().collect();
+        for r in &failed {
             failures.push(format!(
                 "{} {} {} {}: {}",
                 r.backend,
@@ -98,16 +108,18 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
                 r.failure().unwrap_or_default()
             ));
         }
-        emit("\n")?;
+        s.push_str(&summary_line(&backend.name(), &rows, cases.len(), wall));
+        if !failed.is_empty() && !opts.verbose {
+            s.push_str(&table(&failed[..failed.len().min(MAX_FAILED_ROWS)], true));
+            if failed.len() > MAX_FAILED_ROWS {
+                s.push_str(&format!(
+                    "  ... and {} more failing rows (kernels parity --backend {} lists every row)\n",
+                    failed.len() - MAX_FAILED_ROWS,
+                    backend.name()
+                ));
+            }
+        }
         totals.push((backend.name(), passed, rows.len(), wall));
-    }
-    let mut s = String::from("totals:\n");
-    for (name, passed, total, wall) in &totals {
-        s.push_str(&format!(
-            "  {name}: {passed}/{total} checks within budget ({} failed), {}\n",
-            total - passed,
-            fmt_duration(*wall)
-        ));
     }
     if opts.json {
         emit(&s)?;
@@ -138,12 +150,16 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
     }
     if failures.is_empty() {
         s.push_str("all checks passed\n");
+        s.push_str(NEXT);
         emit(&s)
     } else {
-        s.push_str("\nfailures:\n");
-        for f in &failures {
-            s.push_str(&format!("  {f}\n"));
+        if opts.verbose {
+            s.push_str("\nfailures:\n");
+            for f in &failures {
+                s.push_str(&format!("  {f}\n"));
+            }
         }
+        s.push_str(NEXT);
         emit(&s)?;
         Err(fail(format!(
             "demo: {} of {} checks failed",
@@ -153,13 +169,65 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
     }
 }
 
+/// Failing rows shown per backend without --verbose.
+const MAX_FAILED_ROWS: usize = 5;
+
+/// What to try after the demo.
+pub const NEXT: &str = "\nnext:\n  \
+    kernels generate --prompt 123+456=         the demo model answering one problem\n  \
+    kernels demo --verbose                     every parity check, one row each\n  \
+    kernels parity --backend cpu               the parity table of one backend\n  \
+    kernels bench --quick                      the ops' speed on each backend\n  \
+    kernels train transformer --out my-adder   train an adder of your own\n";
+
+/// One backend's parity in a line: checks within budget, failures, wall time and the slowest
+/// check (op and direction).
+pub fn summary_line(
+    backend: &str,
+    rows: &[crate::parity::Row],
+    cases: usize,
+    wall: Duration,
+) -> String {
+    let passed = rows.iter().filter(|r| r.pass()).count();
+    let slowest = rows
+        .iter()
+        .max_by_key(|r| r.time)
+        .map(|r| {
+            format!(
+                "; slowest: {} {} ({})",
+                r.kind,
+                r.dir.name(),
+                fmt_duration(r.time)
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "  {backend}: {passed}/{} checks within budget ({cases} cases, forward and backward), {} \
+         failed, {}{slowest}\n",
+        rows.len(),
+        rows.len() - passed,
+        fmt_duration(wall)
+    )
+}
+
 /// The embedded llama (three-digit addition) on one backend: a few problems streamed token by
 /// token, then the held-out accuracy `(correct, problems)`.
-fn model_demo(backend: Rc<dyn Backend>, reason: &str, seed: u64) -> CliResult<(usize, usize)> {
+fn model_demo(
+    backend: Rc<dyn Backend>,
+    reason: &str,
+    seed: u64,
+    verbose: bool,
+) -> CliResult<(usize, usize)> {
     let files = addition::embedded()?;
     let model = llama::build(&files, backend.clone())?;
+    let why = if verbose {
+        format!(" ({reason})")
+    } else {
+        String::new()
+    };
     emit(&format!(
-        "llama demo model ({} parameters, {} layers) on {} ({reason}): three-digit addition, the sum written least-significant digit first\n",
+        "llama demo model ({} parameters, {} layers) on {}{why}: three-digit addition, answers \
+         least-significant digit first\n",
         model.config.num_parameters(),
         model.config.num_hidden_layers,
         backend.name()
