@@ -140,7 +140,8 @@ impl Counting {
                     work: c.launches + c.gemms,
                     submits: None,
                     bytes_down: c.bytes_downloaded,
-                    host_ns: None,
+                    // From a step's first launch until its graph launch (or last launch) returned.
+                    host_ns: Some(c.host_ns),
                     bind_groups: None,
                 })
             }
