@@ -610,10 +610,19 @@ fn main() -> ExitCode {
     ensure_runtime_dir();
     let cli = Cli::parse();
     let verbose = cli.verbose;
+    let gguf = model_flag(&cli.cmd).is_some_and(|m| {
+        m.extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    });
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            let msg = e.to_string();
+            if gguf {
+                eprintln!("error: {}", gguf_words(&msg));
+            } else {
+                eprintln!("error: {msg}");
+            }
             if verbose {
                 eprintln!("  detail: {e:?}");
                 let mut source = e.source();
@@ -625,6 +634,42 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error about a GGUF file in the file's own words: the loader works on Hugging Face names
+/// (tensors, config fields), which a GGUF's user never sees; each backquoted tensor name becomes
+/// its llama.cpp name (`model.layers.0.self_attn.q_proj.weight` -> `blk.0.attn_q.weight`), and
+/// config.json's fields the `<arch>.*` keys they come from.
+fn gguf_words(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut parts = msg.split('`');
+    if let Some(first) = parts.next() {
+        out.push_str(first);
+    }
+    for (i, part) in parts.enumerate() {
+        out.push('`');
+        // Odd parts (0-based i even) are inside backquotes.
+        match (i % 2 == 0)
+            .then(|| kernels_core::gguf::llama::gguf_tensor_name(part))
+            .flatten()
+        {
+            Some(g) => out.push_str(&g),
+            None => out.push_str(part),
+        }
+    }
+    const FIELDS: [(&str, &str); 7] = [
+        ("bad model file config.json: ", "bad GGUF metadata: "),
+        ("num_hidden_layers", "block_count"),
+        ("num_key_value_heads", "attention.head_count_kv"),
+        ("num_attention_heads", "attention.head_count"),
+        ("intermediate_size", "feed_forward_length"),
+        ("max_position_embeddings", "context_length"),
+        ("hidden_size", "embedding_length"),
+    ];
+    for (hf, gguf) in FIELDS {
+        out = out.replace(hf, gguf);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -667,6 +712,18 @@ mod tests {
             .find_subcommand("train")
             .and_then(|t| t.find_subcommand("transformer"));
         assert!(train.is_some_and(|t| t.get_arguments().count() > 10));
+    }
+
+    #[test]
+    fn gguf_errors_name_the_files_tensors() {
+        let hf = "bad model file config.json: the config needs 20 tensors (num_hidden_layers = \
+                  2); the first missing is `model.layers.0.self_attn.q_proj.weight`";
+        assert_eq!(
+            super::gguf_words(hf),
+            "bad GGUF metadata: the config needs 20 tensors (block_count = 2); the first \
+             missing is `blk.0.attn_q.weight`"
+        );
+        assert_eq!(super::gguf_words("a `b` c"), "a `b` c");
     }
 
     #[test]

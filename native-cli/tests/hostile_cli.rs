@@ -179,6 +179,12 @@ const CASES: &[Case] = &[
         says: &["model-00001-of-00002.safetensors", "FIFO"],
         not: &[],
     },
+    // A GGUF's tensors are named as the file names them.
+    Case {
+        args: "generate --model {dir}/short.gguf --backend cpu --prompt 1+1=",
+        says: &["blk.0.attn_q.weight"],
+        not: &["model.layers.", "self_attn"],
+    },
     Case {
         args: "quantize --model {dir}/long --to q8_0 --out {dir}/long.gguf --no-tokenizer",
         says: &["max_position_embeddings = 1000000000000", "u32"],
@@ -223,6 +229,17 @@ fn hostile_invocations_get_a_clean_error_in_the_users_words() {
             .success()
     );
     std::fs::write(sharded.join("model-00002-of-00002.safetensors"), b"").unwrap();
+    // The demo model as GGUF, less its first layer's q projection.
+    let adder = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/adder");
+    let config = kernels_core::models::llama::LlamaConfig::from_json(
+        &std::fs::read_to_string(adder.join("config.json")).unwrap(),
+    )
+    .unwrap();
+    let mut tensors =
+        kernels_core::io::load(&std::fs::read(adder.join("model.safetensors")).unwrap()).unwrap();
+    tensors.remove("model.layers.0.self_attn.q_proj.weight");
+    let gguf = kernels_core::gguf::llama::llama_to_gguf(&config, &tensors).unwrap();
+    std::fs::write(dir.join("short.gguf"), gguf.to_bytes().unwrap()).unwrap();
 
     let mut failures = Vec::new();
     for case in CASES {
