@@ -364,36 +364,41 @@ fi
 if [ -f "$M1B/model.safetensors" ]; then
     ARGS_1B=(--prompt-len 16 --new-tokens 32 --prefill-len 64 --runs 1)
     [ "$DRY" = 1 ] && ARGS_1B=(--prompt-len 4 --new-tokens 4 --prefill-len 8 --runs 1)
+    RUNS_1B=()
     for b in ${BACKENDS//,/ }; do
         [ "$b" = cpu ] && [ "$DRY" != 1 ] && continue
-        for q in f16 q8_0 q4_k; do
-            qa=()
-            [ "$q" != f16 ] && qa=(--quantize "$q")
-            start=$(date +%s)
-            if timeout "$(limit 50)" env KERNELS_CUDA_HALF=0 "$KERNELS" bench llama --model "$M1B" --backend "$b" \
-                "${ARGS_1B[@]}" "${qa[@]}" --json >"$OUT/bench-1b-one.json" 2>"$OUT/bench-1b-$b-$q.stderr"; then
-                python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r["label"]=sys.argv[2]; r["dtype"]=sys.argv[3]; r["wall_s"]=int(sys.argv[4]); print(json.dumps(r))' \
-                    "$OUT/bench-1b-one.json" "$b" "$q" "$(($(date +%s) - start))" >>"$OUT/bench-1b.jsonl"
-            else
-                rc=$?
-                FAILED=1
-                say "bench llama $b $q: **FAIL** (exit $rc$([ $rc = 124 ] && echo ', timed out')): $(tail -1 "$OUT/bench-1b-$b-$q.stderr")"
-            fi
-        done
+        for q in f16 q8_0 q4_k; do RUNS_1B+=("$b $q $b KERNELS_CUDA_GRAPHS=1"); done
+    done
+    # The host's cost per token without CUDA graphs, beside the runs with them.
+    [ "$HAS_CUDA" = 1 ] && RUNS_1B+=("cuda-no-graphs f16 cuda KERNELS_CUDA_GRAPHS=0")
+    for run in "${RUNS_1B[@]}"; do
+        read -r label q b genv <<<"$run"
+        qa=()
+        [ "$q" != f16 ] && qa=(--quantize "$q")
+        start=$(date +%s)
+        if timeout "$(limit 50)" env KERNELS_CUDA_HALF=0 "$genv" "$KERNELS" bench llama --model "$M1B" --backend "$b" \
+            "${ARGS_1B[@]}" "${qa[@]}" --json >"$OUT/bench-1b-one.json" 2>"$OUT/bench-1b-$label-$q.stderr"; then
+            python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); r["label"]=sys.argv[2]; r["dtype"]=sys.argv[3]; r["wall_s"]=int(sys.argv[4]); print(json.dumps(r))' \
+                "$OUT/bench-1b-one.json" "$label" "$q" "$(($(date +%s) - start))" >>"$OUT/bench-1b.jsonl"
+        else
+            rc=$?
+            FAILED=1
+            say "bench llama $label $q: **FAIL** (exit $rc$([ $rc = 124 ] && echo ', timed out')): $(tail -1 "$OUT/bench-1b-$label-$q.stderr")"
+        fi
     done
 fi
 python3 - "$OUT/bench-1b.jsonl" "${BW_GBPS:-}" <<'PY' | tee -a "$REPORT"
 import json, sys
 bw = float(sys.argv[2]) * 1e9 if sys.argv[2] else None
 f = lambda v, p=1: "-" if v is None else f"{v:.{p}f}"
-print("| backend | weights | decode tok/s | weight MB/token | % of memory roof | prefill tok/s | host µs/dispatch | host µs/token | dispatches/token | wall s |")
+print("| run | weights | decode tok/s | weight MB/token | % of memory roof | prefill tok/s | host µs/dispatch | host µs/token | dispatches/token | wall s |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for line in open(sys.argv[1]):
     r = json.loads(line)
     tok, wb = r.get("decode_tok_s"), r.get("weight_bytes_per_token")
     roof = None if (bw is None or tok is None or wb is None) else 100.0 * wb * tok / bw
-    roof_s = "- (bandwidth unknown)" if bw is None else ("-" if roof is None else f"{roof:.1f}%")
-    print(f'| {r["backend"].split(" (")[0]} | {r["dtype"]} | {f(tok)} | {f(None if wb is None else wb / 1e6)} | '
+    roof_s = "- (bandwidth unknown)" if bw is None else ("-" if roof is None else f"{roof:.2f}%")
+    print(f'| {r["label"]} | {r["dtype"]} | {f(tok)} | {f(None if wb is None else wb / 1e6)} | '
           f'{roof_s} | {f(r.get("prefill_tok_s"))} | '
           f'{f(r.get("host_us_per_dispatch"), 2)} | {f(r.get("host_us_per_token"))} | {f(r.get("dispatches_per_token"))} | {r["wall_s"]} |')
 print("\nTargets (issue 29): wgpu decode >= 50% of the roof at f16 and q8_0; CUDA decode >= 80%.")
