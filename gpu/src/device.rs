@@ -164,7 +164,7 @@ pub trait Device: MatmulHook + AttentionHook + SvdHook {
     /// Whether decode's f32 products `x @ W^T` (W 2-D, read transposed; at most
     /// `MATVEC_MAX_ROWS` rows of x) run as `matvec` too, each W row read by a whole workgroup:
     /// wgpu's `matmul_rows` reads such a W one column per thread, across rows (uncoalesced).
-    /// CUDA takes it too (an SGEMM with one row reads W no faster).
+    /// CUDA takes it too: one kernel launch per product instead of an SGEMM with one row.
     fn f32_matvec(&self) -> bool {
         false
     }
