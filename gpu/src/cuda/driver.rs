@@ -196,10 +196,10 @@ impl Driver {
         let cu = self.stream.cu_stream();
         // SAFETY: the stream is this engine's; every step only launches kernels or cuBLAS
         // products on it (allocations and copies happened when the step was recorded).
-        unsafe {
-            stream::begin_capture(cu, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        }
-        .map_err(|e| driver_err("beginning a graph capture", e))?;
+        // Relaxed: cuBLAS may allocate its workspace on its first product, which the other
+        // modes refuse while a stream captures (the allocation is not part of the graph).
+        unsafe { stream::begin_capture(cu, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED) }
+            .map_err(|e| driver_err("beginning a graph capture", e))?;
         let ran = steps.iter().try_for_each(|s| s.run(self));
         // SAFETY: ends the capture begun above, also when a step failed.
         let graph =
