@@ -246,8 +246,9 @@ async function llm(browser, prompt, backend, name, quantize) {
 // tests/fixtures/gguf/tiny_llama_q4_0.gguf (Q4_0 matrices, written by gguf-py, its SentencePiece
 // tokenizer in the metadata). The weights choice is set to q4_k first: a GGUF keeps its own
 // types. `kernels generate --model tests/fixtures/gguf/tiny_llama_q4_0.gguf --prompt "the hat"
-// --max-tokens 8` prints `the hat` then GGUF_WANT, on the CPU and on wgpu.
-const GGUF_WANT = 'egggggg</s>';
+// --max-tokens 8` prints `<s> the hat` (the GGUF's add_bos_token: the prompt gets its BOS, as
+// in transformers) then GGUF_WANT, on the CPU and on wgpu; #llm-output shows the continuation.
+const GGUF_WANT = ' t t t t t t t t';
 
 async function pickModel(page, dir) {
   await page.evaluate(() => {

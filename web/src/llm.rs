@@ -23,10 +23,10 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use kernels_chat::{ChatTemplate, Message, generation_config_eos};
+use kernels_chat::{ChatSetup, TextTokenizer};
 use kernels_core::models::hf::{self, Checkpoint};
 use kernels_core::models::llama::{
-    LlamaConfig, QUANTIZE_CHOICES, QuantizeSummary, StopReason, quantize_checkpoint,
+    LlamaConfig, QUANTIZE_CHOICES, QuantizeSummary, quantize_checkpoint,
 };
 use kernels_core::{DType, Error, Result, SharedBytes};
 
@@ -50,7 +50,7 @@ pub struct Source {
     pub checkpoint: Checkpoint,
     pub tokenizer: PageTokenizer,
     /// The chat template and end-of-turn ids of an instruct model (None: plain completion).
-    pub chat: Option<Rc<PageChat>>,
+    pub chat: Option<Rc<ChatSetup>>,
     /// Loaded from a GGUF file: its tensors keep the file's types.
     pub gguf: bool,
     /// The format its matrices were quantized to on load ([`Source::quantize`]).
@@ -75,15 +75,6 @@ pub fn parse_quantize(name: &str) -> Result<Option<DType>> {
         })
 }
 
-/// An instruct model's chat setup, as `kernels chat` reads it.
-#[derive(Debug)]
-pub struct PageChat {
-    pub template: ChatTemplate,
-    /// The config's and generation_config.json's `eos_token_id`, the template's `eos_token`
-    /// and the end-of-turn markers in the vocabulary.
-    pub end_of_turn: Vec<u32>,
-}
-
 pub(crate) fn chat_error(e: kernels_chat::ChatError) -> Error {
     use kernels_chat::ChatError as C;
     let path = match &e {
@@ -99,26 +90,13 @@ pub(crate) fn chat_error(e: kernels_chat::ChatError) -> Error {
     }
 }
 
-impl PageChat {
-    /// The prompt ids for `messages` with the assistant's header: the template rendered at
-    /// `now` (seconds since 1970), encoded as transformers encodes it (no special tokens added:
-    /// the template writes them).
-    pub fn prompt(&self, tok: &PageTokenizer, messages: &[Message], now: i64) -> Result<Vec<u32>> {
-        let text = self
-            .template
-            .render(messages, true, now)
-            .map_err(chat_error)?;
-        tok.encode(&text)
-    }
-}
-
 /// A Hugging Face tokenizer with the page's error type.
 #[derive(Clone)]
-pub struct PageTokenizer(tokenizers::Tokenizer);
+pub struct PageTokenizer(TextTokenizer);
 
 impl std::fmt::Debug for PageTokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "PageTokenizer({} tokens)", self.0.get_vocab_size(true))
+        write!(f, "PageTokenizer({:?})", self.0)
     }
 }
 
@@ -126,22 +104,22 @@ impl PageTokenizer {
     /// From the bytes of `tokenizer.json`; `origin` names the directory in errors.
     pub fn from_json(origin: &str, bytes: &[u8]) -> Result<PageTokenizer> {
         tokenizer_json::tokenizer_from_bytes(bytes)
-            .map(PageTokenizer)
+            .map(|t| PageTokenizer(TextTokenizer::new(t)))
             .map_err(|why| Error::BadModelFile {
                 path: format!("{origin}/tokenizer.json"),
                 why,
             })
     }
 
-    /// Text to ids (no special tokens added: the prompt is the model's input as typed).
+    /// A prompt's ids as transformers' `tokenizer(text)` gives them (the tokenizer's special
+    /// tokens added: kernels-chat's generation path, the CLI's).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        self.0
-            .encode(text, false)
-            .map(|e| e.get_ids().to_vec())
-            .map_err(|e| Error::Backend {
-                backend: "tokenizers".into(),
-                why: e.to_string(),
-            })
+        kernels_chat::prompt_ids(&self.0, text).map_err(chat_error)
+    }
+
+    /// The tokenizer kernels-chat's generation path takes.
+    pub fn text(&self) -> &TextTokenizer {
+        &self.0
     }
 
     /// The id of a token's text, when the vocabulary has it.
@@ -151,10 +129,7 @@ impl PageTokenizer {
 
     /// Ids to text, special tokens included (the demo's end mark `$` is part of its answer).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.0.decode(ids, false).map_err(|e| Error::Backend {
-            backend: "tokenizers".into(),
-            why: e.to_string(),
-        })
+        self.0.decode(ids).map_err(chat_error)
     }
 }
 
@@ -287,7 +262,7 @@ impl Source {
         // write tokenizer.ggml.* yet).
         let tokenizer = match (model.tokenizer_json.as_deref(), files.get("tokenizer.json")) {
             (Some(b), _) => tokenizer_json::tokenizer_from_bytes(b)
-                .map(PageTokenizer)
+                .map(|t| PageTokenizer(TextTokenizer::new(t)))
                 .map_err(|why| Error::BadModelFile {
                     path: path.clone(),
                     why: format!("tokenizer.ggml.*: {why}"),
@@ -338,7 +313,7 @@ fn page_chat(
     files: &BTreeMap<String, Vec<u8>>,
     config: &LlamaConfig,
     tok: &PageTokenizer,
-) -> Result<Option<PageChat>> {
+) -> Result<Option<ChatSetup>> {
     let text = |name: &str| -> Result<Option<&str>> {
         files
             .get(name)
@@ -350,33 +325,18 @@ fn page_chat(
             })
             .transpose()
     };
-    let template = match ChatTemplate::from_files(
+    match ChatSetup::new(
         origin,
         text("tokenizer_config.json")?,
         text("chat_template.jinja")?,
+        text("generation_config.json")?,
+        &config.eos_token_ids,
+        tok.text(),
     ) {
-        Ok(t) => t,
-        Err(kernels_chat::ChatError::NoTemplate { .. }) => return Ok(None),
-        Err(e) => return Err(chat_error(e)),
-    };
-    let mut eos = config.eos_token_ids.clone();
-    if let Some(g) = text("generation_config.json")? {
-        let path = format!("{origin}/generation_config.json");
-        eos.extend(generation_config_eos(&path, g).map_err(chat_error)?);
+        Ok(setup) => Ok(Some(setup)),
+        Err(kernels_chat::ChatError::NoTemplate { .. }) => Ok(None),
+        Err(e) => Err(chat_error(e)),
     }
-    let end_of_turn = template.end_of_turn_ids(&eos, &|t| tok.token_to_id(t));
-    if end_of_turn.is_empty() {
-        return Err(Error::BadModelFile {
-            path: format!("{origin}/tokenizer_config.json"),
-            why: "a chat template, but nothing ends an assistant's turn (no eos_token_id, no \
-                  eos_token, no end-of-turn token in the vocabulary)"
-                .into(),
-        });
-    }
-    Ok(Some(PageChat {
-        template,
-        end_of_turn,
-    }))
 }
 
 fn demo_files(weights: &[u8]) -> BTreeMap<String, Vec<u8>> {
@@ -417,13 +377,21 @@ pub fn dir_name(path: &str) -> &str {
 }
 
 /// Why a generation ended, for the status line.
-pub fn stop_text(reason: Option<StopReason>) -> &'static str {
+pub fn stop_text(reason: Option<&kernels_chat::Stop>) -> &'static str {
+    use kernels_chat::Stop;
     match reason {
-        Some(StopReason::StopToken) => "stopped at the end token",
-        Some(StopReason::MaxTokens) => "reached max tokens",
-        Some(StopReason::MaxPositions) => "the model's context is full",
-        Some(StopReason::Callback) | None => "stopped",
+        Some(Stop::StopId(_)) => "stopped at the end token",
+        Some(Stop::StopString(_)) => "stopped at a stop string",
+        Some(Stop::MaxTokens) => "reached max tokens",
+        Some(Stop::Context) => "the model's context is full",
+        None => "stopped",
     }
+}
+
+/// The continuation in the full text `decode(prompt_ids + new_ids)`: what follows the prompt's
+/// own decode, or the whole text when the decoder joined them otherwise.
+pub fn continuation<'a>(full: &'a str, prompt_text: &str) -> &'a str {
+    full.strip_prefix(prompt_text).unwrap_or(full)
 }
 
 /// Tokens per second, `None` when nothing was timed.
@@ -448,6 +416,7 @@ mod tests {
 
     use std::rc::Rc;
 
+    use kernels_chat::{ChatSession, Decoder, Message, Stop};
     use kernels_core::backend::now_or_never;
     use kernels_core::models::llama::{GenerateOptions, Llama, generate};
     use kernels_core::{CpuBackend, Rng};
@@ -538,8 +507,10 @@ mod tests {
                 "{name}"
             );
         }
+        // The GGUF's add_bos_token: the prompt gets its BOS, as transformers gives it.
         let ids = s.tokenizer.encode("the hat").unwrap();
-        assert_eq!(s.tokenizer.decode(&ids).unwrap(), "the hat");
+        assert_eq!(ids.first(), Some(&1));
+        assert_eq!(s.tokenizer.decode(&ids).unwrap(), "<s> the hat");
         assert_eq!(wanted("dir/tiny.gguf"), Some("tiny.gguf"));
         let mut two = files.clone();
         two.insert("b.gguf".into(), gguf.to_vec());
@@ -672,8 +643,10 @@ mod tests {
         let chat = s.chat.clone().unwrap();
         // <|endoftext|> and <|im_end|>, as `kernels chat` finds them.
         assert_eq!(chat.end_of_turn, vec![1, 13]);
+        // The page's chat mode is kernels-chat's ChatSession, as `kernels chat`.
         let messages = [Message::new("user", "hello there")];
-        let prompt = chat.prompt(&s.tokenizer, &messages, 0).unwrap();
+        let prompt_text = chat.template.render(&messages, true, 0).unwrap();
+        let prompt = s.tokenizer.text().encode_rendered(&prompt_text).unwrap();
         assert_eq!(
             s.tokenizer.decode(&prompt).unwrap(),
             "<|im_start|>system\nyou are qwen, created by alibaba cloud. you are a helpful \
@@ -685,27 +658,29 @@ mod tests {
             Rc::new(CpuBackend::new()),
         )
         .unwrap();
-        let opts = GenerateOptions {
-            max_new_tokens: 10,
-            sampling: Default::default(),
-            stop_tokens: chat.end_of_turn.clone(),
+        let decoder = Decoder::new(&model, Default::default(), 0).unwrap();
+        let mut session = ChatSession::new(decoder, s.tokenizer.text().clone(), chat.clone(), None);
+        let mut turn = |text: &str| {
+            let (mut t, report) = session.turn(text, 10, 0).unwrap();
+            let mut pieces = String::new();
+            while let Some(step) = now_or_never(t.step()).unwrap().unwrap() {
+                pieces.push_str(&step.piece);
+            }
+            let (rest, reply) = t.finish().unwrap();
+            pieces.push_str(&rest);
+            (report, reply, pieces)
         };
-        let (ids, reason) = now_or_never(generate(&model, &prompt, &opts, &mut |_, _| true))
-            .unwrap()
-            .unwrap();
+        let (r1, reply, text) = turn("hello there");
+        assert_eq!(r1.prompt_tokens, prompt.len());
         // The CLI's test sees this reply end its turn too.
-        assert_eq!(reason, StopReason::StopToken, "{ids:?}");
-        assert_eq!(ids.last(), Some(&13));
-        let reply = &ids[..ids.len() - 1];
-        let mut stream = kernels_chat::TextStream::new();
-        let mut decode = |ids: &[u32]| s.tokenizer.decode(ids);
-        let mut text: String = reply
-            .iter()
-            .map(|&id| stream.push(id, &mut decode).unwrap())
-            .collect();
-        text.push_str(&stream.finish(&mut decode).unwrap());
-        assert_eq!(text, s.tokenizer.decode(reply).unwrap());
+        assert_eq!(reply.stop, Stop::StopId(13), "{:?}", reply.ids);
+        let ids = &reply.ids[..reply.ids.len() - 1];
+        assert_eq!(text, s.tokenizer.decode(ids).unwrap());
         assert!(!text.is_empty());
+        // The second turn reuses the first's cache: prompt and reply, all but the end token.
+        let (r2, _, _) = turn("what now?");
+        assert_eq!(r2.reused, r1.prompt_tokens + reply.ids.len() - 1, "{r2:?}");
+        assert!(r2.prefill < r1.prompt_tokens / 2, "{r2:?}");
 
         let mut broken = chat_files();
         broken.insert(

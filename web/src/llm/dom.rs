@@ -1,14 +1,15 @@
 //! The transformer section's browser glue: prompt, streamed output, tokens/s, the file picker.
 //!
-//! Generation runs one token per step ([`Generation::next_token`]): each step awaits the device
-//! read of its sampled token, appends the token to `#llm-output`, and yields to the event loop,
-//! so the page stays responsive. Decode tokens/s counts the steps' own time, not the yields.
+//! Generation is kernels-chat's, the CLI's: the prompt encoded with the tokenizer's special
+//! tokens, one token per step ([`Completion::step`]): each step awaits the device read of its
+//! sampled token, shows the text, and yields to the event loop, so the page stays responsive.
+//! Decode tokens/s counts the steps' own time, not the yields. What `#llm-output` shows is the
+//! continuation in the tokenizer's decode of the prompt's ids and the generated ones.
 //!
-//! Streamed text goes through kernels-chat's `TextStream`: what `#llm-output` shows is the
-//! tokenizer's decode of the generated ids.
-//!
-//! An instruct model (a directory with a chat template) is a chat: the prompt box is the user's
-//! message, the conversation so far goes through the model's template (the CLI's code), the
+//! An instruct model (a directory with a chat template) is a chat ([`ChatSession`], as
+//! `kernels chat`): the prompt box is the user's message, the conversation so far goes through
+//! the model's template, the KV cache is kept between turns (a turn prefills only its own
+//! tokens), a conversation past the context drops its oldest turns (said in `#llm-status`), the
 //! reply ends at the template's end-of-turn tokens and joins the transcript `#llm-chat`;
 //! `#llm-reset` starts a new conversation.
 //!
@@ -32,7 +33,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
-use kernels_chat::{Message, TextStream};
+use kernels_chat::{ChatSession, Completion, Decoder, Step, StopWhen};
 use kernels_core::models::llama::{GenerateOptions, Generation, Llama, Sampling};
 use kernels_core::{Backend, CpuBackend, DType};
 use wasm_bindgen::JsCast;
@@ -41,7 +42,9 @@ use wasm_bindgen_futures::{JsFuture, spawn_local};
 use web_sys::{Document, File, HtmlInputElement, HtmlSelectElement};
 use web_time::Instant;
 
-use super::{DEMO_PROMPT, Source, dir_name, fmt_rate, parse_quantize, rate, stop_text, wanted};
+use super::{
+    DEMO_PROMPT, Source, continuation, dir_name, fmt_rate, parse_quantize, rate, stop_text, wanted,
+};
 use crate::app::{
     Active, App, JsResult, by_id, describe, handle_loss, js_err, next_tick, report_error, set_text,
 };
@@ -54,8 +57,9 @@ struct Section {
     /// Bumped when a new directory is picked, so the model is rebuilt.
     generation: Cell<usize>,
     running: Cell<bool>,
-    /// The chat so far (instruct models).
-    conversation: RefCell<Vec<Message>>,
+    /// The chat so far (instruct models), with the model it runs on: `(backend, source
+    /// generation, session)`; taken out while a turn runs.
+    chat: RefCell<Option<(Active, usize, ChatSession)>>,
     /// The demo model's weights file, to load it again when the weights choice changes.
     demo_weights: RefCell<Option<Rc<Vec<u8>>>>,
 }
@@ -261,7 +265,7 @@ fn use_source(doc: &Document, s: &Section, src: Source) {
 
 /// Forgets the chat so far.
 fn new_conversation(doc: &Document, s: &Section) {
-    s.conversation.borrow_mut().clear();
+    s.chat.borrow_mut().take();
     set_text(doc, "llm-chat", "");
     set_text(doc, "llm-output", "");
 }
@@ -404,22 +408,6 @@ async fn run_once(app: &App, s: &Section) -> JsResult<()> {
         .trim()
         .parse()
         .map_err(|_| js_err("max tokens: not a whole number"))?;
-    // A chat renders the conversation with the new message through the model's template.
-    let (prompt, stop_tokens) = match &src.chat {
-        Some(chat) => {
-            let mut messages = s.conversation.borrow().clone();
-            messages.push(Message::new("user", &text));
-            let now = (js_sys::Date::now() / 1000.0) as i64;
-            let ids = chat
-                .prompt(&src.tokenizer, &messages, now)
-                .map_err(js_err)?;
-            (ids, chat.end_of_turn.clone())
-        }
-        None => (
-            src.tokenizer.encode(&text).map_err(js_err)?,
-            src.config.eos_token_ids.clone(),
-        ),
-    };
     set_state(doc, "loading");
     set_text(doc, "llm-output", "");
     set_text(doc, "llm-status", "uploading the model...");
@@ -430,50 +418,95 @@ async fn run_once(app: &App, s: &Section) -> JsResult<()> {
     badge.set_attribute("data-backend", which.id())?;
     set_state(doc, "running");
     set_text(doc, "llm-status", "generating...");
-    let opts = GenerateOptions {
-        max_new_tokens: max_tokens,
-        sampling: Sampling::default(),
-        stop_tokens: stop_tokens.clone(),
-    };
-    let mut run = Generation::start(&model, &prompt, &opts).map_err(js_err)?;
-    let mut stream = TextStream::new();
-    let mut detokenize = |ids: &[u32]| src.tokenizer.decode(ids);
-    let chat = src.chat.is_some();
     let output = by_id(doc, "llm-output")?;
-    let mut prefill = 0.0;
-    let mut decode = 0.0;
-    loop {
-        let t = Instant::now();
-        let Some(id) = run.next_token().await.map_err(js_err)? else {
-            break;
-        };
-        let secs = t.elapsed().as_secs_f64();
-        if run.tokens().len() == 1 {
-            prefill = secs;
-        } else {
-            decode += secs;
-        }
-        // A chat's end-of-turn token ends the reply and is not part of it.
-        if !(chat && stop_tokens.contains(&id)) {
-            let piece = stream.push(id, &mut detokenize).map_err(js_err)?;
-            if !piece.is_empty() {
-                output.set_text_content(Some(stream.shown()));
+    let mut timing = Timing::default();
+    let (n, why, note) = match &src.chat {
+        // A chat: the session (and its KV cache) of this model, or a new one.
+        Some(setup) => {
+            let key = (which, s.generation.get());
+            let kept = s.chat.borrow_mut().take();
+            let mut session = match kept {
+                Some((b, g, session)) if (b, g) == key => session,
+                _ => {
+                    let decoder = Decoder::new(&model, Sampling::default(), 0).map_err(js_err)?;
+                    ChatSession::new(decoder, src.tokenizer.text().clone(), setup.clone(), None)
+                }
+            };
+            let now = (js_sys::Date::now() / 1000.0) as i64;
+            let started = session.turn(&text, max_tokens, now);
+            let (mut turn, report) = match started {
+                Ok(t) => t,
+                Err(e) => {
+                    *s.chat.borrow_mut() = Some((key.0, key.1, session));
+                    return Err(js_err(e));
+                }
+            };
+            timing.prompt_tokens = report.prefill;
+            loop {
+                let t = Instant::now();
+                let Some(step) = turn.step().await.map_err(js_err)? else {
+                    break;
+                };
+                timing.add(&step, t.elapsed().as_secs_f64());
+                if !step.piece.is_empty() {
+                    output.set_text_content(Some(turn.shown()));
+                }
+                next_tick().await;
             }
+            let (_, reply) = turn.finish().map_err(js_err)?;
+            output.set_text_content(Some(&reply.text));
+            show_turn(doc, "user", &text)?;
+            show_turn(doc, "assistant", &reply.text)?;
+            input(doc, "llm-prompt")?.set_value("");
+            let note = if report.dropped_messages > 0 {
+                format!(
+                    "; the conversation outgrew the context: its {} oldest messages were dropped",
+                    report.dropped_messages
+                )
+            } else {
+                format!(
+                    "; {} of {} prompt tokens from the cache",
+                    report.reused, report.prompt_tokens
+                )
+            };
+            *s.chat.borrow_mut() = Some((key.0, key.1, session));
+            (reply.ids.len(), stop_text(Some(&reply.stop)), note)
         }
-        next_tick().await;
-    }
-    stream.finish(&mut detokenize).map_err(js_err)?;
-    output.set_text_content(Some(stream.shown()));
-    if chat {
-        show_turn(doc, "user", &text)?;
-        show_turn(doc, "assistant", stream.shown())?;
-        let mut conversation = s.conversation.borrow_mut();
-        conversation.push(Message::new("user", &text));
-        conversation.push(Message::new("assistant", stream.shown()));
-        input(doc, "llm-prompt")?.set_value("");
-    }
-    let n = run.tokens().len();
-    let p = rate(prompt.len(), prefill);
+        None => {
+            let tok = src.tokenizer.text();
+            let prompt = src.tokenizer.encode(&text).map_err(js_err)?;
+            let prompt_text = src.tokenizer.decode(&prompt).map_err(js_err)?;
+            let capacity = prompt.len().saturating_add(max_tokens);
+            let mut decoder =
+                Decoder::new(&model, Sampling::default(), capacity).map_err(js_err)?;
+            let when = StopWhen {
+                max_new_tokens: max_tokens,
+                stop_ids: src.config.eos_token_ids.clone(),
+                stop_strings: Vec::new(),
+                show_stop_id: true,
+            };
+            let (mut run, _) = Completion::start(&mut decoder, tok, prompt.clone(), &prompt, when)
+                .map_err(js_err)?;
+            timing.prompt_tokens = prompt.len();
+            loop {
+                let t = Instant::now();
+                let Some(step) = run.step().await.map_err(js_err)? else {
+                    break;
+                };
+                timing.add(&step, t.elapsed().as_secs_f64());
+                if !step.piece.is_empty() {
+                    output.set_text_content(Some(continuation(run.shown(), &prompt_text)));
+                }
+                next_tick().await;
+            }
+            run.finish().map_err(js_err)?;
+            output.set_text_content(Some(continuation(run.shown(), &prompt_text)));
+            (run.new_ids().len(), stop_text(run.stopped()), String::new())
+        }
+    };
+    let (prefill, decode) = (timing.prefill, timing.decode);
+    let prompt_tokens = timing.prompt_tokens;
+    let p = rate(prompt_tokens, prefill);
     let d = rate(n.saturating_sub(1), decode);
     let tps = by_id(doc, "llm-tps")?;
     tps.set_attribute(
@@ -487,17 +520,33 @@ async fn run_once(app: &App, s: &Section) -> JsResult<()> {
     tps.set_text_content(Some(&format!(
         "prefill {} ({} prompt tokens), decode {} ({} tokens)",
         fmt_rate(p),
-        prompt.len(),
+        prompt_tokens,
         fmt_rate(d),
         n.saturating_sub(1)
     )));
-    set_text(
-        doc,
-        "llm-status",
-        &format!("done: {n} tokens, {}", stop_text(run.stopped())),
-    );
+    set_text(doc, "llm-status", &format!("done: {n} tokens, {why}{note}"));
     show_memory(app, which)?;
     Ok(())
+}
+
+/// The steps' own time: the first (the prefill) apart from the rest.
+#[derive(Default)]
+struct Timing {
+    prompt_tokens: usize,
+    steps: usize,
+    prefill: f64,
+    decode: f64,
+}
+
+impl Timing {
+    fn add(&mut self, _step: &Step, secs: f64) {
+        if self.steps == 0 {
+            self.prefill = secs;
+        } else {
+            self.decode += secs;
+        }
+        self.steps += 1;
+    }
 }
 
 /// `#llm-memory`: the WebGPU backend's storage buffers (in use or pooled) now and at most, and
