@@ -378,8 +378,39 @@ fn quantized_gguf_llamas_give_the_logits_of_their_gguf_decoded_weights() {
         }
         let mut backends: Vec<(String, Rc<dyn Backend>)> = vec![
             ("cpu-reference".into(), Rc::new(CpuBackend::reference())),
-            ("cpu".into(), Rc::new(CpuBackend::new())),
+            // f32 activations: the reference's numbers but for summation order.
+            (
+                "cpu exact activations".into(),
+                Rc::new(CpuBackend::new().with_exact_activations(true)),
+            ),
         ];
+        // The default: 8-bit activations and integer dot products (cpu::fast::qdot), within
+        // 5e-3 relative L2 of the reference's logits at every position, same greedy token.
+        let got = logits(
+            &build(&files, Rc::new(CpuBackend::new())).unwrap(),
+            &tokens,
+            true,
+        )
+        .unwrap();
+        let mut worst_rel = 0.0f64;
+        for (p, (g, w)) in got.iter().zip(&want).enumerate() {
+            let (mut d2, mut w2) = (0.0f64, 0.0f64);
+            for (a, b) in g.iter().zip(w) {
+                d2 += ((a - b) as f64).powi(2);
+                w2 += (*b as f64).powi(2);
+            }
+            let rel = (d2 / w2).sqrt();
+            worst_rel = worst_rel.max(rel);
+            let argmax = |row: &[f32]| {
+                (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best })
+            };
+            assert_eq!(argmax(g), argmax(w), "{file} on cpu: greedy token at {p}");
+            eprintln!("{file} on cpu (integer products): position {p}: relative L2 {rel:.2e}");
+        }
+        assert!(
+            worst_rel <= 5e-3,
+            "{file} on cpu: relative L2 {worst_rel:.2e}"
+        );
         for g in kernels_gpu::testing::gpu_backends("quantized_gguf_llamas") {
             backends.push((g.name.to_string(), g.backend));
         }

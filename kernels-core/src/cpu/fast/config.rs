@@ -65,6 +65,27 @@ pub fn exact_activations() -> bool {
     false
 }
 
+/// How products with a block-quantized weight quantize their activations:
+/// `KERNELS_ACTIVATION_PRECISION=single` (8 bits once, llama.cpp's trade) or `residual` (the
+/// default: 8 bits, then the rounding error to 8 bits again), read once.
+#[cfg(feature = "std")]
+pub fn activation_precision() -> super::qdot::Precision {
+    static P: std::sync::OnceLock<super::qdot::Precision> = std::sync::OnceLock::new();
+    *P.get_or_init(|| {
+        let v = std::env::var("KERNELS_ACTIVATION_PRECISION").ok();
+        if v.is_some_and(|v| v.trim().eq_ignore_ascii_case("single")) {
+            super::qdot::Precision::Single
+        } else {
+            super::qdot::Precision::Residual
+        }
+    })
+}
+
+#[cfg(not(feature = "std"))]
+pub fn activation_precision() -> super::qdot::Precision {
+    super::qdot::Precision::Residual
+}
+
 /// A boolean environment value: `1`, `true`, `yes`, `on` (any case) are true.
 pub fn parse_flag(v: Option<&str>) -> bool {
     v.is_some_and(|v| {

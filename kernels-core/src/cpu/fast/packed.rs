@@ -244,6 +244,7 @@ fn integer_product(
     let mut t = vec![0.0f32; rows * n];
     qdot::product_t(
         Family::best(),
+        config::activation_precision(),
         dtype,
         packed,
         row_bytes,

@@ -67,18 +67,44 @@ pub const QUANTIZED_ACTIVATION_BUDGETS: [(DType, Budget); 6] = [
     (DType::Q6_K, Budget::per_k(6e-3, 0.0)),
 ];
 
-/// The budget of a product with 8-bit activations on a weight of `dtype` (see
-/// [`QUANTIZED_ACTIVATION_BUDGETS`]); `None` for a dtype that keeps f32 activations.
-pub fn quantized_activation_budget(dtype: DType) -> Option<Budget> {
-    QUANTIZED_ACTIVATION_BUDGETS
-        .iter()
-        .find(|(d, _)| *d == dtype)
-        .map(|(_, b)| *b)
+/// [`QUANTIZED_ACTIVATION_BUDGETS`] for [`Precision::Residual`] (the default): the same
+/// derivation; worst cases measured (same machine and
+/// date) q8_0 2.04e-5, q4_0 2.00e-5, q4_1 2.07e-5, q5_0 1.95e-5, q4_k 1.78e-5, q6_k 1.24e-5
+/// (the f32 sums' rounding is now a visible part of it).
+pub const RESIDUAL_ACTIVATION_BUDGETS: [(DType, Budget); 6] = [
+    (DType::Q8_0, Budget::per_k(4.1e-5, 0.0)),
+    (DType::Q4_0, Budget::per_k(4e-5, 0.0)),
+    (DType::Q4_1, Budget::per_k(4.2e-5, 0.0)),
+    (DType::Q5_0, Budget::per_k(4e-5, 0.0)),
+    (DType::Q4_K, Budget::per_k(3.6e-5, 0.0)),
+    (DType::Q6_K, Budget::per_k(2.5e-5, 0.0)),
+];
+
+/// The budget of a product with quantized activations at `precision` on a weight of `dtype`
+/// (see [`QUANTIZED_ACTIVATION_BUDGETS`]); `None` for a dtype that keeps f32 activations.
+pub fn quantized_activation_budget(dtype: DType, precision: Precision) -> Option<Budget> {
+    match precision {
+        Precision::Single => &QUANTIZED_ACTIVATION_BUDGETS,
+        Precision::Residual => &RESIDUAL_ACTIVATION_BUDGETS,
+    }
+    .iter()
+    .find(|(d, _)| *d == dtype)
+    .map(|(_, b)| *b)
 }
 
 /// Whether products with a weight of `dtype` take 8-bit activations (by default).
 pub fn takes(dtype: DType) -> bool {
-    quantized_activation_budget(dtype).is_some()
+    quantized_activation_budget(dtype, Precision::Single).is_some()
+}
+
+/// How the activations are quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// Each row of `x` to 8 bits once (llama.cpp's trade).
+    Single,
+    /// Each row to 8 bits, then its rounding error to 8 bits again: two integer products per
+    /// weight block (the unpacked weight shared), about 16 bits of activation precision.
+    Residual,
 }
 
 /// A kernel family of the integer products.
@@ -218,8 +244,10 @@ pub fn act_block(dtype: DType) -> usize {
 
 impl Acts {
     /// Quantizes the `x.len() / k` rows of `x` for a weight of `dtype` (`k` a whole number of
-    /// its blocks).
-    pub fn new(dtype: DType, x: &[f32], k: usize) -> Result<Acts> {
+    /// its blocks). With `residual`, each row becomes two quantized rows: `x` to 8 bits, then
+    /// what that missed (`x - d q`) to 8 bits again, so their products sum to about 16 bits'
+    /// precision ([`Precision::Residual`]).
+    pub fn new(dtype: DType, x: &[f32], k: usize, residual: bool) -> Result<Acts> {
         let block = act_block(dtype);
         if k == 0 || !k.is_multiple_of(block) || !x.len().is_multiple_of(k) {
             return Err(Error::bad_shape(
@@ -230,32 +258,45 @@ impl Acts {
             ));
         }
         let rows = x.len() / k;
+        let terms = if residual { 2 } else { 1 };
+        let nq = x.len() * terms;
         let mut a = Acts {
             k,
             block,
-            qs: vec![0; x.len()],
-            d: vec![0.0; x.len() / block],
-            sums: vec![0; x.len() / 16],
+            qs: vec![0; nq],
+            d: vec![0.0; nq / block],
+            sums: vec![0; nq / 16],
             special: vec![false; rows],
         };
+        let mut res = vec![0.0f32; if residual { k } else { 0 }];
         for r in 0..rows {
             let xr = &x[r * k..(r + 1) * k];
             if xr.iter().any(|v| !v.is_finite()) {
                 a.special[r] = true;
                 continue;
             }
-            let qs = &mut a.qs[r * k..(r + 1) * k];
-            let ds = &mut a.d[r * k / block..(r + 1) * k / block];
-            for ((xb, qb), d) in xr
-                .chunks_exact(block)
-                .zip(qs.chunks_exact_mut(block))
-                .zip(ds)
-            {
-                *d = quantize_block(xb, qb);
-            }
-            let sums = &mut a.sums[r * k / 16..(r + 1) * k / 16];
-            for (s, q) in sums.iter_mut().zip(qs.chunks_exact(16)) {
-                *s = q.iter().map(|&v| v as i32).sum();
+            for t in 0..terms {
+                let q = r * terms + t;
+                let src = if t == 0 { xr } else { &res[..] };
+                let qs = &mut a.qs[q * k..(q + 1) * k];
+                let ds = &mut a.d[q * k / block..(q + 1) * k / block];
+                for ((xb, qb), d) in src
+                    .chunks_exact(block)
+                    .zip(qs.chunks_exact_mut(block))
+                    .zip(ds.iter_mut())
+                {
+                    *d = quantize_block(xb, qb);
+                }
+                let sums = &mut a.sums[q * k / 16..(q + 1) * k / 16];
+                for (s, qv) in sums.iter_mut().zip(qs.chunks_exact(16)) {
+                    *s = qv.iter().map(|&v| v as i32).sum();
+                }
+                if residual && t == 0 {
+                    // What the first term missed: quantized again as the second.
+                    for (i, v) in res.iter_mut().enumerate() {
+                        *v = xr[i] - ds[i / block] * qs[i] as f32;
+                    }
+                }
             }
         }
         Ok(a)
@@ -300,6 +341,7 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
 #[allow(clippy::too_many_arguments)]
 pub fn product_t(
     family: Family,
+    precision: Precision,
     dtype: DType,
     packed: &[u8],
     row_bytes: usize,
@@ -318,13 +360,23 @@ pub fn product_t(
     {
         return Err(bad("operand sizes disagree"));
     }
-    let acts = Acts::new(dtype, x, k)?;
-    let xrows: Vec<XRow> = (0..rows).map(|r| acts.row(r)).collect();
-    let work = n.saturating_mul(k).saturating_mul(rows);
+    let residual = precision == Precision::Residual;
+    let terms = if residual { 2 } else { 1 };
+    let acts = Acts::new(dtype, x, k, residual)?;
+    let xrows: Vec<XRow> = (0..rows * terms).map(|r| acts.row(r)).collect();
+    let work = n.saturating_mul(k).saturating_mul(rows * terms);
     split_rows(n, rows, work, out_t, &|j0, out| {
         let jn = out.len() / rows.max(1);
         let w = &packed[j0 * row_bytes..(j0 + jn) * row_bytes];
-        rows_of(family, dtype, w, row_bytes, &xrows, out);
+        if residual {
+            let mut both = vec![0.0f32; jn * rows * 2];
+            rows_of(family, dtype, w, row_bytes, &xrows, &mut both);
+            for (o, p) in out.iter_mut().zip(both.chunks_exact(2)) {
+                *o = p[0] + p[1];
+            }
+        } else {
+            rows_of(family, dtype, w, row_bytes, &xrows, out);
+        }
         // Rows with NaN or infinity: decoded weight rows and an f32 dot, as the reference.
         if acts.special.iter().any(|&s| s) {
             let mut wrow = vec![0.0f32; k];

@@ -19,6 +19,13 @@ const FORMATS: [DType; 6] = [
     DType::Q6_K,
 ];
 
+/// Every precision with every format.
+fn cases() -> impl Iterator<Item = (Precision, DType)> {
+    [Precision::Single, Precision::Residual]
+        .into_iter()
+        .flat_map(|p| FORMATS.into_iter().map(move |d| (p, d)))
+}
+
 fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
     (0..n)
         .map(|_| (rng.uniform() * 2.0 - 1.0) * scale)
@@ -78,6 +85,7 @@ fn reference(dtype: DType, w: &[u8], x: &[f32], (rows, k, n): (usize, usize, usi
 
 /// The product on `family`, as `[rows, n]`.
 fn run(
+    precision: Precision,
     family: Family,
     dtype: DType,
     w: &[u8],
@@ -86,7 +94,17 @@ fn run(
 ) -> Vec<f32> {
     let row_bytes = dtype.bytes_for(k).expect("whole blocks");
     let mut t = vec![0.0f32; rows * n];
-    product_t(family, dtype, w, row_bytes, x, (rows, k, n), &mut t).expect("valid product");
+    product_t(
+        family,
+        precision,
+        dtype,
+        w,
+        row_bytes,
+        x,
+        (rows, k, n),
+        &mut t,
+    )
+    .expect("valid product");
     let mut out = vec![0.0f32; rows * n];
     for j in 0..n {
         for r in 0..rows {
@@ -105,6 +123,7 @@ fn worst(got: &[f32], want: &[f32], k: usize, scale: f32) -> f64 {
 }
 
 fn check(
+    p: Precision,
     family: Family,
     dtype: DType,
     got: &[f32],
@@ -113,14 +132,14 @@ fn check(
     scale: f32,
     what: &str,
 ) {
-    let b = quantized_activation_budget(dtype).expect("a quantized format");
+    let b = quantized_activation_budget(dtype, p).expect("a quantized format");
     let (atol, rtol) = b.at(k);
     let g: Vec<f32> = got.iter().map(|v| v / scale).collect();
     let r: Vec<f32> = want.iter().map(|v| v / scale).collect();
     let c = compare(&g, &r, atol, rtol);
     assert!(
         c.pass,
-        "{dtype} on {} ({what}, k {k}): {} outside the budget, max abs {:e}",
+        "{dtype} on {} ({p:?}, {what}, k {k}): {} outside the budget, max abs {:e}",
         family.name(),
         c.violations,
         c.max_abs_err
@@ -149,16 +168,16 @@ fn every_family_matches_the_reference_on_every_format() {
         }
     }
     let mut rng = Rng::new(11);
-    for dtype in FORMATS {
+    for (p, dtype) in cases() {
         for &(rows, blocks, n) in &SHAPES {
             let k = blocks * dtype.block_elems();
             let w = weights(&mut rng, dtype, n, k);
             let x = uniform(&mut rng, rows * k, 1.0);
             let want = reference(dtype, &w, &x, (rows, k, n));
-            let base = run(Family::Portable, dtype, &w, &x, (rows, k, n));
+            let base = run(p, Family::Portable, dtype, &w, &x, (rows, k, n));
             for &f in &fams {
-                let got = run(f, dtype, &w, &x, (rows, k, n));
-                check(f, dtype, &got, &want, k, 1.0, "random");
+                let got = run(p, f, dtype, &w, &x, (rows, k, n));
+                check(p, f, dtype, &got, &want, k, 1.0, "random");
                 // Same integer sums as the portable kernel; only the f32 order differs.
                 let c = compare(&got, &base, 1e-5, 1e-5);
                 assert!(c.pass, "{dtype} on {} against portable: {c:?}", f.name());
@@ -170,7 +189,7 @@ fn every_family_matches_the_reference_on_every_format() {
 #[test]
 fn special_values_zero_blocks_and_extreme_scales() {
     let mut rng = Rng::new(12);
-    for dtype in FORMATS {
+    for (p, dtype) in cases() {
         let (rows, n) = (5, 6);
         let k = 2 * dtype.block_elems();
         for f in Family::available() {
@@ -182,8 +201,8 @@ fn special_values_zero_blocks_and_extreme_scales() {
             x[2 * k + 5] = f32::NEG_INFINITY;
             x[2 * k + 6] = f32::INFINITY;
             let want = reference(dtype, &w, &x, (rows, k, n));
-            let got = run(f, dtype, &w, &x, (rows, k, n));
-            check(f, dtype, &got, &want, k, 1.0, "nan and inf");
+            let got = run(p, f, dtype, &w, &x, (rows, k, n));
+            check(p, f, dtype, &got, &want, k, 1.0, "nan and inf");
             assert!(got[..n].iter().all(|v| v.is_nan()));
             // An all-zero activation block (scale 0) and an all-zero weight block.
             let mut w = weights(&mut rng, dtype, n, k);
@@ -192,8 +211,8 @@ fn special_values_zero_blocks_and_extreme_scales() {
             let bb = dtype.block_bytes();
             w[..bb].fill(0);
             let want = reference(dtype, &w, &x, (rows, k, n));
-            let got = run(f, dtype, &w, &x, (rows, k, n));
-            check(f, dtype, &got, &want, k, 1.0, "zero blocks");
+            let got = run(p, f, dtype, &w, &x, (rows, k, n));
+            check(p, f, dtype, &got, &want, k, 1.0, "zero blocks");
             // The largest and smallest weight scales f16 holds (normal, then subnormal), and
             // activations at 1e30 and 1e-30: budgets scale with the operands.
             for (d, xs) in [
@@ -206,14 +225,14 @@ fn special_values_zero_blocks_and_extreme_scales() {
                 set_scales(dtype, &mut w, d);
                 let x = uniform(&mut rng, rows * k, xs);
                 let want = reference(dtype, &w, &x, (rows, k, n));
-                let got = run(f, dtype, &w, &x, (rows, k, n));
+                let got = run(p, f, dtype, &w, &x, (rows, k, n));
                 let wmax = quant::dequantize(dtype, &w, n * k)
                     .expect("whole blocks")
                     .iter()
                     .fold(0.0f32, |m, v| m.max(v.abs()));
                 let scale = (wmax as f64 * xs as f64) as f32;
                 if scale.is_finite() && scale > 0.0 && want.iter().all(|v| v.is_finite()) {
-                    check(f, dtype, &got, &want, k, scale, "extreme scales");
+                    check(p, f, dtype, &got, &want, k, scale, "extreme scales");
                 }
             }
         }
@@ -232,6 +251,7 @@ fn forced_names_and_bad_sizes() {
     assert!(
         product_t(
             Family::Portable,
+            Precision::Single,
             DType::Q4_0,
             &[0; 18],
             18,
@@ -244,6 +264,7 @@ fn forced_names_and_bad_sizes() {
     assert!(
         product_t(
             Family::Portable,
+            Precision::Single,
             DType::Q4_0,
             &[0; 18],
             18,
@@ -256,6 +277,7 @@ fn forced_names_and_bad_sizes() {
     assert!(
         product_t(
             Family::Portable,
+            Precision::Single,
             DType::F16,
             &[0; 64],
             64,
@@ -272,7 +294,7 @@ fn forced_names_and_bad_sizes() {
 #[test]
 #[ignore]
 fn derive_budgets() {
-    for dtype in FORMATS {
+    for (p, dtype) in cases() {
         let mut worst_seen = 0.0f64;
         for seed in 0..200 {
             let mut rng = Rng::new(1000 + seed);
@@ -282,10 +304,10 @@ fn derive_budgets() {
             let x = uniform(&mut rng, rows * k, 1.0);
             let want = reference(dtype, &w, &x, (rows, k, n));
             for f in Family::available() {
-                let got = run(f, dtype, &w, &x, (rows, k, n));
+                let got = run(p, f, dtype, &w, &x, (rows, k, n));
                 worst_seen = worst_seen.max(worst(&got, &want, k, 1.0));
             }
         }
-        std::eprintln!("{dtype}: worst |err| / sqrt(k) = {worst_seen:.3e}");
+        std::eprintln!("{p:?} {dtype}: worst |err| / sqrt(k) = {worst_seen:.3e}");
     }
 }
