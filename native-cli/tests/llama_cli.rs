@@ -60,7 +60,7 @@ fn generate_streams_the_demo_answer_and_reports_rates() {
         "cpu",
     ]);
     assert!(!bad.status.success());
-    assert!(stderr(&bad).contains("top_p"), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("--top-p 0"), "{}", stderr(&bad));
     let long = "1".repeat(14);
     let bad = kernels(&["generate", "--prompt", &long, "--backend", "cpu"]);
     assert!(!bad.status.success());
@@ -394,5 +394,5 @@ fn generate_and_logits_say_what_they_will_not_do() {
         "echoed before the check: {}",
         stdout(&o)
     );
-    assert!(stderr(&o).contains("top_p=7"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--top-p 7"), "{}", stderr(&o));
 }

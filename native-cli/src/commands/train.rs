@@ -170,7 +170,7 @@ pub fn check_sizes(args: &TrainArgs, replicas: usize) -> CliResult<LlamaConfig> 
     }
     if !args.lr.is_finite() || args.lr <= 0.0 {
         return Err(fail(format!(
-            "--lr {}: must be a finite number > 0",
+            "--lr must be a finite number > 0, got {}",
             args.lr
         )));
     }

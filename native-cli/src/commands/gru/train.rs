@@ -206,7 +206,10 @@ pub fn check_sizes(o: &TrainOptions, replicas: usize) -> CliResult<()> {
         positive(flag, v)?;
     }
     if !(o.lr.is_finite() && o.lr > 0.0) {
-        return Err(fail(format!("--lr {}: must be a finite number > 0", o.lr)));
+        return Err(fail(format!(
+            "--lr must be a finite number > 0, got {}",
+            o.lr
+        )));
     }
     if o.batch < replicas {
         return Err(fail(format!(
