@@ -3,7 +3,10 @@
 /// The dot and widening kernels over one instruction set's primitives, which the invoking
 /// module defines: the vector type `V` of `L` lanes, `GROUP` (rows of `x` at once) and
 /// `unsafe fn`s `zero`, `add`, `load_x` (`L` f32), `load_w::<BF>` (`L` f16 or bf16 values
-/// widened), `store`, `fma(a, b, c) = a * b + c` and `hsum`.
+/// widened), `store`, `fma(a, b, c) = a * b + c`, `hsum` and `prefetch` (a hint, any address).
+/// How many weight rows ahead the dot kernels prefetch (two groups of four rows).
+const PREFETCH_ROWS: usize = 8;
+
 macro_rules! half_kernels {
     ($(#[$attr:meta])*) => {
         /// `t[(j - j0) * rows + r] = x[r] . w[j]` for `j0 <= j < j1`, `r < rows`.
@@ -79,7 +82,12 @@ macro_rules! half_kernels {
                     for u in 0..U {
                         let mut wv = [zero(); J];
                         for (jj, v) in wv.iter_mut().enumerate() {
-                            *v = load_w::<BF>(w.add(jj * row_bytes + 2 * (p + u * L)));
+                            let at = jj * row_bytes + 2 * (p + u * L);
+                            *v = load_w::<BF>(w.add(at));
+                            // The same place in the next rows, which the caller reads next: a
+                            // row of a decode weight (1792 bytes at k = 896) is too short for
+                            // the hardware prefetcher to ramp up on.
+                            prefetch(w.wrapping_add(at + PREFETCH_ROWS * row_bytes));
                         }
                         for (r, accr) in acc.iter_mut().enumerate() {
                             let xv = load_x(x.add(r * k + p + u * L));
@@ -154,6 +162,7 @@ pub(super) mod avx512 {
     type V = __m512;
     const L: usize = 16;
     const GROUP: usize = 4;
+    use super::PREFETCH_ROWS;
 
     #[inline(always)]
     unsafe fn zero() -> V {
@@ -198,6 +207,12 @@ pub(super) mod avx512 {
         unsafe { _mm512_reduce_add_ps(v) }
     }
 
+    #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        // SAFETY: a prefetch is a hint: it does not fault on any address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
+    }
+
     half_kernels!(#[target_feature(enable = "avx512f,avx2,fma,f16c")]);
 }
 
@@ -207,6 +222,7 @@ pub(super) mod avx2 {
     type V = __m256;
     const L: usize = 8;
     const GROUP: usize = 2;
+    use super::PREFETCH_ROWS;
 
     #[inline(always)]
     unsafe fn zero() -> V {
@@ -254,6 +270,12 @@ pub(super) mod avx2 {
             let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
             _mm_cvtss_f32(s)
         }
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch(p: *const u8) {
+        // SAFETY: a prefetch is a hint: it does not fault on any address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
     }
 
     half_kernels!(#[target_feature(enable = "avx2,fma,f16c")]);
