@@ -8,6 +8,7 @@ use super::counters::Counters;
 use super::options::WgpuOptions;
 use super::pool::FreeLists;
 use super::pool::Shared;
+use super::record::{BindCache, FastPipelineKey, Recording};
 use crate::device::Family;
 use kernels_core::{DeviceId, Error, Result, Tensor};
 
@@ -43,13 +44,6 @@ pub(crate) struct Opened {
     pub(crate) gpu: Gpu,
 }
 
-pub(crate) struct Recording {
-    pub(crate) encoder: Option<wgpu::CommandEncoder>,
-    pub(crate) dispatches: usize,
-    /// Parameter blocks of this batch, one aligned slot per dispatch.
-    pub(crate) params: Vec<u8>,
-}
-
 /// Everything that belongs to one wgpu device: replaced wholesale when the device is lost and
 /// the backend recovers.
 pub(crate) struct Gpu {
@@ -66,6 +60,11 @@ pub(crate) struct Gpu {
     /// Small constant tables uploaded once and kept (e.g. rope frequencies), by key.
     pub(crate) tables: RefCell<HashMap<String, Tensor>>,
     pub(crate) rec: RefCell<Recording>,
+    /// Bind groups by their buffers (steady-state decode makes none).
+    pub(crate) bind_groups: RefCell<BindCache>,
+    /// Pipelines by family, entry and at most `FAST_CONSTS` constants (found without
+    /// allocating).
+    pub(crate) fast_pipelines: RefCell<HashMap<FastPipelineKey, wgpu::ComputePipeline>>,
     /// Times the batch being recorded (`Counters::host_ns`).
     pub(crate) clock: crate::host_time::HostClock,
     pub(crate) arena: wgpu::Buffer,
@@ -184,7 +183,9 @@ pub(crate) async fn open(
         visibility: wgpu::ShaderStages::COMPUTE,
         ty: wgpu::BindingType::Buffer {
             ty: wgpu::BufferBindingType::Uniform,
-            has_dynamic_offset: false,
+            // Each dispatch's block is at its own offset in the arena, given at
+            // `set_bind_group`, so one bind group serves a dispatch at any place in a batch.
+            has_dynamic_offset: true,
             min_binding_size: NonZeroU64::new(PARAMS_BYTES as u64),
         },
         count: None,
@@ -244,11 +245,9 @@ pub(crate) async fn open(
         modules: RefCell::new(HashMap::new()),
         pipelines: RefCell::new(HashMap::new()),
         tables: RefCell::new(HashMap::new()),
-        rec: RefCell::new(Recording {
-            encoder: None,
-            dispatches: 0,
-            params: Vec::new(),
-        }),
+        rec: RefCell::new(Recording::new()),
+        bind_groups: RefCell::new(BindCache::default()),
+        fast_pipelines: RefCell::new(HashMap::new()),
         clock: Default::default(),
         arena,
         slot,

@@ -5,10 +5,12 @@ use std::sync::atomic::Ordering;
 use kernels_core::{DType, Error, Result, Tensor};
 
 use super::WgpuBackend;
+use super::device::Gpu;
 use super::device::PARAMS_BYTES;
 use super::device::RO_SLOTS;
 use super::device::RW_SLOTS;
 use super::device::backend_err;
+use super::record::{BindKey, FAST_CONSTS, FastPipelineKey};
 use crate::device::Family;
 use crate::device::{Device, Grid, Launch, PARAM_U32S, Params};
 
@@ -84,6 +86,11 @@ impl WgpuBackend {
     /// tensor bound whole (`None`) or as the element range `(start, len)`; `start * 4` must be a
     /// multiple of the storage offset alignment. A binding above the storage binding limit is
     /// `LimitExceeded` naming the op. Every tensor must live on this device.
+    ///
+    /// The dispatch goes into the batch's one compute pass. Once its pipeline and bind group
+    /// are cached (a decode token after the first) it allocates nothing on the host: the
+    /// bindings sit in arrays, the caches are found by keys built on the stack, and the
+    /// parameter block is appended to the batch's reused buffer.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn dispatch(
         &self,
@@ -101,14 +108,14 @@ impl WgpuBackend {
         if inputs.len() > RO_SLOTS || outputs.len() > RW_SLOTS {
             return Err(backend_err(format!("{op}: too many bindings for {entry}")));
         }
-        let in_bufs = inputs
-            .iter()
-            .map(|(t, r)| self.bind_one(op, t, *r))
-            .collect::<Result<Vec<_>>>()?;
-        let out_bufs = outputs
-            .iter()
-            .map(|(t, r)| self.bind_one(op, t, *r))
-            .collect::<Result<Vec<_>>>()?;
+        let mut in_bufs: [Option<wgpu::BufferBinding<'_>>; RO_SLOTS] = Default::default();
+        for (slot, (t, r)) in in_bufs.iter_mut().zip(inputs) {
+            *slot = Some(self.bind_one(op, t, *r)?);
+        }
+        let mut out_bufs: [Option<wgpu::BufferBinding<'_>>; RW_SLOTS] = Default::default();
+        for (slot, (t, r)) in out_bufs.iter_mut().zip(outputs) {
+            *slot = Some(self.bind_one(op, t, *r)?);
+        }
         // WebGPU rejects a dispatch whose writable binding overlaps any other binding (native
         // wgpu does not check): catch it here, so native tests find what the browser would.
         let overlaps = |a: &wgpu::BufferBinding, b: &wgpu::BufferBinding| {
@@ -116,9 +123,11 @@ impl WgpuBackend {
             a.buffer == b.buffer && a.offset < end(b) && b.offset < end(a)
         };
         for (i, o) in out_bufs.iter().enumerate() {
+            let Some(o) = o else { continue };
             if out_bufs[i + 1..]
                 .iter()
                 .chain(&in_bufs)
+                .flatten()
                 .any(|b| overlaps(o, b))
             {
                 return Err(backend_err(format!(
@@ -126,14 +135,13 @@ impl WgpuBackend {
                 )));
             }
         }
-        let pipeline = self.pipeline(&g, family, entry, constants);
+        let pipeline = self.pipeline_fast(&g, family, entry, constants);
         // Launchers pass a tensor again for slots a kernel does not read: count each once.
-        let mut touched: Vec<(*const Tensor, Option<(usize, usize)>)> = Vec::new();
+        let all = || inputs.iter().chain(outputs);
         let mut bytes_touched = 0u64;
-        for (t, r) in inputs.iter().chain(outputs) {
-            let key = (*t as *const Tensor, *r);
-            if !touched.contains(&key) {
-                touched.push(key);
+        for (i, (t, r)) in all().enumerate() {
+            let seen = all().take(i).any(|(u, q)| std::ptr::eq(*u, *t) && q == r);
+            if !seen {
                 bytes_touched += 4 * r.map_or(t.numel(), |(_, len)| len) as u64;
             }
         }
@@ -142,67 +150,120 @@ impl WgpuBackend {
         if rec.dispatches >= self.options.max_batch_dispatches {
             drop(rec);
             self.submit()?;
+            g.clock.begin();
             rec = g.rec.borrow_mut();
         }
         let offset = rec.dispatches * g.slot;
+        let dynamic = u32::try_from(offset)
+            .map_err(|_| backend_err(format!("{op}: parameter offset {offset} beyond u32")))?;
         rec.params.resize(offset, 0);
         rec.params.extend_from_slice(&params_bytes(&params));
         rec.dispatches += 1;
 
-        let mut entries = vec![wgpu::BindGroupEntry {
+        let (bind_group, created) = self.bind_group(&g, entry, &in_bufs, &out_bufs);
+        let pass = rec.pass(&g.device);
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bind_group, &[dynamic]);
+        pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+        g.shared.count(|c| {
+            c.dispatches += 1;
+            c.bytes_touched += bytes_touched;
+            c.bind_groups_created += u64::from(created);
+        });
+        Ok(())
+    }
+
+    /// The bind group of these storage bindings (dummies in empty slots) with the parameter
+    /// arena at a dynamic offset: from the cache, or made and cached (`true`).
+    fn bind_group(
+        &self,
+        g: &Gpu,
+        entry: &'static str,
+        in_bufs: &[Option<wgpu::BufferBinding<'_>>; RO_SLOTS],
+        out_bufs: &[Option<wgpu::BufferBinding<'_>>; RW_SLOTS],
+    ) -> (wgpu::BindGroup, bool) {
+        let slot_key = |b: &Option<wgpu::BufferBinding<'_>>| {
+            b.as_ref().map(|b| {
+                (
+                    b.buffer.clone(),
+                    b.offset,
+                    b.size.map_or(0, NonZeroU64::get),
+                )
+            })
+        };
+        let mut key: BindKey = Default::default();
+        for (k, b) in key.iter_mut().zip(in_bufs.iter().chain(out_bufs)) {
+            *k = slot_key(b);
+        }
+        let batch = g.shared.batch.load(Ordering::Relaxed);
+        let mut cache = g.bind_groups.borrow_mut();
+        if let Some(group) = cache.get(&key, batch) {
+            return (group, false);
+        }
+        fn binding<'a>(
+            b: &Option<wgpu::BufferBinding<'a>>,
+            dummy: &'a wgpu::Buffer,
+        ) -> wgpu::BindingResource<'a> {
+            match b {
+                Some(b) => wgpu::BindingResource::Buffer(b.clone()),
+                None => dummy.as_entire_binding(),
+            }
+        }
+        let params = wgpu::BindGroupEntry {
             binding: 0,
             resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                 buffer: &g.arena,
-                offset: offset as u64,
+                offset: 0,
                 size: NonZeroU64::new(PARAMS_BYTES as u64),
             }),
-        }];
-        for i in 0..RO_SLOTS {
-            let resource = match in_bufs.get(i) {
-                Some(b) => wgpu::BindingResource::Buffer(b.clone()),
-                None => g.dummy_ro.as_entire_binding(),
-            };
-            entries.push(wgpu::BindGroupEntry {
+        };
+        let ro = in_bufs
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
                 binding: 1 + i as u32,
-                resource,
+                resource: binding(b, &g.dummy_ro),
             });
-        }
-        for (i, dummy) in g.dummy_rw.iter().enumerate() {
-            let resource = match out_bufs.get(i) {
-                Some(b) => wgpu::BindingResource::Buffer(b.clone()),
-                None => dummy.as_entire_binding(),
-            };
-            entries.push(wgpu::BindGroupEntry {
+        let rw = out_bufs
+            .iter()
+            .zip(&g.dummy_rw)
+            .enumerate()
+            .map(|(i, (b, dummy))| wgpu::BindGroupEntry {
                 binding: (1 + RO_SLOTS + i) as u32,
-                resource,
+                resource: binding(b, dummy),
             });
-        }
-        let bind_group = g.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        let entries: Vec<wgpu::BindGroupEntry<'_>> =
+            std::iter::once(params).chain(ro).chain(rw).collect();
+        let group = g.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some(entry),
             layout: &g.layout,
             entries: &entries,
         });
-        let encoder = rec.encoder.get_or_insert_with(|| {
-            g.device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("kernels-batch"),
-                })
-        });
-        {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(entry),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&pipeline);
-            pass.set_bind_group(0, &bind_group, &[]);
-            pass.dispatch_workgroups(grid.0, grid.1, grid.2);
+        cache.insert(key, group.clone(), batch);
+        (group, true)
+    }
+
+    /// `pipeline`, found without allocating when `constants` has at most `FAST_CONSTS`
+    /// entries.
+    fn pipeline_fast(
+        &self,
+        g: &Gpu,
+        family: Family,
+        entry: &'static str,
+        constants: &[(&'static str, u32)],
+    ) -> wgpu::ComputePipeline {
+        if constants.len() > FAST_CONSTS {
+            return self.pipeline(g, family, entry, constants);
         }
-        g.shared.count(|c| {
-            c.dispatches += 1;
-            c.bytes_touched += bytes_touched;
-            c.bind_groups_created += 1;
-        });
-        Ok(())
+        let mut consts = [("", 0u32); FAST_CONSTS];
+        consts[..constants.len()].copy_from_slice(constants);
+        let key: FastPipelineKey = (family, entry, consts);
+        if let Some(p) = g.fast_pipelines.borrow().get(&key) {
+            return p.clone();
+        }
+        let p = self.pipeline(g, family, entry, constants);
+        g.fast_pipelines.borrow_mut().insert(key, p.clone());
+        p
     }
 
     /// An f32 tensor of zeros made on the device: a pooled buffer cleared by a command in the
@@ -221,13 +282,7 @@ impl WgpuBackend {
             .raw()
             .ok_or_else(|| backend_err(String::from("zeros: buffer already released")))?;
         let mut rec = g.rec.borrow_mut();
-        let encoder = rec.encoder.get_or_insert_with(|| {
-            g.device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("kernels-batch"),
-                })
-        });
-        encoder.clear_buffer(raw, 0, Some(bytes));
+        rec.encoder(&g.device).clear_buffer(raw, 0, Some(bytes));
         Ok(t)
     }
 
@@ -235,17 +290,17 @@ impl WgpuBackend {
     pub(crate) fn submit(&self) -> Result<()> {
         let g = self.gpu();
         let mut rec = g.rec.borrow_mut();
-        let Some(encoder) = rec.encoder.take() else {
+        let Some(encoder) = rec.take() else {
             return Ok(());
         };
         if !rec.params.is_empty() {
             g.queue.write_buffer(&g.arena, 0, &rec.params);
         }
         rec.params.clear();
-        rec.dispatches = 0;
         drop(rec);
         g.queue.submit(Some(encoder.finish()));
-        g.shared.batch.fetch_add(1, Ordering::Relaxed);
+        let batch = g.shared.batch.fetch_add(1, Ordering::Relaxed) + 1;
+        g.bind_groups.borrow_mut().prune(batch);
         let host_ns = g.clock.end();
         g.shared.count(|c| {
             c.submits += 1;

@@ -36,6 +36,7 @@ mod options;
 mod pipelines;
 mod pool;
 mod readback;
+mod record;
 mod recovery;
 mod shaders;
 mod svd;
@@ -229,6 +230,8 @@ impl WgpuBackend {
             free.lists.clear();
             free.held = 0;
         }
+        // Cached bind groups hold their buffers: drop them too, so the trim frees memory.
+        g.bind_groups.borrow_mut().clear();
         g.shared.count(|c| {
             c.storage_bytes = c.storage_bytes.saturating_sub(c.pool_bytes);
             c.pool_bytes = 0;

@@ -121,10 +121,13 @@ impl Shared {
         let batch = self.batch.load(Ordering::Relaxed);
         let mut free = self.free.lock().ok()?;
         let list = free.lists.get_mut(&(kind, class))?;
+        // Last in, first out, in order (no swap_remove): a workload that allocates and frees
+        // in the same order each time (a decode token) gets the same buffers each time, so its
+        // bind groups are found in the cache.
         let pos = list
             .iter()
             .rposition(|p| !for_upload || p.freed_in_batch < batch)?;
-        let p = list.swap_remove(pos);
+        let p = list.remove(pos);
         free.held = free.held.saturating_sub(class);
         drop(free);
         if kind == PoolKind::Storage {

@@ -90,13 +90,8 @@ impl WgpuBackend {
         g.clock.begin();
         {
             let mut rec = g.rec.borrow_mut();
-            let encoder = rec.encoder.get_or_insert_with(|| {
-                g.device
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("kernels-batch"),
-                    })
-            });
-            encoder.copy_buffer_to_buffer(raw, 0, &staging, 0, len);
+            rec.encoder(&g.device)
+                .copy_buffer_to_buffer(raw, 0, &staging, 0, len);
         }
         self.submit()?;
         Ok(Some((staging, class, len)))
