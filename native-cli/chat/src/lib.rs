@@ -22,7 +22,7 @@ pub mod tokenizer;
 
 pub use generate::{Completion, Step, Stop, StopWhen, prompt_ids};
 pub use kernels_core::models::llama::Decoder;
-pub use session::{ChatSession, ChatSetup, ChatTurn, TurnReport};
+pub use session::{CHAT_CONTEXT, ChatSession, ChatSetup, ChatTurn, TurnReport};
 pub use stream::TextStream;
 pub use template::{
     ChatTemplate, END_OF_TURN_TOKENS, Message, TEMPLATE_FUEL, generation_config_eos,

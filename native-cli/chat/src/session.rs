@@ -83,6 +83,10 @@ impl ChatSetup {
     }
 }
 
+/// The KV cache positions a chat allocates when the model allows more (llama.cpp's default
+/// context): the cache cannot grow, and a model's full context can need tens of gigabytes.
+pub const CHAT_CONTEXT: usize = 4096;
+
 /// A conversation with a model, its KV cache kept between turns.
 pub struct ChatSession {
     decoder: Decoder,

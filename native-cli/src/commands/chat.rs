@@ -137,7 +137,7 @@ pub fn run(args: &ChatArgs) -> CliResult<()> {
     if interactive {
         eprintln!("type a message and press Enter; end with Ctrl-D");
     }
-    let decoder = Decoder::new(&model, args.sampling, 0)?;
+    let decoder = Decoder::new(&model, args.sampling, kernels_chat::CHAT_CONTEXT)?;
     let mut session = ChatSession::new(decoder, tok, Rc::new(setup), args.system.as_deref());
     let max = args.max_tokens.unwrap_or(DEFAULT_REPLY_TOKENS);
     let mut lines = std::io::stdin().lock().lines();

@@ -117,7 +117,7 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
         let max = args
             .max_tokens
             .unwrap_or(crate::commands::chat::DEFAULT_REPLY_TOKENS);
-        let decoder = Decoder::new(&model, args.sampling, 0)?;
+        let decoder = Decoder::new(&model, args.sampling, kernels_chat::CHAT_CONTEXT)?;
         let mut session = kernels_chat::ChatSession::new(
             decoder,
             tok,

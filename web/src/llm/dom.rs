@@ -428,7 +428,9 @@ async fn run_once(app: &App, s: &Section) -> JsResult<()> {
             let mut session = match kept {
                 Some((b, g, session)) if (b, g) == key => session,
                 _ => {
-                    let decoder = Decoder::new(&model, Sampling::default(), 0).map_err(js_err)?;
+                    let decoder =
+                        Decoder::new(&model, Sampling::default(), kernels_chat::CHAT_CONTEXT)
+                            .map_err(js_err)?;
                     ChatSession::new(decoder, src.tokenizer.text().clone(), setup.clone(), None)
                 }
             };

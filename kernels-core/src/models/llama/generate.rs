@@ -124,11 +124,13 @@ impl Decoder {
         self.cache.len()
     }
 
-    /// The most positions the model (and this cache, once allocated) holds.
+    /// The most positions this decoder holds: the capacity asked for (0: the model's
+    /// `max_position_embeddings`), at most the model's.
     pub fn context(&self) -> usize {
-        match self.cache.capacity() {
-            0 => self.model.config.max_positions(),
-            n => n.min(self.model.config.max_positions()),
+        let max = self.model.config.max_positions();
+        match self.cache.capacity {
+            0 => max,
+            n => n.min(max),
         }
     }
 
