@@ -89,7 +89,7 @@ pub fn run(opts: DemoOptions) -> CliResult<()> {
     );
     for (backend, reason) in &backends {
         let t0 = Instant::now();
-        let rows = check_all(&cases, backend.as_ref());
+        let rows = check_all(&cases, super::parity::parity_backend(backend).as_ref());
         let wall = t0.elapsed();
         if opts.verbose {
             emit(&format!("backend {}: {reason}\n", backend.name()))?;
