@@ -16,7 +16,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn time(b: &CpuBackend, x: &Tensor, w: &Tensor, iters: usize) -> f64 {
+fn time(b: &CpuBackend, x: &Tensor, w: &Tensor, iters: usize) -> kernels_core::Result<f64> {
     let op = Op::Matmul {
         trans_a: false,
         trans_b: true,
@@ -24,15 +24,18 @@ fn time(b: &CpuBackend, x: &Tensor, w: &Tensor, iters: usize) -> f64 {
     let mut t = Vec::with_capacity(iters);
     for _ in 0..iters {
         let s = Instant::now();
-        let y = b.run(&op, Direction::Forward, &[x, w]).expect("product");
+        let y = b.run(&op, Direction::Forward, &[x, w])?;
         std::hint::black_box(y);
         t.push(s.elapsed().as_secs_f64());
     }
-    median(t)
+    Ok(median(t))
 }
 
-fn main() {
-    let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+fn main() -> kernels_core::Result<()> {
+    let args: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
     let rounds = args.first().copied().unwrap_or(5);
     let iters = args.get(1).copied().unwrap_or(20);
     println!("family {}", Family::best().name());
@@ -50,14 +53,12 @@ fn main() {
     let fast = CpuBackend::new();
     let exact = CpuBackend::new().with_exact_activations(true);
     for (dtype, m, k, n) in cases {
-        let w = Tensor::from_f32(&[n, k], rng.uniform_vec(n * k, -1.0, 1.0))
-            .and_then(|w| w.quantize(dtype))
-            .expect("weight");
-        let x = Tensor::from_f32(&[m, k], rng.uniform_vec(m * k, -1.0, 1.0)).expect("x");
+        let w = Tensor::from_f32(&[n, k], rng.uniform_vec(n * k, -1.0, 1.0))?.quantize(dtype)?;
+        let x = Tensor::from_f32(&[m, k], rng.uniform_vec(m * k, -1.0, 1.0))?;
         let (mut tf, mut te, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
-            let e = time(&exact, &x, &w, iters);
-            let f = time(&fast, &x, &w, iters);
+            let e = time(&exact, &x, &w, iters)?;
+            let f = time(&fast, &x, &w, iters)?;
             te.push(e);
             tf.push(f);
             ratio.push(e / f);
@@ -71,4 +72,5 @@ fn main() {
             median(ratio.clone()),
         );
     }
+    Ok(())
 }

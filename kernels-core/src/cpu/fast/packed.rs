@@ -16,6 +16,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::config;
+use super::gemm::{Gemm, Kernel, MatRef};
 use super::isa::Isa;
 use super::qdot::{self, Family};
 use super::vector::common::with_simd;
@@ -162,8 +163,15 @@ fn product_of(
             (x.numel() / k.max(1), k, ws[0])
         }
     };
-    let integer = !exact && qdot::takes(w.dtype());
-    if rows == 0 || k == 0 || n == 0 || (rows > MAX_ROWS && !integer) {
+    let quantized = qdot::takes(w.dtype());
+    // Decode rows take the integer products (unless exact); prefill rows take them only at
+    // single precision, where they are as fast as the f32 GEMM (residual activations double
+    // their work): else the GEMM on the weight decoded panel by panel.
+    let integer = !exact
+        && quantized
+        && (rows <= MAX_ROWS || config::activation_precision() == qdot::Precision::Single);
+    let panels = quantized && !integer && rows > MAX_ROWS;
+    if rows == 0 || k == 0 || n == 0 || (rows > MAX_ROWS && !integer && !panels) {
         return None;
     }
     let xv = x.as_f32().ok()?;
@@ -174,6 +182,18 @@ fn product_of(
     let packed = w.packed_bytes().ok()?;
     let row_bytes = w.dtype().bytes_for(k)?;
     let out_shape = out_shape.unwrap_or_else(|| linear::out_shape(x.shape(), n));
+    if panels {
+        return Some(panel_product(
+            w.dtype(),
+            packed,
+            row_bytes,
+            xv,
+            bv,
+            activation,
+            (rows, k, n),
+            &out_shape,
+        ));
+    }
     if integer {
         return Some(integer_product(
             w.dtype(),
@@ -257,6 +277,44 @@ fn integer_product(
         let b = bias.map_or(0.0, |b| b[j]);
         for (r, &v) in tj.iter().enumerate() {
             out[r * n + j] = linear::act(activation, v + b);
+        }
+    }
+    Ok(vec![Tensor::from_f32(out_shape, out)?])
+}
+
+/// Prefill with f32 activations on a quantized weight: the weight decoded a panel of rows at a
+/// time (about 2 MiB of f32, never the whole weight) into the blocked GEMM, which writes the
+/// panel's columns of the output in place.
+#[allow(clippy::too_many_arguments)]
+fn panel_product(
+    dtype: DType,
+    packed: &[u8],
+    row_bytes: usize,
+    x: &[f32],
+    bias: Option<&[f32]>,
+    activation: Activation,
+    (rows, k, n): (usize, usize, usize),
+    out_shape: &[usize],
+) -> Result<Vec<Tensor>> {
+    let mut out = vec![0.0f32; rows * n];
+    let p = ((1usize << 19) / k).clamp(32, 512) / 32 * 32;
+    let mut panel = vec![0.0f32; p.min(n) * k];
+    let mut gemm = Gemm::new(Kernel::best());
+    let a = MatRef::new(x, rows, k, false)?;
+    let mut j0 = 0;
+    while j0 < n {
+        let pn = p.min(n - j0);
+        for (jj, o) in panel[..pn * k].chunks_exact_mut(k).enumerate() {
+            let at = (j0 + jj) * row_bytes;
+            quant::decode_blocks(dtype, &packed[at..at + row_bytes], o);
+        }
+        let b = MatRef::new(&panel[..pn * k], k, pn, true)?;
+        gemm.run(a, b, &mut out[j0..], n)?;
+        j0 += pn;
+    }
+    for o in out.chunks_exact_mut(n) {
+        for (j, v) in o.iter_mut().enumerate() {
+            *v = linear::act(activation, *v + bias.map_or(0.0, |b| b[j]));
         }
     }
     Ok(vec![Tensor::from_f32(out_shape, out)?])

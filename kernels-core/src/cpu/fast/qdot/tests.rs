@@ -122,6 +122,7 @@ fn worst(got: &[f32], want: &[f32], k: usize, scale: f32) -> f64 {
         .fold(0.0, f64::max)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn check(
     p: Precision,
     family: Family,

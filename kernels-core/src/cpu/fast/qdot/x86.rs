@@ -168,7 +168,14 @@ unsafe fn rows_with<D: Dot>(
         for (xt, ot) in (&mut tiles).zip(&mut outs) {
             unsafe { row::<D, TILE>(dtype, wr, xt, ot) };
         }
-        for (x, ot) in tiles.remainder().iter().zip(outs.into_remainder()) {
+        // The rest in pairs (decode's two residual terms), then one.
+        let (xr, or) = (tiles.remainder(), outs.into_remainder());
+        let mut pairs = xr.chunks_exact(2);
+        let mut opairs = or.chunks_exact_mut(2);
+        for (xt, ot) in (&mut pairs).zip(&mut opairs) {
+            unsafe { row::<D, 2>(dtype, wr, xt, ot) };
+        }
+        for (x, ot) in pairs.remainder().iter().zip(opairs.into_remainder()) {
             let mut one = [0.0f32];
             unsafe { row::<D, 1>(dtype, wr, core::slice::from_ref(x), &mut one) };
             *ot = one[0];
