@@ -1,10 +1,12 @@
 //! The wgpu backend: device setup, the buffer pool, batched command recording, counters, and the
 //! one generic launcher every op family goes through.
 //!
-//! Tensors live in pooled storage buffers. Ops record compute passes into one command encoder;
-//! the encoder is submitted on download, on [`Backend::flush`], or after
+//! Tensors live in pooled storage buffers. Ops record their dispatches into one compute pass of
+//! one command encoder (a copy or a clear ends the pass; wgpu orders dependent dispatches within
+//! it); the encoder is submitted on download, on [`Backend::flush`], or after
 //! [`WgpuOptions::max_batch_dispatches`] dispatches. Each dispatch's parameters go into a slot of
-//! one uniform arena that is written once per submit.
+//! one uniform arena that is written once per submit, bound at a dynamic offset, so bind groups
+//! are cached by their storage buffers (`record::BindCache`): warm decode makes none.
 //!
 //! Reuse hazard: `Queue::write_buffer` lands before the commands of the next submit, so an
 //! upload must not reuse a buffer the still-unsubmitted encoder touches. Pooled buffers carry
