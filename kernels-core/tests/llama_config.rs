@@ -113,3 +113,27 @@ fn every_variant_counts_what_it_lists() {
         );
     }
 }
+
+#[test]
+fn a_kv_cache_too_large_is_an_error_naming_the_positions_not_an_abort() {
+    use kernels_core::Error;
+    use kernels_core::models::llama::kv_cache_bytes;
+    let mut c = tiny();
+    // 16 positions x 1 layer x 1 kv head x head_dim 4, keys and values in f32.
+    assert_eq!(kv_cache_bytes(&c, 1, 16).unwrap(), 16 * 4 * 2 * 4);
+    c.max_position_embeddings = 1_000_000_000_000;
+    c.num_hidden_layers = 32;
+    match kv_cache_bytes(&c, 1, 1_000_000_000_000) {
+        Err(Error::OutOfMemory { what, bytes }) => {
+            assert_eq!(bytes, 1_000_000_000_000 * 32 * 4 * 2 * 4);
+            assert!(what.contains("1000000000000 positions"), "{what}");
+            assert!(what.contains("max_position_embeddings"), "{what}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A product past u64 is a limit, not a wrapped size.
+    assert!(matches!(
+        kv_cache_bytes(&c, usize::MAX, usize::MAX),
+        Err(Error::LimitExceeded { .. })
+    ));
+}
