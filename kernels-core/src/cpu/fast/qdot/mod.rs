@@ -22,8 +22,12 @@
 //! A row of `x` holding a NaN or an infinity is not quantized: it takes the decoded weight rows
 //! and an f32 dot product, so NaN and infinity land where the reference puts them.
 //!
-//! The numbers differ from the dequantize-then-f32 reference by the activations' rounding to
-//! 8 bits: [`QUANTIZED_ACTIVATION_BUDGETS`] bounds that. `KERNELS_EXACT_ACTIVATIONS=1` (or
+//! The numbers differ from the dequantize-then-f32 reference by the activations' rounding.
+//! [`Precision::Residual`] (the default) quantizes each row twice, `x` and then what its 8-bit
+//! rounding missed, so two integer products per weight block give about 16 bits of activation
+//! precision ([`RESIDUAL_ACTIVATION_BUDGETS`]); `KERNELS_ACTIVATION_PRECISION=single` takes
+//! llama.cpp's one 8-bit pass ([`QUANTIZED_ACTIVATION_BUDGETS`]), twice as fast and about 250
+//! times the error. `KERNELS_EXACT_ACTIVATIONS=1` (or
 //! [`crate::backend::CpuBackend::with_exact_activations`]) keeps f32 activations instead.
 
 use alloc::vec;
