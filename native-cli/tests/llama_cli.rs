@@ -264,6 +264,9 @@ fn bench_llama_prints_the_protocol_object() {
         "dispatches_per_token",
         "submits_per_token",
         "bytes_down_per_token",
+        "host_us_per_token",
+        "host_us_per_dispatch",
+        "bind_groups_per_token",
         "weights",
         "weight_bytes_per_token",
         "device_peak_bytes",
@@ -288,6 +291,9 @@ fn bench_llama_prints_the_protocol_object() {
         "dispatches_per_token",
         "submits_per_token",
         "bytes_down_per_token",
+        "host_us_per_token",
+        "host_us_per_dispatch",
+        "bind_groups_per_token",
         "device_peak_bytes",
     ] {
         assert!(r[k].is_null(), "{k} in {r}");
