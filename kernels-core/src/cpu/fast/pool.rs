@@ -21,7 +21,7 @@
 //!   one thread, one range or without the `threads` feature (wasm32, `no_std`) everything runs
 //!   inline on the caller.
 //! - **Waking.** A product publishes its job and bumps an atomic epoch; workers that finished
-//!   a job less than [`SPIN`] ago are still spinning on that epoch and start without a system
+//!   a job less than [`SPIN_MICROS`] µs ago are still spinning on that epoch and start without a system
 //!   call. Workers idle for longer park, and the caller unparks them (a system call, off the
 //!   hot path of decode, whose products follow each other within microseconds). The ranges are
 //!   handed out through one atomic counter, so a worker that the OS descheduled does not hold

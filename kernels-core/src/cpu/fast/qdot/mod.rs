@@ -16,7 +16,7 @@
 //! `KERNELS_CPU_KERNEL` forces one (see [`Family::best`]).
 //!
 //! Decode (one row of `x`) and prefill (many) share one driver ([`product_t`]): the weight
-//! rows are split over threads ([`split_rows`]), and each weight row is unpacked once per tile
+//! rows are split over threads (`split_rows`), and each weight row is unpacked once per tile
 //! of up to [`TILE`] rows of `x`.
 //!
 //! A row of `x` holding a NaN or an infinity is not quantized: it takes the decoded weight rows
