@@ -231,7 +231,10 @@ fn quantize_writes_the_tokenizer_and_the_file_alone_generates() {
         String::from_utf8_lossy(&o.stdout).to_string()
     };
     let from_file = generate(&out, &[]);
-    assert!(from_file.starts_with("<s> the hat is in the"), "{from_file}");
+    assert!(
+        from_file.starts_with("<s> the hat is in the"),
+        "{from_file}"
+    );
     assert_eq!(from_file, generate(&s, &["--quantize", "q8_0"]));
     let g = std::fs::read(&out).unwrap();
     let g = kernels_core::gguf::GgufFile::parse(&g, "q8.gguf").unwrap();

@@ -25,8 +25,8 @@ pub mod kernel_family;
 pub mod kernels;
 mod matref;
 pub mod packed;
-pub mod qdot;
 pub mod pool;
+pub mod qdot;
 mod skinny;
 pub mod vector;
 
