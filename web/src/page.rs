@@ -300,7 +300,7 @@ async fn run_parity(app: &Rc<App>) {
         t.set_inner_html("");
     }
     app.parity.borrow_mut().clear();
-    let cpu = CpuBackend::new();
+    let cpu = crate::report::parity_cpu();
     let reference = CpuBackend::reference();
     for (i, case) in cases.iter().enumerate() {
         set_text(

@@ -23,6 +23,13 @@ pub fn whole_number(text: &str, name: &str, lo: usize, hi: usize) -> Result<usiz
 /// Seed of the page's parity inputs.
 pub const PARITY_SEED: u64 = 7;
 
+/// The CPU backend the parity panel checks: its fast paths with f32 activations, so every op is
+/// held to its own budget (products with a quantized weight otherwise take 8-bit activations,
+/// held to their own budget by kernels-core's qdot tests).
+pub fn parity_cpu() -> kernels_core::CpuBackend {
+    kernels_core::CpuBackend::new().with_exact_activations(true)
+}
+
 /// One case in one direction: the CPU's run and (when WebGPU is in use) the device's, each
 /// compared with the reference under the op's budget.
 #[derive(Debug, Clone)]
@@ -298,7 +305,7 @@ mod tests {
             .iter()
             .filter(|c| kinds.contains(&c.op.kind()))
             .flat_map(|c| {
-                let cpu = check_both(c, &CpuBackend::new(), &reference);
+                let cpu = check_both(c, &parity_cpu(), &reference);
                 let gpu = check_both(c, &reference, &reference);
                 ParityLine::pair(cpu, Some(gpu))
             })
