@@ -98,7 +98,7 @@ fn every_input_format_is_read() {
                  {\"ours\": 70.0, \"llama.cpp\": 140.0, \"ratio\": 0.5}}\n\
                  {\"worst_decode_ratio\": 0.49, \"worst_prefill_ratio\": 0.5}\n",
             )],
-            &["llama.cpp", "ours", "Q4_K_M, 1 thread", "23.5", "140"],
+            &["llama.cpp", "ours", "Q4_K_M", "1 thread", "23.5", "140"],
         ),
         (
             "bench_llama",
@@ -113,13 +113,7 @@ fn every_input_format_is_read() {
                     "{\"peer\": \"candle 0.11.1\", \"threads\": 2, \"decode_tok_s\": 30.0, \"prefill_tok_s\": 900.0, \"params\": 1}",
                 ),
             ],
-            &[
-                "ours (wgpu)",
-                "candle 0.11.1",
-                "q8_0",
-                "f32, 2 threads",
-                "1,000",
-            ],
+            &["ours (wgpu)", "candle 0.11.1", "q8_0", "2 threads", "1,000"],
         ),
         (
             "bench",

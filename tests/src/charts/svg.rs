@@ -218,7 +218,7 @@ pub fn bar_chart(meta: &Meta, panels: &[Panel]) -> String {
     };
     let lines = caption_lines(meta);
     let (plot_top, plot_bottom) = (80.0, 80.0 + PLOT_HEIGHT);
-    let height = plot_bottom + 50.0 + 15.0 * lines.len() as f64 + 10.0;
+    let height = plot_bottom + 62.0 + 15.0 * lines.len() as f64 + 10.0;
     let mut svg = String::new();
     header(&mut svg, height, meta);
     legend(&mut svg, &names, 48.0);
@@ -286,16 +286,25 @@ pub fn bar_chart(meta: &Meta, panels: &[Panel]) -> String {
                     format_number(bar.median)
                 );
             }
-            let _ = writeln!(
+            // "format, N threads" on two lines, so narrow groups do not run into each other.
+            let cx = gx + group_width / 2.0;
+            let _ = write!(
                 svg,
-                "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>",
-                gx + group_width / 2.0,
-                plot_bottom + 16.0,
-                escape(&group.label)
+                "<text x=\"{cx:.1}\" y=\"{:.1}\" text-anchor=\"middle\" font-size=\"11\">",
+                plot_bottom + 16.0
             );
+            for (li, part) in group.label.split(", ").enumerate() {
+                let dy = if li == 0 { 0.0 } else { 13.0 };
+                let _ = write!(
+                    svg,
+                    "<tspan x=\"{cx:.1}\" dy=\"{dy}\">{}</tspan>",
+                    escape(part)
+                );
+            }
+            svg.push_str("</text>\n");
         }
     }
-    caption(&mut svg, plot_bottom + 44.0, &lines);
+    caption(&mut svg, plot_bottom + 56.0, &lines);
     svg.push_str("</svg>\n");
     svg
 }
