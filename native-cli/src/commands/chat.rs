@@ -15,7 +15,7 @@ use kernels_chat::{ChatError, ChatSession, ChatSetup, Decoder, TextTokenizer};
 use kernels_core::models::llama::{Llama, Sampling};
 use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::commands::generate::StepTimer;
+use crate::commands::generate::{StepTimer, printing};
 use crate::llama::{GenStats, ModelFiles, build, read_dir};
 use crate::{CliResult, emit, fail};
 
@@ -90,15 +90,7 @@ pub fn answer(
     }
     let mut timer = StepTimer::start(report.prefill);
     let mut out_err = None;
-    pollster::block_on(turn.run(&mut |step| {
-        timer.step(step.fed);
-        if out_err.is_none()
-            && let Err(e) = emit(&step.piece)
-        {
-            out_err = Some(e);
-        }
-        Ok(())
-    }))?;
+    pollster::block_on(turn.run(&mut printing(&mut timer, &mut out_err)))?;
     if let Some(e) = out_err {
         return Err(e);
     }

@@ -178,15 +178,7 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
     emit(&head)?;
     let mut timer = StepTimer::start(prompt.len());
     let mut out_err = None;
-    pollster::block_on(run.run(&mut |step| {
-        timer.step(step.fed);
-        if out_err.is_none()
-            && let Err(e) = emit(&step.piece)
-        {
-            out_err = Some(e);
-        }
-        Ok(())
-    }))?;
+    pollster::block_on(run.run(&mut printing(&mut timer, &mut out_err)))?;
     if let Some(e) = out_err {
         return Err(e);
     }
@@ -199,6 +191,24 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
     let why = run.stopped().map_or("stopped".into(), |s| s.describe());
     eprintln!("[{why}; {}]", timer.stats(run.new_ids().len()).line());
     Ok(())
+}
+
+/// The step callback of `generate` and `chat`: times each step and prints its settled text.
+/// A failed write is kept in `out_err` (the first one) for the caller to return once the run
+/// ends.
+pub(crate) fn printing<'a>(
+    timer: &'a mut StepTimer,
+    out_err: &'a mut Option<crate::CliError>,
+) -> impl FnMut(&kernels_chat::Step) -> Result<(), kernels_chat::ChatError> + 'a {
+    move |step| {
+        timer.step(step.fed);
+        if out_err.is_none()
+            && let Err(e) = emit(&step.piece)
+        {
+            *out_err = Some(e);
+        }
+        Ok(())
+    }
 }
 
 /// Times a generation's steps: the first (the prefill) apart from the rest.
