@@ -10,20 +10,16 @@ use super::*;
 use crate::numerics::compare;
 use crate::rng::Rng;
 
-const FORMATS: [DType; 6] = [
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q4_K,
-    DType::Q6_K,
-];
+/// Every block-quantized weight format, so a new one is tested here until it has kernels.
+fn formats() -> impl Iterator<Item = DType> {
+    DType::WEIGHT.into_iter().filter(|d| d.is_quantized())
+}
 
 /// Every precision with every format.
 fn cases() -> impl Iterator<Item = (Precision, DType)> {
     [Precision::Single, Precision::Residual]
         .into_iter()
-        .flat_map(|p| FORMATS.into_iter().map(move |d| (p, d)))
+        .flat_map(|p| formats().map(move |d| (p, d)))
 }
 
 fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
