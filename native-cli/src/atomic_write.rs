@@ -73,6 +73,18 @@ fn resolve(path: &Path) -> io::Result<(PathBuf, Kind)> {
 
 /// Writes `bytes` to `path` as the module documentation says.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomically_verified(path, bytes, &|_| Ok(()))
+}
+
+/// [`write_atomically`], calling `verify` with the temporary file's path once its bytes are on
+/// disk (written and synced) and before it is renamed into place: an error from `verify`
+/// removes the temporary file and leaves `path` as it was. A device or FIFO, written through,
+/// cannot be read back: `verify` is not called for one.
+pub fn write_atomically_verified(
+    path: &Path,
+    bytes: &[u8],
+    verify: &dyn Fn(&Path) -> io::Result<()>,
+) -> io::Result<()> {
     let (target, kind) = resolve(path)?;
     match kind {
         Kind::Refused(what) => Err(refused(path, format!("it is {what}"))),
@@ -86,13 +98,19 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
                 Kind::Regular => Some(fs::metadata(&target)?.permissions()),
                 _ => None,
             };
-            replace(&target, bytes, perms)
+            replace(&target, bytes, perms, verify)
         }
     }
 }
 
-/// A temporary file beside `target` with `perms` (0644 when None), renamed over it.
-fn replace(target: &Path, bytes: &[u8], perms: Option<Permissions>) -> io::Result<()> {
+/// A temporary file beside `target` with `perms` (0644 when None), checked by `verify`, then
+/// renamed over it.
+fn replace(
+    target: &Path,
+    bytes: &[u8],
+    perms: Option<Permissions>,
+    verify: &dyn Fn(&Path) -> io::Result<()>,
+) -> io::Result<()> {
     let dir = match target.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -112,6 +130,8 @@ fn replace(target: &Path, bytes: &[u8], perms: Option<Permissions>) -> io::Resul
     let mut tmp = tmp;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;
+    // On an error the temporary file is dropped, which removes it.
+    verify(tmp.path())?;
     tmp.persist(target).map_err(|e| e.error)?;
     Ok(())
 }
@@ -261,6 +281,37 @@ mod tests {
         // A directory is refused, named.
         let e = write_atomically(dir.path(), b"x").unwrap_err().to_string();
         assert!(e.contains("a directory"), "{e}");
+    }
+
+    #[test]
+    fn a_file_that_fails_its_read_back_is_not_put_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("model.gguf");
+        // The check sees the bytes on disk, under the temporary name, not yet the target.
+        let seen = std::cell::RefCell::new(None);
+        write_atomically_verified(&p, b"on disk", &|tmp| {
+            assert_ne!(tmp, p.as_path());
+            assert!(!p.exists());
+            *seen.borrow_mut() = Some(fs::read(tmp)?);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen.into_inner().unwrap(), b"on disk");
+        assert_eq!(fs::read(&p).unwrap(), b"on disk");
+        // A failed check: the old file stays, the temporary one is gone.
+        let e = write_atomically_verified(&p, b"replacement", &|tmp| {
+            assert_eq!(fs::read(tmp)?, b"replacement");
+            Err(io::Error::other("reads back wrong"))
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("reads back wrong"), "{e}");
+        assert_eq!(fs::read(&p).unwrap(), b"on disk");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        // And a new file is never created.
+        let q = dir.path().join("new.gguf");
+        assert!(write_atomically_verified(&q, b"x", &|_| Err(io::Error::other("no"))).is_err());
+        assert!(!q.exists());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[cfg(unix)]

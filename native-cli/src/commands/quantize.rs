@@ -13,7 +13,7 @@ use kernels_core::gguf::tokenizer_write::{HfTokenizer, add_tokenizer};
 use kernels_core::gguf::{GgufFile, GgufWriter};
 use kernels_core::models::llama::LlamaConfig;
 
-use crate::atomic_write::write_atomically;
+use crate::atomic_write::write_atomically_verified;
 use crate::llama::{quantize_files, read_dir};
 use crate::{CliResult, emit, fail};
 
@@ -53,8 +53,18 @@ pub fn run(model: &Path, to: DType, out: &Path, with_tokenizer: bool) -> CliResu
     let bytes = writer
         .to_bytes()
         .map_err(|e| fail(format!("{}: {e}", out.display())))?;
-    read_back(&bytes, &config, files.tensors.len(), out)?;
-    write_atomically(out, &bytes).map_err(|e| fail(format!("{}: {e}", out.display())))?;
+    let origin = out.display().to_string();
+    let made = read_back(&bytes, &config, files.tensors.len(), out)?;
+    // The file is read back from disk, under its temporary name, before it is renamed into
+    // place: a short or corrupted write is never left as `--out`.
+    write_atomically_verified(out, &bytes, &|tmp| {
+        read_back_file(tmp, &made).map_err(|why| {
+            std::io::Error::other(format!(
+                "not written: the file does not read back from disk: {why}"
+            ))
+        })
+    })
+    .map_err(|e| fail(format!("--out {origin}: {e}")))?;
     let note = match (tokenizer, with_tokenizer) {
         (true, _) => "",
         (false, true) => {
@@ -122,10 +132,101 @@ fn tokenizer_of_gguf(w: &mut GgufWriter, path: &Path) -> CliResult<bool> {
     Ok(has)
 }
 
+/// The header of a GGUF file as written: what its read-back from disk must give.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WrittenHeader {
+    pub bytes: u64,
+    pub version: u32,
+    pub alignment: usize,
+    pub data_offset: usize,
+    pub metadata: Vec<(String, kernels_core::gguf::Value)>,
+    pub tensors: Vec<kernels_core::gguf::TensorInfo>,
+}
+
+impl WrittenHeader {
+    fn of(file: &GgufFile<'_>, bytes: u64) -> WrittenHeader {
+        WrittenHeader {
+            bytes,
+            version: file.version,
+            alignment: file.alignment,
+            data_offset: file.data_offset,
+            metadata: file.metadata.clone(),
+            tensors: file.tensors.clone(),
+        }
+    }
+}
+
+/// Reads the file at `path` from disk (mapped, as `generate` reads a GGUF) and checks that its
+/// length, header, metadata and tensor infos are the ones `want` says were written; the error
+/// says what differs.
+pub fn read_back_file(path: &Path, want: &WrittenHeader) -> Result<(), String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    if len != want.bytes {
+        return Err(format!("{len} bytes on disk, {} written", want.bytes));
+    }
+    // SAFETY: a read-only map of a file only this process has named (a fresh temporary);
+    // every read goes through bounds-checked slices.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| e.to_string())?;
+    let parsed = GgufFile::parse(&map, &path.display().to_string()).map_err(|e| e.to_string())?;
+    let got = WrittenHeader::of(&parsed, len);
+    if got.version != want.version
+        || got.alignment != want.alignment
+        || got.data_offset != want.data_offset
+    {
+        return Err(format!(
+            "header (version {}, alignment {}, data at {}) is not the one written (version {}, \
+             alignment {}, data at {})",
+            got.version,
+            got.alignment,
+            got.data_offset,
+            want.version,
+            want.alignment,
+            want.data_offset
+        ));
+    }
+    if let Some(((k, _), _)) = (want.metadata.iter())
+        .zip(&got.metadata)
+        .find(|(w, g)| w != g)
+    {
+        return Err(format!("metadata key {k} differs from the one written"));
+    }
+    if got.metadata.len() != want.metadata.len() {
+        return Err(format!(
+            "{} metadata keys on disk, {} written",
+            got.metadata.len(),
+            want.metadata.len()
+        ));
+    }
+    if let Some((t, _)) = (want.tensors.iter())
+        .zip(&got.tensors)
+        .find(|(w, g)| w != g)
+    {
+        return Err(format!(
+            "tensor {}'s entry differs from the one written",
+            t.name
+        ));
+    }
+    if got.tensors.len() != want.tensors.len() {
+        return Err(format!(
+            "{} tensors on disk, {} written",
+            got.tensors.len(),
+            want.tensors.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Parses the file about to be written as `generate` will (header, metadata, the config from
 /// it, every tensor) and checks the config and tensor count came through unchanged, so a file
-/// the loader would refuse is never put in place.
-fn read_back(bytes: &[u8], config: &LlamaConfig, tensors: usize, out: &Path) -> CliResult<()> {
+/// the loader would refuse is never put in place. Returns the header, for the read-back from
+/// disk.
+fn read_back(
+    bytes: &[u8],
+    config: &LlamaConfig,
+    tensors: usize,
+    out: &Path,
+) -> CliResult<WrittenHeader> {
     let origin = out.display().to_string();
     let not_written = |why: String| {
         fail(format!(
@@ -179,5 +280,64 @@ fn read_back(bytes: &[u8], config: &LlamaConfig, tensors: usize, out: &Path) -> 
             model.tensors.len()
         )));
     }
-    Ok(())
+    Ok(WrittenHeader::of(&file, bytes.len() as u64))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    /// The demo model as GGUF bytes, its config and tensor count.
+    fn demo_gguf() -> (Vec<u8>, LlamaConfig, usize) {
+        let files = crate::addition::embedded().unwrap();
+        let config = LlamaConfig::from_json(&files.config).unwrap();
+        let bytes = llama_to_gguf(&config, &files.tensors)
+            .unwrap()
+            .to_bytes()
+            .unwrap();
+        (bytes, config, files.tensors.len())
+    }
+
+    /// The read-back reads the file on disk: a file cut short, or with a header byte changed,
+    /// after it was written is refused, naming what differs.
+    #[test]
+    fn the_read_back_is_of_the_file_on_disk() {
+        let (bytes, config, n) = demo_gguf();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("m.gguf");
+        let want = read_back(&bytes, &config, n, &out).unwrap();
+        std::fs::write(&out, &bytes).unwrap();
+        read_back_file(&out, &want).unwrap();
+        std::fs::write(&out, &bytes[..bytes.len() - 1]).unwrap();
+        let e = read_back_file(&out, &want).unwrap_err();
+        assert!(e.contains("bytes on disk"), "{e}");
+        // The first tensor's name's first byte, changed on disk.
+        let name = want.tensors[0].name.as_bytes();
+        let at = bytes.windows(name.len()).position(|w| w == name).unwrap();
+        let mut changed = bytes.clone();
+        changed[at] ^= 0x01;
+        std::fs::write(&out, &changed).unwrap();
+        let e = read_back_file(&out, &want).unwrap_err();
+        assert!(e.contains(&want.tensors[0].name), "{e}");
+    }
+
+    /// A read-back failure (here: the header expected differs from the one on disk) leaves
+    /// neither the output nor a temporary file, and an existing output as it was.
+    #[test]
+    fn a_failed_read_back_leaves_no_output_and_no_temporary_file() {
+        let (bytes, config, n) = demo_gguf();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("m.gguf");
+        let mut want = read_back(&bytes, &config, n, &out).unwrap();
+        want.tensors.pop();
+        let verify = |tmp: &Path| read_back_file(tmp, &want).map_err(std::io::Error::other);
+        let e = write_atomically_verified(&out, &bytes, &verify).unwrap_err();
+        assert!(e.to_string().contains("tensors on disk"), "{e}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        std::fs::write(&out, b"old").unwrap();
+        assert!(write_atomically_verified(&out, &bytes, &verify).is_err());
+        assert_eq!(std::fs::read(&out).unwrap(), b"old");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
 }
