@@ -12,7 +12,8 @@
 //!
 //! Kernel families ([`Family`]): plain Rust ([`portable`], every target, the reference of the
 //! integer path), and on x86_64 AVX2 (`maddubs` + `madd`), AVX-512 VNNI (`vpdpbusd` on
-//! 256-bit vectors, with AVX-512VL) and AVX-VNNI (the VEX `vpdpbusd`), chosen at run time.
+//! 256-bit vectors, with AVX-512VL) and AVX-VNNI (the VEX `vpdpbusd`), chosen at run time;
+//! on wasm32 built with `simd128` (the browser build), `simd128` (`i32x4.dot_i16x8_s`).
 //! `KERNELS_CPU_KERNEL` forces one (see [`Family::best`]).
 //!
 //! Decode (one row of `x`) and prefill (many) share one driver ([`product_t`]): the weight
@@ -39,6 +40,8 @@ use crate::numerics::Budget;
 use crate::quant;
 
 pub mod portable;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -122,15 +125,18 @@ pub enum Family {
     AvxVnni,
     /// x86_64 AVX-512 VNNI with AVX-512VL: the EVEX `vpdpbusd`.
     Avx512Vnni,
+    /// wasm32 `simd128` (compile-time): `i16x8` widening and `i32x4.dot_i16x8_s`.
+    Simd128,
 }
 
 impl Family {
     /// Every family, portable first, fastest last.
-    pub const ALL: [Family; 4] = [
+    pub const ALL: [Family; 5] = [
         Family::Portable,
         Family::Avx2,
         Family::AvxVnni,
         Family::Avx512Vnni,
+        Family::Simd128,
     ];
 
     /// Short name for logs, benchmarks and `KERNELS_CPU_KERNEL`.
@@ -140,6 +146,7 @@ impl Family {
             Family::Avx2 => "avx2",
             Family::AvxVnni => "avxvnni",
             Family::Avx512Vnni => "avx512vnni",
+            Family::Simd128 => "simd128",
         }
     }
 
@@ -168,6 +175,8 @@ impl Family {
             }
             #[cfg(not(target_arch = "x86_64"))]
             Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni => Some("not an x86_64 build"),
+            Family::Simd128 => (!cfg!(all(target_arch = "wasm32", target_feature = "simd128")))
+                .then_some("not a wasm32 build with simd128"),
         }
     }
 
@@ -181,10 +190,15 @@ impl Family {
 
     /// The fastest family this machine runs.
     pub fn fastest() -> Family {
-        [Family::Avx512Vnni, Family::AvxVnni, Family::Avx2]
-            .into_iter()
-            .find(|f| f.missing().is_none())
-            .unwrap_or(Family::Portable)
+        [
+            Family::Avx512Vnni,
+            Family::AvxVnni,
+            Family::Avx2,
+            Family::Simd128,
+        ]
+        .into_iter()
+        .find(|f| f.missing().is_none())
+        .unwrap_or(Family::Portable)
     }
 
     /// The family the products use: the one `KERNELS_CPU_KERNEL` names if this machine runs
@@ -403,6 +417,8 @@ fn rows_of(family: Family, dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow]
         Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni if family.missing().is_none() => {
             x86::rows(family, dtype, w, row_bytes, xs, out)
         }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        Family::Simd128 => wasm::rows(dtype, w, row_bytes, xs, out),
         _ => portable::rows(dtype, w, row_bytes, xs, out),
     }
 }
