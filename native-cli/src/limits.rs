@@ -82,6 +82,103 @@ pub fn check_fits(what: &str, for_what: &str, bytes: Option<u64>) -> CliResult<(
     Ok(())
 }
 
+/// A KV cache sized to the memory there is ([`kv_fit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvFit {
+    /// Positions the cache gets: the wanted ones, or fewer when they do not fit.
+    pub positions: usize,
+    /// Bytes of a cache of `positions`.
+    pub bytes: u64,
+    /// Bytes the wanted positions would need (`None`: more than a `u64` holds).
+    pub wanted_bytes: Option<u64>,
+    /// The memory figure it was judged against ([`available_bytes`]; `None`: unknown).
+    pub available: Option<u64>,
+    /// Whether the process's address space (`ulimit -v`) took less than that figure.
+    pub address_space: bool,
+}
+
+impl KvFit {
+    /// Whether fewer positions than wanted fit.
+    pub fn capped(&self, wanted: usize) -> bool {
+        self.positions < wanted
+    }
+
+    /// For notes: what the wanted positions would need, and what the cache gets.
+    pub fn describe(&self, wanted: usize) -> String {
+        let need = match self.wanted_bytes {
+            Some(b) => format!("{} ({b} bytes)", human_bytes(b)),
+            None => format!("more than {} bytes", u64::MAX),
+        };
+        let avail = match self.available {
+            Some(a) => format!("{} ({a} bytes) are available", human_bytes(a)),
+            None => "the memory available is unknown here".into(),
+        };
+        let avail = if self.address_space {
+            format!("{avail}, less in this process's address space (ulimit -v)")
+        } else {
+            avail
+        };
+        format!(
+            "a KV cache of {wanted} positions would need {need} of memory, and {avail}; the \
+             cache holds {} positions ({} bytes)",
+            self.positions, self.bytes
+        )
+    }
+}
+
+/// How many of `wanted` KV-cache positions, `per_position` bytes each, fit in memory: all
+/// when their bytes fit in three quarters of `available` (the rest is left for the weights'
+/// neighbours: activations, the tokenizer, the system) and `reservable` says the address space
+/// takes them; else the most that fit in that share, halved until `reservable` takes them and
+/// then halved once more (the run still needs address space beside the cache). `available`
+/// `None` (no `/proc/meminfo`: not Linux) judges by `reservable` alone.
+pub fn kv_fit(
+    per_position: u64,
+    wanted: usize,
+    available: Option<u64>,
+    reservable: &dyn Fn(u64) -> bool,
+) -> KvFit {
+    let per = per_position.max(1);
+    let wanted_bytes = per.checked_mul(wanted as u64);
+    let share = available.map_or(u64::MAX, |a| a / 4 * 3);
+    let mut limit = wanted_bytes.unwrap_or(u64::MAX).min(share);
+    let mut probed_down = false;
+    while limit >= per && !reservable(limit) {
+        limit /= 2;
+        probed_down = true;
+    }
+    if probed_down {
+        limit /= 2;
+    }
+    let positions = usize::try_from(limit / per)
+        .unwrap_or(usize::MAX)
+        .min(wanted);
+    KvFit {
+        positions,
+        bytes: per.saturating_mul(positions as u64),
+        wanted_bytes,
+        available,
+        address_space: probed_down,
+    }
+}
+
+/// Whether this process can reserve `bytes` of address space (reserved and released at once,
+/// the pages never touched).
+pub fn reservable(bytes: u64) -> bool {
+    usize::try_from(bytes)
+        .ok()
+        .is_some_and(|n| Vec::<u8>::new().try_reserve_exact(n).is_ok())
+}
+
+/// [`kv_fit`] for a llama model's KV cache (one sequence) on this machine.
+pub fn kv_fit_model(
+    config: &kernels_core::models::llama::LlamaConfig,
+    wanted: usize,
+) -> CliResult<KvFit> {
+    let per = kernels_core::models::llama::kv_cache_bytes(config, 1, 1)?;
+    Ok(kv_fit(per, wanted, available_bytes(), &reservable))
+}
+
 /// Errors unless `value` is at least 1, naming the flag.
 pub fn positive(flag: &str, value: usize) -> CliResult<()> {
     if value == 0 {
@@ -158,6 +255,40 @@ mod tests {
         assert_eq!(product(&[u64::MAX, 2]), None);
         assert_eq!(sum(&[Some(1), None]), None);
         assert_eq!(sum(&[Some(1), Some(2)]), Some(3));
+    }
+
+    #[test]
+    fn kv_caches_are_capped_by_the_memory_figure_and_the_address_space() {
+        let any = |_: u64| true;
+        // Fits: all wanted.
+        let f = kv_fit(1000, 64, Some(1_000_000), &any);
+        assert_eq!(
+            (f.positions, f.bytes, f.wanted_bytes),
+            (64, 64_000, Some(64_000))
+        );
+        assert!(!f.capped(64));
+        // Three quarters of the memory available.
+        let f = kv_fit(1000, 1_000_000, Some(4_000_000), &any);
+        assert_eq!((f.positions, f.bytes), (3000, 3_000_000));
+        assert!(f.capped(1_000_000));
+        let d = f.describe(1_000_000);
+        assert!(
+            d.contains("1000000000 bytes") && d.contains("3000000 bytes"),
+            "{d}"
+        );
+        // The bytes overflow: capped by memory all the same.
+        let f = kv_fit(1 << 40, usize::MAX, Some(1 << 44), &any);
+        assert_eq!((f.positions, f.wanted_bytes), (12, None));
+        // An address-space limit of 1 MB: halved until reservable, then once more.
+        let under = |b: u64| b <= 1_000_000;
+        let f = kv_fit(1000, 1_000_000, Some(64_000_000), &under);
+        assert!(f.bytes <= 500_000 && f.bytes >= 250_000, "{f:?}");
+        assert!(f.describe(1_000_000).contains("ulimit -v"), "{f:?}");
+        // No memory figure: the address space alone.
+        let f = kv_fit(1000, 1_000_000, None, &under);
+        assert!(f.positions > 0 && f.bytes <= 500_000, "{f:?}");
+        // Nothing fits: no positions.
+        assert_eq!(kv_fit(1000, 10, Some(100), &any).positions, 0);
     }
 
     #[cfg(unix)]

@@ -64,6 +64,43 @@ pub fn chat_setup(files: &ModelFiles, model: &Llama, tok: &TextTokenizer) -> Cli
     )?)
 }
 
+/// The decoder of a chat: a KV cache of [`kernels_chat::CHAT_CONTEXT`] positions (at most the
+/// model's context), fewer when the memory holds fewer ([`crate::limits::kv_fit_model`]), with
+/// a note naming `--max-tokens` (`max_tokens`: its value), the positions and the bytes; a
+/// reply stops at the room the conversation leaves in them.
+pub fn chat_decoder(
+    model: &Llama,
+    sampling: Sampling,
+    max_tokens: Option<usize>,
+) -> CliResult<Decoder> {
+    let context = kernels_chat::CHAT_CONTEXT.min(model.config.max_positions());
+    let fit = crate::limits::kv_fit_model(&model.config, context)?;
+    let flag = max_tokens.map_or_else(
+        || format!("--max-tokens (not given: {DEFAULT_REPLY_TOKENS})"),
+        |n| format!("--max-tokens {n}"),
+    );
+    if fit.positions == 0 {
+        return Err(fail(format!(
+            "chat: {}; not even one position fits",
+            fit.describe(context)
+        )));
+    }
+    if fit.capped(context) {
+        eprintln!(
+            "note: {flag}: {}; the chat's context is capped at {} positions, and a reply stops \
+             at the room the conversation leaves in them",
+            fit.describe(context),
+            fit.positions
+        );
+    } else if let Some(n) = max_tokens.filter(|&n| n >= context) {
+        eprintln!(
+            "note: --max-tokens {n} is more than the chat's context ({context} positions) \
+             holds; a reply stops at the room the conversation leaves in it"
+        );
+    }
+    Ok(Decoder::new(model, sampling, fit.positions)?)
+}
+
 /// Answers `user`: the reply streams to stdout. Returns why it ended and its timings.
 pub fn answer(
     session: &mut ChatSession,
@@ -129,7 +166,7 @@ pub fn run(args: &ChatArgs) -> CliResult<()> {
     if interactive {
         eprintln!("type a message and press Enter; end with Ctrl-D");
     }
-    let decoder = Decoder::new(&model, args.sampling, kernels_chat::CHAT_CONTEXT)?;
+    let decoder = chat_decoder(&model, args.sampling, args.max_tokens)?;
     let mut session = ChatSession::new(decoder, tok, Rc::new(setup), args.system.as_deref());
     let max = args.max_tokens.unwrap_or(DEFAULT_REPLY_TOKENS);
     let mut lines = std::io::stdin().lock().lines();

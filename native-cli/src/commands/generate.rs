@@ -117,7 +117,7 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
         let max = args
             .max_tokens
             .unwrap_or(crate::commands::chat::DEFAULT_REPLY_TOKENS);
-        let decoder = Decoder::new(&model, args.sampling, kernels_chat::CHAT_CONTEXT)?;
+        let decoder = crate::commands::chat::chat_decoder(&model, args.sampling, args.max_tokens)?;
         let mut session = kernels_chat::ChatSession::new(
             decoder,
             tok,
@@ -159,6 +159,7 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
         }
         Some(n) => n,
     };
+    let max_tokens = memory_cap(&model.config, prompt.len(), max_tokens, args.max_tokens)?;
     let mut decoder = Decoder::new(&model, args.sampling, prompt.len() + max_tokens)?;
     let mut stop_ids = model.config.eos_token_ids.clone();
     let mut stop_strings = Vec::new();
@@ -191,6 +192,39 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
     let why = run.stopped().map_or("stopped".into(), |s| s.describe());
     eprintln!("[{why}; {}]", timer.stats(run.new_ids().len()).line());
     Ok(())
+}
+
+/// `max_tokens` (after the context's cap) capped by the KV cache the memory holds
+/// ([`crate::limits::kv_fit_model`]) for a prompt of `prompt` tokens, with a note naming
+/// `--max-tokens` (`given`: its value; `None`: the default), the cap and the bytes; a memory
+/// that cannot hold the prompt's cache is an error.
+pub fn memory_cap(
+    config: &kernels_core::models::llama::LlamaConfig,
+    prompt: usize,
+    max_tokens: usize,
+    given: Option<usize>,
+) -> CliResult<usize> {
+    let wanted = prompt.saturating_add(max_tokens);
+    let fit = crate::limits::kv_fit_model(config, wanted)?;
+    if !fit.capped(wanted) {
+        return Ok(max_tokens);
+    }
+    let flag = match given {
+        Some(n) => format!("--max-tokens {n}"),
+        None => format!("--max-tokens (not given: {max_tokens})"),
+    };
+    if fit.positions <= prompt {
+        return Err(fail(format!(
+            "generate: {flag} after a {prompt}-token prompt: {}; the prompt alone does not fit",
+            fit.describe(wanted)
+        )));
+    }
+    let cap = fit.positions - prompt;
+    eprintln!(
+        "note: {flag}: {}; generation stops after at most {cap} tokens",
+        fit.describe(wanted)
+    );
+    Ok(cap)
 }
 
 /// The step callback of `generate` and `chat`: times each step and prints its settled text.
