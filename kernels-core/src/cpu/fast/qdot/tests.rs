@@ -308,3 +308,8 @@ fn derive_budgets() {
         std::eprintln!("{p:?} {dtype}: worst |err| / sqrt(k) = {worst_seen:.3e}");
     }
 }
+
+// The simd128 kernels against the portable one in the browser (wasm-pack test).
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[path = "wasm_tests.rs"]
+mod wasm_tests;
