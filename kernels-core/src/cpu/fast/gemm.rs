@@ -86,20 +86,8 @@ impl Gemm {
         epi: &Epilogue,
     ) -> Result<()> {
         let (m, n) = (a.rows, b.cols);
-        if a.cols != b.rows {
-            return Err(Error::mismatch(NAME, &[a.rows, a.cols], &[b.rows, b.cols]));
-        }
-        if m == 0 || n == 0 {
+        if !check(a, b, c, ldc)? {
             return Ok(());
-        }
-        let need = (m - 1).checked_mul(ldc).and_then(|x| x.checked_add(n));
-        if ldc < n || need.is_none_or(|need| c.len() < need) {
-            return Err(Error::bad_shape(
-                NAME,
-                "out",
-                &[m, n],
-                format!("row stride {ldc} over {} values is too small", c.len()),
-            ));
         }
         if let Some(bias) = epi.bias
             && bias.len() < n
@@ -124,6 +112,19 @@ impl Gemm {
             }
         }
         Ok(())
+    }
+
+    /// [`Gemm::run`] on the blocked loop nest only (never the small-product path), so every
+    /// output is the same dot product whatever the shape around it: a caller that cuts a
+    /// product into parts of any size gets the bits of the whole.
+    pub fn run_blocked(&mut self, a: MatRef, b: MatRef, c: &mut [f32], ldc: usize) -> Result<()> {
+        if !check(a, b, c, ldc)? || a.cols == 0 {
+            return Ok(());
+        }
+        if self.bufs.is_empty() {
+            self.bufs.push(Buffers::default());
+        }
+        self.blocked(a, b, c, ldc)
     }
 
     /// The blocked GEMM, its rows split over threads when the product is large enough.
@@ -179,6 +180,27 @@ impl Gemm {
             drive_any(kernel, ai, b, ci, ldc, buf)
         })
     }
+}
+
+/// Checks `C [m x n] (+)= A . B` at row stride `ldc` in `c`: `Ok(false)` for an empty output.
+fn check(a: MatRef, b: MatRef, c: &[f32], ldc: usize) -> Result<bool> {
+    let (m, n) = (a.rows, b.cols);
+    if a.cols != b.rows {
+        return Err(Error::mismatch(NAME, &[a.rows, a.cols], &[b.rows, b.cols]));
+    }
+    if m == 0 || n == 0 {
+        return Ok(false);
+    }
+    let need = (m - 1).checked_mul(ldc).and_then(|x| x.checked_add(n));
+    if ldc < n || need.is_none_or(|need| c.len() < need) {
+        return Err(Error::bad_shape(
+            NAME,
+            "out",
+            &[m, n],
+            format!("row stride {ldc} over {} values is too small", c.len()),
+        ));
+    }
+    Ok(true)
 }
 
 /// [`drive`] on `kernel`.

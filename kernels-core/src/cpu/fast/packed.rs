@@ -282,9 +282,17 @@ fn integer_product(
     Ok(vec![Tensor::from_f32(out_shape, out)?])
 }
 
+/// Weight rows per grain of [`panel_product`]'s ranges: the pool cuts `0..n` at multiples of
+/// it.
+const PANEL_GRAIN: usize = 16;
+
+/// The most f32 values of one decoded panel (2 MiB): a panel stays in L2/L3 while the GEMM
+/// reads it.
+const PANEL_VALUES: usize = 1 << 19;
+
 /// Prefill with f32 activations on a quantized weight: the weight decoded a panel of rows at a
-/// time (about 2 MiB of f32, never the whole weight) into the blocked GEMM, which writes the
-/// panel's columns of the output in place.
+/// time (about 2 MiB of f32, never the whole weight) into the blocked GEMM. The weight rows are
+/// split over the pool ([`panel_product_t`]).
 #[allow(clippy::too_many_arguments)]
 fn panel_product(
     dtype: DType,
@@ -296,26 +304,88 @@ fn panel_product(
     (rows, k, n): (usize, usize, usize),
     out_shape: &[usize],
 ) -> Result<Vec<Tensor>> {
-    let mut out = vec![0.0f32; rows * n];
-    let p = ((1usize << 19) / k).clamp(32, 512) / 32 * 32;
-    let mut panel = vec![0.0f32; p.min(n) * k];
-    let mut gemm = Gemm::new(Kernel::best());
-    let a = MatRef::new(x, rows, k, false)?;
-    let mut j0 = 0;
-    while j0 < n {
-        let pn = p.min(n - j0);
-        for (jj, o) in panel[..pn * k].chunks_exact_mut(k).enumerate() {
-            let at = (j0 + jj) * row_bytes;
-            quant::decode_blocks(dtype, &packed[at..at + row_bytes], o);
-        }
-        let b = MatRef::new(&panel[..pn * k], k, pn, true)?;
-        gemm.run(a, b, &mut out[j0..], n)?;
-        j0 += pn;
-    }
-    for o in out.chunks_exact_mut(n) {
-        for (j, v) in o.iter_mut().enumerate() {
-            *v = linear::act(activation, *v + bias.map_or(0.0, |b| b[j]));
+    let mut t = super::buffers::filled(rows * n, 0.0, "matmul")?;
+    panel_product_t(
+        config::threads(),
+        dtype,
+        packed,
+        row_bytes,
+        x,
+        (rows, k, n),
+        &mut t,
+    )?;
+    let mut out = super::buffers::filled(rows * n, 0.0, "matmul")?;
+    for (j, tj) in t.chunks_exact(rows).enumerate() {
+        let b = bias.map_or(0.0, |b| b[j]);
+        for (r, &v) in tj.iter().enumerate() {
+            out[r * n + j] = linear::act(activation, v + b);
         }
     }
     Ok(vec![Tensor::from_f32(out_shape, out)?])
 }
+
+/// `out_t[j * rows + r] = dot(w row j, x row r)` (the transposed product) with f32
+/// activations, on `threads` threads of the pool: each range of weight rows (whole
+/// [`PANEL_GRAIN`]s) decodes its rows a panel at a time and runs the single-threaded blocked
+/// GEMM `panel . x^T` into its own rows of `out_t`. Every output is one dot product of the
+/// blocked GEMM whose arithmetic does not depend on the tile, panel or range it falls in, so
+/// the bits are the same on any number of threads.
+pub(crate) fn panel_product_t(
+    threads: usize,
+    dtype: DType,
+    packed: &[u8],
+    row_bytes: usize,
+    x: &[f32],
+    (rows, k, n): (usize, usize, usize),
+    out_t: &mut [f32],
+) -> Result<()> {
+    let bad = |why: &str| {
+        crate::error::Error::bad_shape("matmul", "w", &[n, k], alloc::string::String::from(why))
+    };
+    if dtype.bytes_for(k) != Some(row_bytes)
+        || packed.len() < n.saturating_mul(row_bytes)
+        || x.len() != rows.saturating_mul(k)
+        || out_t.len() != n.saturating_mul(rows)
+    {
+        return Err(bad("operand sizes disagree"));
+    }
+    if rows == 0 || n == 0 {
+        return Ok(());
+    }
+    // Rows per panel: whole grains, at most `PANEL_VALUES` values.
+    let p = (PANEL_VALUES / k.max(1)).clamp(PANEL_GRAIN, 512) / PANEL_GRAIN * PANEL_GRAIN;
+    let kernel = Kernel::best();
+    let count = super::pool::ranges(threads, n, PANEL_GRAIN).count();
+    let mut scratch: Vec<(Gemm, Vec<f32>)> = Vec::new();
+    scratch
+        .try_reserve_exact(count)
+        .map_err(|_| bad("too many ranges"))?;
+    scratch.extend((0..count).map(|_| (Gemm::new(kernel).with_threads(1), Vec::new())));
+    // `x^T` (`k x rows`): the GEMM's right operand, packed from `x`'s rows.
+    let xt = MatRef::new(x, rows, k, false)?.t();
+    let panel = |r: core::ops::Range<usize>,
+                 out: &mut [f32],
+                 (gemm, buf): &mut (Gemm, Vec<f32>)|
+     -> Result<()> {
+        // The GEMM accumulates: the outputs start at 0 whatever `out_t` held.
+        out.fill(0.0);
+        let mut j0 = r.start;
+        while j0 < r.end {
+            let pn = p.min(r.end - j0);
+            super::buffers::grow(buf, pn * k, 0.0, "matmul weight panel")?;
+            let w = &packed[j0 * row_bytes..(j0 + pn) * row_bytes];
+            for (wr, o) in w.chunks_exact(row_bytes).zip(buf.chunks_exact_mut(k)) {
+                quant::decode_blocks(dtype, wr, o);
+            }
+            let a = MatRef::new(&buf[..pn * k], pn, k, false)?;
+            let at = (j0 - r.start) * rows;
+            gemm.run_blocked(a, xt, &mut out[at..at + pn * rows], rows)?;
+            j0 += pn;
+        }
+        Ok(())
+    };
+    super::pool::for_slices_scratch_on(threads, out_t, rows, PANEL_GRAIN, &mut scratch, &panel)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,180 @@
+//! Prefill on a quantized weight with f32 activations ([`panel_product_t`]): the weight rows
+//! split over any number of threads give the bits of one thread, on awkward shapes (weight rows
+//! not a whole number of grains or panels, a range of fewer rows than a micro-tile, several
+//! panels in one range), and the result is the dequantize-then-f32 product.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::*;
+use crate::rng::Rng;
+
+/// Every block-quantized format the panel path takes.
+fn formats() -> impl Iterator<Item = DType> {
+    DType::WEIGHT
+        .into_iter()
+        .filter(|d| d.is_quantized() && qdot::takes(*d))
+}
+
+/// `n` rows of `k` packed weights of `dtype` (`Q6_K`, which is read and not written: random
+/// blocks of unit-sized values).
+fn weights(rng: &mut Rng, dtype: DType, n: usize, k: usize) -> Vec<u8> {
+    if dtype != DType::Q6_K {
+        let w: Vec<f32> = (0..n * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
+        return quant::quantize(dtype, &w).expect("whole blocks");
+    }
+    let mut out = Vec::new();
+    for _ in 0..n * k / 256 {
+        let mut b = [0u8; 210];
+        for v in b[..192].iter_mut() {
+            *v = (rng.uniform() * 256.0) as u8;
+        }
+        for v in b[192..208].iter_mut() {
+            *v = ((rng.uniform() * 2.0 - 1.0) * 127.0) as i8 as u8;
+        }
+        b[208..210].copy_from_slice(&quant::encode_f16(1.0 / (32.0 * 127.0)).to_le_bytes());
+        out.extend_from_slice(&b);
+    }
+    out
+}
+
+fn run_on(
+    threads: usize,
+    dtype: DType,
+    w: &[u8],
+    x: &[f32],
+    (rows, k, n): (usize, usize, usize),
+) -> Vec<f32> {
+    let row_bytes = dtype.bytes_for(k).expect("whole blocks");
+    let mut t = vec![f32::NAN; rows * n];
+    panel_product_t(threads, dtype, w, row_bytes, x, (rows, k, n), &mut t).expect("a product");
+    t
+}
+
+/// Every output against the decoded weight's f32 dot product, within the f32 rounding of a
+/// different summation order (relative to the sum of `|x w|`).
+fn check_reference(dtype: DType, w: &[u8], x: &[f32], (rows, k, n): (usize, usize, usize)) {
+    let wf = quant::dequantize(dtype, w, n * k).expect("whole blocks");
+    let got = run_on(1, dtype, w, x, (rows, k, n));
+    for j in 0..n {
+        for r in 0..rows {
+            let (xr, wr) = (&x[r * k..(r + 1) * k], &wf[j * k..(j + 1) * k]);
+            let want: f64 = xr.iter().zip(wr).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let mag: f64 = xr
+                .iter()
+                .zip(wr)
+                .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                .sum();
+            let g = got[j * rows + r];
+            if !want.is_finite() {
+                assert_eq!(
+                    g.is_nan(),
+                    want.is_nan(),
+                    "{dtype} ({j}, {r}): {g} vs {want}"
+                );
+                continue;
+            }
+            assert!(
+                (g as f64 - want).abs() <= 1e-5 * mag + 1e-30,
+                "{dtype} {rows}x{k}x{n} at weight row {j}, x row {r}: {g} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn any_thread_count_gives_the_bits_of_one_thread() {
+    let mut rng = Rng::new(28);
+    for dtype in formats() {
+        let kb = dtype.block_elems();
+        // (rows of x, k, weight rows): a single weight row; fewer weight rows than a grain; a
+        // prime count; rows of x that fill no register tile.
+        let shapes = [
+            (9, kb.max(96).div_ceil(kb) * kb, 1),
+            (13, 3 * kb.max(32), 7),
+            (24, 256, 37),
+            (67, 2 * kb.max(256), 70),
+            (10, kb.max(256), 301),
+        ];
+        for (rows, k, n) in shapes {
+            let w = weights(&mut rng, dtype, n, k);
+            let mut x: Vec<f32> = (0..rows * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
+            // A row with an infinity and a row with a NaN land where one thread puts them.
+            x[k + 3] = f32::INFINITY;
+            x[2 * k] = f32::NAN;
+            let one = run_on(1, dtype, &w, &x, (rows, k, n));
+            for threads in [2, 3, 5, 8] {
+                let many = run_on(threads, dtype, &w, &x, (rows, k, n));
+                let same = one
+                    .iter()
+                    .zip(&many)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{dtype} {rows}x{k}x{n} on {threads} threads");
+            }
+            check_reference(dtype, &w, &x, (rows, k, n));
+        }
+    }
+}
+
+#[test]
+fn several_panels_in_one_range() {
+    // k = 8192: 64 weight rows a panel, so 300 rows are five panels on one thread (the last
+    // short) and ranges cut mid-panel on more.
+    let mut rng = Rng::new(7);
+    let (rows, k, n) = (9, 8192, 300);
+    for dtype in [DType::Q4_0, DType::Q4_K] {
+        let w = weights(&mut rng, dtype, n, k);
+        let x: Vec<f32> = (0..rows * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
+        let one = run_on(1, dtype, &w, &x, (rows, k, n));
+        for threads in [2, 3] {
+            let many = run_on(threads, dtype, &w, &x, (rows, k, n));
+            let same = one
+                .iter()
+                .zip(&many)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{dtype} {rows}x{k}x{n} on {threads} threads");
+        }
+        check_reference(dtype, &w, &x, (rows, k, n));
+    }
+}
+
+#[test]
+fn the_op_takes_the_panels_and_matches_the_threaded_product() {
+    // Prefill rows through `run_with` (exact activations: the panel path) against the
+    // transposed product on one thread, with bias and activation applied.
+    let mut rng = Rng::new(11);
+    let (rows, k, n) = (12, 64, 21);
+    let dtype = DType::Q8_0;
+    let wq = weights(&mut rng, dtype, n, k);
+    let x: Vec<f32> = (0..rows * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
+    let b: Vec<f32> = (0..n).map(|_| rng.uniform() - 0.5).collect();
+    let xt = Tensor::from_f32(&[rows, k], x.clone()).expect("x");
+    let wt = Tensor::from_raw(&[n, k], dtype, wq.clone()).expect("w");
+    let bt = Tensor::from_f32(&[n], b.clone()).expect("b");
+    let op = Op::Linear {
+        activation: Activation::Relu,
+    };
+    let y = run_with(&op, Direction::Forward, &[&xt, &wt, &bt], true)
+        .expect("the fast path")
+        .expect("a product");
+    let y = y[0].as_f32().expect("f32");
+    let t = run_on(1, dtype, &wq, &x, (rows, k, n));
+    for r in 0..rows {
+        for j in 0..n {
+            let want = linear::act(Activation::Relu, t[j * rows + r] + b[j]);
+            assert_eq!(y[r * n + j].to_bits(), want.to_bits(), "({r}, {j})");
+        }
+    }
+}
+
+#[test]
+fn disagreeing_sizes_are_errors() {
+    let w = vec![0u8; 34 * 2];
+    let x = vec![0.0f32; 32 * 3];
+    let mut t = vec![0.0f32; 6];
+    let q = DType::Q8_0;
+    assert!(panel_product_t(2, q, &w, 34, &x, (3, 32, 2), &mut t).is_ok());
+    assert!(panel_product_t(2, q, &w, 34, &x, (3, 32, 3), &mut t).is_err());
+    assert!(panel_product_t(2, q, &w, 34, &x[1..], (3, 32, 2), &mut t).is_err());
+    assert!(panel_product_t(2, q, &w, 33, &x, (3, 32, 2), &mut t[1..]).is_err());
+}
