@@ -6,7 +6,7 @@
 //! [`Completion`] is driven one step at a time ([`Completion::step`]), so that a page can yield
 //! to its event loop between tokens; [`Completion::run`] is that in a loop with a callback.
 
-use kernels_core::models::llama::Decoder;
+use kernels_core::models::llama::{Decoder, Llama, greedy_batch};
 
 use crate::ChatError;
 use crate::stream::TextStream;
@@ -211,6 +211,77 @@ impl<'a> Completion<'a> {
     pub fn stopped(&self) -> Option<&Stop> {
         self.stopped.as_ref()
     }
+}
+
+/// One completion of [`complete_batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchReply {
+    /// The new ids, up to the one that stopped it (a stop id included).
+    pub ids: Vec<u32>,
+    /// Their decode (a stop id's text per [`StopWhen::show_stop_id`]), as [`Completion`]
+    /// streams it.
+    pub text: String,
+    /// Why it ended.
+    pub stop: Stop,
+}
+
+/// Greedy completions of many prompts of one length at once, for evaluations (`kernels eval`'s
+/// problems): one batched prefill and decode over the model (kernels-core's `greedy_batch`),
+/// then each row cut where [`Completion`] would stop it: at a stop id, at a stop string, after
+/// `max_new_tokens` (capped by the room the context leaves). Rows that stop early cost the
+/// batch's steps all the same.
+pub async fn complete_batch(
+    model: &Llama,
+    tokenizer: &TextTokenizer,
+    prompts: &[Vec<u32>],
+    when: &StopWhen,
+) -> Result<Vec<BatchReply>, ChatError> {
+    let Some(first) = prompts.first() else {
+        return Ok(Vec::new());
+    };
+    if first.is_empty() {
+        return Err(ChatError::Empty);
+    }
+    let context = model.config.max_positions();
+    if first.len() > context {
+        return Err(ChatError::TooLong {
+            tokens: first.len(),
+            context,
+        });
+    }
+    let max_new = when.max_new_tokens.min(context - first.len() + 1);
+    let rows = greedy_batch(model, prompts, max_new).await?;
+    rows.into_iter()
+        .map(|row| {
+            let mut ids = Vec::new();
+            let mut stop = None;
+            for id in row {
+                ids.push(id);
+                if when.stop_ids.contains(&id) {
+                    stop = Some(Stop::StopId(id));
+                    break;
+                }
+                if !when.stop_strings.is_empty() {
+                    let text = tokenizer.decode(&ids)?;
+                    if let Some(s) = when.stop_strings.iter().find(|s| text.contains(s.as_str())) {
+                        stop = Some(Stop::StopString(s.clone()));
+                        break;
+                    }
+                }
+            }
+            let stop = stop.unwrap_or(if max_new < when.max_new_tokens {
+                Stop::Context
+            } else {
+                Stop::MaxTokens
+            });
+            let shown = match stop {
+                Stop::StopId(_) if !when.show_stop_id => &ids[..ids.len() - 1],
+                _ => &ids[..],
+            };
+            let text = tokenizer.decode(shown)?;
+            Ok(BatchReply { ids, text, stop })
+        })
+        .collect()
 }
 
 /// The ids of a plain prompt as transformers' `tokenizer(text)` gives them (the tokenizer's

@@ -3,11 +3,12 @@
 //! tokens that end an assistant's turn, and generated text streamed so that it is exactly the
 //! tokenizer's decode of the generated ids ([`TextStream`]).
 //!
-//! It is also the one text-generation path of the CLI (`generate`, `chat`) and the page: a
+//! It is also the one text-generation path of the CLI (`generate`, `chat`, `eval`) and the page: a
 //! prompt encoded as transformers' `tokenizer(text)` encodes it ([`TextTokenizer`]), a chat as
 //! `apply_chat_template` encodes it, the decode loop with its stop conditions and streaming
-//! ([`Completion`], over kernels-core's model-level [`Decoder`]), and a chat whose KV cache
-//! survives between turns ([`ChatSession`]).
+//! ([`Completion`], over kernels-core's model-level [`Decoder`]; [`complete_batch`] for an
+//! evaluation's many prompts at once), and a chat whose KV cache survives between turns
+//! ([`ChatSession`]).
 //!
 //! The tokenizer is the `tokenizers` crate: natively with its C-free regex engine, on the page
 //! its wasm build.
@@ -20,7 +21,7 @@ pub mod template;
 mod time;
 pub mod tokenizer;
 
-pub use generate::{Completion, Step, Stop, StopWhen, prompt_ids};
+pub use generate::{BatchReply, Completion, Step, Stop, StopWhen, complete_batch, prompt_ids};
 pub use kernels_core::models::llama::Decoder;
 pub use session::{CHAT_CONTEXT, ChatSession, ChatSetup, ChatTurn, TurnReport};
 pub use stream::TextStream;

@@ -220,6 +220,7 @@ fn model_demo(
 ) -> CliResult<(usize, usize)> {
     let files = addition::embedded()?;
     let model = llama::build(&files, backend.clone())?;
+    let tok = addition::tokenizer_of(&files)?;
     let why = if verbose {
         format!(" ({reason})")
     } else {
@@ -237,22 +238,30 @@ fn model_demo(
         let (a, b) = addition::draw(&mut rng, true);
         let prompt = addition::prompt(a, b);
         emit(&format!("  {prompt}"))?;
-        // The demo's tokenizer is one character per id: streamed the way `generate` streams.
-        let mut decode = |ids: &[u32]| -> CliResult<String> { Ok(addition::text(ids)) };
-        let mut stream = kernels_chat::TextStream::new();
-        let (_, stats) = llama::generate_ids(
-            &model,
-            &addition::ids(&prompt)?,
-            addition::ANSWER_LEN,
-            kernels_core::models::llama::Sampling::default(),
-            &mut |id| {
-                if let Ok(piece) = stream.push(id, &mut decode) {
-                    let _ = emit(&piece);
-                }
-            },
-        )?;
-        emit(&stream.finish(&mut decode)?)?;
-        let text = stream.shown().to_string();
+        // Through kernels-chat's generation path, streamed as `generate` streams.
+        let prompt_ids = kernels_chat::prompt_ids(&tok, &prompt)?;
+        let mut decoder = kernels_chat::Decoder::new(&model, Default::default(), 0)?;
+        let when = kernels_chat::StopWhen {
+            max_new_tokens: addition::ANSWER_LEN,
+            stop_ids: model.config.eos_token_ids.clone(),
+            stop_strings: Vec::new(),
+            show_stop_id: true,
+        };
+        let n = prompt_ids.len();
+        let (mut run, _) =
+            kernels_chat::Completion::start(&mut decoder, &tok, prompt_ids, &[], when)?;
+        let mut timer = crate::commands::generate::StepTimer::start(n);
+        let mut out_err = None;
+        pollster::block_on(run.run(&mut crate::commands::generate::printing(
+            &mut timer,
+            &mut out_err,
+        )))?;
+        if let Some(e) = out_err {
+            return Err(e);
+        }
+        emit(&run.finish()?.0)?;
+        let text = run.shown().to_string();
+        let stats = timer.stats(run.new_ids().len());
         let verdict = match addition::read_answer(&text) {
             Some(v) if v == a + b => format!("reads {v}: correct"),
             _ => format!("wrong (want {})", addition::answer(a, b)),
@@ -265,7 +274,7 @@ fn model_demo(
     } else {
         50
     };
-    let (ok, n, _) = addition::evaluate(&model, problems, seed + 1, 250)?;
+    let (ok, n, _) = addition::evaluate(&model, &tok, problems, seed + 1, 250, &mut |_, _| {})?;
     emit(&format!(
         "  held-out exact match: {ok}/{n} = {:.1}%\n\n",
         100.0 * ok as f64 / n as f64

@@ -1,9 +1,11 @@
 //! `kernels eval`: exact-match accuracy of a model (by default the embedded demo model) on
-//! held-out three-digit addition problems.
+//! held-out three-digit addition problems, generated through kernels-chat's generation path
+//! (the prompts encoded by the model's tokenizer, answers stopped at `$`, read from the
+//! tokenizer's decode), many problems per batch.
 
 use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::addition::{embedded, held_out_count};
+use crate::addition::{embedded, held_out_count, tokenizer_of};
 use crate::llama::{build, quantize_files, read_dir};
 use crate::{CliResult, emit, emit_json};
 
@@ -33,7 +35,8 @@ pub fn run(
     };
     quantize_files(&mut files, quantize)?;
     let model = build(&files, chosen.backend.clone())?;
-    let (ok, n, wrong) = evaluate_with_progress(&model, n, seed)?;
+    let tok = tokenizer_of(&files)?;
+    let (ok, n, wrong) = evaluate_with_progress(&model, &tok, n, seed)?;
     if json {
         return emit_json(&serde_json::json!({
             "model": files.origin,
@@ -57,10 +60,11 @@ pub fn run(
     Ok(())
 }
 
-/// [`crate::addition::evaluate`] with a progress line on stderr at most once a second (a long
-/// run says how far it is, and how right so far).
+/// [`crate::addition::evaluate`] (kernels-chat's generation path) with a progress line on
+/// stderr at most once a second (a long run says how far it is, and how right so far).
 fn evaluate_with_progress(
     model: &kernels_core::models::llama::Llama,
+    tok: &kernels_chat::TextTokenizer,
     n: usize,
     seed: u64,
 ) -> CliResult<(usize, usize, Vec<String>)> {
@@ -79,13 +83,5 @@ fn evaluate_with_progress(
             );
         }
     };
-    Ok(pollster::block_on(
-        kernels_core::models::llama::addition::evaluate_with_progress(
-            model,
-            n,
-            seed,
-            256,
-            &mut progress,
-        ),
-    )?)
+    crate::addition::evaluate(model, tok, n, seed, 256, &mut progress)
 }

@@ -329,7 +329,9 @@ pub fn train(args: &TrainArgs) -> CliResult<Option<f64>> {
             let model = &dp.replicas()[0];
             save_checkpoint(model, &args.out)?;
             if args.eval_problems > 0 {
-                let (ok, n, _) = addition::evaluate(model, args.eval_problems, 1, 256)?;
+                let tok = addition::tokenizer()?;
+                let (ok, n, _) =
+                    addition::evaluate(model, &tok, args.eval_problems, 1, 256, &mut |_, _| {})?;
                 let acc = ok as f64 / n as f64;
                 bar.suspend(|| {
                     eprintln!(
