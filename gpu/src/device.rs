@@ -168,6 +168,12 @@ pub trait Device: MatmulHook + AttentionHook + SvdHook {
     fn f32_matvec(&self) -> bool {
         false
     }
+    /// Whether decode's products (where not [`Device::per_output_matvec`]) run the streaming
+    /// `matvec_stream` (several weight rows per workgroup, each row read once by a team)
+    /// instead of `matvec` (one workgroup per output).
+    fn streaming_matvec(&self) -> bool {
+        false
+    }
 }
 
 /// `batch` products `out = fused(op(a) @ op(b))`, `op(a) [m, k]`, `op(b) [k, n]`, operands at

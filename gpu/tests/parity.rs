@@ -65,8 +65,9 @@ fn weight_dtypes_match_without_shader_f16() {
     assert!(!built.iter().any(|p| p.ends_with("+f16")), "{built:?}");
 }
 
-/// The packed products on both `matvec` kernels: one workgroup per output (GPUs) and one
-/// invocation per output (`matvec_each`, software adapters), whichever the adapter defaults to.
+/// The packed products on both `matvec` kernels: the streaming one (`matvec_stream`, several
+/// weight rows per workgroup: GPUs) and one invocation per output (`matvec_each`, software
+/// adapters), whichever the adapter defaults to.
 #[test]
 fn weight_dtypes_match_on_both_matvec_kernels() {
     let Some(_) = testing::wgpu("weight_dtypes_match_on_both_matvec_kernels") else {
@@ -89,7 +90,7 @@ fn weight_dtypes_match_on_both_matvec_kernels() {
         let built = gpu.pipelines_built();
         let ran = |entry: &str| built.iter().any(|p| p.split('+').next() == Some(entry));
         assert_eq!(ran("quant/matvec_each"), each, "{built:?}");
-        assert_eq!(ran("quant/matvec"), !each, "{built:?}");
+        assert_eq!(ran("quant/matvec_stream"), !each, "{built:?}");
         matvec_nan_and_inf(&gpu);
     }
 }

@@ -94,6 +94,11 @@ fn embedded_shader_list_matches_the_directory() {
                 "f16_native.wgsl",
                 "f16_integer.wgsl",
                 "prelude.wgsl",
+                // Part of the quant module (validated there): the streaming matvec and its
+                // team reductions.
+                "matvec.wgsl",
+                "matvec_reduce_workgroup.wgsl",
+                "matvec_reduce_subgroup.wgsl",
             ]
             .iter()
             .map(|s| s.to_string()),

@@ -60,6 +60,11 @@ fn last_dim_to(x: &Tensor, w: &Tensor) -> Vec<usize> {
 /// Most rows of `x` [`matvec`] takes; more decode the weight for the tiled matmul.
 pub const MATVEC_MAX_ROWS: usize = 8;
 
+/// Weight rows per workgroup of wgpu's streaming `matvec_stream` (matvec.wgsl's `MV_RPW`): a
+/// team of 256 / 8 = 32 threads reads each row. A power of two from 2 to 64 (teams of 128 to
+/// 4 threads).
+pub const MATVEC_STREAM_ROWS_PER_GROUP: usize = 8;
+
 /// Decode's products with a packed weight, without decoding it whole: `x @ W^T` (`matmul`
 /// with `trans_b`, `W` the packed `b`; `linear` without an activation), and the llama's decode
 /// forms of the same product, `W @ h^T` with one row of `h` per batch entry (`W` the packed `a`)
@@ -194,16 +199,33 @@ pub(crate) fn matvec(
         // Slots: x, the bias (or x again, unread), the packed weight twice (quant.wgsl's
         // layout).
         let b = bias.unwrap_or(x);
-        let (entry, grid) = if be.per_output_matvec() {
-            ("matvec_each", Grid::Elems(rows * cnt))
+        let rows32 = u32_of(name, "rows", rows)?;
+        let stream = [
+            ("MV_ROWS", rows32),
+            ("MV_RPW", MATVEC_STREAM_ROWS_PER_GROUP as u32),
+        ];
+        let (entry, grid, consts): (_, _, &[(&'static str, u32)]) = if be.per_output_matvec() {
+            ("matvec_each", Grid::Elems(rows * cnt), &[])
+        } else if be.streaming_matvec() {
+            // One workgroup per MATVEC_STREAM_ROWS_PER_GROUP weight rows, a team of threads
+            // per row (256 threads a workgroup: `Elems` counts them).
+            let team = 256 / MATVEC_STREAM_ROWS_PER_GROUP;
+            let threads =
+                cnt.checked_mul(team)
+                    .ok_or_else(|| kernels_core::Error::LimitExceeded {
+                        what: format!("{name}: out features of one matvec launch"),
+                        value: cnt as u64,
+                        limit: (usize::MAX / team) as u64,
+                    })?;
+            ("matvec_stream", Grid::Elems(threads), &stream)
         } else {
-            ("matvec", Grid::Groups(rows * cnt))
+            ("matvec", Grid::Groups(rows * cnt), &[])
         };
         be.run_ranges(
             name,
             Family::Quant,
             entry,
-            &[],
+            consts,
             p,
             &[(x, None), (b, None), (w, range), (w, range)],
             &[(&out, None)],

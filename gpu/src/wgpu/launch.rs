@@ -317,6 +317,9 @@ impl Device for WgpuBackend {
     fn f32_matvec(&self) -> bool {
         true
     }
+    fn streaming_matvec(&self) -> bool {
+        true
+    }
     fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
         WgpuBackend::alloc(self, op, shape, dtype)
     }

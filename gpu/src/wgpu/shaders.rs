@@ -43,6 +43,15 @@ impl Family {
             });
             s.push('\n');
         }
+        if self == Family::Quant {
+            // The streaming matvec's team reduction, in the same variant.
+            s.push_str(if subgroups {
+                MATVEC_REDUCE_SUBGROUP
+            } else {
+                MATVEC_REDUCE_WORKGROUP
+            });
+            s.push('\n');
+        }
         if self.has_f16_variant() {
             s.push_str(if f16 { F16_NATIVE } else { F16_INTEGER });
             s.push('\n');
@@ -65,7 +74,12 @@ impl Family {
             Family::Attention => include_str!("shaders/attention.wgsl"),
             Family::Gru => include_str!("shaders/gru.wgsl"),
             Family::Svd => include_str!("shaders/svd.wgsl"),
-            Family::Quant => include_str!("shaders/quant.wgsl"),
+            // The weight decoders, then the streaming matvec of GPUs that uses them.
+            Family::Quant => concat!(
+                include_str!("shaders/quant.wgsl"),
+                "\n",
+                include_str!("shaders/matvec.wgsl")
+            ),
         }
     }
 }
@@ -74,6 +88,11 @@ impl Family {
 pub const ROW_REDUCE_WORKGROUP: &str = include_str!("shaders/row_reduce_workgroup.wgsl");
 /// The subgroup variant (needs `Features::SUBGROUP`).
 pub const ROW_REDUCE_SUBGROUP: &str = include_str!("shaders/row_reduce_subgroup.wgsl");
+
+/// The team reductions of the streaming matvec (`matvec_stream`, in the quant module) (`seg_sum4`): workgroup memory ...
+pub const MATVEC_REDUCE_WORKGROUP: &str = include_str!("shaders/matvec_reduce_workgroup.wgsl");
+/// ... and subgroup operations (needs `Features::SUBGROUP`).
+pub const MATVEC_REDUCE_SUBGROUP: &str = include_str!("shaders/matvec_reduce_subgroup.wgsl");
 
 /// f16 readers (`f16_at(byte offset)` of the `packed` words): native f16 (needs
 /// `Features::SHADER_F16`) ...

@@ -1,9 +1,10 @@
 // Weight dtypes decoded to f32: f16, bf16 and GGML's blocks (q8_0, q4_0, q4_1, q5_0, q4_k,
 // q6_k), byte for byte the layouts of kernels-core src/quant/decode.rs (the CPU reference,
-// bit-exact with the gguf package). One thread per output element. The packed bytes are read
+// bit-exact with the gguf package). One thread per output element (dequantize). The packed bytes are read
 // as u32 words (WGSL has no byte loads). `f16_at` comes from the f16 reader of the module's
 // variant: native f16 (f16_native.wgsl, where the adapter has shader-f16) or integer decoding
-// (f16_integer.wgsl); both give the exact f32 of every half, subnormals included.
+// (f16_integer.wgsl); both give the exact f32 of every half, subnormals included. Decode's
+// products: `matvec_each` here (software adapters), `matvec_stream` in matvec.wgsl (GPUs).
 
 override WG: u32 = 256u;
 
@@ -258,49 +259,14 @@ fn dequantize_rows(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroup
     out0[o] = decode(p.dtype, (row - p.first) * d + o % d);
 }
 
-// Decode's products without a decoded copy of the weight: out0 [rows, n] = xin [rows, k] @ W^T
-// (+ bias, in aux; added to out0's contents when p.accum = 1; gated with the rows from p.glu on
-// when p.glu != 0), W [n, k] packed. One workgroup per output element; its threads stride over k,
-// decoding as they go, and the workgroup sums (row_sum). p.bias = 1 adds bias[j]. The outputs
-// (and the bias) are columns p.col0.. of rows of p.ldo: a column block of a wider product when
-// the weight is split over bindings (the binding then starts at the block's first row).
-@compute @workgroup_size(256)
-fn matvec(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-          @builtin(local_invocation_index) lid: u32) {
-    let p = matvec_params();
-    let g = wid.y * nwg.x + wid.x;
-    if (g >= p.rows * p.n) { return; }
-    let r = g / p.n;
-    let j = g % p.n;
-    // With p.glu, the up row j + p.glu is dotted beside the gate row j (matmul_swiglu).
-    let ju = j + p.glu;
-    var acc: f32 = 0.0;
-    var acc_up: f32 = 0.0;
-    if (p.k % 8u == 0u) {
-        // Groups of 8 elements (never across a block): each block's scales decoded once.
-        for (var i: u32 = lid * 8u; i < p.k; i = i + 2048u) {
-            acc = acc + dot8(p.dtype, j * p.k + i, r * p.k + i);
-            if (p.glu != 0u) { acc_up = acc_up + dot8(p.dtype, ju * p.k + i, r * p.k + i); }
-        }
-    } else {
-        for (var i: u32 = lid; i < p.k; i = i + 256u) {
-            acc = acc + xin[r * p.k + i] * decode(p.dtype, j * p.k + i);
-            if (p.glu != 0u) { acc_up = acc_up + xin[r * p.k + i] * decode(p.dtype, ju * p.k + i); }
-        }
-    }
-    let s = row_sum(lid, acc);
-    var up: f32 = 0.0;
-    if (p.glu != 0u) { up = row_sum(lid, acc_up); }
-    if (lid == 0u) {
-        store_matvec(p, r, j, s, up);
-    }
-}
-
-// `matvec` for software adapters (SwiftShader, lavapipe): one invocation per output element,
-// walking the whole row, with no workgroup memory and no barrier. A CPU-backed adapter runs a
-// barrier by switching between invocations, which made `matvec`'s one workgroup per output the
-// bulk of decode's time there; this form has the same sums in a different order (four running
-// sums over the row's groups of 8).
+// Decode's products without a decoded copy of the weight, for software adapters (SwiftShader,
+// lavapipe): out0 [rows, n] = xin [rows, k] @ W^T (+ bias, in aux; added to out0's contents when
+// p.accum = 1; gated with the rows from p.glu on when p.glu != 0), W [n, k] packed. One
+// invocation per output element, walking the whole row, with no workgroup memory and no
+// barrier: a CPU-backed adapter runs a barrier by switching between invocations. GPUs take the
+// streaming `matvec_stream` (matvec.wgsl). The outputs (and the bias) are columns p.col0.. of
+// rows of p.ldo: a column block of a wider product when the weight is split over bindings (the
+// binding then starts at the block's first row). Four running sums over the row's groups of 8.
 @compute @workgroup_size(WG)
 fn matvec_each(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
