@@ -16,16 +16,16 @@ use native_cli::world_model::HORIZON;
 #[derive(clap::Args, Debug)]
 pub(crate) struct SamplingArgs {
     /// 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     temperature: f32,
     /// Keep the k most likely tokens (0: all).
-    #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_K)]
+    #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_K, allow_negative_numbers = true)]
     top_k: usize,
     /// Keep the most likely tokens holding this much probability (1: all).
-    #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_P)]
+    #[arg(long, default_value_t = kernels_core::op::SAMPLE_TOP_P, allow_negative_numbers = true)]
     top_p: f32,
     /// Seed of the sampling's random numbers.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     seed: u64,
 }
 
@@ -63,40 +63,40 @@ pub(crate) enum TrainCmd {
         #[arg(long)]
         out: PathBuf,
         /// Training steps (one batch each; the learning rate warms up, then decays).
-        #[arg(long, default_value_t = 6000)]
+        #[arg(long, default_value_t = 6000, allow_negative_numbers = true)]
         steps: usize,
         /// Problems per step (split across the --devices replicas).
-        #[arg(long, default_value_t = 64)]
+        #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
         batch: usize,
         /// Peak AdamW learning rate.
-        #[arg(long, default_value_t = 3e-3)]
+        #[arg(long, default_value_t = 3e-3, allow_negative_numbers = true)]
         lr: f32,
         /// Hidden size (a multiple of --heads, with an even size per head).
-        #[arg(long, default_value_t = 96)]
+        #[arg(long, default_value_t = 96, allow_negative_numbers = true)]
         hidden: usize,
         /// Transformer layers.
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
         layers: usize,
         /// Attention heads (a multiple of --kv-heads).
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, allow_negative_numbers = true)]
         heads: usize,
         /// Key/value heads (grouped-query attention when fewer than --heads).
-        #[arg(long, default_value_t = 2)]
+        #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
         kv_heads: usize,
         /// Width of the MLP (SwiGLU).
-        #[arg(long, default_value_t = 256)]
+        #[arg(long, default_value_t = 256, allow_negative_numbers = true)]
         intermediate: usize,
         /// Seed of the initialization and the problems drawn.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         seed: u64,
         /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
         #[arg(long)]
         backend: Option<String>,
         /// Checkpoint every N steps (and at the end).
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
         checkpoint_every: usize,
         /// Held-out problems evaluated at each checkpoint.
-        #[arg(long, default_value_t = 500)]
+        #[arg(long, default_value_t = 500, allow_negative_numbers = true)]
         eval_problems: usize,
         #[command(flatten)]
         dp: DpArgs,
@@ -152,19 +152,19 @@ pub(crate) struct BenchLlamaArgs {
     quantize: Option<kernels_core::DType>,
     /// CPU threads (sets KERNELS_THREADS for this run; default: KERNELS_THREADS, else every
     /// core). The report's "threads" is the count the CPU's products use.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     threads: Option<usize>,
     /// Tokens of the random prompt before the timed decode steps.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, allow_negative_numbers = true)]
     prompt_len: usize,
     /// Decode steps timed per run.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, allow_negative_numbers = true)]
     new_tokens: usize,
     /// Tokens of the timed prefill (one forward on a fresh cache).
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, allow_negative_numbers = true)]
     prefill_len: usize,
     /// Runs per figure (the median is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
     runs: usize,
     /// One JSON object instead of the text (format above).
     #[arg(long)]
@@ -233,34 +233,34 @@ pub(crate) enum GruCmd {
         #[arg(long)]
         init: Option<PathBuf>,
         /// Training iterations (one batch of windows each).
-        #[arg(long, default_value_t = 3000)]
+        #[arg(long, default_value_t = 3000, allow_negative_numbers = true)]
         iters: usize,
         /// Stop (and save) after this many minutes.
-        #[arg(long, default_value_t = 12.0)]
+        #[arg(long, default_value_t = 12.0, allow_negative_numbers = true)]
         max_minutes: f64,
         /// Windows per iteration (split across the --devices replicas).
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = 32, allow_negative_numbers = true)]
         batch: usize,
         /// Steps rolled out (and backpropagated through) per window.
-        #[arg(long, default_value_t = HORIZON)]
+        #[arg(long, default_value_t = HORIZON, allow_negative_numbers = true)]
         horizon: usize,
         /// Peak AdamW learning rate (cosine decay to a tenth).
-        #[arg(long, default_value_t = 2e-3)]
+        #[arg(long, default_value_t = 2e-3, allow_negative_numbers = true)]
         lr: f32,
         /// Seed of the initialization and the windows drawn.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         seed: u64,
         /// Training trajectories.
-        #[arg(long, default_value_t = 512)]
+        #[arg(long, default_value_t = 512, allow_negative_numbers = true)]
         trajectories: usize,
         /// Observations per trajectory (0.05 s apart).
-        #[arg(long, default_value_t = 120)]
+        #[arg(long, default_value_t = 120, allow_negative_numbers = true)]
         length: usize,
         /// GRU hidden size (fresh models only).
-        #[arg(long, default_value_t = 256)]
+        #[arg(long, default_value_t = 256, allow_negative_numbers = true)]
         hidden: usize,
         /// Ensemble members (fresh models only).
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, allow_negative_numbers = true)]
         members: usize,
         /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
         #[arg(long)]
@@ -303,16 +303,16 @@ pub(crate) enum GruCmd {
         #[arg(long)]
         backend: Option<String>,
         /// Trajectories rolled out together.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = 32, allow_negative_numbers = true)]
         batch: usize,
         /// Rollout steps.
-        #[arg(long, default_value_t = HORIZON)]
+        #[arg(long, default_value_t = HORIZON, allow_negative_numbers = true)]
         steps: usize,
         /// Rank of the residuals' svd_lowrank.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = 32, allow_negative_numbers = true)]
         rank: usize,
         /// Runs per figure (the median is reported).
-        #[arg(long, default_value_t = 7)]
+        #[arg(long, default_value_t = 7, allow_negative_numbers = true)]
         runs: usize,
         /// Weights (default: the embedded ones).
         #[arg(long)]
@@ -335,10 +335,10 @@ pub(crate) enum GruCmd {
         #[arg(long)]
         weights: Option<PathBuf>,
         /// Steps predicted per held-out window.
-        #[arg(long, default_value_t = HORIZON)]
+        #[arg(long, default_value_t = HORIZON, allow_negative_numbers = true)]
         horizon: usize,
         /// Rank of the residual compression.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = 32, allow_negative_numbers = true)]
         rank: usize,
         /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
         #[arg(long)]

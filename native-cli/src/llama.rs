@@ -254,11 +254,11 @@ pub fn generate_ids(
 pub fn logits(model: &Llama, tokens: &[u32], all_positions: bool) -> CliResult<Vec<Vec<f32>>> {
     let c = &model.config;
     if tokens.is_empty() {
-        return Err(fail("logits: --tokens is empty"));
+        return Err(fail("--tokens is empty"));
     }
     if tokens.len() > c.max_positions() {
         return Err(fail(format!(
-            "logits: {} tokens, but the model allows at most {} (max_position_embeddings = {})",
+            "--tokens: {} tokens, but the model allows at most {} (max_position_embeddings = {})",
             tokens.len(),
             c.max_positions(),
             c.max_position_embeddings
@@ -266,7 +266,7 @@ pub fn logits(model: &Llama, tokens: &[u32], all_positions: bool) -> CliResult<V
     }
     if let Some(bad) = tokens.iter().find(|&&t| t as usize >= c.vocab_size) {
         return Err(fail(format!(
-            "logits: token {bad} is outside the vocabulary (vocab_size = {})",
+            "--tokens: token {bad} is outside the vocabulary (vocab_size = {})",
             c.vocab_size
         )));
     }

@@ -101,7 +101,7 @@ enum Cmd {
         #[arg(long)]
         json: bool,
         /// Seed of the random inputs.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         seed: u64,
         /// Include the cases above 65,535 workgroups (slow on software GPUs).
         #[arg(long)]
@@ -134,7 +134,7 @@ enum Cmd {
         #[arg(long)]
         json: bool,
         /// Seed of the random inputs.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         seed: u64,
         /// Include the cases above 65,535 workgroups (slow on software GPUs).
         #[arg(long)]
@@ -173,7 +173,7 @@ enum Cmd {
         #[arg(long)]
         quick: bool,
         /// The largest square matmul, doubling from 128 (default 1024; 512 with --quick).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         matmul_max: Option<usize>,
         /// Peak GFLOPS per backend for the "peak" column, e.g. `cpu=100,wgpu=20000` (the CPU's
         /// is estimated from /proc/cpuinfo when not given; wgpu cannot report a GPU's peak).
@@ -205,7 +205,7 @@ enum Cmd {
         prompt_file: Option<PathBuf>,
         /// New tokens at most (default: 64, or what the model's context leaves; a larger
         /// value than the context leaves gets a note; with --chat: 512).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         max_tokens: Option<usize>,
         /// The prompt is one user message through the model's chat template
         /// (tokenizer_config.json or chat_template.jinja); only the reply is printed, and it
@@ -241,7 +241,7 @@ enum Cmd {
         #[arg(long)]
         system: Option<String>,
         /// New tokens per reply at most (default: 512, or what the model's context leaves).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         max_tokens: Option<usize>,
         #[command(flatten)]
         sampling: SamplingArgs,
@@ -317,10 +317,10 @@ enum Cmd {
         #[arg(long)]
         model: Option<PathBuf>,
         /// Held-out problems to answer (at most the held-out set's size).
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
         problems: usize,
         /// Seed of the problems drawn.
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
         seed: u64,
         /// cpu, wgpu or auto (default: $KERNELS_BACKEND, else auto).
         #[arg(long)]

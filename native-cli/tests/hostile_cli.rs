@@ -174,6 +174,22 @@ const CASES: &[Case] = &[
         says: &["--heads 3", "--kv-heads 2"],
         not: &["config.json", "num_attention_heads"],
     },
+    // A negative number is the flag's value, refused in the flag's words.
+    Case {
+        args: "generate --backend cpu --prompt 1+1= --temperature -1",
+        says: &["--temperature -1"],
+        not: &["unexpected argument", "sample:"],
+    },
+    Case {
+        args: "train transformer --out {dir}/t --backend cpu --steps 1 --lr -1",
+        says: &["--lr", "-1"],
+        not: &["unexpected argument"],
+    },
+    Case {
+        args: "logits --backend cpu --tokens 1,99",
+        says: &["--tokens", "99", "vocab_size = 13"],
+        not: &["logits:"],
+    },
     Case {
         args: "generate --model {dir}/nope.gguf --backend cpu --prompt hi",
         says: &["--model", "nope.gguf", "no such file"],
@@ -296,6 +312,21 @@ fn hostile_invocations_get_a_clean_error_in_the_users_words() {
                 "kernels {line}\n  {}\n  stderr: {err}",
                 wrong.join("; ")
             ));
+        }
+    }
+    // A negative count is a bad value of its flag (clap's usage error, exit 2), not an
+    // unknown argument.
+    for (args, flag) in [
+        (
+            "generate --backend cpu --prompt 1+1= --max-tokens -1",
+            "--max-tokens",
+        ),
+        ("eval --backend cpu --problems -5", "--problems"),
+    ] {
+        let args: Vec<String> = args.split_whitespace().map(String::from).collect();
+        let (code, err) = run_limited(dir, &args);
+        if code != Some(2) || !err.contains(flag) || !err.contains("'-") {
+            failures.push(format!("kernels {args:?}: exit {code:?}, stderr: {err}"));
         }
     }
     // Nothing was written by the refused runs.
