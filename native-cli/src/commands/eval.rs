@@ -3,6 +3,8 @@
 //! (the prompts encoded by the model's tokenizer, answers stopped at `$`, read from the
 //! tokenizer's decode), many problems per batch.
 
+use std::time::Instant;
+
 use kernels_gpu::{BackendChoice, select_backend};
 
 use crate::addition::{embedded, held_out_count, tokenizer_of};
@@ -68,20 +70,71 @@ fn evaluate_with_progress(
     n: usize,
     seed: u64,
 ) -> CliResult<(usize, usize, Vec<String>)> {
-    let start = std::time::Instant::now();
-    let mut last = start;
+    let mut lines = Progress::new(n, Instant::now());
     let mut progress = |done: usize, correct: usize| {
-        let now = std::time::Instant::now();
-        if done < n && now.duration_since(last).as_secs_f64() >= 1.0 {
-            last = now;
-            let rate = done as f64 / now.duration_since(start).as_secs_f64().max(1e-9);
-            eprintln!(
-                "eval: {done}/{n} problems, {correct} correct so far ({:.0} problems/s, about \
-                 {:.0} s left)",
-                rate,
-                (n - done) as f64 / rate.max(1e-9)
-            );
+        if let Some(line) = lines.line(Instant::now(), done, correct) {
+            eprintln!("{line}");
         }
     };
     crate::addition::evaluate(model, tok, n, seed, 256, &mut progress)
+}
+
+/// `eval`'s progress lines on stderr: how far, how right so far, the rate and the time left; at
+/// most one a second, none for the last batch.
+struct Progress {
+    n: usize,
+    start: Instant,
+    last: Instant,
+}
+
+impl Progress {
+    fn new(n: usize, start: Instant) -> Progress {
+        Progress {
+            n,
+            start,
+            last: start,
+        }
+    }
+
+    /// The line to print after a batch that brought the run to `done` problems, `correct` of
+    /// them right, at `now`; `None` within a second of the last one, or when all are done.
+    fn line(&mut self, now: Instant, done: usize, correct: usize) -> Option<String> {
+        let n = self.n;
+        if done >= n || now.duration_since(self.last).as_secs_f64() < 1.0 {
+            return None;
+        }
+        self.last = now;
+        let rate = done as f64 / now.duration_since(self.start).as_secs_f64().max(1e-9);
+        Some(format!(
+            "eval: {done}/{n} problems, {correct} correct so far ({rate:.0} problems/s, about \
+             {:.0} s left)",
+            (n - done) as f64 / rate.max(1e-9)
+        ))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_long_run_says_how_far_it_is_once_a_second() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut p = Progress::new(100_000_000, t0);
+        assert_eq!(p.line(at(500), 256, 250), None);
+        assert_eq!(
+            p.line(at(2000), 512, 500).as_deref(),
+            Some(
+                "eval: 512/100000000 problems, 500 correct so far (256 problems/s, about 390623 s left)"
+            )
+        );
+        assert_eq!(p.line(at(2900), 768, 750), None);
+        assert!(p.line(at(3000), 1024, 1000).is_some());
+        // The last batch prints nothing: the result follows.
+        assert_eq!(p.line(at(9000), 100_000_000, 99), None);
+    }
 }
