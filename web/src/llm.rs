@@ -681,6 +681,23 @@ mod tests {
         let (r2, _, _) = turn("what now?");
         assert_eq!(r2.reused, r1.prompt_tokens + reply.ids.len() - 1, "{r2:?}");
         assert!(r2.prefill < r1.prompt_tokens / 2, "{r2:?}");
+        // The conversation outgrows the context (256 positions): the oldest messages go, the
+        // chat goes on, and the template's opening is still reused from the cache.
+        let long = "tell me more about the hat and the cat, ".repeat(3);
+        let mut dropped = None;
+        for _ in 0..20 {
+            let (r, reply, text) = turn(&long);
+            assert!(r.prompt_tokens + reply.ids.len() <= 257, "{r:?}");
+            assert_eq!(text, reply.text);
+            if r.dropped_messages > 0 {
+                dropped = Some(r);
+                break;
+            }
+        }
+        let r = dropped.expect("the conversation never outgrew the context");
+        assert!(r.reused > 0 && r.prefill < r.prompt_tokens, "{r:?}");
+        let (after, _, _) = turn("and now?");
+        assert!(after.reused > 0, "{after:?}");
 
         let mut broken = chat_files();
         broken.insert(
