@@ -107,7 +107,7 @@ fn simd128_special_values_zero_blocks_and_extreme_scales() {
     let mut rng = Rng::new(29);
     let mut count = 0usize;
     for (p, dtype) in cases() {
-        let (n, k) = (4, 2 * dtype.block_elems());
+        let (n, k) = (4, 5 * dtype.block_elems());
         for rows in [1, 2, 5, 9] {
             let shape = (rows, k, n);
             // NaN and infinities in some rows.
