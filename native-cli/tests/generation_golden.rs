@@ -134,3 +134,44 @@ fn the_prompt_comes_from_a_file_or_stdin_and_errors_name_the_file() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not UTF-8"), "{}", stderr(&o));
 }
+
+/// A prompt with characters outside the tokenizer's vocabulary is generated from as
+/// `tokenizer(text)` encodes it (the unknown token in their place), with a note saying so; a
+/// prompt inside it gets none.
+#[test]
+fn a_prompt_outside_the_vocabulary_gets_a_note() {
+    let o = kernels(&[
+        "generate",
+        "--backend",
+        "cpu",
+        "--prompt",
+        "12a+b4=",
+        "--max-tokens",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The demo tokenizer's unknown token is `$` (id 12).
+    assert!(
+        stderr(&o).contains("note: --prompt: 2 piece(s)") && stderr(&o).contains("\"$\" (id 12)"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        String::from_utf8(o.stdout.clone())
+            .unwrap()
+            .starts_with("12$+$4="),
+        "{:?}",
+        o.stdout
+    );
+    let o = kernels(&[
+        "generate",
+        "--backend",
+        "cpu",
+        "--prompt",
+        "12$+4=",
+        "--max-tokens",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("vocabulary"), "{}", stderr(&o));
+}

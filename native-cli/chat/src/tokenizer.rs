@@ -57,6 +57,20 @@ impl TextTokenizer {
         self.0.decode(ids, false).map_err(|e| tokenizer_error(&e))
     }
 
+    /// The id of the tokenizer model's unknown token (what text outside its vocabulary becomes),
+    /// when it has one (a BPE's optional `unk_token`, a WordPiece's or WordLevel's; a
+    /// Unigram's is not public in `tokenizers`).
+    pub fn unk_id(&self) -> Option<u32> {
+        use tokenizers::models::ModelWrapper;
+        let text = match self.0.get_model() {
+            ModelWrapper::BPE(m) => m.unk_token.clone(),
+            ModelWrapper::WordPiece(m) => Some(m.unk_token.clone()),
+            ModelWrapper::WordLevel(m) => Some(m.unk_token.clone()),
+            ModelWrapper::Unigram(_) => None,
+        };
+        text.and_then(|t| self.0.token_to_id(&t))
+    }
+
     /// The id of a token's text, when the vocabulary has it.
     pub fn token_to_id(&self, text: &str) -> Option<u32> {
         self.0.token_to_id(text)

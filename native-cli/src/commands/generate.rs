@@ -131,6 +131,7 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
     }
     let prompt =
         prompt_ids(&tok, &prompt_text).map_err(|e| fail(format!("generate: --prompt: {e}")))?;
+    unknown_note(&tok, &prompt_text, &prompt);
     let context = model.config.max_positions();
     if prompt.len() >= context {
         return Err(fail(format!(
@@ -192,6 +193,26 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
     let why = run.stopped().map_or("stopped".into(), |s| s.describe());
     eprintln!("[{why}; {}]", timer.stats(run.new_ids().len()).line());
     Ok(())
+}
+
+/// A note on stderr when the prompt holds the tokenizer's unknown token where the text did not
+/// (its pieces outside the vocabulary became it: the model sees something else than typed).
+fn unknown_note(tok: &kernels_chat::TextTokenizer, text: &str, ids: &[u32]) {
+    let Some(unk) = tok.unk_id() else { return };
+    let name = tok.id_to_token(unk).unwrap_or_default();
+    let typed = if name.is_empty() {
+        0
+    } else {
+        text.matches(name.as_str()).count()
+    };
+    let got = ids.iter().filter(|&&i| i == unk).count();
+    if got > typed {
+        eprintln!(
+            "note: --prompt: {} piece(s) of it are not in the tokenizer's vocabulary and became \
+             its unknown token {name:?} (id {unk})",
+            got - typed
+        );
+    }
 }
 
 /// `max_tokens` (after the context's cap) capped by the KV cache the memory holds
