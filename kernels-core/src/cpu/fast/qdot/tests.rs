@@ -313,3 +313,60 @@ fn derive_budgets() {
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 #[path = "wasm_tests.rs"]
 mod wasm_tests;
+
+/// Decode shapes (one row of `x`: one or two quantized rows), whose weight rows go four at a
+/// time through the x86 families' shared-activation kernel and the rest one at a time: every
+/// family against the reference and the portable kernel, with zero blocks, a NaN row and the
+/// extreme weight scales, on weight counts around multiples of four.
+#[test]
+fn decode_rows_four_at_a_time_and_the_rest() {
+    let mut rng = Rng::new(13);
+    for (p, dtype) in cases() {
+        for (n, blocks) in [(4, 1), (5, 2), (9, 3), (11, 1), (16, 2)] {
+            let k = blocks * dtype.block_elems();
+            for f in Family::available() {
+                let mut w = weights(&mut rng, dtype, n, k);
+                // An all-zero weight block in the second row of the first four.
+                let bb = dtype.block_bytes();
+                let row_bytes = dtype.bytes_for(k).expect("whole blocks");
+                w[row_bytes..row_bytes + bb].fill(0);
+                let mut x = uniform(&mut rng, k, 1.0);
+                x[..dtype.block_elems().min(k)].fill(0.0);
+                let want = reference(dtype, &w, &x, (1, k, n));
+                let got = run(p, f, dtype, &w, &x, (1, k, n));
+                check(p, f, dtype, &got, &want, k, 1.0, "decode");
+                let base = run(p, Family::Portable, dtype, &w, &x, (1, k, n));
+                let c = compare(&got, &base, 1e-5, 1e-5);
+                assert!(
+                    c.pass,
+                    "{dtype} decode on {} against portable: {c:?}",
+                    f.name()
+                );
+                // A NaN: every output NaN, as the reference.
+                let mut xn = x.clone();
+                xn[k - 1] = f32::NAN;
+                let got = run(p, f, dtype, &w, &xn, (1, k, n));
+                assert!(got.iter().all(|v| v.is_nan()), "{dtype} on {}", f.name());
+                // The largest weight scale with activations at 1e26, not 1e30: a K-quant's
+                // super-block scale times the activation's times its integer sum can pass
+                // f32's range where the reference's terms do not (an inherent limit of the
+                // integer path, which the tile test above meets by luck of its data).
+                for (d, xs) in [(65504.0f32, 1e26f32), (6e-8, 1.0), (1.0, 1e-38)] {
+                    let mut w = weights(&mut rng, dtype, n, k);
+                    set_scales(dtype, &mut w, d);
+                    let x = uniform(&mut rng, k, xs);
+                    let want = reference(dtype, &w, &x, (1, k, n));
+                    let got = run(p, f, dtype, &w, &x, (1, k, n));
+                    let wmax = quant::dequantize(dtype, &w, n * k)
+                        .expect("whole blocks")
+                        .iter()
+                        .fold(0.0f32, |m, v| m.max(v.abs()));
+                    let scale = (wmax as f64 * xs as f64) as f32;
+                    if scale.is_finite() && scale > 0.0 && want.iter().all(|v| v.is_finite()) {
+                        check(p, f, dtype, &got, &want, k, scale, "decode, extreme scales");
+                    }
+                }
+            }
+        }
+    }
+}

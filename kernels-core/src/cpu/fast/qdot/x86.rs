@@ -14,13 +14,19 @@ use core::arch::x86_64::*;
 
 use super::{Family, TILE, XRow};
 use crate::dtype::DType;
-use crate::quant::decode::{f16_at, q4_k_scale_min};
+use crate::quant::decode::q4_k_scale_min;
 
 pub fn has_avx2() -> bool {
     #[cfg(feature = "std")]
-    return std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
+    return std::is_x86_feature_detected!("avx2")
+        && std::is_x86_feature_detected!("fma")
+        && std::is_x86_feature_detected!("f16c");
     #[cfg(not(feature = "std"))]
-    return cfg!(all(target_feature = "avx2", target_feature = "fma"));
+    return cfg!(all(
+        target_feature = "avx2",
+        target_feature = "fma",
+        target_feature = "f16c"
+    ));
 }
 
 pub fn has_avxvnni() -> bool {
@@ -66,17 +72,17 @@ pub fn rows(
     }
 }
 
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_avx2(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
     unsafe { rows_with::<Avx2>(dtype, w, row_bytes, xs, out) }
 }
 
-#[target_feature(enable = "avx2,fma,avxvnni")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 unsafe fn rows_avxvnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
     unsafe { rows_with::<AvxVnni>(dtype, w, row_bytes, xs, out) }
 }
 
-#[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 unsafe fn rows_avx512vnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
     unsafe { rows_with::<Avx512Vnni>(dtype, w, row_bytes, xs, out) }
 }
@@ -150,6 +156,17 @@ unsafe fn hsum(v: __m256) -> f32 {
     }
 }
 
+/// The f16 at `b[at..at + 2]` as f32 (F16C: exact, as `quant::decode::f16_at`).
+#[inline(always)]
+unsafe fn f16_at(b: &[u8], at: usize) -> f32 {
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16_at(b, at) as i32))) }
+}
+
+#[inline(always)]
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
 #[inline(always)]
 unsafe fn rows_with<D: Dot>(
     dtype: DType,
@@ -161,6 +178,33 @@ unsafe fn rows_with<D: Dot>(
     let nr = xs.len();
     if nr == 0 || row_bytes == 0 {
         return;
+    }
+    let mut w = w;
+    let mut out = out;
+    // Decode (one row of `x`, or its two residual terms) on a 32-element format: four weight
+    // rows at a time, sharing the activation loads and reducing their sums together.
+    if nr <= 2 && matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0) {
+        let quads = w.len() / row_bytes / 4;
+        let (w4, wrest) = w.split_at(quads * 4 * row_bytes);
+        let (o4, orest) = out.split_at_mut((quads * 4 * nr).min(out.len()));
+        for (wq, oq) in w4
+            .chunks_exact(4 * row_bytes)
+            .zip(o4.chunks_exact_mut(4 * nr))
+        {
+            unsafe {
+                match (nr, dtype) {
+                    (1, DType::Q8_0) => quad::<D, 1, Q8_0>(wq, row_bytes, xs, oq),
+                    (1, DType::Q4_0) => quad::<D, 1, Q4_0>(wq, row_bytes, xs, oq),
+                    (1, DType::Q4_1) => quad::<D, 1, Q4_1>(wq, row_bytes, xs, oq),
+                    (1, _) => quad::<D, 1, Q5_0>(wq, row_bytes, xs, oq),
+                    (_, DType::Q8_0) => quad::<D, 2, Q8_0>(wq, row_bytes, xs, oq),
+                    (_, DType::Q4_0) => quad::<D, 2, Q4_0>(wq, row_bytes, xs, oq),
+                    (_, DType::Q4_1) => quad::<D, 2, Q4_1>(wq, row_bytes, xs, oq),
+                    (_, _) => quad::<D, 2, Q5_0>(wq, row_bytes, xs, oq),
+                }
+            }
+        }
+        (w, out) = (wrest, orest);
     }
     for (wr, o) in w.chunks_exact(row_bytes).zip(out.chunks_exact_mut(nr)) {
         let mut tiles = xs.chunks_exact(TILE);
@@ -210,13 +254,19 @@ const Q5_0: u8 = 3;
 #[inline(always)]
 unsafe fn unpack32<const F: u8>(b: &[u8]) -> (__m256i, f32, f32) {
     unsafe {
+        let m = if F == Q4_1 { f16_at(b, 2) } else { 0.0 };
+        (unpack_q::<F>(b), f16_at(b, 0), m)
+    }
+}
+
+/// The values of a 32-element block of format `F` (see [`unpack32`]).
+#[inline(always)]
+unsafe fn unpack_q<const F: u8>(b: &[u8]) -> __m256i {
+    unsafe {
         match F {
-            Q8_0 => (load32(&b[2..34]), f16_at(b, 0), 0.0),
-            Q4_0 => {
-                let q = _mm256_sub_epi8(nibbles16(&b[2..18]), _mm256_set1_epi8(8));
-                (q, f16_at(b, 0), 0.0)
-            }
-            Q4_1 => (nibbles16(&b[4..20]), f16_at(b, 0), f16_at(b, 2)),
+            Q8_0 => load32(&b[2..34]),
+            Q4_0 => _mm256_sub_epi8(nibbles16(&b[2..18]), _mm256_set1_epi8(8)),
+            Q4_1 => nibbles16(&b[4..20]),
             _ => {
                 let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
                 let bytes = _mm256_shuffle_epi8(
@@ -230,7 +280,91 @@ unsafe fn unpack32<const F: u8>(b: &[u8]) -> (__m256i, f32, f32) {
                 let bits = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
                 let hi = _mm256_and_si256(bits, _mm256_set1_epi8(16));
                 let q = _mm256_or_si256(nibbles16(&b[6..22]), hi);
-                (_mm256_sub_epi8(q, _mm256_set1_epi8(16)), f16_at(b, 0), 0.0)
+                _mm256_sub_epi8(q, _mm256_set1_epi8(16))
+            }
+        }
+    }
+}
+
+/// Four weight rows of a 32-element format (`w` holds them `row_bytes` apart) against `R` rows
+/// of `x`: `out[j * R + r]`. Each activation block is loaded once for the four rows; the four
+/// block sums of one row of `x` are reduced together (`vphaddd`) and scaled as one vector by
+/// the four weight scales (converted together) times the activation's.
+#[inline(always)]
+unsafe fn quad<D: Dot, const R: usize, const F: u8>(
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    let bb = [34, 18, 20, 22][F as usize];
+    let nb = row_bytes / bb;
+    let rows: [&[u8]; 4] = core::array::from_fn(|j| &w[j * row_bytes..(j + 1) * row_bytes]);
+    let xq: [&[i8]; R] = core::array::from_fn(|r| &xs[r].qs[..32 * nb]);
+    let xd: [&[f32]; R] = core::array::from_fn(|r| &xs[r].d[..nb]);
+    let xsum: [&[i32]; R] = core::array::from_fn(|r| &xs[r].sums[..2 * nb]);
+    unsafe {
+        let mut acc = [_mm_setzero_ps(); R];
+        for b in 0..nb {
+            let at = b * bb;
+            let wb: [&[u8]; 4] = core::array::from_fn(|j| rows[j].get_unchecked(at..at + bb));
+            let x: [__m256i; R] =
+                core::array::from_fn(|r| load_x(xq[r].get_unchecked(32 * b..32 * b + 32)));
+            let mut p = [[_mm256_setzero_si256(); 4]; R];
+            for j in 0..4 {
+                let q = unpack_q::<F>(wb[j]);
+                if F == Q4_1 {
+                    for r in 0..R {
+                        p[r][j] = D::dot_u(_mm256_setzero_si256(), q, x[r]);
+                    }
+                } else {
+                    let aq = _mm256_sign_epi8(q, q);
+                    for r in 0..R {
+                        p[r][j] = D::dot_u(_mm256_setzero_si256(), aq, _mm256_sign_epi8(x[r], q));
+                    }
+                }
+            }
+            let dw = _mm_cvtph_ps(_mm_setr_epi16(
+                u16_at(wb[0], 0) as i16,
+                u16_at(wb[1], 0) as i16,
+                u16_at(wb[2], 0) as i16,
+                u16_at(wb[3], 0) as i16,
+                0,
+                0,
+                0,
+                0,
+            ));
+            for r in 0..R {
+                let h01 = _mm256_hadd_epi32(p[r][0], p[r][1]);
+                let h23 = _mm256_hadd_epi32(p[r][2], p[r][3]);
+                let h = _mm256_hadd_epi32(h01, h23);
+                let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                let dx = _mm_set1_ps(*xd[r].get_unchecked(b));
+                acc[r] = _mm_fmadd_ps(_mm_mul_ps(dw, dx), _mm_cvtepi32_ps(s), acc[r]);
+            }
+            if F == Q4_1 {
+                let mw = _mm_cvtph_ps(_mm_setr_epi16(
+                    u16_at(wb[0], 2) as i16,
+                    u16_at(wb[1], 2) as i16,
+                    u16_at(wb[2], 2) as i16,
+                    u16_at(wb[3], 2) as i16,
+                    0,
+                    0,
+                    0,
+                    0,
+                ));
+                for r in 0..R {
+                    let xs_b = *xsum[r].get_unchecked(2 * b) + *xsum[r].get_unchecked(2 * b + 1);
+                    let m = *xd[r].get_unchecked(b) * xs_b as f32;
+                    acc[r] = _mm_fmadd_ps(mw, _mm_set1_ps(m), acc[r]);
+                }
+            }
+        }
+        for r in 0..R {
+            let mut v = [0.0f32; 4];
+            _mm_storeu_ps(v.as_mut_ptr(), acc[r]);
+            for j in 0..4 {
+                out[j * R + r] = v[j];
             }
         }
     }
