@@ -1,17 +1,16 @@
 //! Llama checkpoints from a Hugging Face model directory, a GGUF file (memory-mapped), or the
-//! demo model embedded in the binary, their tokenizer, timed id-level generation and the logits of a token sequence. The model
-//! itself is kernels-core's `models::llama`; this module only reads files. The `generate`,
-//! `logits` and `eval` commands, the demo and the benchmarks load their models through it.
+//! demo model embedded in the binary, their tokenizer, generation timings ([`GenStats`]) and the
+//! logits of a token sequence. The model itself is kernels-core's `models::llama`; generation
+//! is kernels-chat's. The `generate`, `chat`, `logits` and `eval` commands, the demo and the
+//! benchmarks load their models through it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kernels_core::models::hf;
-use kernels_core::models::llama::{
-    self, GenerateOptions, Llama, LlamaConfig, Sampling, quantize_checkpoint,
-};
+use kernels_core::models::llama::{Llama, LlamaConfig, quantize_checkpoint};
 use kernels_core::{Backend, DType, Tensor};
 use tokenizers::Tokenizer;
 
@@ -209,45 +208,6 @@ impl GenStats {
             rate(decoded, self.decode)
         )
     }
-}
-
-/// Generates from `prompt` ids (a tokenizer-free model such as the demo's) until the config's
-/// `eos_token_id`, calling `on_token` with each id as it comes, and times it. Text generation
-/// goes through kernels-chat (`commands::generate`).
-pub fn generate_ids(
-    model: &Llama,
-    prompt: &[u32],
-    max_tokens: usize,
-    sampling: Sampling,
-    on_token: &mut dyn FnMut(u32),
-) -> CliResult<(Vec<u32>, GenStats)> {
-    let opts = GenerateOptions {
-        max_new_tokens: max_tokens,
-        sampling,
-        stop_tokens: model.config.eos_token_ids.clone(),
-    };
-    let start = Instant::now();
-    let mut first: Option<Instant> = None;
-    let mut cb = |_i: usize, id: u32| {
-        if first.is_none() {
-            first = Some(Instant::now());
-        }
-        on_token(id);
-        true
-    };
-    let (ids, _) = pollster::block_on(llama::generate(model, prompt, &opts, &mut cb))?;
-    let end = Instant::now();
-    let first = first.unwrap_or(end);
-    let new_tokens = ids.len();
-    Ok((
-        ids,
-        GenStats {
-            prompt_tokens: prompt.len(),
-            new_tokens,
-            prefill: first - start,
-            decode: end - first,
-        },
-    ))
 }
 
 /// The logits of a token sequence: `[positions][vocab]`, the last position or all of them.

@@ -15,8 +15,8 @@ use std::rc::Rc;
 use common::{kernels, stderr};
 use kernels_chat::{TextStream, TextTokenizer};
 use kernels_core::CpuBackend;
-use kernels_core::models::llama::Sampling;
-use native_cli::llama::{build, generate_ids, read_dir};
+use kernels_core::models::llama::{GenerateOptions, Sampling, generate};
+use native_cli::llama::{build, read_dir};
 use tokenizers::Tokenizer;
 
 fn fixtures() -> PathBuf {
@@ -137,7 +137,13 @@ fn generate_streams_the_decode_of_its_ids() {
     let prompt = TextTokenizer::new(tok.clone())
         .encode_prompt("café")
         .unwrap();
-    let (ids, _) = generate_ids(&model, &prompt, 40, Sampling::default(), &mut |_| {}).unwrap();
+    // kernels-core's id-level loop, an independent reference for kernels-chat's.
+    let opts = GenerateOptions {
+        max_new_tokens: 40,
+        sampling: Sampling::default(),
+        stop_tokens: model.config.eos_token_ids.clone(),
+    };
+    let (ids, _) = pollster::block_on(generate(&model, &prompt, &opts, &mut |_, _| true)).unwrap();
     assert_eq!(ids.len(), 40);
     // What is printed is the decode of the prompt's ids and the new ones together.
     let all: Vec<u32> = prompt.iter().chain(&ids).copied().collect();
