@@ -1,6 +1,7 @@
 //! The integer products in plain Rust (every target): each weight block is unpacked once into
 //! 8-bit integers, then dotted with up to [`TILE`] rows of quantized activations in `i32`.
-//! The reference every SIMD family is checked against, and the wasm build's kernel.
+//! The reference every SIMD family is checked against (`simd128` in the browser build bit for
+//! bit), and the kernel of targets without one (wasm built without `simd128`, for instance).
 
 use super::{TILE, XRow};
 use crate::dtype::DType;
