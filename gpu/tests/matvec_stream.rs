@@ -48,12 +48,14 @@ fn weight(dtype: DType, n: usize, k: usize, seed: u64) -> Tensor {
 }
 
 /// Row lengths for `dtype`: multiples of its block, and for f32, f16 and bf16 lengths that are
-/// odd or not a multiple of 8 (the element-by-element and tail paths).
+/// odd or not a multiple of 8 (the element-by-element and tail paths). Short rows take teams of
+/// 4 to 16 threads (the host sizes a team to the row), which on lavapipe (subgroups of 8 or 16)
+/// puts several teams in one subgroup: the subgroup reduction's masked path.
 fn lengths(dtype: DType) -> &'static [usize] {
     match dtype {
-        DType::F32 | DType::F16 | DType::BF16 => &[7, 66, 520],
+        DType::F32 | DType::F16 | DType::BF16 => &[3, 66, 520],
         DType::Q4_K | DType::Q6_K => &[256, 768],
-        _ => &[96, 544],
+        _ => &[32, 544],
     }
 }
 

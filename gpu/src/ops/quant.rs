@@ -60,10 +60,22 @@ fn last_dim_to(x: &Tensor, w: &Tensor) -> Vec<usize> {
 /// Most rows of `x` [`matvec`] takes; more decode the weight for the tiled matmul.
 pub const MATVEC_MAX_ROWS: usize = 8;
 
-/// Weight rows per workgroup of wgpu's streaming `matvec_stream` (matvec.wgsl's `MV_RPW`): a
-/// team of 256 / 8 = 32 threads reads each row. A power of two from 2 to 64 (teams of 128 to
-/// 4 threads).
-pub const MATVEC_STREAM_ROWS_PER_GROUP: usize = 8;
+/// Threads per weight row (a team) of wgpu's streaming `matvec_stream`: one per unit the row
+/// is read in (matvec.wgsl: an f32 word, a word of two halves, 8 quant bytes of a block, or one
+/// element where the row's length does not tile), a power of two from 4 to 32. Decode's rows
+/// (k of hundreds or more) get 32; short rows get smaller teams, so fewer lanes idle. The
+/// workgroup (256 threads) holds 256 / team rows.
+fn stream_team(dtype: DType, k: usize) -> usize {
+    let units = match dtype {
+        DType::F16 | DType::BF16 if k.is_multiple_of(2) => k / 2,
+        DType::Q8_0 if k.is_multiple_of(32) => k / 8,
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 if k.is_multiple_of(32) => k / 16,
+        DType::Q4_K if k.is_multiple_of(256) => k / 16,
+        DType::Q6_K if k.is_multiple_of(256) => k / 32,
+        _ => k,
+    };
+    units.next_power_of_two().clamp(4, 32)
+}
 
 /// Decode's products with a packed weight, without decoding it whole: `x @ W^T` (`matmul`
 /// with `trans_b`, `W` the packed `b`; `linear` without an activation), and the llama's decode
@@ -199,17 +211,16 @@ pub(crate) fn matvec(
         // Slots: x, the bias (or x again, unread), the packed weight twice (quant.wgsl's
         // layout).
         let b = bias.unwrap_or(x);
-        let rows32 = u32_of(name, "rows", rows)?;
+        let team = stream_team(w.dtype(), k);
         let stream = [
-            ("MV_ROWS", rows32),
-            ("MV_RPW", MATVEC_STREAM_ROWS_PER_GROUP as u32),
+            ("MV_ROWS", u32_of(name, "rows", rows)?),
+            ("MV_RPW", u32_of(name, "rows per workgroup", 256 / team)?),
         ];
         let (entry, grid, consts): (_, _, &[(&'static str, u32)]) = if be.per_output_matvec() {
             ("matvec_each", Grid::Elems(rows * cnt), &[])
         } else if be.streaming_matvec() {
-            // One workgroup per MATVEC_STREAM_ROWS_PER_GROUP weight rows, a team of threads
-            // per row (256 threads a workgroup: `Elems` counts them).
-            let team = 256 / MATVEC_STREAM_ROWS_PER_GROUP;
+            // One workgroup per 256 / team weight rows (256 threads a workgroup: `Elems`
+            // counts the threads).
             let threads =
                 cnt.checked_mul(team)
                     .ok_or_else(|| kernels_core::Error::LimitExceeded {

@@ -4,7 +4,7 @@
 // bindings, `decode` and `store_matvec`).
 //
 // A workgroup of 256 threads takes MV_RPW weight rows; each row has a team of MV_TEAM consecutive
-// invocations (32 at MV_RPW = 8). A team walks its row once, in units of a few u32 words (a
+// invocations (a power of two from 4 to 32, which the host sizes to the row: 32 for decode's). A team walks its row once, in units of a few u32 words (a
 // word of f32, a word of two f16/bf16, 8 quant bytes of a block with its scales), the team's
 // lanes on consecutive units so that each load of the team is one contiguous span of the row.
 // Every unit is dotted with all MV_ROWS rows of x (decode's batch of at most 8 rows), so the
@@ -16,7 +16,8 @@
 // multiplies x, so NaN and infinity (a non-finite scale, a NaN or infinite activation) come out
 // where the reference (decode, then multiply) puts them; only the order of the sum differs.
 
-// Weight rows per workgroup, set by the host (ops/quant.rs); the team of a row is 256 / MV_RPW.
+// Weight rows per workgroup (8 to 64), set by the host (ops/quant.rs's stream_team); the team of
+// a row is 256 / MV_RPW threads.
 override MV_RPW: u32 = 8u;
 override MV_TEAM: u32 = 256u / MV_RPW;
 // Rows of x (1..8), set by the host: loops over them have a constant bound (registers, unrolled).
@@ -274,7 +275,8 @@ fn mv_row(p: MatvecParams, j: u32, lane: u32, acc: ptr<function, array<f32, 8>>)
     }
 }
 
-// One workgroup per MV_RPW weight rows (Grid::Elems of n * MV_TEAM threads).
+// One workgroup per MV_RPW weight rows (Grid::Elems of n * MV_TEAM threads). Teams of at least 4
+// lanes: lanes 0..3 store the rows of x four at a time.
 @compute @workgroup_size(256)
 fn matvec_stream(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
