@@ -91,6 +91,23 @@ unsafe fn rows_avx512vnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow],
 /// `[0, 128]` (as unsigned) and `x` in `[-127, 127]`.
 trait Dot {
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i;
+
+    /// 16 in byte `i` where bit `i` of `qh` is set, else 0 (`Q5_0`'s fifth bits).
+    #[inline(always)]
+    unsafe fn high_bits(qh: u32) -> __m256i {
+        unsafe {
+            let bytes = _mm256_shuffle_epi8(
+                _mm256_set1_epi32(qh as i32),
+                _mm256_setr_epi8(
+                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                    3, 3, 3, 3, 3, 3,
+                ),
+            );
+            let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+            let bits = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
+            _mm256_and_si256(bits, _mm256_set1_epi8(16))
+        }
+    }
 }
 
 struct Avx2;
@@ -119,6 +136,12 @@ impl Dot for Avx512Vnni {
     #[inline(always)]
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
         unsafe { _mm256_dpbusd_epi32(acc, u, x) }
+    }
+
+    #[inline(always)]
+    unsafe fn high_bits(qh: u32) -> __m256i {
+        // The 32 bits are the byte mask itself (AVX-512BW).
+        unsafe { _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(16)) }
     }
 }
 
@@ -252,35 +275,47 @@ const Q5_0: u8 = 3;
 /// A 32-element block of format `F`: its values as signed bytes (`Q4_1`: unsigned ones), its
 /// scale and its min (0 but for `Q4_1`).
 #[inline(always)]
-unsafe fn unpack32<const F: u8>(b: &[u8]) -> (__m256i, f32, f32) {
+unsafe fn unpack32<D: Dot, const F: u8>(b: &[u8]) -> (__m256i, f32, f32) {
     unsafe {
         let m = if F == Q4_1 { f16_at(b, 2) } else { 0.0 };
-        (unpack_q::<F>(b), f16_at(b, 0), m)
+        (unpack_q::<D, F>(b), f16_at(b, 0), m)
     }
 }
 
 /// The values of a 32-element block of format `F` (see [`unpack32`]).
 #[inline(always)]
-unsafe fn unpack_q<const F: u8>(b: &[u8]) -> __m256i {
+unsafe fn unpack_q<D: Dot, const F: u8>(b: &[u8]) -> __m256i {
+    unsafe {
+        let u = unpack_u::<D, F>(b);
+        match F {
+            Q4_0 => _mm256_sub_epi8(u, _mm256_set1_epi8(8)),
+            Q5_0 => _mm256_sub_epi8(u, _mm256_set1_epi8(16)),
+            _ => u,
+        }
+    }
+}
+
+/// What [`unpack_q`] subtracts from [`unpack_u`]'s bytes for format `F`.
+const fn offset(f: u8) -> i32 {
+    match f {
+        Q4_0 => 8,
+        Q5_0 => 16,
+        _ => 0,
+    }
+}
+
+/// The stored values of a 32-element block before its offset ([`offset`]): unsigned for the
+/// 4- and 5-bit formats, signed for `Q8_0`.
+#[inline(always)]
+unsafe fn unpack_u<D: Dot, const F: u8>(b: &[u8]) -> __m256i {
     unsafe {
         match F {
             Q8_0 => load32(&b[2..34]),
-            Q4_0 => _mm256_sub_epi8(nibbles16(&b[2..18]), _mm256_set1_epi8(8)),
+            Q4_0 => nibbles16(&b[2..18]),
             Q4_1 => nibbles16(&b[4..20]),
             _ => {
                 let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-                let bytes = _mm256_shuffle_epi8(
-                    _mm256_set1_epi32(qh as i32),
-                    _mm256_setr_epi8(
-                        0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                        3, 3, 3, 3, 3, 3, 3,
-                    ),
-                );
-                let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-                let bits = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
-                let hi = _mm256_and_si256(bits, _mm256_set1_epi8(16));
-                let q = _mm256_or_si256(nibbles16(&b[6..22]), hi);
-                _mm256_sub_epi8(q, _mm256_set1_epi8(16))
+                _mm256_or_si256(nibbles16(&b[6..22]), D::high_bits(qh))
             }
         }
     }
@@ -312,8 +347,10 @@ unsafe fn quad<D: Dot, const R: usize, const F: u8>(
                 core::array::from_fn(|r| load_x(xq[r].get_unchecked(32 * b..32 * b + 32)));
             let mut p = [[_mm256_setzero_si256(); 4]; R];
             for j in 0..4 {
-                let q = unpack_q::<F>(wb[j]);
-                if F == Q4_1 {
+                let q = unpack_u::<D, F>(wb[j]);
+                if F != Q8_0 {
+                    // Unsigned values straight into the multiply (the offset comes off the
+                    // sums below).
                     for r in 0..R {
                         p[r][j] = D::dot_u(_mm256_setzero_si256(), q, x[r]);
                     }
@@ -338,7 +375,13 @@ unsafe fn quad<D: Dot, const R: usize, const F: u8>(
                 let h01 = _mm256_hadd_epi32(p[r][0], p[r][1]);
                 let h23 = _mm256_hadd_epi32(p[r][2], p[r][3]);
                 let h = _mm256_hadd_epi32(h01, h23);
-                let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                let mut s =
+                    _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                if offset(F) != 0 {
+                    // sum (u - o) x = sum u x - o sum x, in i32 exactly.
+                    let xs_b = *xsum[r].get_unchecked(2 * b) + *xsum[r].get_unchecked(2 * b + 1);
+                    s = _mm_sub_epi32(s, _mm_set1_epi32(offset(F) * xs_b));
+                }
                 let dx = _mm_set1_ps(*xd[r].get_unchecked(b));
                 acc[r] = _mm_fmadd_ps(_mm_mul_ps(dw, dx), _mm_cvtepi32_ps(s), acc[r]);
             }
@@ -378,7 +421,7 @@ unsafe fn blocks32<D: Dot, const R: usize, const F: u8>(w: &[u8], xs: &[XRow]) -
         let mut acc = [_mm256_setzero_ps(); R];
         let mut mins = [0.0f32; R];
         for (b, wb) in w.chunks_exact(bb).enumerate() {
-            let (q, d, m) = unpack32::<F>(wb);
+            let (q, d, m) = unpack32::<D, F>(wb);
             if F != Q4_1 {
                 let aq = _mm256_sign_epi8(q, q);
                 for r in 0..R {
