@@ -95,7 +95,7 @@ pub(crate) enum TrainCmd {
         /// Checkpoint every N steps (and at the end).
         #[arg(long, default_value_t = 1000, allow_negative_numbers = true)]
         checkpoint_every: usize,
-        /// Held-out problems evaluated at each checkpoint.
+        /// Held-out problems evaluated at each checkpoint (0: none; at most the 100,107 held out).
         #[arg(long, default_value_t = 500, allow_negative_numbers = true)]
         eval_problems: usize,
         #[command(flatten)]

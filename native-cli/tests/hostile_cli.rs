@@ -186,6 +186,17 @@ const CASES: &[Case] = &[
         not: &["unexpected argument"],
     },
     Case {
+        args: "train transformer --out {dir}/t --backend cpu --steps 1 --eval-problems \
+               1000000000000",
+        says: &["--eval-problems 1000000000000", "100107"],
+        not: &[],
+    },
+    Case {
+        args: "gru train --out {dir}/g.safetensors --backend cpu --iters 1 --max-minutes -1",
+        says: &["--max-minutes -1"],
+        not: &[],
+    },
+    Case {
         args: "logits --backend cpu --tokens 1,99",
         says: &["--tokens", "99", "vocab_size = 13"],
         not: &["logits:"],

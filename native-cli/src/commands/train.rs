@@ -168,6 +168,16 @@ pub fn check_sizes(args: &TrainArgs, replicas: usize) -> CliResult<LlamaConfig> 
     ] {
         positive(flag, v)?;
     }
+    // Held-out problems are drawn with replacement: more than the set holds only repeats them,
+    // and 10^12 of them would run for days at each checkpoint.
+    let distinct = crate::addition::held_out_count();
+    if args.eval_problems > distinct {
+        return Err(fail(format!(
+            "--eval-problems {}: must be at most {distinct}, the number of distinct held-out \
+             problems (0: no evaluation)",
+            args.eval_problems
+        )));
+    }
     if !args.lr.is_finite() || args.lr <= 0.0 {
         return Err(fail(format!(
             "--lr must be a finite number > 0, got {}",

@@ -211,6 +211,13 @@ pub fn check_sizes(o: &TrainOptions, replicas: usize) -> CliResult<()> {
             o.lr
         )));
     }
+    // A time limit at or below zero would stop after the first iteration; NaN never would.
+    if !(o.max_minutes.is_finite() && o.max_minutes > 0.0) {
+        return Err(fail(format!(
+            "--max-minutes {}: must be a number of minutes > 0",
+            o.max_minutes
+        )));
+    }
     if o.batch < replicas {
         return Err(fail(format!(
             "--batch {}: smaller than the {replicas} replicas of --devices (each needs a row)",
