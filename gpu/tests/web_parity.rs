@@ -105,3 +105,74 @@ async fn row_reductions_match_without_subgroups() {
     let rows = run(&gpu, &cases).await;
     assert_all_pass(&rows, &kinds);
 }
+
+/// Decode's streaming matvec (`matvec_stream`, the GPU path; SwiftShader defaults to
+/// `matvec_each`) on the browser, in the adapter's reduction variant: a packed, a half and an
+/// f32 weight, 3 x rows, out features not a multiple of the rows per workgroup, the gated
+/// product, NaN in x.
+#[wasm_bindgen_test]
+async fn streaming_matvec_matches_the_cpu_reference() {
+    use kernels_core::op::{Direction, Op};
+    use kernels_core::{Backend, DType, Rng, Tensor};
+    let gpu = backend(WgpuOptions {
+        per_output_matvec: Some(false),
+        ..Default::default()
+    })
+    .await;
+    let normal = |shape: &[usize], seed: u64, std: f32| {
+        let n = shape.iter().product();
+        Tensor::from_f32(shape, Rng::new(seed).normal_vec(n, 0.0, std)).unwrap()
+    };
+    let matmul = Op::Matmul {
+        trans_a: false,
+        trans_b: true,
+    };
+    let k = 96;
+    let mut x = normal(&[3, k], 1, 0.1);
+    for (i, dtype) in [DType::Q4_K, DType::Q8_0, DType::F16, DType::F32]
+        .into_iter()
+        .enumerate()
+    {
+        let k = if dtype == DType::Q4_K { 256 } else { k };
+        if x.shape()[1] != k {
+            x = normal(&[3, k], 2, 0.06);
+        }
+        let w = normal(&[11, k], 10 + i as u64, 1.0);
+        let w = if dtype == DType::F32 {
+            w
+        } else {
+            w.quantize(dtype).unwrap()
+        };
+        let mut xv = x.as_f32().unwrap().to_vec();
+        xv[k + 5] = f32::NAN;
+        let x_nan = Tensor::from_f32(&[3, k], xv).unwrap();
+        let wg = normal(&[22, k], 20 + i as u64, 1.0);
+        let wg = if dtype == DType::F32 {
+            wg
+        } else {
+            wg.quantize(dtype).unwrap()
+        };
+        for (op, args) in [
+            (matmul, [&x, &w]),
+            (matmul, [&x_nan, &w]),
+            (Op::MatmulSwiglu, [&x, &wg]),
+        ] {
+            let want = CpuBackend::reference()
+                .run(&op, Direction::Forward, &args)
+                .unwrap();
+            let a = gpu.upload(args[0]).unwrap();
+            let b = gpu.upload(args[1]).unwrap();
+            let got = gpu.run(&op, Direction::Forward, &[&a, &b]).unwrap();
+            let got = gpu.download(&got[0]).await.unwrap();
+            let (g, w) = (got.as_f32().unwrap(), want[0].as_f32().unwrap());
+            let c = kernels_core::numerics::compare(g, w, 1e-4, 1e-4);
+            assert!(c.pass, "{op} {dtype:?}: {c:?}\n got {g:?}\nwant {w:?}");
+        }
+    }
+    let built = gpu.pipelines_built();
+    console_log!("subgroups: {}, pipelines: {built:?}", gpu.uses_subgroups());
+    assert!(
+        built.iter().any(|p| p.starts_with("quant/matvec_stream")),
+        "{built:?}"
+    );
+}
