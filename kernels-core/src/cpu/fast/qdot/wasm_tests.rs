@@ -156,4 +156,5 @@ fn native_suite_on_portable_and_simd128() {
     every_family_matches_the_reference_on_every_format();
     special_values_zero_blocks_and_extreme_scales();
     forced_names_and_bad_sizes();
+    decode_rows_four_at_a_time_and_the_rest();
 }
