@@ -5,11 +5,23 @@
 //! synchronize happens after the submit returned.
 //!
 //! For decode, where one token is one batch, `host_ns` over the tokens is the host's cost of a
-//! token; over the dispatches it is the cost of recording one.
+//! token; over the dispatches it is the cost of recording one. On wgpu, `submit_ns` is the part
+//! spent in the submit call itself (finishing the encoder, where wgpu-core validates the pass and
+//! encodes it into the driver's command buffer, and the queue submit); the rest is recording.
 
 use std::cell::Cell;
 
 use web_time::Instant;
+
+/// Now, on the clock the host times use.
+pub(crate) fn now() -> Instant {
+    Instant::now()
+}
+
+/// Nanoseconds since `start`.
+pub(crate) fn ns_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
 
 /// The clock of the batch being recorded: [`HostClock::begin`] at each recorded command (only
 /// the first of a batch starts it), [`HostClock::end`] once the submit returned.
@@ -29,9 +41,7 @@ impl HostClock {
     /// Nanoseconds since the batch's first command, and stops the clock (0 when nothing was
     /// recorded).
     pub(crate) fn end(&self) -> u64 {
-        self.started.take().map_or(0, |s| {
-            u64::try_from(s.elapsed().as_nanos()).unwrap_or(u64::MAX)
-        })
+        self.started.take().map_or(0, ns_since)
     }
 }
 

@@ -266,6 +266,8 @@ fn bench_llama_prints_the_protocol_object() {
         "bytes_down_per_token",
         "host_us_per_token",
         "host_us_per_dispatch",
+        "host_us_per_dispatch_median",
+        "host_us_submit_per_token",
         "bind_groups_per_token",
         "weights",
         "weight_bytes_per_token",
@@ -293,6 +295,8 @@ fn bench_llama_prints_the_protocol_object() {
         "bytes_down_per_token",
         "host_us_per_token",
         "host_us_per_dispatch",
+        "host_us_per_dispatch_median",
+        "host_us_submit_per_token",
         "bind_groups_per_token",
         "device_peak_bytes",
     ] {

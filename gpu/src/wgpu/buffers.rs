@@ -77,8 +77,9 @@ impl WgpuBackend {
         usize::try_from(bytes / 4).unwrap_or(usize::MAX)
     }
 
-    /// A storage buffer of at least `bytes`, from the pool when possible.
-    pub(crate) fn acquire(&self, bytes: u64, for_upload: bool) -> Result<(wgpu::Buffer, u64)> {
+    /// A storage buffer of at least `bytes`, from the pool when possible, with its size class
+    /// and identity.
+    pub(crate) fn acquire(&self, bytes: u64, for_upload: bool) -> Result<(wgpu::Buffer, u64, u64)> {
         let g = self.gpu();
         let class = size_class(bytes);
         // Classes above the device's buffer size fall back to the exact (4-aligned) size.
@@ -87,8 +88,8 @@ impl WgpuBackend {
         } else {
             class
         };
-        if let Some(b) = g.shared.take(PoolKind::Storage, class, for_upload) {
-            return Ok((b, class));
+        if let Some((b, id)) = g.shared.take(PoolKind::Storage, class, for_upload) {
+            return Ok((b, class, id));
         }
         let buf = g.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tensor"),
@@ -103,7 +104,7 @@ impl WgpuBackend {
             c.storage_bytes += class;
             c.peak_storage_bytes = c.peak_storage_bytes.max(c.storage_bytes);
         });
-        Ok((buf, class))
+        Ok((buf, class, g.shared.fresh_id()))
     }
 
     /// A fresh output tensor of `shape` (contents undefined until a kernel writes them).
@@ -113,12 +114,13 @@ impl WgpuBackend {
             .ok_or_else(|| Error::bad_shape(op, "out", shape, "element count overflows"))?;
         let bytes = (n as u64).saturating_mul(4);
         self.check_buffer_size(op, bytes)?;
-        let (buf, class) = self.acquire(bytes, false)?;
+        let (buf, class, id) = self.acquire(bytes, false)?;
         Ok(Tensor::from_device(
             shape,
             dtype,
             Arc::new(GpuBuffer {
                 buf: Some(buf),
+                id,
                 class,
                 len: bytes,
                 device: g.id,

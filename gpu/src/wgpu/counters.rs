@@ -30,6 +30,10 @@ pub struct Counters {
     /// (`crate::host_time`): the host's cost of recording and submitting, without the wait for
     /// results. One decode token is one batch.
     pub host_ns: u64,
+    /// The part of `host_ns` spent in the submit itself: finishing the command encoder (wgpu
+    /// validates and encodes the recorded pass into the driver's command buffer), writing the
+    /// parameter arena and the queue submit. `host_ns - submit_ns` is the recording.
+    pub submit_ns: u64,
     /// Bind groups created (a dispatch whose buffers, offsets and sizes were not seen before,
     /// or were evicted from the cache).
     pub bind_groups_created: u64,
@@ -55,6 +59,7 @@ impl Counters {
             storage_bytes: self.storage_bytes,
             peak_storage_bytes: self.peak_storage_bytes,
             host_ns: self.host_ns.saturating_sub(earlier.host_ns),
+            submit_ns: self.submit_ns.saturating_sub(earlier.submit_ns),
             bind_groups_created: self
                 .bind_groups_created
                 .saturating_sub(earlier.bind_groups_created),

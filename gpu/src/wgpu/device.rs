@@ -8,7 +8,7 @@ use super::counters::Counters;
 use super::options::WgpuOptions;
 use super::pool::FreeLists;
 use super::pool::Shared;
-use super::record::{BindCache, FastPipelineKey, Recording};
+use super::record::{BindCache, PipelineCache, Recording};
 use crate::device::Family;
 use kernels_core::{DeviceId, Error, Result, Tensor};
 
@@ -64,7 +64,7 @@ pub(crate) struct Gpu {
     pub(crate) bind_groups: RefCell<BindCache>,
     /// Pipelines by family, entry and at most `FAST_CONSTS` constants (found without
     /// allocating).
-    pub(crate) fast_pipelines: RefCell<HashMap<FastPipelineKey, wgpu::ComputePipeline>>,
+    pub(crate) fast_pipelines: RefCell<PipelineCache>,
     /// Times the batch being recorded (`Counters::host_ns`).
     pub(crate) clock: crate::host_time::HostClock,
     pub(crate) arena: wgpu::Buffer,
@@ -239,6 +239,7 @@ pub(crate) async fn open(
             max_bytes: options.max_pool_bytes,
             counters: Mutex::new(counters),
             batch: AtomicU64::new(0),
+            last_id: AtomicU64::new(0),
         }),
         layout,
         pipeline_layout,
@@ -247,7 +248,7 @@ pub(crate) async fn open(
         tables: RefCell::new(HashMap::new()),
         rec: RefCell::new(Recording::new()),
         bind_groups: RefCell::new(BindCache::default()),
-        fast_pipelines: RefCell::new(HashMap::new()),
+        fast_pipelines: RefCell::new(PipelineCache::default()),
         clock: Default::default(),
         arena,
         slot,

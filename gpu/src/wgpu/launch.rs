@@ -10,7 +10,7 @@ use super::device::PARAMS_BYTES;
 use super::device::RO_SLOTS;
 use super::device::RW_SLOTS;
 use super::device::backend_err;
-use super::record::{BindKey, FAST_CONSTS, FastPipelineKey};
+use super::record::{BindKey, FastPipelineKey};
 use crate::device::Family;
 use crate::device::{Device, Grid, Launch, PARAM_U32S, Params};
 
@@ -54,13 +54,13 @@ impl WgpuBackend {
         self.limits.max_compute_workgroups_per_dimension.max(1)
     }
 
-    /// One storage binding, checked against the binding limit.
+    /// One storage binding, checked against the binding limit, with its buffer's identity.
     pub(crate) fn bind_one<'t>(
         &self,
         op: &'static str,
         t: &'t Tensor,
         range: Option<(usize, usize)>,
-    ) -> Result<wgpu::BufferBinding<'t>> {
+    ) -> Result<(wgpu::BufferBinding<'t>, u64)> {
         let buf = self.buffer_of(op, t)?;
         let limit = self.limits.max_storage_buffer_binding_size;
         let bytes = match range {
@@ -78,6 +78,7 @@ impl WgpuBackend {
             });
         }
         buf.binding(range)
+            .map(|b| (b, buf.id))
             .ok_or_else(|| backend_err(format!("{op}: buffer already released")))
     }
 
@@ -108,13 +109,19 @@ impl WgpuBackend {
         if inputs.len() > RO_SLOTS || outputs.len() > RW_SLOTS {
             return Err(backend_err(format!("{op}: too many bindings for {entry}")));
         }
+        // The bind group's key: each slot's buffer identity, offset and size (zeros: a dummy).
+        let mut key: BindKey = Default::default();
         let mut in_bufs: [Option<wgpu::BufferBinding<'_>>; RO_SLOTS] = Default::default();
-        for (slot, (t, r)) in in_bufs.iter_mut().zip(inputs) {
-            *slot = Some(self.bind_one(op, t, *r)?);
+        for ((slot, k), (t, r)) in in_bufs.iter_mut().zip(&mut key).zip(inputs) {
+            let (b, id) = self.bind_one(op, t, *r)?;
+            *k = [id, b.offset, b.size.map_or(0, NonZeroU64::get)];
+            *slot = Some(b);
         }
         let mut out_bufs: [Option<wgpu::BufferBinding<'_>>; RW_SLOTS] = Default::default();
-        for (slot, (t, r)) in out_bufs.iter_mut().zip(outputs) {
-            *slot = Some(self.bind_one(op, t, *r)?);
+        for ((slot, k), (t, r)) in out_bufs.iter_mut().zip(&mut key[RO_SLOTS..]).zip(outputs) {
+            let (b, id) = self.bind_one(op, t, *r)?;
+            *k = [id, b.offset, b.size.map_or(0, NonZeroU64::get)];
+            *slot = Some(b);
         }
         // WebGPU rejects a dispatch whose writable binding overlaps any other binding (native
         // wgpu does not check): catch it here, so native tests find what the browser would.
@@ -160,7 +167,7 @@ impl WgpuBackend {
         rec.params.extend_from_slice(&params_bytes(&params));
         rec.dispatches += 1;
 
-        let (bind_group, created) = self.bind_group(&g, entry, &in_bufs, &out_bufs);
+        let (bind_group, created) = self.bind_group(&g, entry, key, &in_bufs, &out_bufs);
         let pass = rec.pass(&g.device);
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bind_group, &[dynamic]);
@@ -179,22 +186,10 @@ impl WgpuBackend {
         &self,
         g: &Gpu,
         entry: &'static str,
+        key: BindKey,
         in_bufs: &[Option<wgpu::BufferBinding<'_>>; RO_SLOTS],
         out_bufs: &[Option<wgpu::BufferBinding<'_>>; RW_SLOTS],
     ) -> (wgpu::BindGroup, bool) {
-        let slot_key = |b: &Option<wgpu::BufferBinding<'_>>| {
-            b.as_ref().map(|b| {
-                (
-                    b.buffer.clone(),
-                    b.offset,
-                    b.size.map_or(0, NonZeroU64::get),
-                )
-            })
-        };
-        let mut key: BindKey = Default::default();
-        for (k, b) in key.iter_mut().zip(in_bufs.iter().chain(out_bufs)) {
-            *k = slot_key(b);
-        }
         let batch = g.shared.batch.load(Ordering::Relaxed);
         let mut cache = g.bind_groups.borrow_mut();
         if let Some(group) = cache.get(&key, batch) {
@@ -243,8 +238,8 @@ impl WgpuBackend {
         (group, true)
     }
 
-    /// `pipeline`, found without allocating when `constants` has at most `FAST_CONSTS`
-    /// entries.
+    /// `pipeline`, found without allocating when `constants` has at most
+    /// [`super::record::FAST_CONSTS`] entries.
     fn pipeline_fast(
         &self,
         g: &Gpu,
@@ -252,12 +247,9 @@ impl WgpuBackend {
         entry: &'static str,
         constants: &[(&'static str, u32)],
     ) -> wgpu::ComputePipeline {
-        if constants.len() > FAST_CONSTS {
+        let Some(key) = FastPipelineKey::new(family, entry, constants) else {
             return self.pipeline(g, family, entry, constants);
-        }
-        let mut consts = [("", 0u32); FAST_CONSTS];
-        consts[..constants.len()].copy_from_slice(constants);
-        let key: FastPipelineKey = (family, entry, consts);
+        };
         if let Some(p) = g.fast_pipelines.borrow().get(&key) {
             return p.clone();
         }
@@ -293,18 +285,21 @@ impl WgpuBackend {
         let Some(encoder) = rec.take() else {
             return Ok(());
         };
+        let submit_start = crate::host_time::now();
         if !rec.params.is_empty() {
             g.queue.write_buffer(&g.arena, 0, &rec.params);
         }
         rec.params.clear();
         drop(rec);
         g.queue.submit(Some(encoder.finish()));
+        let submit_ns = crate::host_time::ns_since(submit_start);
         let batch = g.shared.batch.fetch_add(1, Ordering::Relaxed) + 1;
         g.bind_groups.borrow_mut().prune(batch);
         let host_ns = g.clock.end();
         g.shared.count(|c| {
             c.submits += 1;
             c.host_ns += host_ns;
+            c.submit_ns += submit_ns.min(host_ns);
         });
         Ok(())
     }

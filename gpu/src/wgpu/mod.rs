@@ -350,7 +350,8 @@ impl Backend for WgpuBackend {
                 }
             };
             staging.unmap();
-            g.shared.give_back(PoolKind::Staging, class, staging);
+            // Staging buffers are never bound: their identity is not used.
+            g.shared.give_back(PoolKind::Staging, class, staging, 0);
             g.shared.count(|c| c.bytes_downloaded += len);
             out
         })

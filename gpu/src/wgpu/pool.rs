@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::counters::Counters;
+use super::record::FastHash;
 use kernels_core::DeviceId;
 use kernels_core::tensor::DeviceBuffer;
 
@@ -21,6 +22,8 @@ pub(crate) enum PoolKind {
 
 pub(crate) struct Pooled {
     pub(crate) buf: wgpu::Buffer,
+    /// The buffer's identity ([`Shared::fresh_id`]), kept with it through the pool.
+    pub(crate) id: u64,
     pub(crate) freed_in_batch: u64,
     /// Order of freeing, for least-recently-freed eviction.
     pub(crate) stamp: u64,
@@ -29,7 +32,7 @@ pub(crate) struct Pooled {
 /// The free lists and what they hold.
 #[derive(Default)]
 pub(crate) struct FreeLists {
-    pub(crate) lists: HashMap<(PoolKind, u64), Vec<Pooled>>,
+    pub(crate) lists: HashMap<(PoolKind, u64), Vec<Pooled>, FastHash>,
     /// Bytes in every list (storage and staging).
     pub(crate) held: u64,
     pub(crate) next_stamp: u64,
@@ -42,10 +45,18 @@ pub(crate) struct Shared {
     pub(crate) max_bytes: u64,
     pub(crate) counters: Mutex<Counters>,
     pub(crate) batch: AtomicU64,
+    /// The last buffer identity handed out (`fresh_id`).
+    pub(crate) last_id: AtomicU64,
 }
 
 impl Shared {
-    pub(crate) fn give_back(&self, kind: PoolKind, class: u64, buf: wgpu::Buffer) {
+    /// A new buffer identity: never 0 (a bind group's dummy slot), never handed out twice, so
+    /// the bind-group cache can key on it without holding the buffer.
+    pub(crate) fn fresh_id(&self) -> u64 {
+        self.last_id.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub(crate) fn give_back(&self, kind: PoolKind, class: u64, buf: wgpu::Buffer, id: u64) {
         if class > self.max_bytes {
             // Keeping it would evict everything else and still not fit.
             drop(buf);
@@ -65,6 +76,7 @@ impl Shared {
         free.next_stamp += 1;
         free.lists.entry((kind, class)).or_default().push(Pooled {
             buf,
+            id,
             freed_in_batch,
             stamp,
         });
@@ -117,7 +129,7 @@ impl Shared {
         kind: PoolKind,
         class: u64,
         for_upload: bool,
-    ) -> Option<wgpu::Buffer> {
+    ) -> Option<(wgpu::Buffer, u64)> {
         let batch = self.batch.load(Ordering::Relaxed);
         let mut free = self.free.lock().ok()?;
         let list = free.lists.get_mut(&(kind, class))?;
@@ -136,7 +148,7 @@ impl Shared {
                 c.buffers_reused += 1;
             });
         }
-        Some(p.buf)
+        Some((p.buf, p.id))
     }
 
     pub(crate) fn count(&self, f: impl FnOnce(&mut Counters)) {
@@ -150,6 +162,8 @@ impl Shared {
 /// referencing it drops.
 pub struct GpuBuffer {
     pub(crate) buf: Option<wgpu::Buffer>,
+    /// The buffer's identity (`Shared::fresh_id`): bind groups are cached by it.
+    pub(crate) id: u64,
     pub(crate) class: u64,
     /// Bytes the tensor uses (a multiple of 4; the buffer may be larger).
     pub(crate) len: u64,
@@ -200,7 +214,7 @@ impl GpuBuffer {
 impl Drop for GpuBuffer {
     fn drop(&mut self) {
         if let (Some(buf), Some(shared)) = (self.buf.take(), self.shared.upgrade()) {
-            shared.give_back(PoolKind::Storage, self.class, buf);
+            shared.give_back(PoolKind::Storage, self.class, buf, self.id);
         }
     }
 }

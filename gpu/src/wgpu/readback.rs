@@ -45,7 +45,7 @@ impl WgpuBackend {
         };
         let len = bytes.len() as u64;
         self.check_buffer_size("upload", len)?;
-        let (buf, class) = self.acquire(len, true)?;
+        let (buf, class, id) = self.acquire(len, true)?;
         if !bytes.is_empty() {
             g.queue.write_buffer(&buf, 0, &bytes);
         }
@@ -55,6 +55,7 @@ impl WgpuBackend {
             t.dtype(),
             Arc::new(GpuBuffer {
                 buf: Some(buf),
+                id,
                 class,
                 len,
                 device: g.id,
@@ -79,7 +80,7 @@ impl WgpuBackend {
             .ok_or_else(|| backend_err("download: buffer already released"))?;
         let class = size_class(len);
         let staging = match g.shared.take(PoolKind::Staging, class, false) {
-            Some(b) => b,
+            Some((b, _)) => b,
             None => g.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("staging"),
                 size: class,

@@ -2,9 +2,13 @@
 //! until a copy, a clear or the submit ends it (wgpu orders the dispatches of one pass by their
 //! bindings: a dispatch that reads or writes what an earlier one wrote waits for it), and the
 //! caches that keep a dispatch free of host allocation once warm: bind groups by the identity of
-//! their buffers, offsets and sizes, and pipelines by family, entry and constants.
+//! their buffers, offsets and sizes, and pipelines by family, entry and constants. Both caches
+//! are keyed by plain integers (buffer identities, the addresses of the `&'static str` names)
+//! and hashed with a multiply-rotate hash, so a warm dispatch neither clones a handle nor runs
+//! SipHash over its key.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
 
 use super::device::{RO_SLOTS, RW_SLOTS};
 use crate::device::Family;
@@ -13,12 +17,43 @@ use crate::device::Family;
 /// general path, `WgpuBackend::pipeline`, which allocates its key).
 pub(crate) const FAST_CONSTS: usize = 8;
 
-/// A pipeline's family, entry point and constants (unused constant slots are `("", 0)`).
-pub(crate) type FastPipelineKey = (Family, &'static str, [(&'static str, u32); FAST_CONSTS]);
+/// A pipeline's family, entry point and constants, the names by address and length (a name
+/// spelled at two places may get two entries, each the same pipeline from
+/// `WgpuBackend::pipeline`, which compares names by content); unused constant slots are zeros.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct FastPipelineKey {
+    family: Family,
+    words: [usize; 2 + 3 * FAST_CONSTS],
+}
 
-/// One storage slot of a bind group: the buffer (its handle's identity), offset and size in
-/// bytes; `None` for a slot bound to a dummy buffer.
-pub(crate) type SlotKey = Option<(wgpu::Buffer, u64, u64)>;
+impl FastPipelineKey {
+    /// The key, or `None` with more than `FAST_CONSTS` constants.
+    pub(crate) fn new(
+        family: Family,
+        entry: &'static str,
+        constants: &[(&'static str, u32)],
+    ) -> Option<Self> {
+        if constants.len() > FAST_CONSTS {
+            return None;
+        }
+        let mut words = [0usize; 2 + 3 * FAST_CONSTS];
+        words[0] = entry.as_ptr() as usize;
+        words[1] = entry.len();
+        for (w, (name, value)) in words[2..].chunks_exact_mut(3).zip(constants) {
+            w[0] = name.as_ptr() as usize;
+            w[1] = name.len();
+            w[2] = *value as usize;
+        }
+        Some(FastPipelineKey { family, words })
+    }
+}
+
+/// Pipelines by [`FastPipelineKey`].
+pub(crate) type PipelineCache = HashMap<FastPipelineKey, wgpu::ComputePipeline, FastHash>;
+
+/// One storage slot of a bind group: the buffer's identity (`Shared::fresh_id`; 0 for a slot
+/// bound to a dummy buffer), offset and size in bytes.
+pub(crate) type SlotKey = [u64; 3];
 
 /// Every storage slot of a bind group, read-only ones first. The parameters' uniform slot is
 /// not in it: its offset is dynamic, given at `set_bind_group`.
@@ -84,7 +119,7 @@ pub(crate) const KEEP_BATCHES: u64 = 8;
 /// Bind groups made so far, by their storage slots, each with the last batch that used it.
 #[derive(Default)]
 pub(crate) struct BindCache {
-    groups: HashMap<BindKey, (wgpu::BindGroup, u64)>,
+    groups: HashMap<BindKey, (wgpu::BindGroup, u64), FastHash>,
 }
 
 impl BindCache {
@@ -113,6 +148,54 @@ impl BindCache {
     /// Drops every cached bind group (and with them their hold on buffers).
     pub(crate) fn clear(&mut self) {
         self.groups.clear();
+    }
+}
+
+/// A multiply-rotate hash (the Firefox/rustc "Fx" hash) for the caches' integer keys: they are
+/// made by this backend, not by an adversary, so SipHash's flooding resistance buys nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FastHash;
+
+impl BuildHasher for FastHash {
+    type Hasher = FastHasher;
+    fn build_hasher(&self) -> FastHasher {
+        FastHasher(0)
+    }
+}
+
+pub(crate) struct FastHasher(u64);
+
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.add(u64::from(v));
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.add(u64::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.add(v);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.add(v as u64);
+    }
+    fn write_isize(&mut self, v: isize) {
+        self.add(v as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
     }
 }
 

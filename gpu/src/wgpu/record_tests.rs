@@ -122,3 +122,138 @@ fn steady_state_decode_creates_no_bind_group() {
         }
     }
 }
+
+/// Counts the heap allocations (and reallocations) of the thread that makes them: the lib's
+/// unit tests run on several threads at once, and only the recording thread's are wanted.
+struct CountingAlloc;
+
+thread_local! {
+    static ALLOCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn count_one() {
+    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+}
+
+fn allocs_so_far() -> u64 {
+    ALLOCS.try_with(std::cell::Cell::get).unwrap_or(0)
+}
+
+// SAFETY: every call is forwarded to the system allocator with its own arguments; the count is
+// a const-initialized thread-local `Cell`, which neither allocates nor runs a destructor.
+unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: the caller's contract is `System.alloc`'s.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: as `alloc`.
+        unsafe { std::alloc::System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new: usize) -> *mut u8 {
+        count_one();
+        // SAFETY: `ptr` came from this allocator, which is `System`'s.
+        unsafe { std::alloc::System.realloc(ptr, layout, new) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: as `realloc`.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: CountingAlloc = CountingAlloc;
+
+/// A warm dispatch allocates nothing on the host. Records `n` dispatches (decode's mix of
+/// shapes: 1 to 3 inputs, ranges and whole tensors, two pipelines) into one batch, after the
+/// same batch ran twice (pipelines, bind groups and the parameter buffer warm), and counts this
+/// thread's allocations while recording, the submit left out. wgpu's own lists (the pass's
+/// commands, the encoder's) still grow by doubling, a few reallocations a batch: 32 and then
+/// 224 dispatches (both below `max_batch_dispatches`, so one submit each) may differ by a few
+/// of those, while one allocation a dispatch would add 192.
+#[test]
+fn warm_dispatches_allocate_nothing() {
+    let Some(gpu) = testing::wgpu("warm_dispatches_allocate_nothing") else {
+        return;
+    };
+    let n = 4096usize;
+    let up = |v: f32| gpu.upload(&Tensor::full(&[n], v).unwrap()).unwrap();
+    let (x, y) = (up(1.0), up(2.0));
+    let outs: Vec<Tensor> = (0..3)
+        .map(|_| gpu.alloc("test", &[n], kernels_core::DType::F32).unwrap())
+        .collect();
+    let relu = [(
+        "OP",
+        crate::device::unary_code(kernels_core::op::UnaryOp::Relu),
+    )];
+    let add = [("OP", crate::device::bop_code(BinaryOp::Add))];
+    let unary: crate::device::Params = crate::params::UnaryParams {
+        n: n as u32,
+        factor: 0.0,
+    }
+    .into();
+    let binary: crate::device::Params = crate::params::BinaryParams {
+        n: (n / 2) as u32,
+        nb: (n / 2) as u32,
+        start: 0,
+    }
+    .into();
+    let record = |count: usize| {
+        for i in 0..count {
+            let out = &outs[i % 3];
+            let half = Some(((i % 2) * n / 2, n / 2));
+            let r = if i % 2 == 0 {
+                gpu.dispatch(
+                    "test",
+                    crate::device::Family::Elementwise,
+                    "unary_forward",
+                    &relu,
+                    unary,
+                    &[(&x, None)],
+                    &[(out, None)],
+                    (16, 1, 1),
+                )
+            } else {
+                gpu.dispatch(
+                    "test",
+                    crate::device::Family::Elementwise,
+                    "binary_forward",
+                    &add,
+                    binary,
+                    &[(&x, half), (&y, half)],
+                    &[(out, half)],
+                    (8, 1, 1),
+                )
+            };
+            r.unwrap();
+        }
+    };
+    let measure = |count: usize| {
+        let before = allocs_so_far();
+        record(count);
+        let made = allocs_so_far() - before;
+        gpu.submit().unwrap();
+        made
+    };
+    for _ in 0..2 {
+        measure(224);
+    }
+    let (few, many) = (measure(32), measure(224));
+    let after = gpu.download_blocking(&outs[0]).unwrap();
+    assert!(
+        after
+            .as_f32()
+            .unwrap()
+            .iter()
+            .all(|&v| v == 1.0 || v == 3.0)
+    );
+    eprintln!("allocations recording a warm batch: 32 dispatches {few}, 224 dispatches {many}");
+    assert!(
+        many <= few + 20,
+        "recording 192 more warm dispatches made {} more allocations ({few} for 32, {many} for 224): \
+         something allocates per dispatch",
+        many.saturating_sub(few)
+    );
+}

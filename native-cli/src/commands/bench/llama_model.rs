@@ -54,6 +54,13 @@ pub struct LlamaBenchReport {
     pub host_us_per_token: Option<f64>,
     /// `host_us_per_token` over the dispatches (kernel launches plus GEMMs on CUDA) of a token.
     pub host_us_per_dispatch: Option<f64>,
+    /// The median decode token's host time over its dispatches: `host_us_per_dispatch` with
+    /// the tokens a busy machine preempted set aside.
+    pub host_us_per_dispatch_median: Option<f64>,
+    /// The part of `host_us_per_token` spent in the submit call (wgpu: finishing the encoder,
+    /// where wgpu-core validates and encodes the pass for the driver, and the queue submit;
+    /// `Counters::submit_ns`); the rest is recording the dispatches.
+    pub host_us_submit_per_token: Option<f64>,
     /// Bind groups created per decode token (wgpu; 0 once its bind-group cache is warm).
     pub bind_groups_per_token: Option<f64>,
     /// The dtypes of the model's matrices, e.g. `q4_k+q5_0` (`f32` when unquantized).
@@ -69,7 +76,8 @@ pub struct LlamaBenchReport {
 impl LlamaBenchReport {
     /// `{"model", "backend", "threads", "params", "decode_tok_s", "prefill_tok_s",
     /// "dispatches_per_token", "submits_per_token", "bytes_down_per_token",
-    /// "host_us_per_token", "host_us_per_dispatch", "bind_groups_per_token", "weights",
+    /// "host_us_per_token", "host_us_per_dispatch", "host_us_per_dispatch_median",
+    /// "host_us_submit_per_token", "bind_groups_per_token", "weights",
     /// "weight_bytes_per_token", "device_peak_bytes"}`.
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -84,6 +92,8 @@ impl LlamaBenchReport {
             "bytes_down_per_token": self.bytes_down_per_token,
             "host_us_per_token": self.host_us_per_token,
             "host_us_per_dispatch": self.host_us_per_dispatch,
+            "host_us_per_dispatch_median": self.host_us_per_dispatch_median,
+            "host_us_submit_per_token": self.host_us_submit_per_token,
             "bind_groups_per_token": self.bind_groups_per_token,
             "weights": self.weights,
             "weight_bytes_per_token": self.weight_bytes_per_token,
@@ -109,6 +119,8 @@ struct Snapshot {
     bytes_down: u64,
     /// `Counters::host_ns`.
     host_ns: Option<u64>,
+    /// `Counters::submit_ns` (wgpu only).
+    submit_ns: Option<u64>,
     bind_groups: Option<u64>,
 }
 
@@ -130,6 +142,7 @@ impl Counting {
                     submits: Some(c.submits),
                     bytes_down: c.bytes_downloaded,
                     host_ns: Some(c.host_ns),
+                    submit_ns: Some(c.submit_ns),
                     bind_groups: Some(c.bind_groups_created),
                 })
             }
@@ -142,6 +155,7 @@ impl Counting {
                     bytes_down: c.bytes_downloaded,
                     // From a step's first launch until its graph launch (or last launch) returned.
                     host_ns: Some(c.host_ns),
+                    submit_ns: None,
                     bind_groups: None,
                 })
             }
@@ -186,24 +200,44 @@ fn step(run: &mut Generation<'_>) -> CliResult<u32> {
         .ok_or_else(|| fail("bench llama: generation stopped before its token count"))
 }
 
-/// One decode measurement: seconds per token and the counters over the timed steps.
+/// One decode measurement.
+struct DecodeRun {
+    secs_per_token: f64,
+    /// The counters before and after the timed steps.
+    counters: Option<(Snapshot, Snapshot)>,
+    /// Each timed step's host nanoseconds (empty where the backend does not count them).
+    token_host_ns: Vec<u64>,
+}
+
 fn decode_once(
     model: &Llama,
     prompt: &[u32],
     new_tokens: usize,
     counting: &Counting,
-) -> CliResult<(f64, Option<(Snapshot, Snapshot)>)> {
+) -> CliResult<DecodeRun> {
     let opts = greedy(new_tokens + 1);
     let mut run = Generation::start(model, prompt, &opts)?;
     step(&mut run)?; // the prompt through the cache: not timed
     let before = counting.snapshot();
+    let mut host_ns = Vec::with_capacity(new_tokens);
+    let mut last = before.and_then(|s| s.host_ns);
     let start = Instant::now();
     for _ in 0..new_tokens {
         step(&mut run)?;
+        // Read after the step's download returned: outside the next step's host time.
+        if let Some(prev) = last {
+            let now = counting.snapshot().and_then(|s| s.host_ns).unwrap_or(prev);
+            host_ns.push(now.saturating_sub(prev));
+            last = Some(now);
+        }
     }
     let secs = start.elapsed().as_secs_f64();
     let counters = before.zip(counting.snapshot());
-    Ok((secs / new_tokens as f64, counters))
+    Ok(DecodeRun {
+        secs_per_token: secs / new_tokens as f64,
+        counters,
+        token_host_ns: host_ns,
+    })
 }
 
 /// One prefill measurement: seconds for the whole forward of `prompt` to its first token.
@@ -259,10 +293,12 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
     let mut decode = Vec::new();
     let mut prefill = Vec::new();
     let mut counters = None;
+    let mut token_host_ns = Vec::new();
     for _ in 0..opts.runs {
-        let (s, c) = decode_once(&model, &prompt, opts.new_tokens, &counting)?;
-        decode.push(s);
-        counters = c;
+        let d = decode_once(&model, &prompt, opts.new_tokens, &counting)?;
+        decode.push(d.secs_per_token);
+        counters = d.counters;
+        token_host_ns = d.token_host_ns;
         prefill.push(prefill_once(&model, &long)?);
     }
     let per_token = |a: u64, b: u64| (b.saturating_sub(a)) as f64 / opts.new_tokens as f64;
@@ -277,6 +313,11 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
         .zip(dispatches)
         .filter(|&(_, d)| d > 0.0)
         .map(|(us, d)| us / d);
+    let token_us: Vec<f64> = token_host_ns.iter().map(|&ns| ns as f64 / 1e3).collect();
+    let host_us_per_dispatch_median = dispatches
+        .filter(|&d| d > 0.0 && !token_us.is_empty())
+        .map(|d| median_of(token_us) / d);
+    let host_us_submit_per_token = both(|s| s.submit_ns).map(|ns| ns / 1e3);
     Ok(LlamaBenchReport {
         model: files.origin.clone(),
         backend: backend_name,
@@ -289,6 +330,8 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
         bytes_down_per_token: bytes_down,
         host_us_per_token,
         host_us_per_dispatch,
+        host_us_per_dispatch_median,
+        host_us_submit_per_token,
         bind_groups_per_token: both(|s| s.bind_groups),
         weights,
         weight_bytes_per_token,
@@ -325,7 +368,7 @@ pub fn run(opts: &LlamaBenchOptions) -> CliResult<()> {
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
     emit(&format!(
         "{} on {} ({:.2}M params, {}, {:.1} MB of weights read per token): decode {:.1} tok/s ({} new after a {}-token prompt), \
-         prefill {:.1} tok/s ({} tokens); per decode token: {} dispatches, {} submits, {} bytes down, {} bind groups made, host {} µs ({} µs a dispatch); device peak {}\n",
+         prefill {:.1} tok/s ({} tokens); per decode token: {} dispatches, {} submits, {} bytes down, {} bind groups made, host {} µs ({} in the submit; {} µs a dispatch, median token {}); device peak {}\n",
         r.model,
         r.backend,
         r.params as f64 / 1e6,
@@ -341,7 +384,10 @@ pub fn run(opts: &LlamaBenchOptions) -> CliResult<()> {
         opt(r.bytes_down_per_token),
         opt(r.bind_groups_per_token),
         opt(r.host_us_per_token),
+        opt(r.host_us_submit_per_token),
         r.host_us_per_dispatch
+            .map_or("-".to_string(), |x| format!("{x:.2}")),
+        r.host_us_per_dispatch_median
             .map_or("-".to_string(), |x| format!("{x:.2}")),
         r.device_peak_bytes
             .map_or("-".to_string(), |b| format!("{:.1} MB", b as f64 / 1e6)),
