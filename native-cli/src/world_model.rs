@@ -45,9 +45,39 @@ pub const HORIZON: usize = 10;
 
 /// Loads a world model from a safetensors file onto `backend` (sizes inferred from the shapes).
 pub fn load_world(backend: Rc<dyn Backend>, path: &Path) -> CliResult<(WorldModel, ParamStore)> {
-    let bytes = std::fs::read(path)
+    // A FIFO or a device (`/dev/zero`) is refused by name instead of read for ever.
+    let bytes = crate::limits::read_regular(path)
         .map_err(|e| fail(format!("cannot read weights {}: {e}", path.display())))?;
     WorldModel::load(backend, &bytes).map_err(|e| fail(format!("weights {}: {e}", path.display())))
+}
+
+/// Errors unless `--rank` fits the residual matrix of a rollout whose ensemble mean has shape
+/// `mean` (rows: every dimension but the last): between 1 and its smaller side.
+pub fn check_rank(rank: usize, mean: &[usize]) -> CliResult<()> {
+    let (cols, lead) = mean.split_last().unwrap_or((&0, &[]));
+    let rows: usize = lead.iter().product();
+    let max = rows.min(*cols);
+    if rank == 0 || rank > max {
+        return Err(fail(format!(
+            "--rank {rank}: must be between 1 and {max}, the smaller side of the {rows} x {cols} \
+             residual matrix"
+        )));
+    }
+    Ok(())
+}
+
+/// Errors unless `--horizon` lies between 1 and the steps a held-out trajectory has after its
+/// first.
+pub fn check_horizon(horizon: usize) -> CliResult<()> {
+    let max = HELD_OUT.1 - 1;
+    if horizon == 0 || horizon > max {
+        return Err(fail(format!(
+            "--horizon {horizon}: must be between 1 and {max} (the held-out trajectories have \
+             {} observations)",
+            HELD_OUT.1
+        )));
+    }
+    Ok(())
 }
 
 /// Saves `store` as F16 safetensors, atomically (the weights are small and F16 halves them; the

@@ -196,6 +196,42 @@ const CASES: &[Case] = &[
         says: &["--max-minutes -1"],
         not: &[],
     },
+    // The world model's flags: sizes, ranges and a device named as weights.
+    Case {
+        args: "gru predict --backend cpu --horizon 1000000000000",
+        says: &["--horizon 1000000000000", "119"],
+        not: &[],
+    },
+    Case {
+        args: "gru predict --backend cpu --horizon 0",
+        says: &["--horizon 0"],
+        not: &["WorldModel", "rollout", "steps"],
+    },
+    Case {
+        args: "gru predict --backend cpu --rank 1000000000",
+        says: &["--rank 1000000000", "64"],
+        not: &["svd_lowrank", "attribute"],
+    },
+    Case {
+        args: "gru bench --backend cpu --runs 1 --steps 1000000000000",
+        says: &["--steps 1000000000000", "bytes"],
+        not: &[],
+    },
+    Case {
+        args: "gru bench --backend cpu --runs 1000000000000",
+        says: &["--runs 1000000000000"],
+        not: &[],
+    },
+    Case {
+        args: "gru bench --backend cpu --runs 0",
+        says: &["--runs 0"],
+        not: &[],
+    },
+    Case {
+        args: "gru predict --backend cpu --weights /dev/zero",
+        says: &["/dev/zero", "character device"],
+        not: &["out of memory"],
+    },
     Case {
         args: "logits --backend cpu --tokens 1,99",
         says: &["--tokens", "99", "vocab_size = 13"],

@@ -125,6 +125,7 @@ fn targets(spec: Option<&str>, notes: &mut Vec<String>) -> CliResult<Vec<Target>
 /// Runs `kernels gru bench`: [`measure`], then prints the [`table`], or with `o.json` the
 /// [`json`] object (notes to stderr).
 pub fn run(o: &GruBenchOptions) -> CliResult<()> {
+    check_options(o)?;
     let b = measure(o)?;
     if o.json {
         for n in &b.notes {
@@ -134,6 +135,62 @@ pub fn run(o: &GruBenchOptions) -> CliResult<()> {
     } else {
         emit(&table(&b, o))
     }
+}
+
+/// More runs than this only tighten a median already tight; a run of 10^12 would never end.
+pub const MAX_RUNS: usize = 10_000;
+
+/// The flags checked before anything is allocated or run: counts at least 1, `--runs` at most
+/// [`MAX_RUNS`], and the trajectories' and rollout's memory (at least `--batch` x (`--steps` +
+/// 1) observations of the simulated features, twice: data and windows) available.
+pub fn check_options(o: &GruBenchOptions) -> CliResult<()> {
+    use crate::limits::{check_fits, positive, product};
+    for (flag, v) in [
+        ("--batch", o.batch),
+        ("--steps", o.steps),
+        ("--rank", o.rank),
+        ("--runs", o.runs),
+    ] {
+        positive(flag, v)?;
+    }
+    if o.runs > MAX_RUNS {
+        return Err(fail(format!(
+            "--runs {}: at most {MAX_RUNS} (the median is steady long before)",
+            o.runs
+        )));
+    }
+    let bytes = product(&[
+        o.batch as u64,
+        (o.steps as u64).saturating_add(1),
+        sim::FEATURES as u64,
+        4,
+        2,
+    ]);
+    check_fits(
+        &format!("--batch {} with --steps {}", o.batch, o.steps),
+        "the simulated trajectories (at least 8 bytes per feature and step)",
+        bytes,
+    )
+}
+
+/// Errors unless the ensemble rollout's states (`--batch` x `--steps` x members x (hidden +
+/// features), f32, at least) fit in memory, naming the flags.
+fn check_rollout_fits(o: &GruBenchOptions, c: &WorldConfig) -> CliResult<()> {
+    let bytes = crate::limits::product(&[
+        o.batch as u64,
+        o.steps as u64,
+        c.members as u64,
+        c.hidden.saturating_add(c.features) as u64,
+        4,
+    ]);
+    crate::limits::check_fits(
+        &format!("--batch {} with --steps {}", o.batch, o.steps),
+        &format!(
+            "the rollout of {} members of hidden size {} (at least)",
+            c.members, c.hidden
+        ),
+        bytes,
+    )
 }
 
 /// `kernels gru bench --json`: `{"batch", "steps", "rank", "runs", "rows": [{"stage",
@@ -178,6 +235,7 @@ pub fn measure(o: &GruBenchOptions) -> CliResult<GruBench> {
     let mut rollout_dispatches = None;
     for t in targets(o.backends.as_deref(), &mut notes)? {
         let (model, store, _) = load_world_or_embedded(t.backend.clone(), weights)?;
+        check_rollout_fits(o, &model.config)?;
         let g = Graph::inference(t.backend.clone());
         let p = store.bind(&g)?;
         let s0 = g.constant(t.backend.upload(&s0_host)?)?;
@@ -190,6 +248,7 @@ pub fn measure(o: &GruBenchOptions) -> CliResult<GruBench> {
             Ok(ensemble_stats(&g, &roll)?.0)
         };
         let mean = rollout(o.steps)?;
+        crate::world_model::check_rank(o.rank, mean.shape())?;
         let (u, s, v) = residual_svd(&g, &mean, &truth, o.rank, 0)?;
         let name = t.backend.name();
         let mut stage = |stage: &'static str,

@@ -78,6 +78,7 @@ pub fn compression_on_held_out(
     let truth = g.constant(backend.upload(&truth)?)?;
     let roll = model.rollout(&g, &p, &s0, horizon)?;
     let (mean, _) = ensemble_stats(&g, &roll)?;
+    crate::world_model::check_rank(rank, mean.shape())?;
     let (_, rep) = pollster::block_on(compress_residuals(&g, &mean, &truth, rank, 0))?;
     Ok(rep)
 }
@@ -149,6 +150,10 @@ pub fn run(
     rank: usize,
     json: bool,
 ) -> CliResult<()> {
+    crate::world_model::check_horizon(horizon)?;
+    if rank == 0 {
+        return Err(crate::fail("--rank 0: must be at least 1"));
+    }
     let chosen = select_backend(BackendChoice::from_arg(backend)?)?;
     if json {
         emit_json(&predict_json(chosen.backend, weights, horizon, rank)?)
