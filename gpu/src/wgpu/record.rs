@@ -20,9 +20,11 @@ pub(crate) const FAST_CONSTS: usize = 8;
 /// A pipeline's family, entry point and constants, the names by address and length (a name
 /// spelled at two places may get two entries, each the same pipeline from
 /// `WgpuBackend::pipeline`, which compares names by content); unused constant slots are zeros.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct FastPipelineKey {
     family: Family,
+    /// Words in use in `words`: 2 for the entry, 3 for each constant.
+    used: usize,
     words: [usize; 2 + 3 * FAST_CONSTS],
 }
 
@@ -44,7 +46,34 @@ impl FastPipelineKey {
             w[1] = name.len();
             w[2] = *value as usize;
         }
-        Some(FastPipelineKey { family, words })
+        Some(FastPipelineKey {
+            family,
+            used: 2 + 3 * constants.len(),
+            words,
+        })
+    }
+
+    /// The words that identify the pipeline.
+    fn key(&self) -> &[usize] {
+        &self.words[..self.used]
+    }
+}
+
+// Only the words in use are compared and hashed (decode's kernels have one to three constants).
+impl PartialEq for FastPipelineKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.family == other.family && self.key() == other.key()
+    }
+}
+
+impl Eq for FastPipelineKey {}
+
+impl std::hash::Hash for FastPipelineKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.family.hash(state);
+        for &w in self.key() {
+            state.write_usize(w);
+        }
     }
 }
 
