@@ -21,16 +21,24 @@ pub fn human_bytes(bytes: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
+/// A field of `/proc/meminfo` in bytes (`None` where there is no such file or field).
+fn meminfo(name: &str) -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with(name))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kb.checked_mul(1024)
+}
+
 /// Memory the process can still take: `MemAvailable` plus `SwapFree` of `/proc/meminfo`
 /// (`None` where there is no such file).
 pub fn available_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let field = |name: &str| -> Option<u64> {
-        let line = info.lines().find(|l| l.starts_with(name))?;
-        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        kb.checked_mul(1024)
-    };
-    Some(field("MemAvailable:")?.saturating_add(field("SwapFree:").unwrap_or(0)))
+    Some(meminfo("MemAvailable:")?.saturating_add(meminfo("SwapFree:").unwrap_or(0)))
+}
+
+/// Physical memory available without swapping: `MemAvailable` of `/proc/meminfo` (`None`
+/// where there is no such file). What a buffer written whole at once (a KV cache) is sized by.
+pub fn ram_available_bytes() -> Option<u64> {
+    meminfo("MemAvailable:")
 }
 
 /// The product of `factors`, or `None` when it overflows a `u64`.
@@ -91,7 +99,7 @@ pub struct KvFit {
     pub bytes: u64,
     /// Bytes the wanted positions would need (`None`: more than a `u64` holds).
     pub wanted_bytes: Option<u64>,
-    /// The memory figure it was judged against ([`available_bytes`]; `None`: unknown).
+    /// The memory figure it was judged against ([`ram_available_bytes`]; `None`: unknown).
     pub available: Option<u64>,
     /// Whether the process's address space (`ulimit -v`) took less than that figure.
     pub address_space: bool,
@@ -110,7 +118,10 @@ impl KvFit {
             None => format!("more than {} bytes", u64::MAX),
         };
         let avail = match self.available {
-            Some(a) => format!("{} ({a} bytes) are available", human_bytes(a)),
+            Some(a) => format!(
+                "{} ({a} bytes) of RAM are available (a cache may take half)",
+                human_bytes(a)
+            ),
             None => "the memory available is unknown here".into(),
         };
         let avail = if self.address_space {
@@ -127,9 +138,9 @@ impl KvFit {
 }
 
 /// How many of `wanted` KV-cache positions, `per_position` bytes each, fit in memory: all
-/// when their bytes fit in three quarters of `available` (the rest is left for the weights'
-/// neighbours: activations, the tokenizer, the system) and `reservable` says the address space
-/// takes them; else the most that fit in that share, halved until `reservable` takes them and
+/// when their bytes fit in half of `available` (the cache is written whole when allocated, so
+/// the other half stays for activations, the tokenizer and the rest of the machine) and
+/// `reservable` says the address space takes them; else the most that fit in that share, halved until `reservable` takes them and
 /// then halved once more (the run still needs address space beside the cache). `available`
 /// `None` (no `/proc/meminfo`: not Linux) judges by `reservable` alone.
 pub fn kv_fit(
@@ -140,7 +151,7 @@ pub fn kv_fit(
 ) -> KvFit {
     let per = per_position.max(1);
     let wanted_bytes = per.checked_mul(wanted as u64);
-    let share = available.map_or(u64::MAX, |a| a / 4 * 3);
+    let share = available.map_or(u64::MAX, |a| a / 2);
     let mut limit = wanted_bytes.unwrap_or(u64::MAX).min(share);
     let mut probed_down = false;
     while limit >= per && !reservable(limit) {
@@ -176,7 +187,7 @@ pub fn kv_fit_model(
     wanted: usize,
 ) -> CliResult<KvFit> {
     let per = kernels_core::models::llama::kv_cache_bytes(config, 1, 1)?;
-    Ok(kv_fit(per, wanted, available_bytes(), &reservable))
+    Ok(kv_fit(per, wanted, ram_available_bytes(), &reservable))
 }
 
 /// Errors unless `value` is at least 1, naming the flag.
@@ -267,18 +278,18 @@ mod tests {
             (64, 64_000, Some(64_000))
         );
         assert!(!f.capped(64));
-        // Three quarters of the memory available.
+        // Half the memory available.
         let f = kv_fit(1000, 1_000_000, Some(4_000_000), &any);
-        assert_eq!((f.positions, f.bytes), (3000, 3_000_000));
+        assert_eq!((f.positions, f.bytes), (2000, 2_000_000));
         assert!(f.capped(1_000_000));
         let d = f.describe(1_000_000);
         assert!(
-            d.contains("1000000000 bytes") && d.contains("3000000 bytes"),
+            d.contains("1000000000 bytes") && d.contains("2000000 bytes"),
             "{d}"
         );
         // The bytes overflow: capped by memory all the same.
         let f = kv_fit(1 << 40, usize::MAX, Some(1 << 44), &any);
-        assert_eq!((f.positions, f.wanted_bytes), (12, None));
+        assert_eq!((f.positions, f.wanted_bytes), (8, None));
         // An address-space limit of 1 MB: halved until reservable, then once more.
         let under = |b: u64| b <= 1_000_000;
         let f = kv_fit(1000, 1_000_000, Some(64_000_000), &under);
