@@ -486,6 +486,32 @@ fn max_tokens_beyond_memory_is_capped_with_a_note() {
         assert!(note.contains(s), "{s:?} not in {note}");
     }
 
+    // chat --max-tokens 10^12 on the same config (with a template that writes the messages'
+    // text): the chat's cache is its 4096 positions, said in a note, and the reply ends at `$`.
+    std::fs::write(
+        long.join("tokenizer_config.json"),
+        r#"{"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %}"}"#,
+    )
+    .unwrap();
+    let args: Vec<String> = [
+        "chat",
+        "--model",
+        long.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--max-tokens",
+        "1000000000000",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (code, out, err) = run_limited_with(dir, &args, Some("123+456=\n"));
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out, "9750\n", "{err}");
+    assert!(
+        err.contains("note: --max-tokens 1000000000000 is more than the chat's context (4096"),
+        "{err}"
+    );
+
     // A chat model with 32768-wide heads: 1 MB of cache per position.
     let chat = dir.join("wide");
     std::fs::create_dir(&chat).unwrap();
