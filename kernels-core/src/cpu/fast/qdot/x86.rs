@@ -343,6 +343,14 @@ unsafe fn quad<D: Dot, const R: usize, const F: u8>(
         for b in 0..nb {
             let at = b * bb;
             let wb: [&[u8]; 4] = core::array::from_fn(|j| rows[j].get_unchecked(at..at + bb));
+            // The same block of the next four rows, into L1 ahead of use: with the hardware
+            // prefetcher alone, four interleaved streams ran at a fraction of the memory
+            // bandwidth (q5_0 on a 136 MB weight: about 2x faster with it, on a loaded
+            // machine). A prefetch never faults: past the weight it is wasted, not wrong.
+            for j in 0..4 {
+                let ahead = w.as_ptr().wrapping_add((4 + j) * row_bytes + at);
+                _mm_prefetch::<_MM_HINT_T0>(ahead as *const i8);
+            }
             let x: [__m256i; R] =
                 core::array::from_fn(|r| load_x(xq[r].get_unchecked(32 * b..32 * b + 32)));
             let mut p = [[_mm256_setzero_si256(); 4]; R];
