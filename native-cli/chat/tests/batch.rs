@@ -69,7 +69,10 @@ fn a_batch_stops_each_row_as_a_completion_does() {
     let (ids0, _, _) = alone(&model, &tok, &prompts[0], &plain);
     let (_, _, text1) = alone(&model, &tok, &prompts[1], &plain);
     let stop_string: String = text1.chars().skip(4).take(2).collect();
-    assert!(ids0.len() > 2 && stop_string.chars().count() == 2, "{ids0:?} {text1:?}");
+    assert!(
+        ids0.len() > 2 && stop_string.chars().count() == 2,
+        "{ids0:?} {text1:?}"
+    );
     let cases = [
         plain.clone(),
         StopWhen {
