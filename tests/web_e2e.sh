@@ -18,7 +18,12 @@
 # prefill, WEB_E2E_WARMUP (2) warm-up runs then WEB_E2E_RUNS (3) timed, and prints the median and
 # range of decode and prefill tokens/s (llm-peer-webgpu: the same on WebGPU; WEB_E2E_GREEDY_REF=
 # /tmp/tjs/models/llama-s15/greedy_ref.json checks the tokens against transformers' greedy ones;
-# never in the default run). WEB_E2E_SKIP_FIRST_LOAD=1 skips the first-load figures.
+# never in the default run). With a directory holding a .gguf and no config.json, llm-peer runs the
+# wllama peer's protocol instead (../shared/peers/README.md, wllama): a WEB_E2E_PREFILL (64)-token
+# prompt, WEB_E2E_DECODE (32) greedy decode steps, WEB_E2E_WARMUP (1) then WEB_E2E_RUNS (3); prints
+# the best, median and range (the page is not cross-origin isolated: one wasm thread).
+# WEB_E2E_SKIP_FIRST_LOAD=1 skips the first-load figures. WEB_E2E_DIST=DIR serves an already
+# built page (`trunk build --release --dist DIR`) instead of building dist/ (for measurements).
 # Screenshots go to target/web-e2e/. Needs trunk, wasm-bindgen, node/npm and chromium (tests/ci.sh
 # installs them). Usage: tests/web_e2e.sh
 set -euo pipefail
@@ -40,10 +45,11 @@ fi
 export PATH="$PWD/$OUT/node_modules/.bin:$PATH"
 wasm-opt --version
 
-trunk build --release --offline
+DIST=${WEB_E2E_DIST:-dist}
+[ -n "${WEB_E2E_DIST:-}" ] || trunk build --release --offline
 
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-python3 -m http.server "$PORT" --bind 127.0.0.1 --directory dist >"$OUT/server.log" 2>&1 &
+python3 -m http.server "$PORT" --bind 127.0.0.1 --directory "$DIST" >"$OUT/server.log" 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null || true' EXIT
 for _ in $(seq 50); do

@@ -405,20 +405,114 @@ function splitmixTokens(seed, n, vocab) {
   return out;
 }
 
+// The figures as `best B, median M (min..max)`.
+function spread(values) {
+  const v = [...values].sort((a, b) => a - b);
+  const med = v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+  const f = (x) => x.toFixed(2);
+  return `best ${f(v[v.length - 1])}, median ${f(med)} (${f(v[0])}..${f(v[v.length - 1])})`;
+}
+
+// The wllama peer's protocol (../shared/peers/README.md, wllama) on the page, when
+// WEB_E2E_MODEL_DIR holds a .gguf and no config.json (e.g. a directory with a link to
+// /tmp/peer-llamacpp/models/qwen05-Q4_K_M.gguf), picked with `backend`: the peer's prompt text (the
+// GGUF's `t<i>` pieces, splitmix64 ids with seed 0xABCDEF01, concatenated), cut to the length at
+// which the page counts WEB_E2E_PREFILL (64) prompt tokens, its BOS included, then
+// WEB_E2E_DECODE (32) greedy decode steps; WEB_E2E_WARMUP (1) warm-up runs, then WEB_E2E_RUNS (3)
+// timed. Prefill is the first step's own time (#llm-tps data-prefill: the forward over the prompt
+// and the first token), decode the other steps' (data-decode). Prints each run, then the best
+// (the peer's figure), the median and the range.
+async function ggufPeer(browser, backend, name, dir) {
+  const warmup = Number(process.env.WEB_E2E_WARMUP || 1);
+  const runs = Number(process.env.WEB_E2E_RUNS || 3);
+  const NEW = Number(process.env.WEB_E2E_DECODE || 32);
+  const PREFILL = Number(process.env.WEB_E2E_PREFILL || 64);
+  const { page } = await open(browser, `backend=${backend}`, name, 'ready');
+  const env = await page.evaluate(() => [self.crossOriginIsolated, typeof SharedArrayBuffer !== 'undefined']);
+  const t0 = Date.now();
+  await pickModel(page, dir);
+  const picked = (Date.now() - t0) / 1000;
+  const [model, weights, status] = await page.evaluate(() =>
+    ['llm-model', 'llm-weights', 'llm-status'].map((id) => document.getElementById(id).textContent),
+  );
+  console.log(
+    `${name}: Chromium ${browser.version()}; crossOriginIsolated ${env[0]}, SharedArrayBuffer ` +
+      `${env[1] ? 'defined' : 'undefined'} (one wasm thread); picked in ${picked.toFixed(1)} s: ${status}\n` +
+      `  ${model}\n  ${weights}`,
+  );
+  const v = /vocabulary (\d+)/.exec(model);
+  if (!v) {
+    await page.close();
+    return [`${name}: no vocabulary in ${JSON.stringify(model)} (${status})`];
+  }
+  // The peer's text, cut to the length that makes PREFILL tokens here: llama.cpp's tokenizer makes
+  // k + 4 tokens of k pieces; a tokenizer that does not merge the pieces' characters makes more.
+  const ids = splitmixTokens(0xabcdef01, PREFILL + 16, Number(v[1]) - 259);
+  const full = ids.map((i) => `t${i}`).join('');
+  let len = ids.slice(0, Math.max(1, PREFILL - 4)).map((i) => `t${i}`).join('').length;
+  let prompt = null;
+  const calib = [];
+  for (let it = 0; it < 12 && len >= 1 && len <= full.length; it++) {
+    const c = await generateIn(page, full.slice(0, len), 1);
+    const n = Number((/\((\d+) prompt tokens\)/.exec(c.tps) || [])[1]);
+    calib.push(`${len} characters: ${n} tokens`);
+    if (n === PREFILL) prompt = full.slice(0, len);
+    if (n === PREFILL || !(n > 0)) break;
+    len += Math.round(((PREFILL - n) * len) / n) || Math.sign(PREFILL - n);
+  }
+  console.log(`  prompt calibration: ${calib.join(', ')}`);
+  if (prompt === null) {
+    await page.close();
+    return [`${name}: no ${PREFILL}-token prompt (${calib.join(', ')})`];
+  }
+  const problems = [];
+  const rows = [];
+  const outputs = new Set();
+  for (let i = 0; i < warmup + runs; i++) {
+    const tag = i < warmup ? `warmup${i + 1}` : `run${i - warmup + 1}`;
+    const d = await generateIn(page, prompt, NEW + 1);
+    const t = await page.evaluate(() => ({ ...document.getElementById('llm-tps').dataset }));
+    const row = { prefill: Number(t.prefill), decode: Number(t.decode) };
+    if (d.state !== 'done' || !new RegExp(`done: ${NEW + 1} tokens, .*max tokens`).test(d.status)) {
+      problems.push(`${tag}: ${d.state}, ${d.status} (want ${NEW + 1} tokens, max tokens)`);
+    }
+    if (!new RegExp(`\\(${PREFILL} prompt tokens\\), .*\\(${NEW} tokens\\)`).test(d.tps)) problems.push(`${tag}: ${d.tps}`);
+    if (d.backend !== backend) problems.push(`${tag}: ran on ${d.backend}`);
+    outputs.add(d.output);
+    console.log(
+      `  ${tag}: prefill ${row.prefill.toFixed(2)} tok/s (${PREFILL} tokens), decode ${row.decode.toFixed(2)} ` +
+        `tok/s (${NEW} steps); ${d.seconds.toFixed(1)} s; ${JSON.stringify(d.output.slice(0, 48))}`,
+    );
+    if (i >= warmup) rows.push(row);
+  }
+  if (outputs.size !== 1) problems.push(`greedy runs wrote ${outputs.size} different outputs`);
+  console.log(
+    `${name}: prefill (${PREFILL}) tok/s ${spread(rows.map((x) => x.prefill))}; decode (${NEW}) tok/s ` +
+      `${spread(rows.map((x) => x.decode))}; ${runs} runs after ${warmup} warm-up`,
+  );
+  const errors = await page.$$eval('#errors li', (li) => li.map((e) => e.textContent));
+  if (errors.length) problems.push(`page errors: ${errors.join('; ')}`);
+  await page.screenshot({ path: path.join(outDir, `${name}.png`), fullPage: true });
+  await page.close();
+  return problems.map((p) => `${name}: ${p}`);
+}
+
 async function llmPeer(browser, backend, name) {
   const fs = require('fs');
   const dir = process.env.WEB_E2E_MODEL_DIR;
   if (!dir) return [`${name}: set WEB_E2E_MODEL_DIR to the model directory`];
+  if (!fs.existsSync(path.join(dir, 'config.json'))) return ggufPeer(browser, backend, name, dir);
   const warmup = Number(process.env.WEB_E2E_WARMUP || 2);
   const runs = Number(process.env.WEB_E2E_RUNS || 3);
-  const NEW = 128;
+  const NEW = Number(process.env.WEB_E2E_DECODE || 128);
+  const PREFILL = Number(process.env.WEB_E2E_PREFILL || 256);
   const config = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'));
   const vocab = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer.json'), 'utf8')).model.vocab;
   const words = [];
   for (const [w, id] of Object.entries(vocab)) words[id] = w;
   const text = (ids) => ids.map((i) => words[i]).join(' ');
   const promptIds = splitmixTokens(0, 32, config.vocab_size);
-  const prefillIds = splitmixTokens(0xabcdef01, 256, config.vocab_size);
+  const prefillIds = splitmixTokens(0xabcdef01, PREFILL, config.vocab_size);
   const prompt = text(promptIds);
   const prefillPrompt = text(prefillIds);
   let ref = null;
@@ -464,7 +558,7 @@ async function llmPeer(browser, backend, name) {
     await generateIn(page, prefillPrompt, 1);
     const p = await generateIn(page, prefillPrompt, 1);
     const pre = await page.evaluate(() => ({ ...document.getElementById('llm-tps').dataset }));
-    if (!/\(256 prompt tokens\)/.test(p.tps)) problems.push(`${tag}: prefill ${p.tps}`);
+    if (!new RegExp(`\\(${PREFILL} prompt tokens\\)`).test(p.tps)) problems.push(`${tag}: prefill ${p.tps}`);
     if (p.state !== 'done') problems.push(`${tag}: prefill ${p.state}, ${p.status}`);
     const row = {
       decode: rate(dec.decode),
@@ -474,7 +568,7 @@ async function llmPeer(browser, backend, name) {
     };
     console.log(
       `  ${tag}: decode ${row.decode.toFixed(1)} tok/s (${NEW} steps), prefill ${row.prefill.toFixed(1)} tok/s ` +
-        `(256 tokens; the 32-token prompt's ${row.prefill32.toFixed(1)})${match}`,
+        `(${PREFILL} tokens; the 32-token prompt's ${row.prefill32.toFixed(1)})${match}`,
     );
     return row;
   };
@@ -491,7 +585,7 @@ async function llmPeer(browser, backend, name) {
     document.getElementById('llm-model').textContent,
   ]);
   console.log(
-    `${name}: ${last[1]}; ${last[0]}\n  decode tok/s ${stat('decode')}; prefill (256) tok/s ` +
+    `${name}: ${last[1]}; ${last[0]}\n  decode tok/s ${stat('decode')}; prefill (${PREFILL}) tok/s ` +
       `${stat('prefill')}; prefill (32) tok/s ${stat('prefill32')}; ${runs} runs after ${warmup} warm-up\n` +
       `  picked in ${picked.toFixed(1)} s (read, parse ${(first.loadMs / 1000).toFixed(1)} s); the first ` +
       `generation ${first.seconds.toFixed(1)} s (upload and warm-up ${(first.uploadMs / 1000).toFixed(1)} s)`,
