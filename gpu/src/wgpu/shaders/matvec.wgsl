@@ -72,6 +72,18 @@ fn mv_nib4(w: u32, s: u32) -> vec4<u32> {
     return (vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(s))) & vec4<u32>(0xfu);
 }
 
+// quant.wgsl's q4k_scale_min (the 6-bit scale and min of sub-block j) from the super-block's 12
+// scale bytes, held in three words.
+fn mv_q4k_scale_min(s: vec3<u32>, j: u32) -> vec2<u32> {
+    let a = (s[j / 4u] >> (8u * (j % 4u))) & 0xffu;          // byte j (j < 8)
+    let m = (s[j / 4u + 1u] >> (8u * (j % 4u))) & 0xffu;     // byte j + 4
+    if (j < 4u) {
+        return vec2<u32>(a & 63u, m & 63u);
+    }
+    let lo = (s[j / 4u - 1u] >> (8u * (j % 4u))) & 0xffu;    // byte j - 4
+    return vec2<u32>((m & 0xfu) | ((lo >> 6u) << 4u), (m >> 4u) | ((a >> 6u) << 4u));
+}
+
 // Eight decoded weights, elements e..e+8 of the row (e relative to the row's first element),
 // dotted with each x row: acc[r] += x[r, e..e+8] . (w0, w1).
 fn mv_acc8(acc: ptr<function, array<f32, 8>>, k: u32, e: u32, w0: vec4<f32>, w1: vec4<f32>) {
@@ -224,8 +236,11 @@ fn mv_row(p: MatvecParams, j: u32, lane: u32, acc: ptr<function, array<f32, 8>>)
                 let d = mv_half(mv_u16(b));
                 let dmin = mv_half(mv_u16(b + 2u));
                 let v = mv_bytes8(b + 16u + 32u * c + 8u * s);
-                let sl = q4k_scale_min(b, 2u * c);
-                let sh = q4k_scale_min(b, 2u * c + 1u);
+                // The 12 bytes of 6-bit scales and mins, as three words.
+                let sc = vec3<u32>(packed[(b + 4u) >> 2u], packed[(b + 8u) >> 2u],
+                                   packed[(b + 12u) >> 2u]);
+                let sl = mv_q4k_scale_min(sc, 2u * c);
+                let sh = mv_q4k_scale_min(sc, 2u * c + 1u);
                 let dl = d * f32(sl.x);
                 let ml = dmin * f32(sl.y);
                 let dh = d * f32(sh.x);
