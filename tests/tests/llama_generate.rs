@@ -149,7 +149,8 @@ fn wgpu_samples_on_the_device_and_matches_the_cpu() {
 fn demo_model_adds_and_agrees_across_backends() {
     let files = addition::embedded().unwrap();
     let cpu = build(&files, Rc::new(CpuBackend::new())).unwrap();
-    let (ok, n, wrong) = addition::evaluate(&cpu, 300, 5, 300).unwrap();
+    let tok = addition::tokenizer_of(&files).unwrap();
+    let (ok, n, wrong) = addition::evaluate(&cpu, &tok, 300, 5, 300, &mut |_, _| {}).unwrap();
     assert!(
         ok * 100 >= n * 95,
         "held-out exact match {ok}/{n} below 95%: {wrong:?}"
