@@ -223,6 +223,11 @@ const CASES: &[Case] = &[
         not: &[],
     },
     Case {
+        args: "bench llama --model {dir}/long --backend cpu --runs 1000000000000",
+        says: &["--runs 1000000000000"],
+        not: &[],
+    },
+    Case {
         args: "gru bench --backend cpu --runs 0",
         says: &["--runs 0"],
         not: &[],

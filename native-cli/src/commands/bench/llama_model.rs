@@ -248,6 +248,9 @@ fn prefill_once(model: &Llama, prompt: &[u32]) -> CliResult<f64> {
     Ok(start.elapsed().as_secs_f64())
 }
 
+/// More runs than this only tighten a median already tight; a run of 10^12 would never end.
+pub const MAX_RUNS: usize = 10_000;
+
 fn check_lengths(opts: &LlamaBenchOptions, max_pos: usize) -> CliResult<()> {
     if opts.prompt_len == 0 || opts.new_tokens == 0 || opts.prefill_len == 0 || opts.runs == 0 {
         return Err(fail(format!(
@@ -255,7 +258,13 @@ fn check_lengths(opts: &LlamaBenchOptions, max_pos: usize) -> CliResult<()> {
             opts.prompt_len, opts.new_tokens, opts.prefill_len, opts.runs
         )));
     }
-    let decode_positions = opts.prompt_len + opts.new_tokens;
+    if opts.runs > MAX_RUNS {
+        return Err(fail(format!(
+            "bench llama: --runs {}: at most {MAX_RUNS} (the median is steady long before)",
+            opts.runs
+        )));
+    }
+    let decode_positions = opts.prompt_len.saturating_add(opts.new_tokens);
     if decode_positions > max_pos || opts.prefill_len > max_pos {
         return Err(fail(format!(
             "bench llama: --prompt-len + --new-tokens = {decode_positions} and --prefill-len = {} \
@@ -268,6 +277,8 @@ fn check_lengths(opts: &LlamaBenchOptions, max_pos: usize) -> CliResult<()> {
 
 /// Runs the protocol and returns the report.
 pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
+    // The counts first (the model's context is checked once it is read).
+    check_lengths(opts, usize::MAX)?;
     let (backend, counting, backend_name) = open_backend(opts.backend.as_deref())?;
     let mut files = read_dir(&opts.model)?;
     quantize_files(&mut files, opts.quantize)?;
