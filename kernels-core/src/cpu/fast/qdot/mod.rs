@@ -18,7 +18,10 @@
 //!
 //! Decode (one row of `x`) and prefill (many) share one driver ([`product_t`]): the weight
 //! rows are split over threads (`split_rows`), and each weight row is unpacked once per tile
-//! of up to [`TILE`] rows of `x`.
+//! of up to [`TILE`] rows of `x`. On x86, decode (one row of `x`, or its two residual terms)
+//! on the 32-element formats takes four weight rows at a time: each activation block is loaded
+//! once for the four, their block sums are reduced together and scaled as one vector, and each
+//! row's stream is prefetched ahead.
 //!
 //! A row of `x` holding a NaN or an infinity is not quantized: it takes the decoded weight rows
 //! and an f32 dot product, so NaN and infinity land where the reference puts them.
