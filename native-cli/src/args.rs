@@ -288,7 +288,7 @@ pub(crate) enum GruCmd {
     },
     /// Latency of the world-model pipeline, CPU against wgpu in one run: state encode, the
     /// ensemble rollout, rank-k svd_lowrank of the residuals, corrections and the total
-    /// (median of several runs), with wgpu dispatches per rollout step.
+    /// (median of several runs), with wgpu dispatches per rollout step; CUDA too (cuda).
     ///
     /// --json prints ONE object: {"batch", "steps", "rank", "runs",
     /// "rows": [{"stage", "backend", "median_ms", "dispatches", "submits"}],
@@ -299,7 +299,7 @@ pub(crate) enum GruCmd {
         /// One JSON object instead of the table (format above).
         #[arg(long)]
         json: bool,
-        /// Comma-separated: cpu, wgpu (default: cpu, plus wgpu when an adapter exists).
+        /// Comma-separated: cpu, wgpu, cuda (default: cpu, plus wgpu when an adapter exists).
         #[arg(long)]
         backend: Option<String>,
         /// Trajectories rolled out together.

@@ -143,3 +143,44 @@ fn ensemble_rollout_and_bptt_agree_cpu_vs_every_gpu_backend() {
         eprintln!("{test}: ok on {}", gpu.name);
     }
 }
+
+/// `kernels gru bench`'s pipeline (encode, rollout, rank-k SVD, corrections, total) runs on
+/// every GPU backend of the matrix, the emulated CUDA device included (what `--backend cuda`
+/// times on a real GPU), and reports each stage once per backend.
+#[test]
+fn gru_bench_times_every_stage_on_every_gpu_backend() {
+    use native_cli::commands::gru::bench::{GruBenchOptions, measure_on};
+    let test = "gru_bench_times_every_stage_on_every_gpu_backend";
+    let o = GruBenchOptions {
+        backends: None,
+        batch: 4,
+        steps: 2,
+        rank: 2,
+        runs: 1,
+        weights: None,
+        json: true,
+    };
+    for gpu in testing::gpu_backends(test) {
+        let b = measure_on(&o, vec![gpu.backend.clone()]).unwrap();
+        let name = gpu.backend.name();
+        let stages: Vec<&str> = b.rows.iter().map(|r| r.stage).collect();
+        assert!(
+            b.rows.iter().all(|r| r.backend == name),
+            "{}: {stages:?}",
+            gpu.name
+        );
+        for stage in ["encode", "rollout", "svd", "corrections", "total"] {
+            assert_eq!(
+                stages.iter().filter(|s| s.contains(stage)).count(),
+                1,
+                "{}: stage {stage} in {stages:?}",
+                gpu.name
+            );
+        }
+        assert!(
+            b.rows.iter().all(|r| r.median > std::time::Duration::ZERO),
+            "{}",
+            gpu.name
+        );
+    }
+}

@@ -16,7 +16,7 @@ use kernels_core::models::world::{
 };
 use kernels_core::{Backend, CpuBackend, Tensor};
 use kernels_gpu::bench::{median, time_runs};
-use kernels_gpu::{Counters, WgpuBackend, require_wgpu};
+use kernels_gpu::{BackendChoice, Counters, WgpuBackend, require_wgpu, select_backend};
 
 use crate::format::fmt_duration;
 use crate::world_model::load_world_or_embedded;
@@ -62,6 +62,15 @@ struct Target {
 }
 
 impl Target {
+    /// A backend without wgpu's counters (CUDA), synchronised through a download.
+    fn other(backend: Rc<dyn Backend>) -> CliResult<Target> {
+        let fence = Some(backend.upload(&Tensor::scalar(0.0))?);
+        Ok(Target {
+            backend,
+            gpu: None,
+            fence,
+        })
+    }
     fn sync(&self) -> kernels_core::Result<()> {
         if let Some(f) = &self.fence {
             self.backend.flush()?;
@@ -112,9 +121,13 @@ fn targets(spec: Option<&str>, notes: &mut Vec<String>) -> CliResult<Vec<Target>
                     fence,
                 });
             }
+            "cuda" => {
+                let chosen = select_backend(BackendChoice::Cuda)?;
+                out.push(Target::other(chosen.backend)?);
+            }
             other => {
                 return Err(fail(format!(
-                    "gru bench: unknown backend `{other}` (cpu, wgpu)"
+                    "gru bench: unknown backend `{other}` (cpu, wgpu, cuda)"
                 )));
             }
         }
@@ -224,6 +237,26 @@ pub fn json(b: &GruBench, o: &GruBenchOptions) -> serde_json::Value {
 /// Runs the benchmark.
 pub fn measure(o: &GruBenchOptions) -> CliResult<GruBench> {
     let mut notes = Vec::new();
+    let targets = targets(o.backends.as_deref(), &mut notes)?;
+    measure_targets(o, targets, notes)
+}
+
+/// [`measure`] on backends the caller opened (`o.backends` is not read): a test's emulated
+/// CUDA device, for one.
+pub fn measure_on(o: &GruBenchOptions, backends: Vec<Rc<dyn Backend>>) -> CliResult<GruBench> {
+    check_options(o)?;
+    let targets = backends
+        .into_iter()
+        .map(Target::other)
+        .collect::<CliResult<Vec<_>>>()?;
+    measure_targets(o, targets, Vec::new())
+}
+
+fn measure_targets(
+    o: &GruBenchOptions,
+    targets: Vec<Target>,
+    notes: Vec<String>,
+) -> CliResult<GruBench> {
     let weights = o.weights.as_deref();
     let data = sim::trajectories(7, o.batch, o.steps + 1)?;
     let windows =
@@ -233,7 +266,7 @@ pub fn measure(o: &GruBenchOptions) -> CliResult<GruBench> {
     let mut rows = Vec::new();
     let mut per_step = None;
     let mut rollout_dispatches = None;
-    for t in targets(o.backends.as_deref(), &mut notes)? {
+    for t in targets {
         let (model, store, _) = load_world_or_embedded(t.backend.clone(), weights)?;
         check_rollout_fits(o, &model.config)?;
         let g = Graph::inference(t.backend.clone());
