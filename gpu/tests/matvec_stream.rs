@@ -59,17 +59,10 @@ fn lengths(dtype: DType) -> &'static [usize] {
     }
 }
 
-const DTYPES: [DType; 9] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q8_0,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q4_K,
-    DType::Q6_K,
-];
+/// f32 and every weight dtype.
+fn dtypes() -> impl Iterator<Item = DType> {
+    std::iter::once(DType::F32).chain(DType::WEIGHT)
+}
 
 fn check(gpu: &WgpuBackend, label: &str, op: &Op, args: &[&Tensor]) {
     let want = CpuBackend::reference()
@@ -94,7 +87,7 @@ fn suite(gpu: &WgpuBackend, subgroups: bool) {
         trans_b: true,
     };
     let mut seed = 10;
-    for dtype in DTYPES {
+    for dtype in dtypes() {
         for &k in lengths(dtype) {
             // n: not a multiple of 8 rows per workgroup (and one that is, with rows to spare).
             for (rows, n) in [(1, 13), (3, 8), (8, 9)] {

@@ -3,40 +3,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::rc::Rc;
 
 use kernels_chat::{Completion, Decoder, Stop, StopWhen, TextTokenizer, complete_batch};
 use kernels_core::CpuBackend;
-use kernels_core::models::hf;
-use kernels_core::models::llama::{Llama, LlamaConfig, Sampling};
-
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
+use kernels_core::models::llama::{Llama, Sampling};
 
 /// The random qwen2 checkpoint of the family fixtures with the ChatML tokenizer (vocab 37).
 fn model(context: usize) -> (Llama, TextTokenizer) {
-    let dir = fixtures().join("families/qwen2");
-    let mut config: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
-    config["max_position_embeddings"] = context.into();
-    let mut files = BTreeMap::new();
-    files.insert("config.json".to_string(), config.to_string().into_bytes());
-    files.insert(
-        "model.safetensors".to_string(),
-        std::fs::read(dir.join("model.safetensors")).unwrap(),
-    );
-    let checkpoint = hf::load_checkpoint_from_map("qwen2", &files).unwrap();
-    let config = LlamaConfig::from_json(&checkpoint.config).unwrap();
+    let (config, checkpoint) = common::qwen2(context);
     let model =
         Llama::for_inference(config, &checkpoint.tensors, Rc::new(CpuBackend::new())).unwrap();
-    let tok = TextTokenizer::new(
-        tokenizers::Tokenizer::from_file(fixtures().join("chat/qwen2_chat/tokenizer.json"))
-            .unwrap(),
-    );
-    (model, tok)
+    (model, common::qwen2_chat_tokenizer())
 }
 
 /// One prompt alone through `Completion`: (new ids, why it stopped, its text).

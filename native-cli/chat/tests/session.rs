@@ -8,17 +8,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::cell::RefCell;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use kernels_chat::{
     ChatError, ChatSession, ChatSetup, Completion, Decoder, Message, StopWhen, TextTokenizer,
 };
 use kernels_core::backend::LocalBoxFuture;
-use kernels_core::models::hf;
-use kernels_core::models::llama::{Llama, LlamaConfig, Sampling};
+use kernels_core::models::llama::{Llama, Sampling};
 use kernels_core::{Backend, CpuBackend, DType, DeviceId, Result, Tensor};
 use kernels_core::{Direction, Op};
 
@@ -60,10 +60,6 @@ impl Backend for Counting {
     }
 }
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
-
 fn read(p: PathBuf) -> String {
     std::fs::read_to_string(p).unwrap()
 }
@@ -76,28 +72,14 @@ struct Setup {
 }
 
 fn setup(context: usize) -> Setup {
-    let dir = fixtures().join("families/qwen2");
-    let mut config: serde_json::Value =
-        serde_json::from_str(&read(dir.join("config.json"))).unwrap();
-    config["max_position_embeddings"] = context.into();
-    let mut files = BTreeMap::new();
-    files.insert("config.json".to_string(), config.to_string().into_bytes());
-    files.insert(
-        "model.safetensors".to_string(),
-        std::fs::read(dir.join("model.safetensors")).unwrap(),
-    );
-    let checkpoint = hf::load_checkpoint_from_map("qwen2", &files).unwrap();
-    let config = LlamaConfig::from_json(&checkpoint.config).unwrap();
+    let (config, checkpoint) = common::qwen2(context);
     let backend = Rc::new(Counting {
         inner: CpuBackend::new(),
         ids_uploaded: RefCell::new(Vec::new()),
     });
     let model = Llama::for_inference(config, &checkpoint.tensors, backend.clone()).unwrap();
-    let chat_dir = fixtures().join("chat/qwen2_chat");
-    let tok = TextTokenizer::new(
-        tokenizers::Tokenizer::from_file(chat_dir.join("tokenizer.json")).unwrap(),
-    );
-    let tc = read(chat_dir.join("tokenizer_config.json"));
+    let tok = common::qwen2_chat_tokenizer();
+    let tc = read(common::fixtures().join("chat/qwen2_chat/tokenizer_config.json"));
     let chat = ChatSetup::new("qwen2_chat", Some(&tc), None, None, &[], &tok).unwrap();
     Setup {
         model,

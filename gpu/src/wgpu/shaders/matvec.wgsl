@@ -42,22 +42,6 @@ fn mv_u16(off: u32) -> u32 {
     return (packed[off >> 2u] >> ((off & 2u) * 8u)) & 0xffffu;
 }
 
-// IEEE binary16 bits to f32, exactly (subnormals included), with integer arithmetic: the same
-// value as either variant's `f16_at`.
-fn mv_half(h: u32) -> f32 {
-    let sign = (h & 0x8000u) << 16u;
-    let e = (h >> 10u) & 0x1fu;
-    let m = h & 0x3ffu;
-    if (e == 0u) {
-        let mag = f32(m) * 5.9604644775390625e-8; // m * 2^-24, exact
-        return select(mag, -mag, sign != 0u);
-    }
-    if (e == 31u) {
-        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
-    }
-    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
-}
-
 // The four bytes of a word, as unsigned values, signed values, or their nibbles from bit `s`.
 fn mv_u8x4(w: u32) -> vec4<u32> {
     return (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
@@ -115,7 +99,7 @@ fn mv_pair(bf: bool, v: u32) -> vec2<f32> {
     if (bf) {
         return vec2<f32>(bitcast<f32>(v << 16u), bitcast<f32>(v & 0xffff0000u));
     }
-    return vec2<f32>(mv_half(v & 0xffffu), mv_half(v >> 16u));
+    return vec2<f32>(f16_bits(v & 0xffffu), f16_bits(v >> 16u));
 }
 
 // Weight row j (of the binding) dotted with every x row by the team's lane `lane`: its share of
@@ -173,7 +157,7 @@ fn mv_row(p: MatvecParams, j: u32, lane: u32, acc: ptr<function, array<f32, 8>>)
             let rb = j * (k / 32u) * 34u;
             for (var u = lane; u < k / 8u; u = u + T) {
                 let b = rb + (u / 4u) * 34u;
-                let d = mv_half(mv_u16(b));
+                let d = f16_bits(mv_u16(b));
                 let v = mv_bytes8(b + 2u + 8u * (u % 4u));
                 mv_acc8(acc, k, 8u * u, mv_i8x4(v.x) * d, mv_i8x4(v.y) * d);
             }
@@ -191,14 +175,14 @@ fn mv_row(p: MatvecParams, j: u32, lane: u32, acc: ptr<function, array<f32, 8>>)
                 let b = rb + (u / 2u) * bb;
                 let h = u % 2u;
                 let e = (u / 2u) * 32u + 8u * h;
-                let d = mv_half(mv_u16(b));
+                let d = f16_bits(mv_u16(b));
                 let v = mv_bytes8(b + qs + 8u * h);
                 var lo0 = mv_nib4(v.x, 0u);
                 var lo1 = mv_nib4(v.y, 0u);
                 var hi0 = mv_nib4(v.x, 4u);
                 var hi1 = mv_nib4(v.y, 4u);
                 if (p.dtype == WEIGHT_Q4_1) {
-                    let m = mv_half(mv_u16(b + 2u));
+                    let m = f16_bits(mv_u16(b + 2u));
                     mv_acc8(acc, k, e, d * vec4<f32>(lo0) + m, d * vec4<f32>(lo1) + m);
                     mv_acc8(acc, k, e + 16u, d * vec4<f32>(hi0) + m, d * vec4<f32>(hi1) + m);
                     continue;
@@ -233,8 +217,8 @@ fn mv_row(p: MatvecParams, j: u32, lane: u32, acc: ptr<function, array<f32, 8>>)
                 let c = (u % 16u) / 4u;
                 let s = u % 4u;
                 let e = (u / 16u) * 256u + 64u * c + 8u * s;
-                let d = mv_half(mv_u16(b));
-                let dmin = mv_half(mv_u16(b + 2u));
+                let d = f16_bits(mv_u16(b));
+                let dmin = f16_bits(mv_u16(b + 2u));
                 let v = mv_bytes8(b + 16u + 32u * c + 8u * s);
                 // The 12 bytes of 6-bit scales and mins, as three words.
                 let sc = vec3<u32>(packed[(b + 4u) >> 2u], packed[(b + 8u) >> 2u],
@@ -264,7 +248,7 @@ fn mv_row(p: MatvecParams, j: u32, lane: u32, acc: ptr<function, array<f32, 8>>)
                 let h = (u % 8u) / 4u;
                 let l0 = 8u * (u % 4u);
                 let e = (u / 8u) * 256u + 128u * h + l0;
-                let d = mv_half(mv_u16(b + 208u));
+                let d = f16_bits(mv_u16(b + 208u));
                 let ql0 = mv_bytes8(b + 64u * h + l0);
                 let ql1 = mv_bytes8(b + 64u * h + 32u + l0);
                 let qh = mv_bytes8(b + 128u + 32u * h + l0);

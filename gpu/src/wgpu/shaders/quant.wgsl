@@ -28,6 +28,22 @@ fn u16_at(off: u32) -> u32 {
     return byte_at(off) | (byte_at(off + 1u) << 8u);
 }
 
+// IEEE binary16 bits to f32, exactly (subnormals included), with integer
+// arithmetic: the `shader-f16`-free reader's `f16_at` and the streaming matvec's scales.
+fn f16_bits(h: u32) -> f32 {
+    let sign = (h & 0x8000u) << 16u;
+    let e = (h >> 10u) & 0x1fu;
+    let m = h & 0x3ffu;
+    if (e == 0u) {
+        let mag = f32(m) * 5.9604644775390625e-8; // m * 2^-24, exact
+        return select(mag, -mag, sign != 0u);
+    }
+    if (e == 31u) {
+        return bitcast<f32>(sign | 0x7f800000u | (m << 13u));
+    }
+    return bitcast<f32>(sign | ((e + 112u) << 23u) | (m << 13u));
+}
+
 fn i8_of(b: u32) -> f32 {
     return f32(i32(b) - select(0, 256, b >= 128u));
 }

@@ -7,6 +7,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use super::*;
+use crate::cpu::fast::qdot::tests::weights;
 use crate::rng::Rng;
 
 /// Every block-quantized format the panel path takes.
@@ -14,28 +15,6 @@ fn formats() -> impl Iterator<Item = DType> {
     DType::WEIGHT
         .into_iter()
         .filter(|d| d.is_quantized() && qdot::takes(*d))
-}
-
-/// `n` rows of `k` packed weights of `dtype` (`Q6_K`, which is read and not written: random
-/// blocks of unit-sized values).
-fn weights(rng: &mut Rng, dtype: DType, n: usize, k: usize) -> Vec<u8> {
-    if dtype != DType::Q6_K {
-        let w: Vec<f32> = (0..n * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
-        return quant::quantize(dtype, &w).expect("whole blocks");
-    }
-    let mut out = Vec::new();
-    for _ in 0..n * k / 256 {
-        let mut b = [0u8; 210];
-        for v in b[..192].iter_mut() {
-            *v = (rng.uniform() * 256.0) as u8;
-        }
-        for v in b[192..208].iter_mut() {
-            *v = ((rng.uniform() * 2.0 - 1.0) * 127.0) as i8 as u8;
-        }
-        b[208..210].copy_from_slice(&quant::encode_f16(1.0 / (32.0 * 127.0)).to_le_bytes());
-        out.extend_from_slice(&b);
-    }
-    out
 }
 
 fn run_on(
@@ -49,6 +28,25 @@ fn run_on(
     let mut t = vec![f32::NAN; rows * n];
     panel_product_t(threads, dtype, w, row_bytes, x, (rows, k, n), &mut t).expect("a product");
     t
+}
+
+/// The product on each of `threads` thread counts has the bits of the one-thread product.
+fn same_bits_on(
+    threads: &[usize],
+    dtype: DType,
+    w: &[u8],
+    x: &[f32],
+    (rows, k, n): (usize, usize, usize),
+) {
+    let one = run_on(1, dtype, w, x, (rows, k, n));
+    for &t in threads {
+        let many = run_on(t, dtype, w, x, (rows, k, n));
+        let same = one
+            .iter()
+            .zip(&many)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same, "{dtype} {rows}x{k}x{n} on {t} threads");
+    }
 }
 
 /// Every output against the decoded weight's f32 dot product, within the f32 rounding of a
@@ -102,15 +100,7 @@ fn any_thread_count_gives_the_bits_of_one_thread() {
             // A row with an infinity and a row with a NaN land where one thread puts them.
             x[k + 3] = f32::INFINITY;
             x[2 * k] = f32::NAN;
-            let one = run_on(1, dtype, &w, &x, (rows, k, n));
-            for threads in [2, 3, 5, 8] {
-                let many = run_on(threads, dtype, &w, &x, (rows, k, n));
-                let same = one
-                    .iter()
-                    .zip(&many)
-                    .all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(same, "{dtype} {rows}x{k}x{n} on {threads} threads");
-            }
+            same_bits_on(&[2, 3, 5, 8], dtype, &w, &x, (rows, k, n));
             check_reference(dtype, &w, &x, (rows, k, n));
         }
     }
@@ -125,15 +115,7 @@ fn several_panels_in_one_range() {
     for dtype in [DType::Q4_0, DType::Q4_K] {
         let w = weights(&mut rng, dtype, n, k);
         let x: Vec<f32> = (0..rows * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
-        let one = run_on(1, dtype, &w, &x, (rows, k, n));
-        for threads in [2, 3] {
-            let many = run_on(threads, dtype, &w, &x, (rows, k, n));
-            let same = one
-                .iter()
-                .zip(&many)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-            assert!(same, "{dtype} {rows}x{k}x{n} on {threads} threads");
-        }
+        same_bits_on(&[2, 3], dtype, &w, &x, (rows, k, n));
         check_reference(dtype, &w, &x, (rows, k, n));
     }
 }

@@ -49,7 +49,7 @@ mod wasm;
 mod x86;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// Rows of `x` one unpacked weight row is dotted with at a time (prefill's register tile).
 pub const TILE: usize = 4;

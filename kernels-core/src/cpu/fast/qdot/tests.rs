@@ -30,7 +30,7 @@ fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
 
 /// `n` rows of `k` weights of `dtype` at unit scale: quantized from `[-1, 1]`, or (`Q6_K`,
 /// which is read, not written) random blocks whose largest value is about 1.
-fn weights(rng: &mut Rng, dtype: DType, n: usize, k: usize) -> Vec<u8> {
+pub(crate) fn weights(rng: &mut Rng, dtype: DType, n: usize, k: usize) -> Vec<u8> {
     if dtype != DType::Q6_K {
         let w = uniform(rng, n * k, 1.0);
         return quant::quantize(dtype, &w).expect("whole blocks");
