@@ -261,7 +261,7 @@ fn integer_product(
     (rows, k, n): (usize, usize, usize),
     out_shape: &[usize],
 ) -> Result<Vec<Tensor>> {
-    let mut t = vec![0.0f32; rows * n];
+    let mut t = super::buffers::filled(rows * n, 0.0, "matmul")?;
     qdot::product_t(
         Family::best(),
         config::activation_precision(),
@@ -272,7 +272,19 @@ fn integer_product(
         (rows, k, n),
         &mut t,
     )?;
-    let mut out = vec![0.0f32; rows * n];
+    finish_transposed(&t, (rows, n), bias, activation, out_shape)
+}
+
+/// The op's output from a transposed product `t [n, rows]`: transposed back to `[rows, n]`, the
+/// bias added and the activation applied.
+fn finish_transposed(
+    t: &[f32],
+    (rows, n): (usize, usize),
+    bias: Option<&[f32]>,
+    activation: Activation,
+    out_shape: &[usize],
+) -> Result<Vec<Tensor>> {
+    let mut out = super::buffers::filled(rows * n, 0.0, "matmul")?;
     for (j, tj) in t.chunks_exact(rows).enumerate() {
         let b = bias.map_or(0.0, |b| b[j]);
         for (r, &v) in tj.iter().enumerate() {
@@ -314,14 +326,7 @@ fn panel_product(
         (rows, k, n),
         &mut t,
     )?;
-    let mut out = super::buffers::filled(rows * n, 0.0, "matmul")?;
-    for (j, tj) in t.chunks_exact(rows).enumerate() {
-        let b = bias.map_or(0.0, |b| b[j]);
-        for (r, &v) in tj.iter().enumerate() {
-            out[r * n + j] = linear::act(activation, v + b);
-        }
-    }
-    Ok(vec![Tensor::from_f32(out_shape, out)?])
+    finish_transposed(&t, (rows, n), bias, activation, out_shape)
 }
 
 /// `out_t[j * rows + r] = dot(w row j, x row r)` (the transposed product) with f32
@@ -343,9 +348,7 @@ pub(crate) fn panel_product_t(
         crate::error::Error::bad_shape("matmul", "w", &[n, k], alloc::string::String::from(why))
     };
     if dtype.bytes_for(k) != Some(row_bytes)
-        || packed.len() < n.saturating_mul(row_bytes)
-        || x.len() != rows.saturating_mul(k)
-        || out_t.len() != n.saturating_mul(rows)
+        || !qdot::sizes_agree(packed, row_bytes, x, (rows, k, n), out_t)
     {
         return Err(bad("operand sizes disagree"));
     }

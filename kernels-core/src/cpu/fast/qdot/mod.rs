@@ -356,6 +356,21 @@ fn quantize_block(x: &[f32], q: &mut [i8]) -> f32 {
     amax / 127.0
 }
 
+/// Whether a transposed product's operands have its sizes: `n` packed rows of `row_bytes`, `rows`
+/// rows of `k` in `x`, and `n x rows` outputs (what [`product_t`] and prefill's panel product
+/// check).
+pub(crate) fn sizes_agree(
+    packed: &[u8],
+    row_bytes: usize,
+    x: &[f32],
+    (rows, k, n): (usize, usize, usize),
+    out_t: &[f32],
+) -> bool {
+    packed.len() >= n.saturating_mul(row_bytes)
+        && x.len() == rows.saturating_mul(k)
+        && out_t.len() == n.saturating_mul(rows)
+}
+
 /// `out_t[j * rows + r] = dot(w row j, x row r)` for the `n` rows of a packed `w` of `dtype`
 /// (`row_bytes` each) and the `rows` rows of `x` (`k` each), with 8-bit activations on
 /// `family`'s kernels: the transposed product, so that each thread owns whole weight rows.
@@ -375,10 +390,7 @@ pub fn product_t(
     if !takes(dtype) || dtype.bytes_for(k) != Some(row_bytes) {
         return Err(bad("not a quantized weight of whole blocks"));
     }
-    if packed.len() < n.saturating_mul(row_bytes)
-        || x.len() != rows.saturating_mul(k)
-        || out_t.len() != n.saturating_mul(rows)
-    {
+    if !sizes_agree(packed, row_bytes, x, (rows, k, n), out_t) {
         return Err(bad("operand sizes disagree"));
     }
     let residual = precision == Precision::Residual;

@@ -67,6 +67,36 @@ fn set_scales(dtype: DType, w: &mut [u8], d: f32) {
 }
 
 /// The reference: each weight row decoded to f32, then an f32 dot in order.
+/// For each `(d, xs)` of `cases`: random weights with every block scale set to `d` and
+/// activations of magnitude `xs`, against the reference within the budget scaled by the
+/// largest `|w| x xs` (where that and the reference are finite).
+#[allow(clippy::too_many_arguments)]
+fn extreme_scales(
+    p: Precision,
+    f: Family,
+    dtype: DType,
+    rng: &mut Rng,
+    (rows, k, n): (usize, usize, usize),
+    cases: &[(f32, f32)],
+    label: &str,
+) {
+    for &(d, xs) in cases {
+        let mut w = weights(rng, dtype, n, k);
+        set_scales(dtype, &mut w, d);
+        let x = uniform(rng, rows * k, xs);
+        let want = reference(dtype, &w, &x, (rows, k, n));
+        let got = run(p, f, dtype, &w, &x, (rows, k, n));
+        let wmax = quant::dequantize(dtype, &w, n * k)
+            .expect("whole blocks")
+            .iter()
+            .fold(0.0f32, |m, v| m.max(v.abs()));
+        let scale = (wmax as f64 * xs as f64) as f32;
+        if scale.is_finite() && scale > 0.0 && want.iter().all(|v| v.is_finite()) {
+            check(p, f, dtype, &got, &want, k, scale, label);
+        }
+    }
+}
+
 fn reference(dtype: DType, w: &[u8], x: &[f32], (rows, k, n): (usize, usize, usize)) -> Vec<f32> {
     let wf = quant::dequantize(dtype, w, n * k).expect("whole blocks");
     let mut out = vec![0.0f32; rows * n];
@@ -212,26 +242,21 @@ fn special_values_zero_blocks_and_extreme_scales() {
             check(p, f, dtype, &got, &want, k, 1.0, "zero blocks");
             // The largest and smallest weight scales f16 holds (normal, then subnormal), and
             // activations at 1e30 and 1e-30: budgets scale with the operands.
-            for (d, xs) in [
+            let cases = [
                 (65504.0f32, 1e30f32),
                 (6.1e-5, 1e-30),
                 (6e-8, 1.0),
                 (1.0, 1e-38),
-            ] {
-                let mut w = weights(&mut rng, dtype, n, k);
-                set_scales(dtype, &mut w, d);
-                let x = uniform(&mut rng, rows * k, xs);
-                let want = reference(dtype, &w, &x, (rows, k, n));
-                let got = run(p, f, dtype, &w, &x, (rows, k, n));
-                let wmax = quant::dequantize(dtype, &w, n * k)
-                    .expect("whole blocks")
-                    .iter()
-                    .fold(0.0f32, |m, v| m.max(v.abs()));
-                let scale = (wmax as f64 * xs as f64) as f32;
-                if scale.is_finite() && scale > 0.0 && want.iter().all(|v| v.is_finite()) {
-                    check(p, f, dtype, &got, &want, k, scale, "extreme scales");
-                }
-            }
+            ];
+            extreme_scales(
+                p,
+                f,
+                dtype,
+                &mut rng,
+                (rows, k, n),
+                &cases,
+                "extreme scales",
+            );
         }
     }
 }
@@ -351,21 +376,9 @@ fn decode_rows_four_at_a_time_and_the_rest() {
                 // super-block scale times the activation's times its integer sum can pass
                 // f32's range where the reference's terms do not (an inherent limit of the
                 // integer path, which the tile test above meets by luck of its data).
-                for (d, xs) in [(65504.0f32, 1e26f32), (6e-8, 1.0), (1.0, 1e-38)] {
-                    let mut w = weights(&mut rng, dtype, n, k);
-                    set_scales(dtype, &mut w, d);
-                    let x = uniform(&mut rng, k, xs);
-                    let want = reference(dtype, &w, &x, (1, k, n));
-                    let got = run(p, f, dtype, &w, &x, (1, k, n));
-                    let wmax = quant::dequantize(dtype, &w, n * k)
-                        .expect("whole blocks")
-                        .iter()
-                        .fold(0.0f32, |m, v| m.max(v.abs()));
-                    let scale = (wmax as f64 * xs as f64) as f32;
-                    if scale.is_finite() && scale > 0.0 && want.iter().all(|v| v.is_finite()) {
-                        check(p, f, dtype, &got, &want, k, scale, "decode, extreme scales");
-                    }
-                }
+                let cases = [(65504.0f32, 1e26f32), (6e-8, 1.0), (1.0, 1e-38)];
+                let label = "decode, extreme scales";
+                extreme_scales(p, f, dtype, &mut rng, (1, k, n), &cases, label);
             }
         }
     }
