@@ -1,0 +1,105 @@
+//! Decode's integer products (`x [1, k] . W^T` for a block-quantized `W [n, k]`, 8-bit
+//! activations): each weight format on each integer kernel family this CPU runs, at both
+//! activation precisions. Criterion's bytes/s figure is the weight's bytes per second.
+//!
+//! Shapes are the 0.5B Qwen's: `896x4864` (k x n: ffn_gate/up), `4864x896` (ffn_down) and
+//! `896x151936` (the tied lm_head). The K-quants need `k` a multiple of 256, so they take
+//! `1024` where the model has 896.
+//!
+//! `KERNELS_THREADS=1 cargo bench -p kernels-core --bench qdot` (filter with e.g.
+//! `-- q4_k/residual`; the products use `KERNELS_THREADS` threads, the machine's by default).
+
+// A benchmark binary, not library code: a failed setup may stop it.
+#![allow(clippy::expect_used)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use kernels_core::cpu::fast::qdot::{Family, Precision, product_t};
+use kernels_core::{DType, Rng, quant};
+
+/// `n * k` weights of `dtype` at unit scale (`Q6_K`, which has no encoder: random blocks).
+fn weights(rng: &mut Rng, dtype: DType, n: usize, k: usize) -> Vec<u8> {
+    if dtype != DType::Q6_K {
+        let w = rng.uniform_vec(n * k, -1.0, 1.0);
+        return quant::quantize(dtype, &w).expect("whole blocks");
+    }
+    let mut out = Vec::with_capacity(n * k / 256 * 210);
+    for _ in 0..n * k / 256 {
+        let mut b = [0u8; 210];
+        for v in b[..192].iter_mut() {
+            *v = (rng.uniform() * 256.0) as u8;
+        }
+        for v in b[192..208].iter_mut() {
+            *v = ((rng.uniform() * 2.0 - 1.0) * 127.0) as i8 as u8;
+        }
+        b[208..210].copy_from_slice(
+            &half::f16::from_f32(1.0 / (32.0 * 127.0))
+                .to_bits()
+                .to_le_bytes(),
+        );
+        out.extend_from_slice(&b);
+    }
+    out
+}
+
+fn decode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("qdot_decode");
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    let formats = [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q5_0,
+        DType::Q4_K,
+        DType::Q6_K,
+    ];
+    for dtype in formats {
+        let kq = dtype.block_elems() == 256;
+        let small = if kq { 1024 } else { 896 };
+        for (k, n) in [(small, 4864), (4864, 896), (small, 151936)] {
+            let mut rng = Rng::new((k * n) as u64);
+            let w = weights(&mut rng, dtype, n, k);
+            let row_bytes = dtype.bytes_for(k).expect("whole blocks");
+            let x = rng.uniform_vec(k, -1.0, 1.0);
+            let mut out = vec![0.0f32; n];
+            group.throughput(Throughput::Bytes(w.len() as u64));
+            for family in Family::available() {
+                if family == Family::Portable {
+                    continue;
+                }
+                for (pname, p) in [
+                    ("single", Precision::Single),
+                    ("residual", Precision::Residual),
+                ] {
+                    let id = BenchmarkId::new(
+                        format!("{}/{pname}/{}", dtype.name(), family.name()),
+                        format!("{k}x{n}"),
+                    );
+                    group.bench_function(id, |bench| {
+                        bench.iter(|| {
+                            product_t(
+                                family,
+                                p,
+                                dtype,
+                                black_box(&w),
+                                row_bytes,
+                                black_box(&x),
+                                (1, k, n),
+                                &mut out,
+                            )
+                            .expect("valid product")
+                        })
+                    });
+                }
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, decode);
+criterion_main!(benches);
