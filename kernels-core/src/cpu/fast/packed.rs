@@ -335,7 +335,7 @@ fn panel_product(
 /// GEMM `panel . x^T` into its own rows of `out_t`. Every output is one dot product of the
 /// blocked GEMM whose arithmetic does not depend on the tile, panel or range it falls in, so
 /// the bits are the same on any number of threads.
-pub(crate) fn panel_product_t(
+pub fn panel_product_t(
     threads: usize,
     dtype: DType,
     packed: &[u8],

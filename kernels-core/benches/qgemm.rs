@@ -1,0 +1,124 @@
+//! Prefill's products with a block-quantized weight (`x [rows, k] . W^T`, `rows` = 64): each
+//! weight format through the integer products ([`product_t`], 8-bit activations at both
+//! precisions, on the fastest integer family this CPU runs) and through the f32 panel path
+//! ([`panel_product_t`]: the weight decoded panel by panel into the blocked f32 GEMM, what
+//! prefill took at the default precision before the integer GEMM). Criterion's elements/s
+//! figure is multiply-adds per second.
+//!
+//! Shapes are the 0.5B Qwen's: `64x896x4864` (rows x k x n: ffn_gate/up) and `64x4864x896`
+//! (ffn_down). The K-quants need `k` a multiple of 256, so they take `1024` where the model
+//! has 896.
+//!
+//! `KERNELS_THREADS=1 cargo bench -p kernels-core --bench qgemm` (filter with e.g.
+//! `-- q4_0/residual`; the products use `KERNELS_THREADS` threads, the machine's by default).
+
+// A benchmark binary, not library code: a failed setup may stop it.
+#![allow(clippy::expect_used)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use kernels_core::cpu::fast::config;
+use kernels_core::cpu::fast::packed::panel_product_t;
+use kernels_core::cpu::fast::qdot::{Family, Precision, product_t};
+use kernels_core::{DType, Rng, quant};
+
+/// `n * k` weights of `dtype` at unit scale (`Q6_K`, which has no encoder: random blocks).
+fn weights(rng: &mut Rng, dtype: DType, n: usize, k: usize) -> Vec<u8> {
+    if dtype != DType::Q6_K {
+        let w = rng.uniform_vec(n * k, -1.0, 1.0);
+        return quant::quantize(dtype, &w).expect("whole blocks");
+    }
+    let mut out = Vec::with_capacity(n * k / 256 * 210);
+    for _ in 0..n * k / 256 {
+        let mut b = [0u8; 210];
+        for v in b[..192].iter_mut() {
+            *v = (rng.uniform() * 256.0) as u8;
+        }
+        for v in b[192..208].iter_mut() {
+            *v = ((rng.uniform() * 2.0 - 1.0) * 127.0) as i8 as u8;
+        }
+        b[208..210].copy_from_slice(
+            &half::f16::from_f32(1.0 / (32.0 * 127.0))
+                .to_bits()
+                .to_le_bytes(),
+        );
+        out.extend_from_slice(&b);
+    }
+    out
+}
+
+fn prefill(c: &mut Criterion) {
+    let mut group = c.benchmark_group("qgemm_prefill");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    let formats = [
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q4_K,
+        DType::Q6_K,
+    ];
+    let family = Family::fastest();
+    let rows = 64;
+    for dtype in formats {
+        let kq = dtype.block_elems() == 256;
+        let small = if kq { 1024 } else { 896 };
+        for (k, n) in [(small, 4864), (4864, 896)] {
+            let mut rng = Rng::new((k * n) as u64);
+            let w = weights(&mut rng, dtype, n, k);
+            let row_bytes = dtype.bytes_for(k).expect("whole blocks");
+            let x = rng.uniform_vec(rows * k, -1.0, 1.0);
+            let mut out = vec![0.0f32; rows * n];
+            group.throughput(Throughput::Elements((rows * k * n) as u64));
+            let shape = format!("{rows}x{k}x{n}");
+            for (pname, p) in [
+                ("single", Precision::Single),
+                ("residual", Precision::Residual),
+            ] {
+                let id = BenchmarkId::new(
+                    format!("{}/{pname}/{}", dtype.name(), family.name()),
+                    &shape,
+                );
+                group.bench_function(id, |bench| {
+                    bench.iter(|| {
+                        product_t(
+                            family,
+                            p,
+                            dtype,
+                            black_box(&w),
+                            row_bytes,
+                            black_box(&x),
+                            (rows, k, n),
+                            &mut out,
+                        )
+                        .expect("valid product")
+                    })
+                });
+            }
+            let id = BenchmarkId::new(format!("{}/panel", dtype.name()), &shape);
+            group.bench_function(id, |bench| {
+                bench.iter(|| {
+                    panel_product_t(
+                        config::threads(),
+                        dtype,
+                        black_box(&w),
+                        row_bytes,
+                        black_box(&x),
+                        (rows, k, n),
+                        &mut out,
+                    )
+                    .expect("valid product")
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, prefill);
+criterion_main!(benches);
