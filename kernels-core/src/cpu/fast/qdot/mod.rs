@@ -42,6 +42,7 @@ use crate::error::{Error, Result};
 use crate::numerics::Budget;
 use crate::quant;
 
+pub mod gemm;
 pub mod portable;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm;
@@ -430,7 +431,11 @@ fn rows_of(family: Family, dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow]
     match family {
         #[cfg(target_arch = "x86_64")]
         Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni if family.missing().is_none() => {
-            x86::rows(family, dtype, w, row_bytes, xs, out)
+            if gemm::tiled(family, dtype, xs.len()) {
+                gemm::rows(family, dtype, w, row_bytes, xs, out)
+            } else {
+                x86::rows(family, dtype, w, row_bytes, xs, out)
+            }
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         Family::Simd128 => wasm::rows(dtype, w, row_bytes, xs, out),

@@ -1,0 +1,61 @@
+//! Prefill's integer products as a register-tiled GEMM on the packed weight: `JW` weight rows
+//! by `RX` quantized rows of `x` at a time ([`x86`]), so each unpacked weight block serves `RX`
+//! rows of `x` and each activation block `JW` weight rows, the `JW x RX` accumulators held in
+//! registers; the rows of `x` are taken in blocks whose 8-bit values stay in L2
+//! ([`X_BLOCK_BYTES`]) while every weight row of a thread's range passes over them.
+//!
+//! Same numbers as the one-weight-row kernels (`super::x86`'s tile path, three or more rows of
+//! `x`): each (weight row, row of `x`) pair keeps its own eight-lane f32 accumulator, updated
+//! once per block with the same fused multiply-add of the same exact integer lane sums (the
+//! 4- and 5-bit formats reach them through their unsigned values and the activations' own lane
+//! sums instead of the sign trick: the integers are equal), then reduced the same way. So
+//! [`super::product_t`] gives the same bits as before, and its budgets
+//! ([`super::QUANTIZED_ACTIVATION_BUDGETS`], [`super::RESIDUAL_ACTIVATION_BUDGETS`]) hold.
+//!
+//! Taken for `Q8_0`, `Q4_0`, `Q4_1` and `Q5_0` on the x86 families ([`tiled`]); the K-quants
+//! and the other families keep their per-row kernels.
+
+use super::{Family, XRow};
+use crate::dtype::DType;
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests;
+
+/// Fewest quantized rows of `x` the tiled kernels take: fewer (decode, one row of `x` or its
+/// two residual terms) keep the four-weight-row decode kernel, which streams the weight.
+pub const MIN_ROWS: usize = 3;
+
+/// Most bytes of 8-bit activations in one block of rows of `x` (L2-resident while a thread's
+/// weight rows pass over it).
+pub const X_BLOCK_BYTES: usize = 192 * 1024;
+
+/// Whether `nr` quantized rows of `x` against a weight of `dtype` take the tiled kernels on
+/// `family`.
+pub fn tiled(family: Family, dtype: DType, nr: usize) -> bool {
+    nr >= MIN_ROWS
+        && matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0)
+        && matches!(family, Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni)
+        && family.missing().is_none()
+}
+
+/// `out[j * xs.len() + r] = dot(w row j, xs[r])` for the rows of `w` (`row_bytes` each) on
+/// `family`'s tiled kernels (where [`tiled`]; nothing is written otherwise).
+pub fn rows(
+    family: Family,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    if !tiled(family, dtype, xs.len()) || row_bytes == 0 {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    x86::rows(family, dtype, w, row_bytes, xs, out);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (w, out);
+}

@@ -1,0 +1,172 @@
+//! The tiled kernels against the one-weight-row kernels they replace for three or more rows of
+//! `x` (`super::super::x86`): the same bits on every x86 family this CPU runs, every 32-element
+//! format, both precisions, on awkward shapes (`k` of one block, rows of `x` that fill no tile,
+//! weight rows not a multiple of four, a `k` long enough to cut the rows of `x` into several
+//! L2 blocks), with zero blocks and extreme scales; and the product through
+//! [`product_t`] (NaN and infinite rows included) against the dequantize-then-f32 reference
+//! within the published budgets.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::super::x86 as one_row;
+use super::super::{Acts, Family, Precision, XRow, product_t, quantized_activation_budget};
+use super::{X_BLOCK_BYTES, rows, tiled};
+use crate::cpu::fast::qdot::tests::weights;
+use crate::dtype::DType;
+use crate::numerics::compare;
+use crate::quant;
+use crate::rng::Rng;
+
+const FORMATS: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0];
+
+/// The x86 families this CPU runs (the tiled kernels' families).
+fn families() -> Vec<Family> {
+    let fams: Vec<Family> = Family::available()
+        .into_iter()
+        .filter(|&f| tiled(f, DType::Q4_0, 3))
+        .collect();
+    if fams.is_empty() {
+        std::eprintln!("qdot gemm: no x86 integer family on this CPU: nothing to compare");
+    }
+    fams
+}
+
+fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| (rng.uniform() * 2.0 - 1.0) * scale)
+        .collect()
+}
+
+/// Sets the scale field of every block of `w` (`Q4_1`: its min too) to `d`.
+fn set_scales(dtype: DType, w: &mut [u8], d: f32) {
+    let bits = quant::encode_f16(d).to_le_bytes();
+    let at: &[usize] = if dtype == DType::Q4_1 { &[0, 2] } else { &[0] };
+    for b in w.chunks_exact_mut(dtype.block_bytes()) {
+        for &a in at {
+            b[a..a + 2].copy_from_slice(&bits);
+        }
+    }
+}
+
+fn same_bits(got: &[f32], want: &[f32]) -> bool {
+    got.len() == want.len()
+        && got
+            .iter()
+            .zip(want)
+            .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()))
+}
+
+/// The tiled and the one-row kernels on the same quantized rows, and the tiled ones on weight
+/// rows `1..` alone (a thread's range starting mid-tile): the same bits.
+fn compare_kernels(f: Family, dtype: DType, w: &[u8], acts: &Acts, nr: usize, k: usize) {
+    let rb = dtype.bytes_for(k).expect("whole blocks");
+    let n = w.len() / rb;
+    let xs: Vec<XRow> = (0..nr).map(|r| acts.row(r)).collect();
+    let mut want = vec![0.0f32; n * nr];
+    one_row::rows(f, dtype, w, rb, &xs, &mut want);
+    let mut got = vec![f32::NAN; n * nr];
+    rows(f, dtype, w, rb, &xs, &mut got);
+    let what = alloc::format!("{dtype} on {}: {nr} rows, k {k}, n {n}", f.name());
+    assert!(same_bits(&got, &want), "{what}");
+    if n > 1 {
+        let mut part = vec![f32::NAN; (n - 1) * nr];
+        rows(f, dtype, &w[rb..], rb, &xs, &mut part);
+        assert!(same_bits(&part, &want[nr..]), "{what}, from weight row 1");
+    }
+}
+
+#[test]
+fn tiles_have_the_bits_of_the_one_row_kernels() {
+    let mut rng = Rng::new(2801);
+    // (rows of x, blocks of k, weight rows): k of one block; 9, 17 and 65 rows (no whole
+    // tile); weight rows 1, 5, 7, 13; 256 blocks (k 8192) cut the rows of x into L2 blocks.
+    let shapes = [
+        (9, 1, 1),
+        (17, 3, 5),
+        (65, 28, 7),
+        (9, 2, 13),
+        (3, 1, 4),
+        (65, 256, 6),
+    ];
+    let (rows65, blocks, _) = shapes[5];
+    assert!(
+        2 * rows65 * 32 * blocks > 2 * X_BLOCK_BYTES,
+        "several L2 blocks"
+    );
+    for f in families() {
+        for dtype in FORMATS {
+            for &(rows, blocks, n) in &shapes {
+                let k = blocks * 32;
+                for residual in [false, true] {
+                    let nr = rows * if residual { 2 } else { 1 };
+                    let mut w = weights(&mut rng, dtype, n, k);
+                    let mut x = uniform(&mut rng, rows * k, 1.0);
+                    // An all-zero activation block and an all-zero weight block.
+                    x[k..k + 32].fill(0.0);
+                    w[..dtype.block_bytes()].fill(0);
+                    let acts = Acts::new(dtype, &x, k, residual).expect("whole blocks");
+                    compare_kernels(f, dtype, &w, &acts, nr, k);
+                    // Extreme scales: the largest and a subnormal f16 weight scale with
+                    // activations at 1e30 and 1e-30 (overflow to infinity lands alike).
+                    for (d, xs) in [(65504.0f32, 1e30f32), (6e-8, 1e-30), (1.0, 1e-38)] {
+                        set_scales(dtype, &mut w, d);
+                        let x = uniform(&mut rng, rows * k, xs);
+                        let acts = Acts::new(dtype, &x, k, residual).expect("whole blocks");
+                        compare_kernels(f, dtype, &w, &acts, nr, k);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `x . w^T` with each weight row decoded to f32, then an f32 dot in order: `[rows, n]`.
+fn reference(dtype: DType, w: &[u8], x: &[f32], (rows, k, n): (usize, usize, usize)) -> Vec<f32> {
+    let wf = quant::dequantize(dtype, w, n * k).expect("whole blocks");
+    let mut out = vec![0.0f32; rows * n];
+    for r in 0..rows {
+        for j in 0..n {
+            let (xr, wr) = (&x[r * k..(r + 1) * k], &wf[j * k..(j + 1) * k]);
+            out[r * n + j] = xr.iter().zip(wr).fold(0.0, |s, (a, b)| s + a * b);
+        }
+    }
+    out
+}
+
+#[test]
+fn prefill_through_the_product_is_within_budget_and_keeps_nan_rows() {
+    let mut rng = Rng::new(2802);
+    for f in families() {
+        for dtype in FORMATS {
+            for p in [Precision::Single, Precision::Residual] {
+                for (rows, blocks, n) in [(9, 1, 3), (17, 5, 10), (65, 3, 9)] {
+                    let k = blocks * 32;
+                    let w = weights(&mut rng, dtype, n, k);
+                    let mut x = uniform(&mut rng, rows * k, 1.0);
+                    x[k + 3] = f32::NAN;
+                    x[2 * k + 1] = f32::INFINITY;
+                    x[(rows - 1) * k] = f32::NEG_INFINITY;
+                    let rb = dtype.bytes_for(k).expect("whole blocks");
+                    let mut t = vec![0.0f32; rows * n];
+                    product_t(f, p, dtype, &w, rb, &x, (rows, k, n), &mut t).expect("a product");
+                    let got: Vec<f32> = (0..rows * n).map(|i| t[(i % n) * rows + i / n]).collect();
+                    let want = reference(dtype, &w, &x, (rows, k, n));
+                    let what = alloc::format!("{dtype} on {} ({p:?}), {rows}x{k}x{n}", f.name());
+                    for r in [1, 2, rows - 1] {
+                        let row = &got[r * n..(r + 1) * n];
+                        let wrow = &want[r * n..(r + 1) * n];
+                        for (g, w) in row.iter().zip(wrow) {
+                            assert!(g.to_bits() == w.to_bits(), "{what}: special row {r}");
+                        }
+                    }
+                    let (atol, rtol) = quantized_activation_budget(dtype, p)
+                        .expect("a quantized format")
+                        .at(k);
+                    let c = compare(&got, &want, atol, rtol);
+                    assert!(c.pass, "{what}: {} outside the budget", c.violations);
+                }
+            }
+        }
+    }
+}
