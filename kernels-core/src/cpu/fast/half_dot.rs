@@ -2,11 +2,12 @@
 //! weight, on f32 activations: the weight streams from memory in its 16-bit size and is
 //! widened to f32 in registers, never into an f32 copy of the whole weight.
 //!
-//! - **Decode** (at most [`STREAM_ROWS`] rows of `x`): four weight rows at a time are widened
-//!   16 (AVX-512) or 8 (AVX2) values at a time, with F16C's `vcvtph2ps` for `f16` and a
-//!   zero-extend and shift by 16 for `bf16` (exact: a bf16 is the top half of an f32), and
-//!   multiplied into f32 accumulators with FMA. The weight rows are split over the thread
-//!   pool ([`super::pool`]).
+//! - **Decode** (at most [`STREAM_ROWS`] rows of `x`): eight weight rows at a time (one or two
+//!   rows of `x`; four for more) are widened 16 (AVX-512) or 8 (AVX2) values at a time, with
+//!   F16C's `vcvtph2ps` for `f16` and a zero-extend and shift by 16 for `bf16` (exact: a bf16
+//!   is the top half of an f32), and multiplied into f32 accumulators with FMA. Each row stream
+//!   is prefetched 2 KiB ahead into L2 (the rows are too short for the hardware prefetcher).
+//!   The weight rows are split over the thread pool ([`super::pool`]).
 //! - **Prefill** (more rows): blocks of [`BLOCK_ROWS`] weight rows are widened into a buffer
 //!   and multiplied by the blocked f32 GEMM, the blocks split over the thread pool.
 //!

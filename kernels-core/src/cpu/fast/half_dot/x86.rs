@@ -1,11 +1,20 @@
 //! The x86_64 kernels of [`super`]: AVX-512F and AVX2, both with FMA and F16C.
 
 /// The dot and widening kernels over one instruction set's primitives, which the invoking
-/// module defines: the vector type `V` of `L` lanes, `GROUP` (rows of `x` at once) and
-/// `unsafe fn`s `zero`, `add`, `load_x` (`L` f32), `load_w::<BF>` (`L` f16 or bf16 values
-/// widened), `store`, `fma(a, b, c) = a * b + c`, `hsum` and `prefetch` (a hint, any address).
-/// How many weight rows ahead the dot kernels prefetch (two groups of four rows).
-const PREFETCH_ROWS: usize = 8;
+/// module defines: the vector type `V` of `L` lanes, `GROUP` (rows of `x` at once), `WIDE`
+/// (weight rows a tile streams at once for one row of `x`), `WIDE_U` (their accumulators along
+/// `k`), `WIDE_PAIRS` (whether two rows of `x` take wide tiles too) and `unsafe fn`s `zero`,
+/// `add`, `load_x` (`L` f32), `load_w::<BF>` (`L` f16 or bf16 values widened), `store`, `fma(a,
+/// b, c) = a * b + c`, `hsum` and `prefetch` (a hint into L2, any address).
+///
+/// Decode streams the weight from memory (a token reads every weight once, far more than the
+/// caches hold), and a tile's rows are as many streams `2 k` bytes apart: each only one to ten
+/// KiB long, too short for the hardware prefetcher to ramp up on before the tile moves on. So
+/// every stream is prefetched [`PREFETCH_BYTES`] ahead of its loads, into L2 (`prefetcht1`:
+/// an L1 prefetch that far ahead over eight streams evicts the lines before they are read),
+/// and past its row's end into the same row of the next tile. Eight rows at once keep more
+/// lines in flight than four (one or two rows of `x`: the accumulators fit the registers).
+const PREFETCH_BYTES: usize = 2048;
 
 macro_rules! half_kernels {
     ($(#[$attr:meta])*) => {
@@ -27,36 +36,75 @@ macro_rules! half_kernels {
             k: usize,
             t: *mut f32,
         ) {
-            // SAFETY: every block reads weight rows j..j + J < j1 and rows r0..r0 + R <= rows of
-            // x, and writes their outputs (J x R values at (j - j0) * rows + r0, stride rows).
+            // SAFETY: every tile reads weight rows j..j + J <= j1 and rows r0..r0 + R <= rows
+            // of x, and writes their outputs (J x R values at (j - j0) * rows + r0, stride
+            // rows): `tiles` stops before a tile would pass j1.
             unsafe {
                 let mut r0 = 0;
                 while r0 < rows {
                     let rn = (rows - r0).min(GROUP);
                     let xr = x.add(r0 * k);
-                    let mut j = j0;
-                    while j + 4 <= j1 {
-                        let (wj, tj) = (w.add(j * row_bytes), t.add((j - j0) * rows + r0));
-                        match rn {
-                            1 => block::<1, 4, 2, BF>(xr, k, wj, row_bytes, tj, rows),
-                            2 => block::<2, 4, 1, BF>(xr, k, wj, row_bytes, tj, rows),
-                            3 => block::<3, 4, 1, BF>(xr, k, wj, row_bytes, tj, rows),
-                            _ => block::<4, 4, 1, BF>(xr, k, wj, row_bytes, tj, rows),
-                        }
-                        j += 4;
-                    }
-                    while j < j1 {
-                        let (wj, tj) = (w.add(j * row_bytes), t.add((j - j0) * rows + r0));
-                        match rn {
-                            1 => block::<1, 1, 4, BF>(xr, k, wj, row_bytes, tj, rows),
-                            2 => block::<2, 1, 2, BF>(xr, k, wj, row_bytes, tj, rows),
-                            3 => block::<3, 1, 2, BF>(xr, k, wj, row_bytes, tj, rows),
-                            _ => block::<4, 1, 2, BF>(xr, k, wj, row_bytes, tj, rows),
-                        }
-                        j += 1;
-                    }
+                    let tr = t.add(r0);
+                    let at = Tiles { w, row_bytes, x: xr, k, t: tr, ldt: rows, j0, j1 };
+                    // Wide tiles, then four rows, then one. A row's sum depends on its tile's
+                    // `U` (accumulators along `k`) alone: the same in a wide tile as in a
+                    // four-row one where `WIDE_U` is theirs (AVX-512), and the same on every
+                    // thread count (the pool splits at multiples of the tiles).
+                    let j = match rn {
+                        1 => at.tiles::<1, WIDE, WIDE_U, BF>(j0),
+                        2 if WIDE_PAIRS => at.tiles::<2, WIDE, 1, BF>(j0),
+                        _ => j0,
+                    };
+                    let j = match rn {
+                        1 => at.tiles::<1, 4, 2, BF>(j),
+                        2 => at.tiles::<2, 4, 1, BF>(j),
+                        3 => at.tiles::<3, 4, 1, BF>(j),
+                        _ => at.tiles::<4, 4, 1, BF>(j),
+                    };
+                    match rn {
+                        1 => at.tiles::<1, 1, 4, BF>(j),
+                        2 => at.tiles::<2, 1, 2, BF>(j),
+                        3 => at.tiles::<3, 1, 2, BF>(j),
+                        _ => at.tiles::<4, 1, 2, BF>(j),
+                    };
                     r0 += rn;
                 }
+            }
+        }
+
+        /// One pass of [`rows`] over rows of `x` (`x`, `k`; outputs at `t`, stride `ldt`).
+        struct Tiles {
+            w: *const u8,
+            row_bytes: usize,
+            x: *const f32,
+            k: usize,
+            t: *mut f32,
+            ldt: usize,
+            j0: usize,
+            j1: usize,
+        }
+
+        impl Tiles {
+            /// Tiles of `J` weight rows from `j` while they fit below `j1`; the row after them.
+            ///
+            /// # Safety
+            /// As [`rows`], for this pass's `R` rows of `x`.
+            $(#[$attr])*
+            #[inline]
+            unsafe fn tiles<const R: usize, const J: usize, const U: usize, const BF: bool>(
+                &self,
+                mut j: usize,
+            ) -> usize {
+                // SAFETY: rows j..j + J <= j1 of the weight, outputs (j - j0) * ldt on.
+                unsafe {
+                    while j + J <= self.j1 {
+                        let wj = self.w.add(j * self.row_bytes);
+                        let tj = self.t.add((j - self.j0) * self.ldt);
+                        block::<R, J, U, BF>(self.x, self.k, wj, self.row_bytes, tj, self.ldt);
+                        j += J;
+                    }
+                }
+                j
             }
         }
 
@@ -76,18 +124,26 @@ macro_rules! half_kernels {
         ) {
             // SAFETY: reads at p + u * L + L <= k of each row; the tail is scalar.
             unsafe {
+                // A step of `U * L` values covers a 64-byte line, several, or a part of one.
+                const { assert!(32 % (U * L) == 0 || (U * L) % 32 == 0) };
                 let mut acc = [[[zero(); U]; J]; R];
                 let mut p = 0;
                 while p + U * L <= k {
+                    if p % 32 == 0 {
+                        // The lines of each row stream PREFETCH_BYTES ahead: in this row, or
+                        // past its end in the same row of the next tile.
+                        let o = 2 * p + PREFETCH_BYTES;
+                        let ahead = if o < row_bytes { o } else { o - row_bytes + J * row_bytes };
+                        for line in 0..(U * L).div_ceil(32) {
+                            for jj in 0..J {
+                                prefetch(w.wrapping_add(jj * row_bytes + ahead + 64 * line));
+                            }
+                        }
+                    }
                     for u in 0..U {
                         let mut wv = [zero(); J];
                         for (jj, v) in wv.iter_mut().enumerate() {
-                            let at = jj * row_bytes + 2 * (p + u * L);
-                            *v = load_w::<BF>(w.add(at));
-                            // The same place in the next rows, which the caller reads next: a
-                            // row of a decode weight (1792 bytes at k = 896) is too short for
-                            // the hardware prefetcher to ramp up on.
-                            prefetch(w.wrapping_add(at + PREFETCH_ROWS * row_bytes));
+                            *v = load_w::<BF>(w.add(jj * row_bytes + 2 * (p + u * L)));
                         }
                         for (r, accr) in acc.iter_mut().enumerate() {
                             let xv = load_x(x.add(r * k + p + u * L));
@@ -162,7 +218,10 @@ pub(super) mod avx512 {
     type V = __m512;
     const L: usize = 16;
     const GROUP: usize = 4;
-    use super::PREFETCH_ROWS;
+    const WIDE: usize = 8;
+    const WIDE_U: usize = 2;
+    const WIDE_PAIRS: bool = true;
+    use super::PREFETCH_BYTES;
 
     #[inline(always)]
     unsafe fn zero() -> V {
@@ -210,7 +269,7 @@ pub(super) mod avx512 {
     #[inline(always)]
     unsafe fn prefetch(p: *const u8) {
         // SAFETY: a prefetch is a hint: it does not fault on any address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p as *const i8) }
     }
 
     half_kernels!(#[target_feature(enable = "avx512f,avx2,fma,f16c")]);
@@ -222,7 +281,11 @@ pub(super) mod avx2 {
     type V = __m256;
     const L: usize = 8;
     const GROUP: usize = 2;
-    use super::PREFETCH_ROWS;
+    // Sixteen registers: eight rows of one accumulator each, pairs of rows four at a time.
+    const WIDE: usize = 8;
+    const WIDE_U: usize = 1;
+    const WIDE_PAIRS: bool = false;
+    use super::PREFETCH_BYTES;
 
     #[inline(always)]
     unsafe fn zero() -> V {
@@ -275,7 +338,7 @@ pub(super) mod avx2 {
     #[inline(always)]
     unsafe fn prefetch(p: *const u8) {
         // SAFETY: a prefetch is a hint: it does not fault on any address.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) }
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(p as *const i8) }
     }
 
     half_kernels!(#[target_feature(enable = "avx2,fma,f16c")]);
