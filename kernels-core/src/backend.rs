@@ -57,6 +57,38 @@ pub trait Backend {
     fn zeros(&self, shape: &[usize]) -> Result<Tensor> {
         self.upload(&Tensor::zeros(shape)?)
     }
+    /// Runs one decode step: `record` records it (its ops) and returns its outputs. A backend
+    /// that captures steps (CUDA graphs) may instead relaunch the step it captured for
+    /// `step.key` with the position and inputs of this one, without calling `record`, and
+    /// return that capture's outputs (overwritten in place). The default calls `record`.
+    fn replay_step(
+        &self,
+        step: &ReplayStep<'_>,
+        record: &mut dyn FnMut() -> Result<Vec<Tensor>>,
+    ) -> Result<Vec<Tensor>> {
+        let _ = step;
+        record()
+    }
+    /// Forgets what [`Backend::replay_step`] kept for `key` (its buffers included).
+    fn release_replay(&self, key: u64) {
+        let _ = key;
+    }
+}
+
+/// What a [`Backend::replay_step`] step is. Its kernels' position parameters are those of
+/// `position` shifted from the captured one; everything else it reads must be the same buffers
+/// as at capture, written earlier in the step, `input`, or an output listed in `host`.
+pub struct ReplayStep<'a> {
+    /// The state the step runs on (one decoder's KV cache and model): steps of one key only.
+    pub key: u64,
+    /// Where the step starts (the positions cached before it).
+    pub position: usize,
+    /// The ids the step feeds in, on the device.
+    pub input: &'a Tensor,
+    /// The output whose contents are the next step's `input` (the sampled ids).
+    pub feed: usize,
+    /// Outputs the step uploaded from the host, with this step's contents.
+    pub host: &'a [(usize, Tensor)],
 }
 
 /// Polls a future that is ready on its first poll (CPU downloads). Returns `None` if it is not.

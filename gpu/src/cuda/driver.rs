@@ -101,6 +101,8 @@ pub struct Driver {
     graphs: RefCell<HashMap<Vec<Node>, Exec>>,
     /// Set when the driver refused a capture: graphs are off from then on.
     no_graphs: Cell<bool>,
+    /// Replay graphs by id ([`Engine::replay_capture`]).
+    replays: RefCell<HashMap<u64, Exec>>,
 }
 
 /// Graphs kept at once; more shapes than this start the cache afresh.
@@ -156,6 +158,7 @@ impl Driver {
             functions: RefCell::new(HashMap::new()),
             graphs: RefCell::new(HashMap::new()),
             no_graphs: Cell::new(false),
+            replays: RefCell::new(HashMap::new()),
         })
     }
 
@@ -444,5 +447,49 @@ impl Engine for Driver {
             s.run(self)?;
         }
         Ok(GraphRun::Direct)
+    }
+    fn address(&self, mem: &dyn Mem) -> Result<u64> {
+        let (p, _guard) = slice(mem, "address")?.device_ptr(&self.stream);
+        Ok(p)
+    }
+    fn write(&self, mem: &dyn Mem, words: &[u32]) -> Result<()> {
+        let s = slice(mem, "write")?;
+        if words.len() > s.len() {
+            return Err(err(format!(
+                "write of {} words to {}",
+                words.len(),
+                s.len()
+            )));
+        }
+        let (p, guard) = s.device_ptr(&self.stream);
+        // SAFETY: in bounds (checked above); from pageable host memory the driver stages the
+        // words before it returns, so `words` may go once it has, and the copy is ordered on
+        // the stream before the launches that follow.
+        unsafe { cudarc::driver::result::memcpy_htod_async(p, words, self.stream.cu_stream()) }
+            .map_err(|e| driver_err("write", e))?;
+        drop(guard);
+        Ok(())
+    }
+    fn replay_capture(&self, id: u64, steps: &[Step]) -> Result<()> {
+        use cudarc::driver::{result::graph, sys};
+        let captured = self.capture(steps)?;
+        // SAFETY: the captured graph is live.
+        let exec = unsafe { graph::instantiate(captured.0, sys::CUgraphInstantiate_flags(0)) }
+            .map_err(|e| driver_err("instantiating a replay graph", e))?;
+        drop(captured);
+        self.replays.borrow_mut().insert(id, Exec(exec));
+        self.replay_launch(id)
+    }
+    fn replay_launch(&self, id: u64) -> Result<()> {
+        let replays = self.replays.borrow();
+        let exec = replays
+            .get(&id)
+            .ok_or_else(|| err(format!("no replay graph {id}")))?;
+        // SAFETY: the graph and the stream are live; the caller keeps the graph's buffers.
+        unsafe { cudarc::driver::result::graph::launch(exec.0, self.stream.cu_stream()) }
+            .map_err(|e| driver_err("launching a replay graph", e))
+    }
+    fn replay_drop(&self, id: u64) {
+        self.replays.borrow_mut().remove(&id);
     }
 }

@@ -158,6 +158,8 @@ pub(crate) struct EmulatedDevice {
     /// The graphs captured so far, by shape (as the driver keeps its instantiated ones), with
     /// how many times each was launched.
     graphs: Mutex<HashMap<Vec<Node>, u64>>,
+    /// Replay graphs by id (`Engine::replay_capture`): their steps in order.
+    replays: Mutex<HashMap<u64, Vec<Step>>>,
     /// Nanoseconds spent running kernels and GEMMs on the CPU: what a device would do, so that
     /// a measurement of the host's own cost can take it out.
     device_ns: AtomicU64,
@@ -176,6 +178,7 @@ impl EmulatedDevice {
             row_threads,
             launched: Mutex::new(BTreeSet::new()),
             graphs: Mutex::new(HashMap::new()),
+            replays: Mutex::new(HashMap::new()),
             device_ns: AtomicU64::new(0),
         })
     }
@@ -323,6 +326,44 @@ impl Engine for EmulatedDevice {
         } else {
             GraphRun::Updated
         })
+    }
+    fn address(&self, mem: &dyn Mem) -> Result<u64> {
+        Ok(host_mem(mem, "address")?.ptr() as u64)
+    }
+    fn write(&self, mem: &dyn Mem, words: &[u32]) -> Result<()> {
+        let m = host_mem(mem, "write")?;
+        if words.len() > m.len() {
+            return Err(err(format!(
+                "write of {} words to {}",
+                words.len(),
+                m.len()
+            )));
+        }
+        for (d, w) in m.0.iter().zip(words) {
+            d.store(*w, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+    /// The emulated replay graph: its steps, kept in order, run again at each launch with the
+    /// parameters they were captured with; the kernels read the position shift from the
+    /// device word their `Params::shift` points to, as on the device.
+    fn replay_capture(&self, id: u64, steps: &[Step]) -> Result<()> {
+        {
+            let mut r = self.replays.lock().unwrap_or_else(|p| p.into_inner());
+            r.insert(id, steps.to_vec());
+        }
+        self.replay_launch(id)
+    }
+    fn replay_launch(&self, id: u64) -> Result<()> {
+        let r = self.replays.lock().unwrap_or_else(|p| p.into_inner());
+        let steps = r
+            .get(&id)
+            .ok_or_else(|| err(format!("no replay graph {id}")))?;
+        steps.iter().try_for_each(|s| s.run(self))
+    }
+    fn replay_drop(&self, id: u64) {
+        let mut r = self.replays.lock().unwrap_or_else(|p| p.into_inner());
+        r.remove(&id);
     }
     fn prepare(&self, kernel: Kernel) -> Result<()> {
         let loaded = self
@@ -617,6 +658,21 @@ pub(crate) mod tests {
         }
         fn prepare(&self, kernel: Kernel) -> Result<()> {
             self.0.prepare(kernel)
+        }
+        fn address(&self, mem: &dyn Mem) -> Result<u64> {
+            self.0.address(mem)
+        }
+        fn write(&self, mem: &dyn Mem, words: &[u32]) -> Result<()> {
+            self.0.write(mem, words)
+        }
+        fn replay_capture(&self, id: u64, steps: &[Step]) -> Result<()> {
+            self.0.replay_capture(id, steps)
+        }
+        fn replay_launch(&self, id: u64) -> Result<()> {
+            self.0.replay_launch(id)
+        }
+        fn replay_drop(&self, id: u64) {
+            self.0.replay_drop(id)
         }
     }
 

@@ -11,13 +11,18 @@ use kernels_core::Result;
 use crate::device::Family;
 
 /// Per-launch parameters: twelve u32, eight f32, then the launch's specialization constants
-/// (`struct Params` in the prelude), passed by value.
+/// (`struct Params` in the prelude), then a replayed graph's position shift (`struct
+/// LaunchParams`): the device address of the shift word (0: none) and the u32 slots it is added
+/// to (see `super::replay`). Passed by value.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Params {
     pub u: [u32; crate::device::PARAM_U32S],
     pub f: [f32; crate::device::PARAM_F32S],
     pub c: [u32; 4],
+    pub shift: u64,
+    pub shift_mask: u32,
+    pub pad: u32,
 }
 
 impl Params {
@@ -27,7 +32,12 @@ impl Params {
         for (d, (_, v)) in c.iter_mut().zip(consts) {
             *d = *v;
         }
-        Params { u: p.u, f: p.f, c }
+        Params {
+            u: p.u,
+            f: p.f,
+            c,
+            ..Params::default()
+        }
     }
 }
 
@@ -242,4 +252,16 @@ pub trait Engine {
         }
         Ok(GraphRun::Direct)
     }
+    /// The address kernels see for `mem` (what a launch's `Params::shift` holds).
+    fn address(&self, mem: &dyn Mem) -> Result<u64>;
+    /// Writes `words` at the start of `mem`, ordered after the work recorded so far.
+    fn write(&self, mem: &dyn Mem, words: &[u32]) -> Result<()>;
+    /// Captures `steps` as replay graph `id` (replacing one of that id), instantiates it and
+    /// launches it once. Their buffers must stay alive while the graph is kept (the caller
+    /// holds the steps).
+    fn replay_capture(&self, id: u64, steps: &[Step]) -> Result<()>;
+    /// Launches replay graph `id` as instantiated: no parameter is rebuilt or updated.
+    fn replay_launch(&self, id: u64) -> Result<()>;
+    /// Forgets replay graph `id`.
+    fn replay_drop(&self, id: u64);
 }

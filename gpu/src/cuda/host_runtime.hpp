@@ -8,13 +8,13 @@
 
 #include <vector>
 
-typedef void (*emu_kernel)(const Params, const float*, const float*, const float*, const float*,
+typedef void (*emu_kernel)(const LaunchParams, const float*, const float*, const float*, const float*,
                            float*, float*, float*);
 
 namespace emu_rt {
 struct Launch {
     emu_kernel f;
-    Params p;
+    LaunchParams p;
     const float* in[4];
     float* out[3];
 };
@@ -51,7 +51,7 @@ void emu_syncthreads() {
 // Runs `f` over `blocks` x `threads`. Returns 0, or 1 when a kernel launched with
 // cooperative = 0 called __syncthreads.
 extern "C" int emu_run(emu_kernel f, unsigned int blocks, unsigned int threads, int cooperative,
-                       const Params* p, const float* const* ins, float* const* outs) {
+                       const LaunchParams* p, const float* const* ins, float* const* outs) {
     using namespace emu_rt;
     launch.f = f;
     launch.p = *p;

@@ -39,6 +39,9 @@ mod launch;
 mod matmul;
 #[cfg(test)]
 mod matvec_tests;
+mod replay;
+#[cfg(test)]
+mod replay_tests;
 mod svd;
 
 use engine::{Engine, Gemm, GraphRun, Grid, Kernel, Mem, Params, Step};
@@ -68,6 +71,17 @@ pub struct CudaCounters {
     pub graph_instantiations: u64,
     /// Launches and GEMMs that ran inside graph launches.
     pub graph_nodes: u64,
+    /// Decode steps relaunched as captured ([`kernels_core::Backend::replay_step`]): no launch
+    /// recorded, no parameter built, no graph updated.
+    pub replays: u64,
+    /// Launches and GEMMs those relaunches ran.
+    pub replayed_nodes: u64,
+    /// The host's writes before a relaunch: the position shift when it changed, host inputs
+    /// that changed, ids fed from elsewhere (copied on the device).
+    pub replay_writes: u64,
+    /// Captures never replayed: the next token's recording differed from it otherwise than by
+    /// the position (`KERNELS_CUDA_REPLAY_DEBUG=1` says how).
+    pub replay_refusals: u64,
     /// Host time from the first launch or GEMM a step records until its graph launch (or, with
     /// graphs off, its last launch) returned: the host's cost of a step, without the wait for
     /// results (see `crate::host_time`'s definition, the same for every backend).
@@ -146,6 +160,12 @@ pub struct CudaBackend {
     pending: RefCell<Vec<Step>>,
     /// When the step being recorded began (its first launch or GEMM).
     step_started: Cell<Option<std::time::Instant>>,
+    /// Decode steps captured for replay, by key (`replay.rs`).
+    replays: RefCell<HashMap<u64, replay::State>>,
+    /// The engine id of the next replay graph.
+    next_replay: Cell<u64>,
+    /// While a step is captured for replay: the address of its position shift word (0: none).
+    shift_at: Cell<u64>,
 }
 
 /// A step that records this many launches and GEMMs runs them at once, launch by launch, and
@@ -261,6 +281,9 @@ impl CudaBackend {
             graphs: false,
             pending: RefCell::new(Vec::new()),
             step_started: Cell::new(None),
+            replays: RefCell::new(HashMap::new()),
+            next_replay: Cell::new(1),
+            shift_at: Cell::new(0),
         }
     }
 
@@ -387,6 +410,8 @@ impl CudaBackend {
             return Ok(());
         }
         self.step_begins();
+        let mut params = params;
+        self.shift_params(kernel, &mut params);
         if self.graphs {
             self.engine.prepare(kernel)?;
             let held = |ts: &[&Tensor]| -> Result<Vec<Arc<dyn Mem>>> {
@@ -568,5 +593,15 @@ impl Backend for CudaBackend {
     }
     fn zeros(&self, shape: &[usize]) -> Result<Tensor> {
         crate::device::Device::alloc(self, "zeros", shape, DType::F32)
+    }
+    fn replay_step(
+        &self,
+        step: &kernels_core::backend::ReplayStep<'_>,
+        record: &mut dyn FnMut() -> Result<Vec<Tensor>>,
+    ) -> Result<Vec<Tensor>> {
+        self.replay_step_impl(step, record)
+    }
+    fn release_replay(&self, key: u64) {
+        self.release_replay_impl(key)
     }
 }

@@ -9,16 +9,39 @@
 // `struct Params`, the named parameter blocks, the op codes and KERNEL_NAN come from the
 // generated contract.cuh.
 
+// What a kernel is passed: the parameter block, then where a replayed graph keeps its position
+// shift (gpu/src/cuda/replay.rs). A graph captured at position P and replayed at P + d reads d
+// from `shift[0]` (device memory the host writes, or null) and adds it to the u32 slots of the
+// block whose bits are set in `shift_mask` (the position, the cache write offset, the keys
+// read), so the very launches serve every position.
+struct LaunchParams {
+    Params raw;
+    const unsigned int* shift;
+    unsigned int shift_mask;
+    unsigned int pad;
+};
+
+__device__ inline Params shifted(const LaunchParams& l) {
+    Params p = l.raw;
+    if (l.shift != 0 && l.shift_mask != 0) {
+        unsigned int d = l.shift[0];
+        for (int i = 0; i < 12; i++) {
+            if ((l.shift_mask >> i) & 1u) p.u[i] += d;  // wraps: a shift below the capture too
+        }
+    }
+    return p;
+}
+
 // `KERNEL(entry, Block) { ... }` defines the entry point with the uniform signature and a body
 // that gets the launch's named parameter block (gpu/src/params.rs) as `p`.
 #define KERNEL(name, Block)                                                                   \
     __device__ inline void name##_body(const Block p, const float* in0, const float* in1,      \
                                        const float* in2, const float* in3, float* out0,        \
                                        float* out1, float* out2);                              \
-    extern "C" __global__ void name(const Params raw, const float* in0, const float* in1,     \
+    extern "C" __global__ void name(const LaunchParams raw, const float* in0, const float* in1, \
                                     const float* in2, const float* in3, float* out0,          \
                                     float* out1, float* out2) {                               \
-        name##_body(Block::of(raw), in0, in1, in2, in3, out0, out1, out2);                    \
+        name##_body(Block::of(shifted(raw)), in0, in1, in2, in3, out0, out1, out2);           \
     }                                                                                         \
     __device__ inline void name##_body(const Block p, const float* in0, const float* in1,      \
                                        const float* in2, const float* in3, float* out0,        \

@@ -89,7 +89,18 @@ pub struct Decoder {
     sample_op: Op,
     /// The last sampled token, on the device: [`Decoder::decode`]'s input.
     last: Option<Var>,
+    /// This decoder's steps for [`crate::Backend::replay_step`] (its cache and model).
+    replay_key: u64,
 }
+
+impl Drop for Decoder {
+    fn drop(&mut self) {
+        self.model.store.backend().release_replay(self.replay_key);
+    }
+}
+
+/// Distinct [`Decoder`] replay keys in one process.
+static REPLAY_KEYS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
 
 impl Decoder {
     /// A decoder whose cache will hold `capacity` positions (capped at the model's
@@ -112,6 +123,7 @@ impl Decoder {
                 top_p: s.top_p,
             },
             last: None,
+            replay_key: REPLAY_KEYS.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -169,11 +181,80 @@ impl Decoder {
 
     /// Feeds the token sampled last and samples the next.
     pub async fn decode(&mut self) -> Result<u32> {
+        Ok(self.decode_step(false).await?.0)
+    }
+
+    /// [`Decoder::decode`], also giving the logits the token was sampled from (`[1, vocab]`,
+    /// on the host).
+    pub async fn decode_logits(&mut self) -> Result<(u32, Tensor)> {
+        let (id, logits) = self.decode_step(true).await?;
+        let logits = logits.ok_or_else(|| Error::Autograd {
+            why: "generate: a decode step gave no logits".into(),
+        })?;
+        Ok((id, logits))
+    }
+
+    async fn decode_step(&mut self, want_logits: bool) -> Result<(u32, Option<Tensor>)> {
         let input = self.last.clone().ok_or_else(|| Error::Autograd {
             why: "generate: decode before a prefill".into(),
         })?;
         self.check_room(1)?;
-        self.step(&input).await
+        let position = self.cache.len();
+        let backend = self.model.store.backend().clone();
+        if position >= self.cache.capacity() {
+            // The forward says why the cache is full.
+            return Ok((self.step(&input).await?, None));
+        }
+        // One token through the cache, which a backend may replay as captured (CUDA graphs):
+        // then `record` does not run and the cache's length moves here.
+        self.last = None;
+        // Greedy sampling reads no draw: a constant one, which a replay need not rewrite.
+        let draw = self.rng.uniform();
+        let draw = if self.greedy() { 0.0 } else { draw };
+        let u = Tensor::from_f32(&[1], vec![draw])?;
+        let (g, p, model, op) = (&self.graph, &self.params, &self.model, &self.sample_op);
+        let cache = &mut self.cache;
+        let mut recorded = false;
+        let step = crate::backend::ReplayStep {
+            key: self.replay_key,
+            position,
+            input: input.tensor(),
+            feed: 0,
+            host: &[(1, u.clone())],
+        };
+        let outs = backend.replay_step(&step, &mut || {
+            recorded = true;
+            let hidden = model.forward(g, p, &input, Some(&mut *cache))?;
+            let last = model.last_positions(g, &hidden)?;
+            let logits = model.logits(g, p, &last)?;
+            let u = g.constant(backend.upload(&u)?)?;
+            let next = sample(g, op, &logits, &u)?;
+            Ok(vec![
+                next.tensor().clone(),
+                u.tensor().clone(),
+                logits.tensor().clone(),
+            ])
+        })?;
+        if !recorded {
+            cache.len = position + 1;
+        }
+        let missing = || Error::Autograd {
+            why: "generate: a decode step gave no token".into(),
+        };
+        let next = outs.first().cloned().ok_or_else(missing)?;
+        let host = backend.download(&next).await?;
+        let id = host.to_i64_vec()?.first().copied().unwrap_or(0) as u32;
+        let logits = match (want_logits, outs.get(2)) {
+            (true, Some(l)) => Some(backend.download(l).await?),
+            (true, None) => return Err(missing()),
+            (false, _) => None,
+        };
+        self.last = Some(g.reshape(&g.constant(next)?, &[1, 1])?);
+        Ok((id, logits))
+    }
+
+    fn greedy(&self) -> bool {
+        matches!(self.sample_op, Op::Sample { temperature, .. } if temperature == 0.0)
     }
 
     fn check_room(&self, new: usize) -> Result<()> {
@@ -197,17 +278,21 @@ impl Decoder {
         let last = model.last_positions(g, &hidden)?;
         let logits = model.logits(g, p, &last)?;
         let u = g.constant(backend.upload(&Tensor::from_f32(&[1], vec![self.rng.uniform()])?)?)?;
-        let next = g
-            .apply(&self.sample_op, &[&logits, &u])?
-            .pop()
-            .ok_or_else(|| Error::Autograd {
-                why: "sample: expected one output".into(),
-            })?;
+        let next = sample(g, &self.sample_op, &logits, &u)?;
         let host = backend.download(next.tensor()).await?;
         let id = host.to_i64_vec()?.first().copied().unwrap_or(0) as u32;
         self.last = Some(g.reshape(&next, &[1, 1])?);
         Ok(id)
     }
+}
+
+/// The sampled ids of `logits` (`u`: the step's uniform draw).
+fn sample(g: &Graph, op: &Op, logits: &Var, u: &Var) -> Result<Var> {
+    g.apply(op, &[logits, u])?
+        .pop()
+        .ok_or_else(|| Error::Autograd {
+            why: "sample: expected one output".into(),
+        })
 }
 
 /// Token ids generated from a prompt one at a time over a [`Decoder`], for benchmarks and
