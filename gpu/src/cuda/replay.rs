@@ -98,6 +98,9 @@ fn addr(m: &Arc<dyn Mem>) -> *const () {
     Arc::as_ptr(m) as *const ()
 }
 
+/// A buffer a step reads, at capture and in the recording compared with it.
+type ReadPair<'a> = (&'a Arc<dyn Mem>, &'a Arc<dyn Mem>);
+
 /// Why `new` (recorded at a position `delta` after `old`) cannot be replayed as `old`, if so.
 fn differs(old: &[Step], new: &[Step], delta: u32, allowed: &HashSet<*const ()>) -> Option<String> {
     if old.len() != new.len() {
@@ -105,7 +108,7 @@ fn differs(old: &[Step], new: &[Step], delta: u32, allowed: &HashSet<*const ()>)
     }
     let mut written: HashSet<*const ()> = HashSet::new();
     for (i, (o, n)) in old.iter().zip(new).enumerate() {
-        let reads: Vec<(&Arc<dyn Mem>, &Arc<dyn Mem>)> = match (o, n) {
+        let reads: Vec<ReadPair<'_>> = match (o, n) {
             (
                 Step::Launch {
                     kernel: k0,
