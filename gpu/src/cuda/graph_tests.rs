@@ -133,15 +133,18 @@ fn cuda_graphs_switch_reads_its_values() {
     assert!(super::switch_value("KERNELS_CUDA_GRAPHS", Some("yes please"), true).is_err());
 }
 
-/// The host's cost of a decode token with and without graphs on the emulated device: the
-/// backend's `host_ns` over the decode tokens less the time the emulator spent running the
-/// kernels and GEMMs (what a device would do), so only the op glue, the recording and the
-/// launch calls are left. A measurement, not a test: run with
-/// `cargo test --release -p kernels-gpu --features cuda --lib -- --ignored --nocapture
-/// cuda_graph_host_cost`.
+/// The host's cost of a decode token without graphs, with graphs updated each token and with
+/// the decode step replayed (`replay.rs`), on the emulated device: the backend's `host_ns`
+/// over the steady decode tokens (after the first two, which capture and check the replay)
+/// less the time the emulator spent running the kernels and GEMMs (what a device would do), so
+/// only the op glue, the recording, the writes and the launch calls are left. The decoder's
+/// own path (`Decoder::decode`), as `kernels bench llama` runs it. A measurement, not a test:
+/// run with `cargo test --release -p kernels-gpu --features cuda --lib -- --ignored
+/// --nocapture cuda_graph_host_cost`.
 #[test]
 #[ignore = "a measurement; prints host µs per token"]
 fn cuda_graph_host_cost_per_token() {
+    use kernels_core::models::llama::{Decoder, Sampling};
     const TOKENS: usize = 16;
     const RUNS: usize = 5;
     let mut c = config(Size {
@@ -152,40 +155,43 @@ fn cuda_graph_host_cost_per_token() {
         kv_heads: 2,
     });
     c.max_position_embeddings = 64;
-    let mut per = [Vec::new(), Vec::new()];
-    let mut launches = [0u64; 2];
+    const MODES: [(&str, bool, bool); 3] = [
+        ("without graphs", false, false),
+        ("with graphs updated each token", true, false),
+        ("with the step replayed", true, true),
+    ];
+    let mut per = [Vec::new(), Vec::new(), Vec::new()];
+    let mut work = [0u64; 3];
     for _ in 0..RUNS {
-        for (i, graphs) in [false, true].into_iter().enumerate() {
+        for (i, (_, graphs, replay)) in MODES.into_iter().enumerate() {
             let Some((be, dev)) = emulated(graphs) else {
                 return;
             };
+            let be = Rc::new(Rc::into_inner(be).unwrap().with_replay(replay));
             let dynbe: Rc<dyn Backend> = be.clone();
-            let model = Llama::init(c.clone(), dynbe.clone(), &mut Rng::new(29)).unwrap();
-            let g = Graph::inference(dynbe.clone());
-            let p = model.bind(&g).unwrap();
-            let mut cache = KvCache::with_capacity(PROMPT.len() + TOKENS + 1);
-            let ids = Tensor::from_i32(&[1, PROMPT.len()], PROMPT.to_vec()).unwrap();
-            let mut input = g.constant(dynbe.upload(&ids).unwrap()).unwrap();
-            let mut start = (0, 0, CudaCounters::default());
-            for step in 0..=TOKENS {
-                if step == 1 {
-                    start = (be.counters().host_ns, dev.device_ns(), be.counters());
-                }
-                let h = model.forward(&g, &p, &input, Some(&mut cache)).unwrap();
-                let last = model.last_positions(&g, &h).unwrap();
-                let l = model.logits(&g, &p, &last).unwrap();
-                let next = g.argmax(&l).unwrap();
-                pollster::block_on(dynbe.download(next.tensor())).unwrap();
-                input = g.reshape(&next, &[1, 1]).unwrap();
+            let model = Llama::init(c.clone(), dynbe, &mut Rng::new(29)).unwrap();
+            let greedy = Sampling {
+                temperature: 0.0,
+                ..Sampling::default()
+            };
+            let mut d = Decoder::new(&model, greedy, PROMPT.len() + TOKENS + 3).unwrap();
+            let prompt: Vec<u32> = PROMPT.iter().map(|&t| t as u32).collect();
+            pollster::block_on(d.prefill(&prompt)).unwrap();
+            for _ in 0..2 {
+                pollster::block_on(d.decode()).unwrap();
             }
-            let (host, device) = (be.counters().host_ns - start.0, dev.device_ns() - start.1);
+            let start = (be.counters(), dev.device_ns());
+            for _ in 0..TOKENS {
+                pollster::block_on(d.decode()).unwrap();
+            }
+            let (e, device) = (be.counters(), dev.device_ns() - start.1);
+            let host = e.host_ns - start.0.host_ns;
             per[i].push(host.saturating_sub(device) as f64 / 1e3 / TOKENS as f64);
-            launches[i] =
-                (be.counters().launches + be.counters().gemms - start.2.launches - start.2.gemms)
-                    / TOKENS as u64;
+            let nodes = |c: &CudaCounters| c.launches + c.gemms + c.replayed_nodes;
+            work[i] = (nodes(&e) - nodes(&start.0)) / TOKENS as u64;
         }
     }
-    for (i, name) in ["without graphs", "with graphs"].iter().enumerate() {
+    for (i, (name, _, _)) in MODES.iter().enumerate() {
         let mut v = per[i].clone();
         v.sort_by(f64::total_cmp);
         eprintln!(
@@ -194,7 +200,7 @@ fn cuda_graph_host_cost_per_token() {
             v[v.len() / 2],
             v[0],
             v[v.len() - 1],
-            launches[i]
+            work[i]
         );
     }
 }

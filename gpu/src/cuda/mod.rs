@@ -156,6 +156,8 @@ pub struct CudaBackend {
     half_products: bool,
     /// Steps run as CUDA graphs (see [`CudaBackend::with_graphs`]).
     graphs: bool,
+    /// Decode steps relaunched as captured (see [`CudaBackend::with_replay`]).
+    replay: bool,
     /// The launches and GEMMs of the step being recorded (graphs on).
     pending: RefCell<Vec<Step>>,
     /// When the step being recorded began (its first launch or GEMM).
@@ -207,6 +209,11 @@ fn half_products_from_env() -> Result<bool> {
     switch_from_env("KERNELS_CUDA_HALF", false)
 }
 
+/// `KERNELS_CUDA_REPLAY`: `0` turns decode-step replays off, `1` (or unset) on.
+pub fn replay_from_env() -> Result<bool> {
+    switch_from_env("KERNELS_CUDA_REPLAY", true)
+}
+
 /// `KERNELS_CUDA_GRAPHS`: `0` turns CUDA graphs off, `1` (or unset) on.
 pub fn graphs_from_env() -> Result<bool> {
     switch_from_env("KERNELS_CUDA_GRAPHS", true)
@@ -255,7 +262,8 @@ impl CudaBackend {
         let engine = guarded("opening the device", || driver::Driver::new(ordinal))?;
         Ok(Self::with_engine(Box::new(engine))
             .with_half_products(half_products_from_env()?)
-            .with_graphs(graphs_from_env()?))
+            .with_graphs(graphs_from_env()?)
+            .with_replay(replay_from_env()?))
     }
 
     /// The CUDA backend on the emulated device (`cuda-emulator` feature; for tests): the same
@@ -268,7 +276,8 @@ impl CudaBackend {
         let device = emulator::EmulatedDevice::new(EMULATED_ROW_THREADS)?;
         Ok(Self::with_engine(Box::new(device))
             .with_half_products(half_products_from_env()?)
-            .with_graphs(graphs_from_env()?))
+            .with_graphs(graphs_from_env()?)
+            .with_replay(replay_from_env()?))
     }
 
     pub(crate) fn with_engine(engine: Box<dyn Engine>) -> Self {
@@ -279,6 +288,7 @@ impl CudaBackend {
             counters: Cell::new(CudaCounters::default()),
             half_products: false,
             graphs: false,
+            replay: true,
             pending: RefCell::new(Vec::new()),
             step_started: Cell::new(None),
             replays: RefCell::new(HashMap::new()),
@@ -305,6 +315,20 @@ impl CudaBackend {
     /// See [`CudaBackend::with_graphs`].
     pub fn graphs(&self) -> bool {
         self.graphs
+    }
+
+    /// Whether decode steps ([`Backend::replay_step`], what `Decoder::decode` runs) are
+    /// captured once per decoder and relaunched as instantiated, their position and fed ids in
+    /// device memory (see `replay.rs`), rather than recorded and written into their graph each
+    /// token. Only with graphs on; on by default (`KERNELS_CUDA_REPLAY=0` turns it off).
+    pub fn with_replay(mut self, on: bool) -> Self {
+        self.replay = on;
+        self
+    }
+
+    /// See [`CudaBackend::with_replay`].
+    pub fn replay(&self) -> bool {
+        self.replay && self.graphs
     }
 
     /// Adds `step` to the step being recorded; at [`MAX_GRAPH_STEPS`], runs what was recorded.

@@ -236,9 +236,10 @@ impl CudaBackend {
         step: &ReplayStep<'_>,
         record: &mut dyn FnMut() -> Result<Vec<Tensor>>,
     ) -> Result<Vec<Tensor>> {
-        if !self.graphs {
+        if !self.graphs || !self.replay {
             return record();
         }
+        let started = std::time::Instant::now();
         // What was recorded before is its own step.
         self.end_step()?;
         let state = self.replays.borrow_mut().remove(&step.key);
@@ -246,7 +247,7 @@ impl CudaBackend {
             Some(State::Refused) => (State::Refused, self.record_plain(record)?),
             None => self.capture(step, record)?,
             Some(State::Captured(r)) if !r.verified => self.verify(step, r, record)?,
-            Some(State::Captured(r)) => self.replay(step, r)?,
+            Some(State::Captured(r)) => self.relaunch(step, r, started)?,
         };
         self.replays.borrow_mut().insert(step.key, state);
         Ok(outs)
@@ -359,8 +360,12 @@ impl CudaBackend {
 
     /// Relaunches the capture: writes what changed (the shift, host inputs, ids fed from
     /// elsewhere) and launches the graph as instantiated.
-    fn replay(&self, step: &ReplayStep<'_>, mut r: Box<Replay>) -> Result<(State, Vec<Tensor>)> {
-        let started = std::time::Instant::now();
+    fn relaunch(
+        &self,
+        step: &ReplayStep<'_>,
+        mut r: Box<Replay>,
+        started: std::time::Instant,
+    ) -> Result<(State, Vec<Tensor>)> {
         let mut writes = 0u64;
         let delta = (step.position.wrapping_sub(r.position)) as u32;
         if delta != r.shift_now {

@@ -113,7 +113,8 @@ enum Counting {
 /// A backend's counters so far (`None`: the backend does not count it).
 #[derive(Debug, Clone, Copy)]
 struct Snapshot {
-    /// Dispatches (wgpu), kernel launches plus GEMMs (CUDA).
+    /// Dispatches (wgpu), kernel launches plus GEMMs (CUDA, those of replayed decode steps
+    /// included).
     work: u64,
     submits: Option<u64>,
     bytes_down: u64,
@@ -150,10 +151,12 @@ impl Counting {
             Counting::Cuda(g) => {
                 let c = g.counters();
                 Some(Snapshot {
-                    work: c.launches + c.gemms,
+                    work: c.launches + c.gemms + c.replayed_nodes,
                     submits: None,
                     bytes_down: c.bytes_downloaded,
-                    // From a step's first launch until its graph launch (or last launch) returned.
+                    // From a step's first launch until its graph launch (or last launch)
+                    // returned; for a replayed decode step, from its start until its graph's
+                    // relaunch returned.
                     host_ns: Some(c.host_ns),
                     submit_ns: None,
                     bind_groups: None,
