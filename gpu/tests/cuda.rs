@@ -207,3 +207,67 @@ fn cuda_graphs_decode_as_launches_do() {
         "prefill and decode shapes: {cb:?}"
     );
 }
+
+/// Decode steps replayed on the device (`Decoder::decode` over `Backend::replay_step`): the
+/// graph captured at the first decode token is relaunched with the position and the fed ids in
+/// device memory; greedy ids and every token's logits are bit-identical to graphs updated each
+/// token and to graphs off, across a truncated cache and a second prompt, and the steady tokens
+/// were relaunches (no launch recorded).
+#[test]
+fn cuda_replayed_decode_matches_graphs_off() {
+    use kernels_core::models::llama::addition::{Size, config};
+    use kernels_core::models::llama::{Decoder, Llama, Sampling};
+    let Some(first) = testing::cuda("cuda_replayed_decode_matches_graphs_off") else {
+        return;
+    };
+    let run = |be: Rc<kernels_gpu::cuda::CudaBackend>| {
+        let mut c = config(Size {
+            hidden: 64,
+            intermediate: 128,
+            layers: 3,
+            heads: 4,
+            kv_heads: 2,
+        });
+        c.max_position_embeddings = 64;
+        let dynbe: Rc<dyn Backend> = be.clone();
+        let model = Llama::init(c, dynbe, &mut Rng::new(29)).unwrap();
+        let greedy = Sampling {
+            temperature: 0.0,
+            ..Sampling::default()
+        };
+        let mut d = Decoder::new(&model, greedy, 40).unwrap();
+        let (mut ids, mut logits) = (Vec::new(), Vec::new());
+        for (turn, prompt) in [&[1u32, 4, 2, 7, 3, 9][..], &[8, 2, 12]]
+            .into_iter()
+            .enumerate()
+        {
+            if turn == 1 {
+                d.truncate(2);
+            }
+            pollster::block_on(d.prefill(prompt)).unwrap();
+            for _ in 0..10 {
+                let (id, l) = pollster::block_on(d.decode_logits()).unwrap();
+                ids.push(id);
+                logits.push(l.to_f32_vec().unwrap());
+            }
+        }
+        (ids, logits, be.counters())
+    };
+    let new = || kernels_gpu::cuda::CudaBackend::new().unwrap();
+    let (a, la, ca) = run(Rc::new(first.with_graphs(false)));
+    let (b, lb, cb) = run(Rc::new(new().with_graphs(true).with_replay(false)));
+    let (r, lr, cr) = run(Rc::new(new().with_graphs(true).with_replay(true)));
+    println!("graphs off {ca:?}\ngraphs updated {cb:?}\nreplayed {cr:?}");
+    assert_eq!(a, b, "greedy ids: graphs off, graphs updated");
+    assert_eq!(a, r, "greedy ids: graphs off, replayed");
+    let bits = |x: &[Vec<f32>]| -> Vec<Vec<u32>> {
+        x.iter()
+            .map(|v| v.iter().map(|f| f.to_bits()).collect())
+            .collect()
+    };
+    assert_eq!(bits(&la), bits(&lb), "logits: graphs off, graphs updated");
+    assert_eq!(bits(&la), bits(&lr), "logits: graphs off, replayed");
+    assert_eq!(cb.replays, 0, "{cb:?}");
+    assert_eq!(cr.replay_refusals, 0, "{cr:?}");
+    assert_eq!(cr.replays, 2 * 10 - 2, "{cr:?}");
+}
