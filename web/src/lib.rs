@@ -22,7 +22,9 @@
 //! `&parity_steps=` set its inputs, `&start=small` trains the small model, `&start=finetune`
 //! starts from the transformer section's model, `&until=0.9` stops at that held-out
 //! accuracy): `#train[data-state][data-step][data-loss]`, `#train-parity[data-max-diff]`.
-//! `?backend=cpu` forces the CPU backend.
+//! `?backend=cpu` forces the CPU backend. `?threads=N` sets the wasm CPU backend's threads in
+//! the threaded build ([`threads`]); `#threads[data-threads][data-build][data-isolated]` says
+//! how many run and why.
 
 pub mod llm;
 pub mod report;
@@ -36,6 +38,8 @@ mod app;
 mod assets;
 #[cfg(target_arch = "wasm32")]
 mod page;
+#[cfg(target_arch = "wasm32")]
+pub mod threads;
 
 use kernels_core::op::OpKind;
 

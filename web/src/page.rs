@@ -58,6 +58,11 @@ async fn run() -> JsResult<()> {
 
     let app = Rc::new(App::new(doc.clone()));
 
+    set_text(&doc, "status", "starting the wasm threads...");
+    if let Err(e) = crate::threads::start(&doc, params.get("threads").as_deref()).await {
+        report_error(&format!("the wasm threads did not start: {}", describe(&e)));
+    }
+
     set_text(&doc, "status", "looking for a WebGPU adapter...");
     let notice = match forced.as_deref() {
         Some("cpu") => "CPU backend: forced by ?backend=cpu.".to_string(),

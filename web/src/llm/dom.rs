@@ -555,13 +555,15 @@ impl Timing {
 /// the wasm memory's size.
 fn show_memory(app: &App, which: Active) -> JsResult<()> {
     let e = by_id(&app.doc, "llm-memory")?;
-    let wasm = wasm_bindgen::memory()
+    // An ArrayBuffer, or a SharedArrayBuffer in the threaded build: both have `byteLength`.
+    let buffer = wasm_bindgen::memory()
         .dyn_into::<js_sys::WebAssembly::Memory>()?
-        .buffer()
-        .dyn_into::<js_sys::ArrayBuffer>()?
-        .byte_length();
+        .buffer();
+    let wasm = js_sys::Reflect::get(&buffer, &JsValue::from_str("byteLength"))?
+        .as_f64()
+        .unwrap_or(0.0);
     e.set_attribute("data-wasm-bytes", &wasm.to_string())?;
-    let mut text = format!("wasm memory {:.1} MB", f64::from(wasm) / 1e6);
+    let mut text = format!("wasm memory {:.1} MB", wasm / 1e6);
     let gpu = app.gpu.borrow().clone();
     if let (Active::WebGpu, Some(g)) = (which, gpu) {
         let c = g.counters();

@@ -97,7 +97,7 @@ pub fn parse_flag(v: Option<&str>) -> bool {
 
 /// Threads a large product may use: `KERNELS_THREADS`, else the machine's parallelism (read
 /// once). Always 1 without the `threads` feature.
-#[cfg(feature = "threads")]
+#[cfg(all(feature = "threads", not(target_arch = "wasm32")))]
 pub fn threads() -> usize {
     static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *THREADS.get_or_init(|| {
@@ -113,6 +113,12 @@ pub fn threads() -> usize {
 #[cfg(not(feature = "threads"))]
 pub fn threads() -> usize {
     1
+}
+
+/// In a browser: the page's web workers and its main thread ([`super::pool::web_threads`]).
+#[cfg(all(feature = "threads", target_arch = "wasm32"))]
+pub fn threads() -> usize {
+    super::pool::web_threads()
 }
 
 /// A `KERNELS_THREADS` value: a positive count, else `None` (use the default). Capped at 256.

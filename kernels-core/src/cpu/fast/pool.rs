@@ -18,8 +18,10 @@
 //!   where its range starts (within the grain) gives the same bits on any number of threads.
 //! - **Threads.** `KERNELS_THREADS` ([`config::threads`]) threads take part: the caller and
 //!   `threads - 1` workers, started on first use and kept for the life of the process. With
-//!   one thread, one range or without the `threads` feature (wasm32, `no_std`) everything runs
-//!   inline on the caller.
+//!   one thread, one range or without the `threads` feature (`no_std`) everything runs inline
+//!   on the caller. On wasm32 std starts no threads: built with the `atomics` target feature
+//!   (shared memory), the page starts web workers that call [`run_worker`], then
+//!   [`seal_workers`] makes them the pool's; without it (the default browser build) one thread.
 //! - **Waking.** A product publishes its job and bumps an atomic epoch; workers that finished
 //!   a job less than [`SPIN_MICROS`] µs ago are still spinning on that epoch and start without a system
 //!   call. Workers idle for longer park, and the caller unparks them (a system call, off the
@@ -174,10 +176,16 @@ impl<T> SyncPtr<T> {
 // slices of it: sharing it is sending disjoint parts of a `&mut [T]`, sound for `T: Send`.
 unsafe impl<T: Send> Sync for SyncPtr<T> {}
 
-#[cfg(all(feature = "threads", not(target_arch = "wasm32")))]
+#[cfg(all(
+    feature = "threads",
+    any(not(target_arch = "wasm32"), target_feature = "atomics")
+))]
 mod imp;
 
-#[cfg(not(all(feature = "threads", not(target_arch = "wasm32"))))]
+#[cfg(not(all(
+    feature = "threads",
+    any(not(target_arch = "wasm32"), target_feature = "atomics")
+)))]
 mod imp {
     use core::ops::Range;
 
@@ -193,6 +201,62 @@ mod imp {
     ) -> Result<()> {
         super::inline(len, chunk, chunks, f)
     }
+}
+
+/// The pool's thread count in a browser ([`config::threads`] there): the caller and the web
+/// workers sealed by [`seal_workers`]; 1 before that.
+#[cfg(all(
+    feature = "threads",
+    target_arch = "wasm32",
+    target_feature = "atomics"
+))]
+pub fn web_threads() -> usize {
+    imp::web::workers().len().saturating_add(1)
+}
+
+/// One thread: this wasm32 build has no shared memory (built without the `atomics` target
+/// feature), so no web worker can take part.
+#[cfg(all(
+    feature = "threads",
+    target_arch = "wasm32",
+    not(target_feature = "atomics")
+))]
+pub fn web_threads() -> usize {
+    1
+}
+
+/// Runs the calling web worker as one of the pool's workers, for ever (wasm32 with the
+/// `atomics` target feature). The page starts web workers that instantiate its module on its
+/// shared memory and call this; then it calls [`seal_workers`]. The page's main thread must
+/// never call it.
+#[cfg(all(
+    feature = "threads",
+    target_arch = "wasm32",
+    target_feature = "atomics"
+))]
+pub fn run_worker() -> ! {
+    imp::web::run_worker()
+}
+
+/// Web workers that have called [`run_worker`] so far (at most 64 are taken).
+#[cfg(all(
+    feature = "threads",
+    target_arch = "wasm32",
+    target_feature = "atomics"
+))]
+pub fn registered_workers() -> usize {
+    imp::web::registered()
+}
+
+/// Makes the registered web workers the pool's, once (later calls change nothing), and returns
+/// how many it has. Never blocks, so the page's main thread may call it.
+#[cfg(all(
+    feature = "threads",
+    target_arch = "wasm32",
+    target_feature = "atomics"
+))]
+pub fn seal_workers() -> usize {
+    imp::web::seal()
 }
 
 /// Every range in order on this thread; the first error is returned after all have run.

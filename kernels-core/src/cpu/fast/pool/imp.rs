@@ -1,5 +1,6 @@
-//! The pool's threads (with the `threads` feature, natively). See the parent module for what
-//! the pool promises; this is how.
+//! The pool's threads (with the `threads` feature, natively, and on wasm32 built with the
+//! `atomics` target feature, whose workers are web workers: [`web`]). See the parent module
+//! for what the pool promises; this is how.
 //!
 //! One product at a time owns the workers (`busy`). Its job lives on the caller's stack; the
 //! caller publishes a pointer to it in `job`, then bumps `epoch`. A worker that sees a new
@@ -9,6 +10,10 @@
 //! Every access to `epoch`, `job`, `refs` and a worker's `sleeping` is `SeqCst`, so a worker
 //! that counted itself in before the caller cleared `job` is seen by the caller's wait, and a
 //! worker about to park sees the new epoch or is seen asleep (and unparked) by the caller.
+//!
+//! In a browser the caller is the page's main thread, which may not block
+//! (`memory.atomic.wait32` traps there): on wasm32 the caller only spins, and takes the job's
+//! failure lock with `try_lock`. Workers park as natively (web workers may wait).
 
 use core::hint::spin_loop;
 use core::ops::Range;
@@ -20,17 +25,22 @@ use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::any::Any;
 use std::boxed::Box;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::MutexGuard;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::thread::{self, Thread};
+#[cfg(not(target_arch = "wasm32"))]
 use std::time::{Duration, Instant};
 use std::vec::Vec;
 
+#[cfg(not(target_arch = "wasm32"))]
 use super::SPIN_MICROS;
+#[cfg(not(target_arch = "wasm32"))]
 use crate::cpu::fast::config;
 use crate::error::{Error, Result};
 
 /// How long the caller spins for the others' ranges before it parks (it is unparked by the
 /// thread that finishes the last range).
+#[cfg(not(target_arch = "wasm32"))]
 const CALLER_SPIN: Duration = Duration::from_micros(50);
 
 type Panic = Box<dyn Any + Send + 'static>;
@@ -75,7 +85,7 @@ static SHARED: Shared = Shared {
 };
 
 /// A worker as the caller sees it.
-struct Worker {
+pub(super) struct Worker {
     thread: Thread,
     sleeping: &'static AtomicBool,
 }
@@ -84,6 +94,7 @@ static WORKERS: OnceLock<Vec<Worker>> = OnceLock::new();
 
 /// The workers, `config::threads() - 1` of them, started on first use. A thread the OS refuses
 /// to start is one worker fewer (none: everything runs on the caller).
+#[cfg(not(target_arch = "wasm32"))]
 fn workers() -> &'static [Worker] {
     WORKERS.get_or_init(|| {
         let mut all = Vec::new();
@@ -148,14 +159,7 @@ pub(super) fn run(
         }
     }
     work(&job, true);
-    let start = Instant::now();
-    while job.done.load(Acquire) < chunks {
-        if start.elapsed() < CALLER_SPIN {
-            spin_loop();
-        } else {
-            thread::park_timeout(Duration::from_micros(200));
-        }
-    }
+    wait_done(&job);
     SHARED.job.store(null_mut(), SeqCst);
     let mut spins = 0u32;
     while SHARED.refs.load(SeqCst) != 0 {
@@ -177,6 +181,29 @@ pub(super) fn run(
     match failure.error {
         Some((_, e)) => Err(e),
         None => Ok(()),
+    }
+}
+
+/// Waits until every range of `job` is done: spinning, then parked (unparked by the thread that
+/// finishes the last range).
+#[cfg(not(target_arch = "wasm32"))]
+fn wait_done(job: &Job) {
+    let start = Instant::now();
+    while job.done.load(Acquire) < job.chunks {
+        if start.elapsed() < CALLER_SPIN {
+            spin_loop();
+        } else {
+            thread::park_timeout(Duration::from_micros(200));
+        }
+    }
+}
+
+/// Waits until every range of `job` is done, spinning: the caller is the page's main thread,
+/// which must not block.
+#[cfg(target_arch = "wasm32")]
+fn wait_done(job: &Job) {
+    while job.done.load(Acquire) < job.chunks {
+        spin_loop();
     }
 }
 
@@ -202,7 +229,7 @@ fn work(job: &Job, is_caller: bool) {
 
 impl Job<'_> {
     fn fail(&self, i: usize, error: Option<Error>, panic: Option<Panic>) {
-        let mut f = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut f = lock(&self.failure);
         if f.panic.is_none() {
             f.panic = panic;
         }
@@ -214,8 +241,27 @@ impl Job<'_> {
     }
 }
 
+/// Locks `m` (a poisoned lock is taken as it is).
+#[cfg(not(target_arch = "wasm32"))]
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Locks `m` spinning on `try_lock`: a contended `lock` would wait on the futex, which traps on
+/// the page's main thread.
+#[cfg(target_arch = "wasm32")]
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    loop {
+        match m.try_lock() {
+            Ok(g) => return g,
+            Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => spin_loop(),
+        }
+    }
+}
+
 /// A worker's life: wait for an epoch, join its job, repeat.
-fn worker(sleeping: &'static AtomicBool) {
+pub(super) fn worker(sleeping: &'static AtomicBool) {
     // From 0, not the current epoch: a job published while this thread was starting is joined.
     let mut seen = 0;
     loop {
@@ -234,18 +280,16 @@ fn worker(sleeping: &'static AtomicBool) {
     }
 }
 
-/// Waits for an epoch other than `seen`: spinning for [`SPIN_MICROS`], then parked.
+/// Waits for an epoch other than `seen`: spinning for [`super::SPIN_MICROS`] (counted on
+/// wasm32), then parked.
 fn wait(seen: usize, sleeping: &AtomicBool) -> usize {
-    let spin = Duration::from_micros(SPIN_MICROS);
-    let mut since = Instant::now();
-    let mut n = 0u32;
+    let mut spin = Spin::new();
     loop {
         let e = SHARED.epoch.load(SeqCst);
         if e != seen {
             return e;
         }
-        n = n.wrapping_add(1);
-        if !n.is_multiple_of(256) || since.elapsed() < spin {
+        if spin.more() {
             spin_loop();
             continue;
         }
@@ -254,6 +298,51 @@ fn wait(seen: usize, sleeping: &AtomicBool) -> usize {
             thread::park();
         }
         sleeping.store(false, SeqCst);
-        since = Instant::now();
+        spin = Spin::new();
     }
 }
+
+/// An idle worker's spin before it parks: [`super::SPIN_MICROS`] by the clock.
+#[cfg(not(target_arch = "wasm32"))]
+struct Spin {
+    since: Instant,
+    n: u32,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Spin {
+    fn new() -> Spin {
+        Spin {
+            since: Instant::now(),
+            n: 0,
+        }
+    }
+
+    /// Whether to spin once more (the clock is read every 256 calls).
+    fn more(&mut self) -> bool {
+        self.n = self.n.wrapping_add(1);
+        !self.n.is_multiple_of(256) || self.since.elapsed() < Duration::from_micros(SPIN_MICROS)
+    }
+}
+
+/// An idle worker's spin before it parks, counted: wasm32-unknown-unknown has no clock in std.
+#[cfg(target_arch = "wasm32")]
+struct Spin(u32);
+
+#[cfg(target_arch = "wasm32")]
+impl Spin {
+    fn new() -> Spin {
+        Spin(0)
+    }
+
+    /// Whether to spin once more: [`web::SPIN_CHECKS`] epoch reads in all.
+    fn more(&mut self) -> bool {
+        self.0 = self.0.saturating_add(1);
+        self.0 < web::SPIN_CHECKS
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+pub(super) mod web;
+#[cfg(target_arch = "wasm32")]
+use web::workers;
