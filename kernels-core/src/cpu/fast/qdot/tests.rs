@@ -347,14 +347,16 @@ mod wasm_tests;
 fn decode_rows_four_at_a_time_and_the_rest() {
     let mut rng = Rng::new(13);
     for (p, dtype) in cases() {
-        for (n, blocks) in [(4, 1), (5, 2), (9, 3), (11, 1), (16, 2)] {
+        // n below four, at four and around its multiples; k of one block and several.
+        for (n, blocks) in [(1, 1), (3, 2), (4, 1), (5, 2), (9, 3), (11, 1), (16, 2)] {
             let k = blocks * dtype.block_elems();
             for f in Family::available() {
                 let mut w = weights(&mut rng, dtype, n, k);
-                // An all-zero weight block in the second row of the first four.
+                // An all-zero weight block in the second row of the first four (the only
+                // row's when n is 1).
                 let bb = dtype.block_bytes();
-                let row_bytes = dtype.bytes_for(k).expect("whole blocks");
-                w[row_bytes..row_bytes + bb].fill(0);
+                let z = dtype.bytes_for(k).expect("whole blocks") * (n > 1) as usize;
+                w[z..z + bb].fill(0);
                 let mut x = uniform(&mut rng, k, 1.0);
                 x[..dtype.block_elems().min(k)].fill(0.0);
                 let want = reference(dtype, &w, &x, (1, k, n));
@@ -379,6 +381,51 @@ fn decode_rows_four_at_a_time_and_the_rest() {
                 let cases = [(65504.0f32, 1e26f32), (6e-8, 1.0), (1.0, 1e-38)];
                 let label = "decode, extreme scales";
                 extreme_scales(p, f, dtype, &mut rng, (1, k, n), &cases, label);
+            }
+        }
+    }
+}
+
+/// The K-quants' four-row decode gives the bits their one-row kernel gives (the same integer
+/// lanes and f32 order): every weight row of a decode product against the same row alone,
+/// bit for bit, on each family, for weight counts below, at and around multiples of four and
+/// `k` of one super-block and several, including an all-zero weight block and extreme scales.
+#[test]
+fn k_quant_decode_rows_four_at_a_time_match_one_at_a_time_bit_for_bit() {
+    let mut rng = Rng::new(14);
+    for p in [Precision::Single, Precision::Residual] {
+        for dtype in [DType::Q4_K, DType::Q6_K] {
+            for (n, blocks) in [(1, 1), (2, 2), (3, 1), (4, 1), (5, 3), (8, 2), (13, 5)] {
+                let k = blocks * dtype.block_elems();
+                let row_bytes = dtype.bytes_for(k).expect("whole blocks");
+                for f in Family::available() {
+                    for (d, xs) in [
+                        (None, 1.0f32),
+                        (Some(65504.0f32), 1e20f32),
+                        (Some(6e-8), 1.0),
+                    ] {
+                        let mut w = weights(&mut rng, dtype, n, k);
+                        if let Some(d) = d {
+                            set_scales(dtype, &mut w, d);
+                        }
+                        // An all-zero weight block: the second row's first (the only row's).
+                        let z = row_bytes * (n > 1) as usize;
+                        w[z..z + dtype.block_bytes()].fill(0);
+                        let x = uniform(&mut rng, k, xs);
+                        let all = run(p, f, dtype, &w, &x, (1, k, n));
+                        for (j, g) in all.iter().enumerate() {
+                            let wj = &w[j * row_bytes..(j + 1) * row_bytes];
+                            let one = run(p, f, dtype, wj, &x, (1, k, 1));
+                            assert_eq!(
+                                g.to_bits(),
+                                one[0].to_bits(),
+                                "{dtype} {p:?} on {}: row {j} of {n}, k {k}: {g} vs {}",
+                                f.name(),
+                                one[0]
+                            );
+                        }
+                    }
+                }
             }
         }
     }

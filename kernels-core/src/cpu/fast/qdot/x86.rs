@@ -14,7 +14,8 @@ use core::arch::x86_64::*;
 
 use super::{Family, TILE, XRow};
 use crate::dtype::DType;
-use crate::quant::decode::q4_k_scale_min;
+
+mod kquant;
 
 pub fn has_avx2() -> bool {
     #[cfg(feature = "std")]
@@ -92,6 +93,58 @@ unsafe fn rows_avx512vnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow],
 trait Dot {
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i;
 
+    /// The scales of a 32-element chunk's two 16-element halves (lanes 0-3 and 4-7 of
+    /// [`Dot::dot_scaled`]), each in `[-128, 127]`, in the form `dot_scaled` takes.
+    #[inline(always)]
+    unsafe fn scales(lo: i32, hi: i32) -> __m256i {
+        unsafe { _mm256_set_m128i(_mm_set1_epi32(hi), _mm_set1_epi32(lo)) }
+    }
+
+    /// `acc + s * dot_u(0, u, x)` per lane (`s` from [`Dot::scales`]), exactly: the K-quants'
+    /// scaled sub-block sums.
+    #[inline(always)]
+    unsafe fn dot_scaled(acc: __m256i, u: __m256i, x: __m256i, s: __m256i) -> __m256i {
+        unsafe {
+            let p = Self::dot_u(_mm256_setzero_si256(), u, x);
+            _mm256_add_epi32(acc, _mm256_mullo_epi32(p, s))
+        }
+    }
+
+    /// Bytes `2C` (lanes 0-3) and `2C + 1` (lanes 4-7) of the 16 signed scales in `sc`, as
+    /// [`Dot::scales`] gives them: one byte shuffle and one widening.
+    #[inline(always)]
+    unsafe fn scales_at<const C: usize>(sc: __m128i) -> __m256i {
+        let (a, b) = ((2 * C) as i8, (2 * C + 1) as i8);
+        unsafe {
+            let pick = _mm_setr_epi8(a, a, a, a, b, b, b, b, -1, -1, -1, -1, -1, -1, -1, -1);
+            _mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, pick))
+        }
+    }
+
+    /// What [`Dot::dot_offset_scaled`] takes off an activation chunk `x` for `Q6_K`'s offset
+    /// of 32: `32 x` summed per lane (negated, ready to start the sum).
+    #[inline(always)]
+    unsafe fn q6_offset(x: __m256i) -> __m256i {
+        unsafe {
+            let p = Self::dot_u(_mm256_setzero_si256(), _mm256_set1_epi8(32), x);
+            _mm256_sub_epi32(_mm256_setzero_si256(), p)
+        }
+    }
+
+    /// `acc + s * sum (u - 32) x` per lane, exactly, for `u` in `[0, 63]`, with `xo` from
+    /// [`Dot::q6_offset`] and `s` from [`Dot::scales`] (the lanes of [`Dot::dot_scaled`] on
+    /// `u - 32`).
+    #[inline(always)]
+    unsafe fn dot_offset_scaled(
+        acc: __m256i,
+        u: __m256i,
+        x: __m256i,
+        xo: __m256i,
+        s: __m256i,
+    ) -> __m256i {
+        unsafe { _mm256_add_epi32(acc, _mm256_mullo_epi32(Self::dot_u(xo, u, x), s)) }
+    }
+
     /// 16 in byte `i` where bit `i` of `qh` is set, else 0 (`Q5_0`'s fifth bits).
     #[inline(always)]
     unsafe fn high_bits(qh: u32) -> __m256i {
@@ -122,6 +175,49 @@ impl Dot for Avx2 {
             let p = _mm256_maddubs_epi16(u, x);
             _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
         }
+    }
+
+    /// The scales as `i16` pairs: `vpmaddwd` then sums each pair and scales it in one step.
+    #[inline(always)]
+    unsafe fn scales(lo: i32, hi: i32) -> __m256i {
+        unsafe { _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16)) }
+    }
+
+    #[inline(always)]
+    unsafe fn scales_at<const C: usize>(sc: __m128i) -> __m256i {
+        let (a, b) = ((2 * C) as i8, (2 * C + 1) as i8);
+        unsafe {
+            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+            _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick))
+        }
+    }
+
+    /// As `i16` pairs: `32 (x0 + x1)` (at most 8128).
+    #[inline(always)]
+    unsafe fn q6_offset(x: __m256i) -> __m256i {
+        unsafe { _mm256_maddubs_epi16(_mm256_set1_epi8(32), x) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot_offset_scaled(
+        acc: __m256i,
+        u: __m256i,
+        x: __m256i,
+        xo: __m256i,
+        s: __m256i,
+    ) -> __m256i {
+        // The pairs u0 x0 + u1 x1 (at most 2 * 63 * 127) less 32 (x0 + x1): (u - 32) x
+        // pairwise in i16 exactly, then summed and scaled as `dot_scaled`.
+        unsafe {
+            let p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, x), xo);
+            _mm256_add_epi32(acc, _mm256_madd_epi16(p, s))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn dot_scaled(acc: __m256i, u: __m256i, x: __m256i, s: __m256i) -> __m256i {
+        // s * (p0 + p1) as s * p0 + s * p1: |p| <= 2 * 128 * 127 and |s| <= 128, no overflow.
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), s)) }
     }
 }
 
@@ -185,20 +281,6 @@ unsafe fn f16_at(b: &[u8], at: usize) -> f32 {
     unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16_at(b, at) as i32))) }
 }
 
-/// Prefetches bytes `at..at + len` of the weight row after `w` (one row of the weight) into
-/// L1, a cache line at a time: the K-quant rows go one at a time, and the hardware prefetcher
-/// alone left them below the memory bandwidth. A prefetch never faults: past the weight it is
-/// wasted, not wrong.
-#[inline(always)]
-unsafe fn prefetch_next_row(w: &[u8], at: usize, len: usize) {
-    let next = w.as_ptr().wrapping_add(w.len() + at);
-    let mut off = 0;
-    while off < len {
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off) as *const i8) };
-        off += 64;
-    }
-}
-
 #[inline(always)]
 fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([b[at], b[at + 1]])
@@ -218,9 +300,13 @@ unsafe fn rows_with<D: Dot>(
     }
     let mut w = w;
     let mut out = out;
-    // Decode (one row of `x`, or its two residual terms) on a 32-element format: four weight
-    // rows at a time, sharing the activation loads and reducing their sums together.
-    if nr <= 2 && matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0) {
+    // Decode (one row of `x`, or its two residual terms): four weight rows at a time, sharing
+    // the activation loads (the 32-element formats also reduce their sums together).
+    let quad_dtype = matches!(
+        dtype,
+        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q4_K | DType::Q6_K
+    );
+    if nr <= 2 && quad_dtype {
         let quads = w.len() / row_bytes / 4;
         let (w4, wrest) = w.split_at(quads * 4 * row_bytes);
         let (o4, orest) = out.split_at_mut((quads * 4 * nr).min(out.len()));
@@ -233,10 +319,14 @@ unsafe fn rows_with<D: Dot>(
                     (1, DType::Q8_0) => quad::<D, 1, Q8_0>(wq, row_bytes, xs, oq),
                     (1, DType::Q4_0) => quad::<D, 1, Q4_0>(wq, row_bytes, xs, oq),
                     (1, DType::Q4_1) => quad::<D, 1, Q4_1>(wq, row_bytes, xs, oq),
+                    (1, DType::Q4_K) => kquant::quad_q4_k::<D, 1>(wq, row_bytes, xs, oq),
+                    (1, DType::Q6_K) => kquant::quad_q6_k::<D, 1>(wq, row_bytes, xs, oq),
                     (1, _) => quad::<D, 1, Q5_0>(wq, row_bytes, xs, oq),
                     (_, DType::Q8_0) => quad::<D, 2, Q8_0>(wq, row_bytes, xs, oq),
                     (_, DType::Q4_0) => quad::<D, 2, Q4_0>(wq, row_bytes, xs, oq),
                     (_, DType::Q4_1) => quad::<D, 2, Q4_1>(wq, row_bytes, xs, oq),
+                    (_, DType::Q4_K) => kquant::quad_q4_k::<D, 2>(wq, row_bytes, xs, oq),
+                    (_, DType::Q6_K) => kquant::quad_q6_k::<D, 2>(wq, row_bytes, xs, oq),
                     (_, _) => quad::<D, 2, Q5_0>(wq, row_bytes, xs, oq),
                 }
             }
@@ -273,8 +363,8 @@ unsafe fn row<D: Dot, const R: usize>(dtype: DType, w: &[u8], xs: &[XRow], out: 
             DType::Q4_0 => blocks32::<D, R, Q4_0>(w, xs),
             DType::Q4_1 => blocks32::<D, R, Q4_1>(w, xs),
             DType::Q5_0 => blocks32::<D, R, Q5_0>(w, xs),
-            DType::Q4_K => q4_k::<D, R>(w, xs),
-            DType::Q6_K => q6_k::<D, R>(w, xs),
+            DType::Q4_K => kquant::q4_k::<D, R>(w, xs),
+            DType::Q6_K => kquant::q6_k::<D, R>(w, xs),
             _ => [0.0; R],
         }
     };
@@ -478,124 +568,6 @@ unsafe fn blocks32<D: Dot, const R: usize, const F: u8>(w: &[u8], xs: &[XRow]) -
         let mut out = [0.0f32; R];
         for r in 0..R {
             out[r] = hsum(acc[r]) + mins[r];
-        }
-        out
-    }
-}
-
-#[inline(always)]
-unsafe fn q4_k<D: Dot, const R: usize>(w: &[u8], xs: &[XRow]) -> [f32; R] {
-    unsafe {
-        let mut acc = [_mm256_setzero_ps(); R];
-        let mut mins = [0.0f32; R];
-        let low = _mm256_set1_epi8(0x0F);
-        for (b, wb) in w.chunks_exact(144).enumerate() {
-            prefetch_next_row(w, 144 * b, 144);
-            let (d, dmin) = (f16_at(wb, 0), f16_at(wb, 2));
-            let mut sc = [0i32; 8];
-            let mut mn = [0i32; 8];
-            for j in 0..8 {
-                let (s, m) = q4_k_scale_min(&wb[4..16], j);
-                sc[j] = s as i32;
-                mn[j] = m as i32;
-            }
-            let mut isum = [_mm256_setzero_si256(); R];
-            for c in 0..4 {
-                let v = load32(&wb[16 + 32 * c..]);
-                let lo = _mm256_and_si256(v, low);
-                let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-                let (s_lo, s_hi) = (
-                    _mm256_set1_epi32(sc[2 * c]),
-                    _mm256_set1_epi32(sc[2 * c + 1]),
-                );
-                for r in 0..R {
-                    let xq = &xs[r].qs[256 * b + 64 * c..];
-                    let p_lo = D::dot_u(_mm256_setzero_si256(), lo, load_x(xq));
-                    let p_hi = D::dot_u(_mm256_setzero_si256(), hi, load_x(&xq[32..]));
-                    let p = _mm256_add_epi32(
-                        _mm256_mullo_epi32(p_lo, s_lo),
-                        _mm256_mullo_epi32(p_hi, s_hi),
-                    );
-                    isum[r] = _mm256_add_epi32(isum[r], p);
-                }
-            }
-            for r in 0..R {
-                let x = &xs[r];
-                let s = &x.sums[16 * b..16 * b + 16];
-                let msum: i32 = (0..8).map(|j| mn[j] * (s[2 * j] + s[2 * j + 1])).sum();
-                let dx = x.d[b];
-                acc[r] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(isum[r]), acc[r]);
-                mins[r] += dmin * dx * msum as f32;
-            }
-        }
-        let mut out = [0.0f32; R];
-        for r in 0..R {
-            out[r] = hsum(acc[r]) - mins[r];
-        }
-        out
-    }
-}
-
-#[inline(always)]
-unsafe fn q6_k<D: Dot, const R: usize>(w: &[u8], xs: &[XRow]) -> [f32; R] {
-    unsafe {
-        let mut acc = [_mm256_setzero_ps(); R];
-        let (low, three, off) = (
-            _mm256_set1_epi8(0x0F),
-            _mm256_set1_epi8(3),
-            _mm256_set1_epi8(32),
-        );
-        for (b, wb) in w.chunks_exact(210).enumerate() {
-            prefetch_next_row(w, 210 * b, 210);
-            let d = f16_at(wb, 208);
-            let scales = &wb[192..208];
-            let mut isum = [_mm256_setzero_si256(); R];
-            for h in 0..2 {
-                let ql0 = load32(&wb[64 * h..]);
-                let ql1 = load32(&wb[64 * h + 32..]);
-                let qh = load32(&wb[128 + 32 * h..]);
-                let hbits = |s: i32| {
-                    let v = match s {
-                        0 => qh,
-                        2 => _mm256_srli_epi16(qh, 2),
-                        4 => _mm256_srli_epi16(qh, 4),
-                        _ => _mm256_srli_epi16(qh, 6),
-                    };
-                    _mm256_slli_epi16(_mm256_and_si256(v, three), 4)
-                };
-                let q = [
-                    _mm256_or_si256(_mm256_and_si256(ql0, low), hbits(0)),
-                    _mm256_or_si256(_mm256_and_si256(ql1, low), hbits(2)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), hbits(4)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low), hbits(6)),
-                ];
-                for (k, qk) in q.iter().enumerate() {
-                    let c = 4 * h + k;
-                    let wq = _mm256_sub_epi8(*qk, off);
-                    let scv = _mm256_set_m128i(
-                        _mm_set1_epi32((scales[2 * c + 1] as i8) as i32),
-                        _mm_set1_epi32((scales[2 * c] as i8) as i32),
-                    );
-                    let aw = _mm256_sign_epi8(wq, wq);
-                    for r in 0..R {
-                        let xq = load_x(&xs[r].qs[256 * b + 32 * c..]);
-                        let p = D::dot_u(_mm256_setzero_si256(), aw, _mm256_sign_epi8(xq, wq));
-                        isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(p, scv));
-                    }
-                }
-            }
-            for r in 0..R {
-                acc[r] = _mm256_fmadd_ps(
-                    _mm256_set1_ps(d * xs[r].d[b]),
-                    _mm256_cvtepi32_ps(isum[r]),
-                    acc[r],
-                );
-            }
-        }
-        let mut out = [0.0f32; R];
-        for r in 0..R {
-            out[r] = hsum(acc[r]);
         }
         out
     }

@@ -1,0 +1,389 @@
+//! The K-quant bodies (`Q4_K`, `Q6_K`) of the x86 integer products: one weight row against up
+//! to [`TILE`](super::TILE) rows of `x` (prefill's tiles, and the rows left over), and four
+//! weight rows against one or two rows of `x` (decode: `x`, or its two residual terms).
+//!
+//! Both give the same bits. Per super-block and per pair of rows, the integer sums sit in eight
+//! `i32` lanes (lane `t` holds elements `4t..4t + 4` of every 32-element chunk, times the
+//! chunk's scale), are converted to f32 and multiply-added into eight f32 lanes, which are
+//! summed once at the end of the row. The four-row kernel keeps that per-lane layout for each
+//! of its four rows (integer sums are exact in any order); what it shares is the activation
+//! loads (once per chunk for the four rows), the scale unpacking (`Q4_K`'s 12 bytes with
+//! llama.cpp's masks, its mins' products in one vector for the four rows) and a prefetch of
+//! each row's stream.
+
+use core::arch::x86_64::*;
+
+use super::{Dot, PREFETCH, XRow, f16_at, hsum, load_x, load32};
+
+/// `Q4_K`'s eight 6-bit scales (bytes 0-7) and eight mins (bytes 8-15) from its 12 packed
+/// bytes: llama.cpp's `utmp` masks, the values `quant::decode::q4_k_scale_min` reads one by
+/// one.
+#[inline(always)]
+pub(super) fn q4_k_scales(b: &[u8]) -> [u8; 16] {
+    const M1: u32 = 0x3f3f_3f3f;
+    const M2: u32 = 0x0f0f_0f0f;
+    const M3: u32 = 0x0303_0303;
+    let u = |i: usize| u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
+    let (u0, u1, u2) = (u(0), u(1), u(2));
+    let words = [
+        u0 & M1,
+        (u2 & M2) | (((u0 >> 6) & M3) << 4),
+        u1 & M1,
+        ((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4),
+    ];
+    let mut out = [0u8; 16];
+    for (o, w) in out.chunks_exact_mut(4).zip(words) {
+        o.copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
+/// Prefetches bytes `at..at + len` of the weight row after `w` (one row of the weight) into
+/// L1, a cache line at a time: the row-at-a-time K-quant kernels' stream. A prefetch never
+/// faults: past the weight it is wasted, not wrong.
+#[inline(always)]
+unsafe fn prefetch_next_row(w: &[u8], at: usize, len: usize) {
+    let next = w.as_ptr().wrapping_add(w.len() + at);
+    let mut off = 0;
+    while off < len {
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off) as *const i8) };
+        off += 64;
+    }
+}
+
+/// Prefetches the `len` bytes [`PREFETCH`] bytes past `at` in each of the four rows of `w`
+/// (`row_bytes` apart; past a row's end: the same row of the next four), a line at a time.
+#[inline(always)]
+unsafe fn prefetch_four(w: &[u8], row_bytes: usize, at: usize, len: usize) {
+    let ahead = at + PREFETCH;
+    let (row, off) = if ahead < row_bytes {
+        (0, ahead)
+    } else {
+        (4, ahead - row_bytes)
+    };
+    for j in 0..4 {
+        let p = w.as_ptr().wrapping_add((row + j) * row_bytes + off);
+        let mut l = 0;
+        while l < len {
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(l) as *const i8) };
+            l += 64;
+        }
+    }
+}
+
+/// One `Q4_K` weight row against `R` rows of `x`.
+#[inline(always)]
+pub(super) unsafe fn q4_k<D: Dot, const R: usize>(w: &[u8], xs: &[XRow]) -> [f32; R] {
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut mins = [0.0f32; R];
+        let low = _mm256_set1_epi8(0x0F);
+        for (b, wb) in w.chunks_exact(144).enumerate() {
+            prefetch_next_row(w, 144 * b, 144);
+            let (d, dmin) = (f16_at(wb, 0), f16_at(wb, 2));
+            let sm = q4_k_scales(&wb[4..16]);
+            let mut isum = [_mm256_setzero_si256(); R];
+            for c in 0..4 {
+                let v = load32(&wb[16 + 32 * c..]);
+                let lo = _mm256_and_si256(v, low);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                let (s_lo, s_hi) = (sm[2 * c] as i32, sm[2 * c + 1] as i32);
+                let (s_lo, s_hi) = (D::scales(s_lo, s_lo), D::scales(s_hi, s_hi));
+                for r in 0..R {
+                    let xq = &xs[r].qs[256 * b + 64 * c..];
+                    let p = D::dot_scaled(isum[r], lo, load_x(xq), s_lo);
+                    isum[r] = D::dot_scaled(p, hi, load_x(&xq[32..]), s_hi);
+                }
+            }
+            for r in 0..R {
+                let x = &xs[r];
+                let s = &x.sums[16 * b..16 * b + 16];
+                let msum: i32 = (0..8)
+                    .map(|j| sm[8 + j] as i32 * (s[2 * j] + s[2 * j + 1]))
+                    .sum();
+                let dx = x.d[b];
+                acc[r] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d * dx), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+                mins[r] += dmin * dx * msum as f32;
+            }
+        }
+        let mut out = [0.0f32; R];
+        for r in 0..R {
+            out[r] = hsum(acc[r]) - mins[r];
+        }
+        out
+    }
+}
+
+/// Four `Q4_K` weight rows (`w` holds them `row_bytes` apart) against `R` rows of `x`:
+/// `out[j * R + r]`, the bits [`q4_k`] gives each row.
+#[inline(always)]
+pub(super) unsafe fn quad_q4_k<D: Dot, const R: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    let nb = row_bytes / 144;
+    let rows: [&[u8]; 4] = core::array::from_fn(|j| &w[j * row_bytes..(j + 1) * row_bytes]);
+    let xq: [&[i8]; R] = core::array::from_fn(|r| &xs[r].qs[..256 * nb]);
+    let xd: [&[f32]; R] = core::array::from_fn(|r| &xs[r].d[..nb]);
+    let xsum: [&[i32]; R] = core::array::from_fn(|r| &xs[r].sums[..16 * nb]);
+    unsafe {
+        let low = _mm256_set1_epi8(0x0F);
+        let mut acc = [[_mm256_setzero_ps(); 4]; R];
+        let mut mins = [_mm_setzero_ps(); R];
+        for b in 0..nb {
+            let at = 144 * b;
+            prefetch_four(w, row_bytes, at, 144);
+            let wb: [&[u8]; 4] = core::array::from_fn(|j| rows[j].get_unchecked(at..at + 144));
+            let sm: [[u8; 16]; 4] = core::array::from_fn(|j| q4_k_scales(&wb[j][4..16]));
+            let mut isum = [[_mm256_setzero_si256(); 4]; R];
+            for c in 0..4 {
+                let xc = 256 * b + 64 * c;
+                let x: [[__m256i; 2]; R] = core::array::from_fn(|r| {
+                    let p = xq[r].get_unchecked(xc..xc + 64);
+                    [load_x(p), load_x(&p[32..])]
+                });
+                for j in 0..4 {
+                    let v = load32(wb[j].get_unchecked(16 + 32 * c..48 + 32 * c));
+                    let lo = _mm256_and_si256(v, low);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                    let (s_lo, s_hi) = (sm[j][2 * c] as i32, sm[j][2 * c + 1] as i32);
+                    let (s_lo, s_hi) = (D::scales(s_lo, s_lo), D::scales(s_hi, s_hi));
+                    for r in 0..R {
+                        let p = D::dot_scaled(isum[r][j], lo, x[r][0], s_lo);
+                        isum[r][j] = D::dot_scaled(p, hi, x[r][1], s_hi);
+                    }
+                }
+            }
+            let d: [f32; 4] = core::array::from_fn(|j| f16_at(wb[j], 0));
+            let dmin = _mm_setr_ps(
+                f16_at(wb[0], 2),
+                f16_at(wb[1], 2),
+                f16_at(wb[2], 2),
+                f16_at(wb[3], 2),
+            );
+            // Each row's eight mins as i32 lanes, against the pair sums of 16 below.
+            let mn: [__m256i; 4] = core::array::from_fn(|j| {
+                _mm256_cvtepu8_epi32(_mm_loadl_epi64(sm[j][8..16].as_ptr() as *const __m128i))
+            });
+            for r in 0..R {
+                let dx = *xd[r].get_unchecked(b);
+                for j in 0..4 {
+                    acc[r][j] = _mm256_fmadd_ps(
+                        _mm256_set1_ps(d[j] * dx),
+                        _mm256_cvtepi32_ps(isum[r][j]),
+                        acc[r][j],
+                    );
+                }
+                // The sums of the eight 32-element sub-blocks of x, in order: `hadd` pairs
+                // the 16-element sums in lanes 0, 1, 4, 5, 2, 3, 6, 7; the permute puts them
+                // back.
+                let s = xsum[r].get_unchecked(16 * b..16 * b + 16);
+                let s0 = _mm256_loadu_si256(s.as_ptr() as *const __m256i);
+                let s1 = _mm256_loadu_si256(s[8..].as_ptr() as *const __m256i);
+                let pairs = _mm256_permute4x64_epi64::<0xD8>(_mm256_hadd_epi32(s0, s1));
+                let p: [__m256i; 4] = core::array::from_fn(|j| _mm256_mullo_epi32(mn[j], pairs));
+                let h =
+                    _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+                let msum = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+                // dmin * dx * msum per row, in that order (as `q4_k`).
+                let m = _mm_mul_ps(_mm_mul_ps(dmin, _mm_set1_ps(dx)), _mm_cvtepi32_ps(msum));
+                mins[r] = _mm_add_ps(mins[r], m);
+            }
+        }
+        for r in 0..R {
+            let mut m = [0.0f32; 4];
+            _mm_storeu_ps(m.as_mut_ptr(), mins[r]);
+            for j in 0..4 {
+                out[j * R + r] = hsum(acc[r][j]) - m[j];
+            }
+        }
+    }
+}
+
+/// One `Q6_K` weight row against `R` rows of `x`.
+#[inline(always)]
+pub(super) unsafe fn q6_k<D: Dot, const R: usize>(w: &[u8], xs: &[XRow]) -> [f32; R] {
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        let (low, three, off) = (
+            _mm256_set1_epi8(0x0F),
+            _mm256_set1_epi8(3),
+            _mm256_set1_epi8(32),
+        );
+        for (b, wb) in w.chunks_exact(210).enumerate() {
+            prefetch_next_row(w, 210 * b, 210);
+            let d = f16_at(wb, 208);
+            let scales = &wb[192..208];
+            let mut isum = [_mm256_setzero_si256(); R];
+            for h in 0..2 {
+                let ql0 = load32(&wb[64 * h..]);
+                let ql1 = load32(&wb[64 * h + 32..]);
+                let qh = load32(&wb[128 + 32 * h..]);
+                let hbits = |s: i32| {
+                    let v = match s {
+                        0 => qh,
+                        2 => _mm256_srli_epi16(qh, 2),
+                        4 => _mm256_srli_epi16(qh, 4),
+                        _ => _mm256_srli_epi16(qh, 6),
+                    };
+                    _mm256_slli_epi16(_mm256_and_si256(v, three), 4)
+                };
+                let q = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, low), hbits(0)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, low), hbits(2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), low), hbits(4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), low), hbits(6)),
+                ];
+                for (k, qk) in q.iter().enumerate() {
+                    let c = 4 * h + k;
+                    let wq = _mm256_sub_epi8(*qk, off);
+                    let scv = D::scales(
+                        (scales[2 * c] as i8) as i32,
+                        (scales[2 * c + 1] as i8) as i32,
+                    );
+                    let aw = _mm256_sign_epi8(wq, wq);
+                    for r in 0..R {
+                        let xq = load_x(&xs[r].qs[256 * b + 32 * c..]);
+                        isum[r] = D::dot_scaled(isum[r], aw, _mm256_sign_epi8(xq, wq), scv);
+                    }
+                }
+            }
+            for r in 0..R {
+                acc[r] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(d * xs[r].d[b]),
+                    _mm256_cvtepi32_ps(isum[r]),
+                    acc[r],
+                );
+            }
+        }
+        let mut out = [0.0f32; R];
+        for r in 0..R {
+            out[r] = hsum(acc[r]);
+        }
+        out
+    }
+}
+
+/// Chunk `C` (0-7) of a `Q6_K` super-block `wb` as unsigned 6-bit values (before the `- 32`):
+/// chunk `4h + k` is half `h`'s low bits (`ql`, 32 bytes `k % 2`, nibble `k / 2`) with bits
+/// `2k..2k + 2` of its high bits (`qh`) above them.
+#[inline(always)]
+unsafe fn q6_k_chunk<const C: usize>(wb: &[u8]) -> __m256i {
+    unsafe {
+        let (h, k) = (C / 4, C % 4);
+        let (low, three) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
+        let at = 64 * h + 32 * (k % 2);
+        let ql = load32(wb.get_unchecked(at..at + 32));
+        let qh = load32(wb.get_unchecked(128 + 32 * h..160 + 32 * h));
+        let lo = if k < 2 {
+            _mm256_and_si256(ql, low)
+        } else {
+            _mm256_and_si256(_mm256_srli_epi16(ql, 4), low)
+        };
+        let hb = match k {
+            0 => qh,
+            1 => _mm256_srli_epi16(qh, 2),
+            2 => _mm256_srli_epi16(qh, 4),
+            _ => _mm256_srli_epi16(qh, 6),
+        };
+        _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, three), 4))
+    }
+}
+
+/// Chunk `C` of four `Q6_K` super-blocks (`wb`) against `R` rows of `x` (chunk `C` of their
+/// super-block at `xq[r][xb..]`), into the rows' lanes `isum[r][j]`: each activation chunk
+/// and its offset ([`Dot::q6_offset`]) once for the four rows.
+#[inline(always)]
+unsafe fn q6_k_quad_chunk<D: Dot, const R: usize, const C: usize>(
+    wb: &[&[u8]; 4],
+    xq: &[&[i8]; R],
+    xb: usize,
+    isum: &mut [[__m256i; 4]; R],
+) {
+    unsafe {
+        let xc = xb + 32 * C;
+        let x: [__m256i; R] = core::array::from_fn(|r| load_x(xq[r].get_unchecked(xc..xc + 32)));
+        let xo: [__m256i; R] = core::array::from_fn(|r| D::q6_offset(x[r]));
+        for j in 0..4 {
+            let q = q6_k_chunk::<C>(wb[j]);
+            let sc = _mm_loadu_si128(wb[j].get_unchecked(192..208).as_ptr() as *const __m128i);
+            let s = D::scales_at::<C>(sc);
+            for r in 0..R {
+                isum[r][j] = D::dot_offset_scaled(isum[r][j], q, x[r], xo[r], s);
+            }
+        }
+    }
+}
+
+/// Four `Q6_K` weight rows (`w` holds them `row_bytes` apart) against `R` rows of `x`:
+/// `out[j * R + r]`, the bits [`q6_k`] gives each row. The chunks go in order, each a
+/// compile-time index (immediate shifts and scale shuffles); the values stay unsigned and the
+/// `- 32` comes off as `32 x` per lane, computed once per activation chunk for the four rows.
+#[inline(always)]
+pub(super) unsafe fn quad_q6_k<D: Dot, const R: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    let nb = row_bytes / 210;
+    let rows: [&[u8]; 4] = core::array::from_fn(|j| &w[j * row_bytes..(j + 1) * row_bytes]);
+    let xq: [&[i8]; R] = core::array::from_fn(|r| &xs[r].qs[..256 * nb]);
+    let xd: [&[f32]; R] = core::array::from_fn(|r| &xs[r].d[..nb]);
+    unsafe {
+        let mut acc = [[_mm256_setzero_ps(); 4]; R];
+        for b in 0..nb {
+            let at = 210 * b;
+            prefetch_four(w, row_bytes, at, 210);
+            let wb: [&[u8]; 4] = core::array::from_fn(|j| rows[j].get_unchecked(at..at + 210));
+            let mut isum = [[_mm256_setzero_si256(); 4]; R];
+            let xb = 256 * b;
+            q6_k_quad_chunk::<D, R, 0>(&wb, &xq, xb, &mut isum);
+            q6_k_quad_chunk::<D, R, 1>(&wb, &xq, xb, &mut isum);
+            q6_k_quad_chunk::<D, R, 2>(&wb, &xq, xb, &mut isum);
+            q6_k_quad_chunk::<D, R, 3>(&wb, &xq, xb, &mut isum);
+            q6_k_quad_chunk::<D, R, 4>(&wb, &xq, xb, &mut isum);
+            q6_k_quad_chunk::<D, R, 5>(&wb, &xq, xb, &mut isum);
+            q6_k_quad_chunk::<D, R, 6>(&wb, &xq, xb, &mut isum);
+            q6_k_quad_chunk::<D, R, 7>(&wb, &xq, xb, &mut isum);
+            for r in 0..R {
+                let dx = *xd[r].get_unchecked(b);
+                for j in 0..4 {
+                    acc[r][j] = _mm256_fmadd_ps(
+                        _mm256_set1_ps(f16_at(wb[j], 208) * dx),
+                        _mm256_cvtepi32_ps(isum[r][j]),
+                        acc[r][j],
+                    );
+                }
+            }
+        }
+        for r in 0..R {
+            for j in 0..4 {
+                out[j * R + r] = hsum(acc[r][j]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::q4_k_scales;
+    use crate::quant::decode::q4_k_scale_min;
+    use crate::rng::Rng;
+
+    /// The masks give every scale and min `q4_k_scale_min` reads, on random bytes.
+    #[test]
+    fn q4_k_scales_match_the_decoder() {
+        let mut rng = Rng::new(21);
+        for _ in 0..2000 {
+            let b: [u8; 12] = core::array::from_fn(|_| (rng.uniform() * 256.0) as u8);
+            let sm = q4_k_scales(&b);
+            for j in 0..8 {
+                assert_eq!((sm[j], sm[8 + j]), q4_k_scale_min(&b, j), "{b:?} {j}");
+            }
+        }
+    }
+}
