@@ -1,16 +1,19 @@
-//! Prefill's integer products as a register-tiled GEMM on the packed weight: `JW` weight rows
-//! by `RX` quantized rows of `x` at a time ([`x86`]), so each unpacked weight block serves `RX`
-//! rows of `x` and each activation block `JW` weight rows, the `JW x RX` accumulators held in
-//! registers; the rows of `x` are taken in blocks whose 8-bit values stay in L2
+//! Prefill's integer products as a register-tiled GEMM on the packed weight: 8 weight rows by
+//! `RX` quantized rows of `x` at a time ([`x86`]; `RX` = 4 on AVX-512 VNNI, 2 on AVX2 and
+//! AVX-VNNI), so each unpacked weight block serves `RX` rows of `x` and each activation block
+//! 8 weight rows. Per block and row of `x`, the 8 integer dot products (32 values each) are
+//! reduced to one exact `i32` each side by side in one vector, converted, and accumulated with
+//! one fused multiply-add by the weight scales times the activation scale: one vector
+//! instruction of f32 work for 8 outputs, where the one-weight-row kernels spent three per
+//! output. The rows of `x` are taken in blocks whose 8-bit values stay in L2
 //! ([`X_BLOCK_BYTES`]) while every weight row of a thread's range passes over them.
 //!
-//! Same numbers as the one-weight-row kernels (`super::x86`'s tile path, three or more rows of
-//! `x`): each (weight row, row of `x`) pair keeps its own eight-lane f32 accumulator, updated
-//! once per block with the same fused multiply-add of the same exact integer lane sums (the
-//! 4- and 5-bit formats reach them through their unsigned values and the activations' own lane
-//! sums instead of the sign trick: the integers are equal), then reduced the same way. So
-//! [`super::product_t`] gives the same bits as before, and its budgets
-//! ([`super::QUANTIZED_ACTIVATION_BUDGETS`], [`super::RESIDUAL_ACTIVATION_BUDGETS`]) hold.
+//! The numbers are the four-row decode kernel's, lane for lane: each output is
+//! `acc = fma(dw * dx, s, acc)` over the blocks in order, `s` the block's exact integer dot
+//! product (`Q4_1`: then `acc = fma(m, dx * sum x, acc)`). So a row of `x` gets the same bits
+//! in prefill as in decode (on weights of whole fours of rows), whatever the tile, block or
+//! thread it falls in; the published budgets ([`super::QUANTIZED_ACTIVATION_BUDGETS`],
+//! [`super::RESIDUAL_ACTIVATION_BUDGETS`]) cover both kernels.
 //!
 //! Taken for `Q8_0`, `Q4_0`, `Q4_1` and `Q5_0` on the x86 families ([`tiled`]); the K-quants
 //! and the other families keep their per-row kernels.

@@ -1,10 +1,11 @@
-//! The tiled kernels against the one-weight-row kernels they replace for three or more rows of
-//! `x` (`super::super::x86`): the same bits on every x86 family this CPU runs, every 32-element
-//! format, both precisions, on awkward shapes (`k` of one block, rows of `x` that fill no tile,
-//! weight rows not a multiple of four, a `k` long enough to cut the rows of `x` into several
-//! L2 blocks), with zero blocks and extreme scales; and the product through
-//! [`product_t`] (NaN and infinite rows included) against the dequantize-then-f32 reference
-//! within the published budgets.
+//! The tiled kernels against a scalar model of their numbers (exact integer block sums, then
+//! one `fmaf` per block) and against the four-row decode kernel on each row alone (prefill
+//! gives decode's bits): every x86 family this CPU runs, every 32-element format, both
+//! precisions, on awkward shapes (`k` of one block, rows of `x` that fill no tile, weight rows
+//! not a multiple of eight, a `k` long enough to cut the rows of `x` into several L2 blocks),
+//! with zero blocks and extreme scales; and the product through [`product_t`] (NaN and
+//! infinite rows included) against the dequantize-then-f32 reference within the published
+//! budgets.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -57,27 +58,94 @@ fn same_bits(got: &[f32], want: &[f32]) -> bool {
             .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()))
 }
 
-/// The tiled and the one-row kernels on the same quantized rows, and the tiled ones on weight
-/// rows `1..` alone (a thread's range starting mid-tile): the same bits.
+/// The integer values of block `b` of a weight row of `dtype` (the signed ones; `Q4_1`'s
+/// unsigned), its scale and `Q4_1`'s min.
+fn block_ints(dtype: DType, row: &[u8], b: usize) -> ([i32; 32], f32, f32) {
+    let bb = dtype.block_bytes();
+    let blk = &row[b * bb..(b + 1) * bb];
+    let f16 = |at: usize| quant::decode::f16_at(blk, at);
+    let mut q = [0i32; 32];
+    let nib = |q: &mut [i32; 32], bytes: &[u8], off: i32| {
+        for (i, &v) in bytes.iter().enumerate() {
+            q[i] = (v & 0x0F) as i32 - off;
+            q[i + 16] = (v >> 4) as i32 - off;
+        }
+    };
+    match dtype {
+        DType::Q8_0 => {
+            for (q, &v) in q.iter_mut().zip(&blk[2..34]) {
+                *q = v as i8 as i32;
+            }
+        }
+        DType::Q4_0 => nib(&mut q, &blk[2..18], 8),
+        DType::Q4_1 => nib(&mut q, &blk[4..20], 0),
+        _ => {
+            nib(&mut q, &blk[6..22], 16);
+            let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+            for (i, v) in q.iter_mut().enumerate() {
+                *v += (((qh >> i) & 1) as i32) << 4;
+            }
+        }
+    }
+    let m = if dtype == DType::Q4_1 { f16(2) } else { 0.0 };
+    (q, f16(0), m)
+}
+
+/// The documented numbers of one output, in scalar code: per block the exact integer dot
+/// product, then `acc = fma(dw * dx, s, acc)` (and `Q4_1`'s `acc = fma(m, dx * sum x, acc)`).
+fn model(dtype: DType, row: &[u8], x: &XRow, nb: usize) -> f32 {
+    let mut acc = 0.0f32;
+    for b in 0..nb {
+        let (q, dw, mw) = block_ints(dtype, row, b);
+        let s: i32 = (0..32).map(|i| q[i] * x.qs[32 * b + i] as i32).sum();
+        let dx = x.d[b];
+        acc = libm::fmaf(dw * dx, s as f32, acc);
+        if dtype == DType::Q4_1 {
+            let xs_b = x.sums[2 * b] + x.sums[2 * b + 1];
+            acc = libm::fmaf(mw, dx * xs_b as f32, acc);
+        }
+    }
+    acc
+}
+
+/// The tiled kernels on `nr` quantized rows against the scalar [`model`], against the four-row
+/// decode kernel on each row alone (where the weight rows are whole fours: decode's numbers
+/// row for row), and on weight rows `1..` alone (a thread's range starting mid-tile).
 fn compare_kernels(f: Family, dtype: DType, w: &[u8], acts: &Acts, nr: usize, k: usize) {
     let rb = dtype.bytes_for(k).expect("whole blocks");
     let n = w.len() / rb;
     let xs: Vec<XRow> = (0..nr).map(|r| acts.row(r)).collect();
-    let mut want = vec![0.0f32; n * nr];
-    one_row::rows(f, dtype, w, rb, &xs, &mut want);
     let mut got = vec![f32::NAN; n * nr];
     rows(f, dtype, w, rb, &xs, &mut got);
     let what = alloc::format!("{dtype} on {}: {nr} rows, k {k}, n {n}", f.name());
-    assert!(same_bits(&got, &want), "{what}");
+    let want: Vec<f32> = (0..n * nr)
+        .map(|i| {
+            model(
+                dtype,
+                &w[(i / nr) * rb..(i / nr + 1) * rb],
+                &xs[i % nr],
+                k / 32,
+            )
+        })
+        .collect();
+    assert!(same_bits(&got, &want), "{what}: against the model");
+    if n.is_multiple_of(4) {
+        for (r, x) in xs.iter().enumerate() {
+            let mut one = vec![0.0f32; n];
+            one_row::rows(f, dtype, w, rb, core::slice::from_ref(x), &mut one);
+            let col: Vec<f32> = (0..n).map(|j| got[j * nr + r]).collect();
+            assert!(same_bits(&col, &one), "{what}: row {r} against decode");
+        }
+    }
     if n > 1 {
         let mut part = vec![f32::NAN; (n - 1) * nr];
         rows(f, dtype, &w[rb..], rb, &xs, &mut part);
-        assert!(same_bits(&part, &want[nr..]), "{what}, from weight row 1");
+        assert!(same_bits(&part, &got[nr..]), "{what}, from weight row 1");
     }
 }
 
 #[test]
-fn tiles_have_the_bits_of_the_one_row_kernels() {
+fn tiles_have_the_bits_of_decode_and_the_scalar_model() {
     let mut rng = Rng::new(2801);
     // (rows of x, blocks of k, weight rows): k of one block; 9, 17 and 65 rows (no whole
     // tile); weight rows 1, 5, 7, 13; 256 blocks (k 8192) cut the rows of x into L2 blocks.
@@ -87,9 +155,10 @@ fn tiles_have_the_bits_of_the_one_row_kernels() {
         (65, 28, 7),
         (9, 2, 13),
         (3, 1, 4),
-        (65, 256, 6),
+        (17, 2, 16),
+        (65, 256, 12),
     ];
-    let (rows65, blocks, _) = shapes[5];
+    let (rows65, blocks, _) = shapes[6];
     assert!(
         2 * rows65 * 32 * blocks > 2 * X_BLOCK_BYTES,
         "several L2 blocks"

@@ -1,9 +1,9 @@
 //! The tiled integer products on x86_64 (see [`super`]): one body per 32-element weight format,
 //! written over [`Dot`] (a family's 8-bit multiply-add) and compiled per family in a
-//! `target_feature` function. AVX-512 VNNI (32 vector registers) takes 4 weight rows by 4 rows
-//! of `x`; AVX2 and AVX-VNNI (16) take 4 by 2.
+//! `target_feature` function. AVX-512 VNNI (32 vector registers) takes 8 weight rows by 4 rows
+//! of `x`; AVX2 and AVX-VNNI (16) take 8 by 2.
 //!
-//! The helpers repeat `super::super::x86`'s (the one-weight-row kernels, whose numbers these
+//! The helpers repeat `super::super::x86`'s (whose four-row decode kernel's numbers these
 //! match bit for bit) so that each file can change without the other.
 
 use core::arch::x86_64::*;
@@ -47,8 +47,8 @@ unsafe fn rows_avx512vnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow],
     unsafe { by_format::<Avx512Vnni, 4>(dtype, w, row_bytes, xs, out) }
 }
 
-/// Weight rows per tile.
-const JW: usize = 4;
+/// Weight rows per tile: one f32 lane each.
+const JW: usize = 8;
 
 const Q8_0: u8 = 0;
 const Q4_0: u8 = 1;
@@ -89,7 +89,8 @@ unsafe fn by_format<D: Dot, const RX: usize>(
 }
 
 /// Every weight row of `w` against every row of `xs`, the rows of `xs` a block of at most
-/// [`X_BLOCK_BYTES`] at a time, the weight [`JW`] rows at a time within a block.
+/// [`X_BLOCK_BYTES`] at a time, the weight [`JW`] rows at a time within a block (a last short
+/// tile repeats its last row in the lanes past the weight, which are not stored).
 #[inline(always)]
 unsafe fn blocked<D: Dot, const RX: usize, const F: u8>(
     w: &[u8],
@@ -102,79 +103,75 @@ unsafe fn blocked<D: Dot, const RX: usize, const F: u8>(
     if nr == 0 || nb == 0 || xs.iter().any(|x| x.qs.len() < 32 * nb || x.d.len() < nb) {
         return;
     }
+    if F == Q4_1 && xs.iter().any(|x| x.sums.len() < 2 * nb) {
+        return;
+    }
     let n = (w.len() / row_bytes).min(out.len() / nr);
     let per_block = (X_BLOCK_BYTES / (32 * nb)).max(RX) / RX * RX;
     let mut r0 = 0;
     while r0 < nr {
         let r1 = (r0 + per_block).min(nr);
         let mut j = 0;
-        while j + JW <= n {
-            unsafe { tile_rows::<D, JW, RX, F>(w, row_bytes, j, &xs[r0..r1], r0, nr, out) };
-            j += JW;
-        }
         while j < n {
-            unsafe { tile_rows::<D, 1, RX, F>(w, row_bytes, j, &xs[r0..r1], r0, nr, out) };
-            j += 1;
+            let m = JW.min(n - j);
+            let wr: [&[u8]; JW] = core::array::from_fn(|jj| {
+                let at = (j + jj.min(m - 1)) * row_bytes;
+                &w[at..at + nb * block_bytes(F)]
+            });
+            unsafe { tile_rows::<D, RX, F>(&wr, (j, m), &xs[r0..r1], r0, nr, out) };
+            j += m;
         }
         r0 = r1;
     }
 }
 
-/// Weight rows `j..j + W` against the rows `xs` (rows `r0..` of `x`): `RX` at a time, then the
-/// rest two and one at a time.
+/// The weight rows `wr` (rows `j..j + m` of the weight) against the rows `xs` (rows `r0..` of
+/// `x`): `RX` at a time, then the rest one at a time.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn tile_rows<D: Dot, const W: usize, const RX: usize, const F: u8>(
-    w: &[u8],
-    row_bytes: usize,
-    j: usize,
+unsafe fn tile_rows<D: Dot, const RX: usize, const F: u8>(
+    wr: &[&[u8]; JW],
+    (j, m): (usize, usize),
     xs: &[XRow],
     r0: usize,
     nr: usize,
     out: &mut [f32],
 ) {
-    let wj = &w[j * row_bytes..(j + W) * row_bytes];
-    let mut r = 0;
-    let mut store = |r: usize, res: &[[f32; 4]; W], m: usize| {
-        for (jj, row) in res.iter().enumerate() {
-            let at = (j + jj) * nr + r0 + r;
-            out[at..at + m].copy_from_slice(&row[..m]);
+    let mut store = |r: usize, res: &[[f32; JW]], rows: usize| {
+        for (rr, lanes) in res.iter().enumerate().take(rows) {
+            for (jj, &v) in lanes.iter().enumerate().take(m) {
+                out[(j + jj) * nr + r0 + r + rr] = v;
+            }
         }
     };
+    let mut r = 0;
     while r + RX <= xs.len() {
-        let res = unsafe { kernel::<D, W, RX, F>(wj, row_bytes, &xs[r..r + RX]) };
+        let res = unsafe { kernel_any::<D, RX, F>(wr, &xs[r..r + RX]) };
         store(r, &res, RX);
         r += RX;
     }
-    if RX > 2 && r + 2 <= xs.len() {
-        let res = unsafe { kernel::<D, W, 2, F>(wj, row_bytes, &xs[r..r + 2]) };
-        store(r, &res, 2);
-        r += 2;
-    }
     while r < xs.len() {
-        let res = unsafe { kernel::<D, W, 1, F>(wj, row_bytes, &xs[r..r + 1]) };
+        let res = unsafe { kernel_any::<D, 1, F>(wr, &xs[r..r + 1]) };
         store(r, &res, 1);
         r += 1;
     }
 }
 
-/// `W` weight rows (`row_bytes` apart in `w`) against the `R` rows `xs` (`R <= 4`):
-/// `out[j][r]`. Per block: the `W` weight blocks unpacked once, each activation block loaded
-/// once, and per pair one integer dot product and one fused multiply-add into the pair's own
-/// eight-lane accumulator (as `super::super::x86`'s `blocks32`).
+/// The [`JW`] weight rows `wr` (whole blocks each) against the `R` rows `xs`: `out[r][j]`.
+/// Per block: each weight block unpacked once and each activation block loaded once; the
+/// `JW` integer dot products of one row of `x` are reduced to one exact `i32` each, side by
+/// side in one vector, then converted and accumulated with one fused multiply-add by the
+/// weights' scales times the activation's (as the four-row decode kernel does, lane for lane).
 #[inline(always)]
-unsafe fn kernel<D: Dot, const W: usize, const R: usize, const F: u8>(
-    w: &[u8],
-    row_bytes: usize,
+unsafe fn kernel<D: Dot, const R: usize, const F: u8>(
+    wr: &[&[u8]; JW],
     xs: &[XRow],
-) -> [[f32; 4]; W] {
+) -> [[f32; JW]; R] {
     let bb = block_bytes(F);
-    let nb = row_bytes / bb;
-    let wr: [&[u8]; W] = core::array::from_fn(|j| &w[j * row_bytes..j * row_bytes + nb * bb]);
+    let nb = wr[0].len() / bb;
     let xq: [&[i8]; R] = core::array::from_fn(|r| &xs[r].qs[..32 * nb]);
     let xd: [&[f32]; R] = core::array::from_fn(|r| &xs[r].d[..nb]);
     let xsum: [&[i32]; R] = core::array::from_fn(|r| {
-        if F == Q4_1 {
+        if offset(F) != 0 || F == Q4_1 {
             &xs[r].sums[..2 * nb]
         } else {
             &xs[r].sums[..0]
@@ -182,68 +179,194 @@ unsafe fn kernel<D: Dot, const W: usize, const R: usize, const F: u8>(
     });
     unsafe {
         let zero = _mm256_setzero_si256();
-        let mut acc = [[_mm256_setzero_ps(); R]; W];
-        let mut mins = [[0.0f32; R]; W];
+        let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..nb {
             let at = b * bb;
-            // The weight blocks: unsigned values (the 4- and 5-bit formats), or `|q|` and `q`
-            // (`Q8_0`, for the sign trick).
-            let mut q = [zero; W];
-            let mut sg = [zero; W];
-            let mut dw = [_mm256_setzero_ps(); W];
-            let mut mw = [0.0f32; W];
-            for j in 0..W {
-                let wb = wr[j].get_unchecked(at..at + bb);
-                dw[j] = _mm256_set1_ps(f16_at(wb, 0));
-                if F == Q4_1 {
-                    mw[j] = f16_at(wb, 2);
-                }
-                let u = unpack_u::<D, F>(wb);
-                if F == Q8_0 {
-                    sg[j] = u;
-                    q[j] = _mm256_sign_epi8(u, u);
-                } else {
-                    q[j] = u;
-                }
-            }
+            let wb: [&[u8]; JW] = core::array::from_fn(|j| wr[j].get_unchecked(at..at + bb));
+            // The weight blocks: unsigned values (the 4- and 5-bit formats), or `q` (`Q8_0`,
+            // its `|q|` taken per use for the sign trick).
+            let q: [__m256i; JW] = core::array::from_fn(|j| unpack_u::<D, F>(wb[j]));
+            let dw = halves8(&wb, 0);
             for r in 0..R {
                 let x = load_x(xq[r].get_unchecked(32 * b..32 * b + 32));
-                let dx = *xd[r].get_unchecked(b);
-                let dxv = _mm256_set1_ps(dx);
-                // sum (u - o) x = sum u x - o sum x per lane of four, exactly in i32: the
-                // accumulation starts at -o times the activation's lane sums.
-                let init = if offset(F) != 0 {
-                    let ox = D::dot_u(zero, _mm256_set1_epi8(offset(F) as i8), x);
-                    _mm256_sub_epi32(zero, ox)
-                } else {
-                    zero
-                };
-                let xs_b = if F == Q4_1 {
-                    (*xsum[r].get_unchecked(2 * b) + *xsum[r].get_unchecked(2 * b + 1)) as f32
-                } else {
-                    0.0
-                };
-                for j in 0..W {
-                    let p = if F == Q8_0 {
-                        D::dot_u(zero, q[j], _mm256_sign_epi8(x, sg[j]))
+                let p: [__m256i; JW] = core::array::from_fn(|j| {
+                    if F == Q8_0 {
+                        D::dot_u(
+                            zero,
+                            _mm256_sign_epi8(q[j], q[j]),
+                            _mm256_sign_epi8(x, q[j]),
+                        )
                     } else {
-                        D::dot_u(init, q[j], x)
-                    };
-                    let dd = _mm256_mul_ps(dw[j], dxv);
-                    acc[j][r] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(p), acc[j][r]);
-                    if F == Q4_1 {
-                        mins[j][r] += mw[j] * dx * xs_b;
+                        D::dot_u(zero, q[j], x)
                     }
+                });
+                let mut s = reduce8(&p);
+                if offset(F) != 0 || F == Q4_1 {
+                    let xs_b = *xsum[r].get_unchecked(2 * b) + *xsum[r].get_unchecked(2 * b + 1);
+                    if offset(F) != 0 {
+                        // sum (u - o) x = sum u x - o sum x, in i32 exactly.
+                        s = _mm256_sub_epi32(s, _mm256_set1_epi32(offset(F) * xs_b));
+                    }
+                    let dx = *xd[r].get_unchecked(b);
+                    acc[r] = _mm256_fmadd_ps(
+                        _mm256_mul_ps(dw, _mm256_set1_ps(dx)),
+                        _mm256_cvtepi32_ps(s),
+                        acc[r],
+                    );
+                    if F == Q4_1 {
+                        let mw = halves8(&wb, 2);
+                        acc[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx * xs_b as f32), acc[r]);
+                    }
+                } else {
+                    let dx = _mm256_set1_ps(*xd[r].get_unchecked(b));
+                    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(s), acc[r]);
                 }
             }
         }
-        let mut out = [[0.0f32; 4]; W];
-        for j in 0..W {
-            for r in 0..R {
-                out[j][r] = hsum(acc[j][r]) + mins[j][r];
-            }
+        let mut out = [[0.0f32; JW]; R];
+        for r in 0..R {
+            _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
         }
         out
+    }
+}
+
+/// [`kernel_t`] for the formats with unsigned stored values, [`kernel`] for `Q8_0`.
+#[inline(always)]
+unsafe fn kernel_any<D: Dot, const R: usize, const F: u8>(
+    wr: &[&[u8]; JW],
+    xs: &[XRow],
+) -> [[f32; JW]; R] {
+    unsafe {
+        if F == Q8_0 {
+            kernel::<D, R, F>(wr, xs)
+        } else {
+            kernel_t::<D, R, F>(wr, xs)
+        }
+    }
+}
+
+/// [`kernel`] for the 4- and 5-bit formats without the reduction: the 8 unpacked weight blocks
+/// are transposed once (lane `j` of vector `g` holds row `j`'s values `4g..4g + 4`), so one
+/// multiply-add per group of four with the activation's four values broadcast accumulates all
+/// 8 rows' dot products side by side. The same exact integers, so the same numbers.
+#[inline(always)]
+unsafe fn kernel_t<D: Dot, const R: usize, const F: u8>(
+    wr: &[&[u8]; JW],
+    xs: &[XRow],
+) -> [[f32; JW]; R] {
+    let bb = block_bytes(F);
+    let nb = wr[0].len() / bb;
+    let xq: [&[i8]; R] = core::array::from_fn(|r| &xs[r].qs[..32 * nb]);
+    let xd: [&[f32]; R] = core::array::from_fn(|r| &xs[r].d[..nb]);
+    let xsum: [&[i32]; R] = core::array::from_fn(|r| &xs[r].sums[..2 * nb]);
+    unsafe {
+        let zero = _mm256_setzero_si256();
+        let mut acc = [_mm256_setzero_ps(); R];
+        for b in 0..nb {
+            let at = b * bb;
+            let wb: [&[u8]; JW] = core::array::from_fn(|j| wr[j].get_unchecked(at..at + bb));
+            let wt = transpose8(core::array::from_fn(|j| unpack_u::<D, F>(wb[j])));
+            let dw = halves8(&wb, 0);
+            for r in 0..R {
+                let xp = xq[r].get_unchecked(32 * b..32 * b + 32).as_ptr() as *const i32;
+                let xs_b = *xsum[r].get_unchecked(2 * b) + *xsum[r].get_unchecked(2 * b + 1);
+                // sum (u - o) x = sum u x - o sum x, in i32 exactly: the first chain starts
+                // at -o sum x; two chains halve the dependency.
+                let mut s0 = _mm256_set1_epi32(-offset(F) * xs_b);
+                let mut s1 = zero;
+                for g in (0..8).step_by(2) {
+                    let x0 = _mm256_set1_epi32(xp.add(g).read_unaligned());
+                    let x1 = _mm256_set1_epi32(xp.add(g + 1).read_unaligned());
+                    s0 = D::dot_u(s0, wt[g], x0);
+                    s1 = D::dot_u(s1, wt[g + 1], x1);
+                }
+                let s = _mm256_add_epi32(s0, s1);
+                let dx = *xd[r].get_unchecked(b);
+                acc[r] = _mm256_fmadd_ps(
+                    _mm256_mul_ps(dw, _mm256_set1_ps(dx)),
+                    _mm256_cvtepi32_ps(s),
+                    acc[r],
+                );
+                if F == Q4_1 {
+                    let mw = halves8(&wb, 2);
+                    acc[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx * xs_b as f32), acc[r]);
+                }
+            }
+        }
+        let mut out = [[0.0f32; JW]; R];
+        for r in 0..R {
+            _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
+        }
+        out
+    }
+}
+
+/// The 8 x 8 transpose of 32-bit lanes: lane `j` of result `g` is lane `g` of `v[j]`.
+#[inline(always)]
+unsafe fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
+    unsafe {
+        let t0 = _mm256_unpacklo_epi32(v[0], v[1]);
+        let t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+        let t2 = _mm256_unpacklo_epi32(v[2], v[3]);
+        let t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+        let t4 = _mm256_unpacklo_epi32(v[4], v[5]);
+        let t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+        let t6 = _mm256_unpacklo_epi32(v[6], v[7]);
+        let t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+        let u0 = _mm256_unpacklo_epi64(t0, t2);
+        let u1 = _mm256_unpackhi_epi64(t0, t2);
+        let u2 = _mm256_unpacklo_epi64(t1, t3);
+        let u3 = _mm256_unpackhi_epi64(t1, t3);
+        let u4 = _mm256_unpacklo_epi64(t4, t6);
+        let u5 = _mm256_unpackhi_epi64(t4, t6);
+        let u6 = _mm256_unpacklo_epi64(t5, t7);
+        let u7 = _mm256_unpackhi_epi64(t5, t7);
+        [
+            _mm256_permute2x128_si256(u0, u4, 0x20),
+            _mm256_permute2x128_si256(u1, u5, 0x20),
+            _mm256_permute2x128_si256(u2, u6, 0x20),
+            _mm256_permute2x128_si256(u3, u7, 0x20),
+            _mm256_permute2x128_si256(u0, u4, 0x31),
+            _mm256_permute2x128_si256(u1, u5, 0x31),
+            _mm256_permute2x128_si256(u2, u6, 0x31),
+            _mm256_permute2x128_si256(u3, u7, 0x31),
+        ]
+    }
+}
+
+/// The eight lanes of each of `p` summed: lane `j` of the result is the sum of `p[j]`.
+#[inline(always)]
+unsafe fn reduce8(p: &[__m256i; JW]) -> __m256i {
+    unsafe {
+        let h01 = _mm256_hadd_epi32(p[0], p[1]);
+        let h23 = _mm256_hadd_epi32(p[2], p[3]);
+        let h45 = _mm256_hadd_epi32(p[4], p[5]);
+        let h67 = _mm256_hadd_epi32(p[6], p[7]);
+        // Low halves: rows 0-3's (then 4-7's) sums over elements 0-3 of each 128-bit half.
+        let a = _mm256_hadd_epi32(h01, h23);
+        let b = _mm256_hadd_epi32(h45, h67);
+        let lo = _mm256_permute2x128_si256(a, b, 0x20);
+        let hi = _mm256_permute2x128_si256(a, b, 0x31);
+        _mm256_add_epi32(lo, hi)
+    }
+}
+
+/// The f16 at byte `at` of each of the eight blocks, as f32 (F16C: exact).
+#[inline(always)]
+unsafe fn halves8(wb: &[&[u8]; JW], at: usize) -> __m256 {
+    let h = |j: usize| u16::from_le_bytes([wb[j][at], wb[j][at + 1]]) as i16;
+    unsafe {
+        _mm256_cvtph_ps(_mm_setr_epi16(
+            h(0),
+            h(1),
+            h(2),
+            h(3),
+            h(4),
+            h(5),
+            h(6),
+            h(7),
+        ))
     }
 }
 
@@ -340,22 +463,4 @@ unsafe fn nibbles16(p: *const u8) -> __m256i {
         let v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
         _mm256_and_si256(v, _mm256_set1_epi8(0x0F))
     }
-}
-
-/// The eight lanes summed in the one-weight-row kernels' order.
-#[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
-    unsafe {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        _mm_cvtss_f32(s)
-    }
-}
-
-/// The f16 at `b[at..at + 2]` as f32 (F16C: exact).
-#[inline(always)]
-unsafe fn f16_at(b: &[u8], at: usize) -> f32 {
-    let h = u16::from_le_bytes([b[at], b[at + 1]]);
-    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32))) }
 }
