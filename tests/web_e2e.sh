@@ -21,7 +21,15 @@
 # never in the default run). With a directory holding a .gguf and no config.json, llm-peer runs the
 # wllama peer's protocol instead (../shared/peers/README.md, wllama): a WEB_E2E_PREFILL (64)-token
 # prompt, WEB_E2E_DECODE (32) greedy decode steps, WEB_E2E_WARMUP (1) then WEB_E2E_RUNS (3); prints
-# the best, median and range (the page is not cross-origin isolated: one wasm thread).
+# the best, median and range; #threads says how many wasm threads ran.
+# WEB_E2E_ISOLATED=1 serves the page cross-origin isolated (Cross-Origin-Opener-Policy:
+# same-origin, Cross-Origin-Embedder-Policy: require-corp), so the loader takes the threaded build
+# in DIST/threads/ (web/build-threads.sh), and WEB_E2E_THREADS=N asks it for N wasm threads
+# (?threads=N; measurements: WEB_E2E_ONLY=llm-peer). The default run builds the threaded page too
+# (WEB_E2E_THREADS_BUILD=0 skips it and its check) and then runs tests/web/threads.cjs: the page
+# served isolated runs 2 wasm threads whose products take ranges on the workers, with the same
+# greedy tokens and parity as the single-threaded build served plainly, which says it runs one
+# thread because the page is not cross-origin isolated.
 # WEB_E2E_SKIP_FIRST_LOAD=1 skips the first-load figures. WEB_E2E_DIST=DIR serves an already
 # built page (`trunk build --release --dist DIR`) instead of building dist/ (for measurements).
 # Screenshots go to target/web-e2e/. Needs trunk, wasm-bindgen, node/npm and chromium (tests/ci.sh
@@ -46,20 +54,61 @@ export PATH="$PWD/$OUT/node_modules/.bin:$PATH"
 wasm-opt --version
 
 DIST=${WEB_E2E_DIST:-dist}
-[ -n "${WEB_E2E_DIST:-}" ] || trunk build --release --offline
-
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-python3 -m http.server "$PORT" --bind 127.0.0.1 --directory "$DIST" >"$OUT/server.log" 2>&1 &
-SERVER=$!
-trap 'kill "$SERVER" 2>/dev/null || true' EXIT
-for _ in $(seq 50); do
-    if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/')" 2>/dev/null; then
-        break
+THREADS_CHECK=0
+if [ -z "${WEB_E2E_DIST:-}" ]; then
+    trunk build --release --offline
+    if [ "${WEB_E2E_THREADS_BUILD:-1}" != 0 ] && [ -z "${WEB_E2E_ONLY:-}" ]; then
+        start=$(date +%s)
+        # wasm-opt -Oz on the threaded build takes minutes and changes no result: only for
+        # measurements (web/build-threads.sh by hand).
+        WEB_THREADS_WASM_OPT=0 web/build-threads.sh "$DIST"
+        echo "threaded page build: $(($(date +%s) - start)) s"
+        THREADS_CHECK=1
     fi
-    sleep 0.2
-done
+fi
+
+# A static server; with ISOLATED=1 it sends the two headers that make the page cross-origin
+# isolated.
+serve() {
+    ISOLATED=$2 python3 - "$1" "$DIST" <<'PY'
+import functools, http.server, os, sys
+class Handler(http.server.SimpleHTTPRequestHandler):
+    def end_headers(self):
+        if os.environ.get("ISOLATED") == "1":
+            self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        super().end_headers()
+handler = functools.partial(Handler, directory=sys.argv[2])
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler).serve_forever()
+PY
+}
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+wait_for() {
+    for _ in $(seq 50); do
+        if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$1/')" 2>/dev/null; then
+            return
+        fi
+        sleep 0.2
+    done
+}
+PORT=$(free_port)
+serve "$PORT" "${WEB_E2E_ISOLATED:-0}" >"$OUT/server.log" 2>&1 &
+SERVER=$!
+ISO_SERVER=
+trap 'kill "$SERVER" $ISO_SERVER 2>/dev/null || true' EXIT
+wait_for "$PORT"
 
 NODE_PATH="$PWD/$OUT/node_modules" node tests/web/e2e.cjs "http://127.0.0.1:$PORT" "$OUT"
+if [ "$THREADS_CHECK" = 1 ]; then
+    ISO_PORT=$(free_port)
+    serve "$ISO_PORT" 1 >"$OUT/server-isolated.log" 2>&1 &
+    ISO_SERVER=$!
+    wait_for "$ISO_PORT"
+    NODE_PATH="$PWD/$OUT/node_modules" node tests/web/threads.cjs "http://127.0.0.1:$PORT" \
+        "http://127.0.0.1:$ISO_PORT" "$OUT"
+fi
 # First load, as figures (not asserted: timings): wasm and weights bytes, first paint, time to
 # interactive and to ready, on localhost and at 20 Mbit/s.
 [ -n "${WEB_E2E_SKIP_FIRST_LOAD:-}" ] && exit 0

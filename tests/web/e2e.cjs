@@ -427,8 +427,15 @@ async function ggufPeer(browser, backend, name, dir) {
   const runs = Number(process.env.WEB_E2E_RUNS || 3);
   const NEW = Number(process.env.WEB_E2E_DECODE || 32);
   const PREFILL = Number(process.env.WEB_E2E_PREFILL || 64);
-  const { page } = await open(browser, `backend=${backend}`, name, 'ready');
-  const env = await page.evaluate(() => [self.crossOriginIsolated, typeof SharedArrayBuffer !== 'undefined']);
+  // WEB_E2E_THREADS=N asks the threaded build for N wasm threads (?threads=N; a server with
+  // COOP/COEP: WEB_E2E_ISOLATED=1); #threads says what ran.
+  const threads = process.env.WEB_E2E_THREADS ? `&threads=${process.env.WEB_E2E_THREADS}` : '';
+  const { page } = await open(browser, `backend=${backend}${threads}`, name, 'ready');
+  const env = await page.evaluate(() => [
+    self.crossOriginIsolated,
+    typeof SharedArrayBuffer !== 'undefined',
+    document.getElementById('threads').textContent,
+  ]);
   const t0 = Date.now();
   await pickModel(page, dir);
   const picked = (Date.now() - t0) / 1000;
@@ -437,7 +444,7 @@ async function ggufPeer(browser, backend, name, dir) {
   );
   console.log(
     `${name}: Chromium ${browser.version()}; crossOriginIsolated ${env[0]}, SharedArrayBuffer ` +
-      `${env[1] ? 'defined' : 'undefined'} (one wasm thread); picked in ${picked.toFixed(1)} s: ${status}\n` +
+      `${env[1] ? 'defined' : 'undefined'}; ${env[2]}; picked in ${picked.toFixed(1)} s: ${status}\n` +
       `  ${model}\n  ${weights}`,
   );
   const v = /vocabulary (\d+)/.exec(model);

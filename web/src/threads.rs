@@ -110,6 +110,16 @@ pub fn pool_worker() {
     kernels_core::cpu::fast::pool::run_worker()
 }
 
+/// Ranges of products the web workers have run so far (0 in the single-threaded build): the
+/// end-to-end test's evidence that the threads take part (`wasmBindings.worker_ranges()`).
+#[wasm_bindgen]
+pub fn worker_ranges() -> f64 {
+    #[cfg(all(feature = "threads", target_feature = "atomics"))]
+    return kernels_core::cpu::fast::pool::worker_ranges() as f64;
+    #[cfg(not(all(feature = "threads", target_feature = "atomics")))]
+    0.0
+}
+
 /// The threaded build: `requested` threads (default the browser's hardware concurrency).
 #[cfg(all(feature = "threads", target_feature = "atomics"))]
 async fn start_build(isolated: bool, requested: Option<&str>) -> JsResult<Threads> {

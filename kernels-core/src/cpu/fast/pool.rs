@@ -248,6 +248,16 @@ pub fn registered_workers() -> usize {
     imp::web::registered()
 }
 
+/// Ranges the web workers have run so far (the caller's own are not counted).
+#[cfg(all(
+    feature = "threads",
+    target_arch = "wasm32",
+    target_feature = "atomics"
+))]
+pub fn worker_ranges() -> usize {
+    imp::web::WORKER_RANGES.load(core::sync::atomic::Ordering::Relaxed)
+}
+
 /// Makes the registered web workers the pool's, once (later calls change nothing), and returns
 /// how many it has. Never blocks, so the page's main thread may call it.
 #[cfg(all(

@@ -221,6 +221,10 @@ fn work(job: &Job, is_caller: bool) {
             Ok(Err(e)) => job.fail(i, Some(e), None),
             Err(p) => job.fail(i, None, Some(p)),
         }
+        #[cfg(target_arch = "wasm32")]
+        if !is_caller {
+            web::WORKER_RANGES.fetch_add(1, Relaxed);
+        }
         if job.done.fetch_add(1, AcqRel) + 1 == job.chunks && !is_caller {
             job.caller.unpark();
         }

@@ -36,6 +36,9 @@ static SLOTS: [AtomicPtr<Registration>; MAX_WORKERS] =
     [const { AtomicPtr::new(null_mut()) }; MAX_WORKERS];
 static CLAIMED: AtomicUsize = AtomicUsize::new(0);
 
+/// Ranges the web workers have run (the page's evidence that its threads take part).
+pub(in crate::cpu::fast::pool) static WORKER_RANGES: AtomicUsize = AtomicUsize::new(0);
+
 /// Registers the calling thread; `None` when every slot is taken. Never blocks.
 pub(super) fn register() -> Option<&'static AtomicBool> {
     let i = CLAIMED.fetch_add(1, AcqRel);
