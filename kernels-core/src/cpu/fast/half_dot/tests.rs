@@ -98,6 +98,26 @@ fn every_family_matches_the_reference() {
     }
 }
 
+/// The decode tiles (eight rows, then four, then one) at every remainder of `n` by eight, on
+/// one and two rows of `x` (the wide tiles') and three (the four-row ones'), with `k` odd,
+/// below a vector and across the prefetch's row ends.
+#[test]
+fn every_tile_remainder_matches_the_reference() {
+    let mut seed = 500;
+    for family in Family::available() {
+        for dtype in [DType::F16, DType::BF16] {
+            for rows in [1, 2, 3] {
+                for n in [7, 8, 9, 12, 13, 15, 16, 17, 21, 31] {
+                    for k in [1, 5, 31, 33, 64, 1031] {
+                        check(family, 1, dtype, (rows, k, n), seed, seed % 3 == 0);
+                        seed += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn threads_give_the_bits_of_one() {
     for family in Family::available() {
