@@ -2,9 +2,12 @@
 //! dtype.
 //!
 //! A block-quantized weight (`q8_0` ... `q6_k`) takes 8-bit activations and integer dot products
-//! on the packed blocks ([`super::qdot`]) for any number of rows of `x`, decode and prefill
-//! alike, within [`super::qdot::QUANTIZED_ACTIVATION_BUDGETS`] of the reference; the weight is
-//! never decoded to f32. With exact activations (`KERNELS_EXACT_ACTIVATIONS=1`,
+//! on the packed blocks ([`super::qdot`]) for decode, and for prefill at single precision or
+//! where the tiled integer GEMM ([`super::qdot::gemm`]) beats the f32 panels
+//! (`q4_0`, `q4_1`, `q5_0` on x86 at the default residual precision), within
+//! [`super::qdot::QUANTIZED_ACTIVATION_BUDGETS`] of the reference; the weight is never decoded
+//! to f32 there. Other prefill on a quantized weight decodes it a panel at a time into the f32
+//! GEMM ([`panel_product`]). With exact activations (`KERNELS_EXACT_ACTIVATIONS=1`,
 //! [`crate::backend::CpuBackend::with_exact_activations`]), and for `f16` and `bf16` weights,
 //! few rows (decode) take the f32 path below: each weight row is decoded once into a row buffer and dotted with every row of
 //! `x`, so the weight streams from memory in its packed size (4.5 bits a weight for `q4_0`
@@ -164,12 +167,15 @@ fn product_of(
         }
     };
     let quantized = qdot::takes(w.dtype());
-    // Decode rows take the integer products (unless exact); prefill rows take them only at
-    // single precision, where they are as fast as the f32 GEMM (residual activations double
-    // their work): else the GEMM on the weight decoded panel by panel.
+    // Decode rows take the integer products (unless exact); prefill rows take them at single
+    // precision, and at residual precision (which doubles their work) where the tiled integer
+    // GEMM beats the f32 one (`qdot::gemm::residual_prefill`): else the GEMM on the weight
+    // decoded panel by panel.
     let integer = !exact
         && quantized
-        && (rows <= MAX_ROWS || config::activation_precision() == qdot::Precision::Single);
+        && (rows <= MAX_ROWS
+            || config::activation_precision() == qdot::Precision::Single
+            || qdot::gemm::residual_prefill(Family::best(), w.dtype()));
     let panels = quantized && !integer && rows > MAX_ROWS;
     if rows == 0 || k == 0 || n == 0 || (rows > MAX_ROWS && !integer && !panels) {
         return None;

@@ -160,3 +160,45 @@ fn disagreeing_sizes_are_errors() {
     assert!(panel_product_t(2, q, &w, 34, &x[1..], (3, 32, 2), &mut t).is_err());
     assert!(panel_product_t(2, q, &w, 33, &x, (3, 32, 2), &mut t[1..]).is_err());
 }
+
+#[test]
+fn prefill_takes_the_integer_gemm_where_it_beats_the_panels() {
+    // Prefill rows through `run_with` (8-bit activations at the configured precision): the bits
+    // of the integer product where `qdot::gemm::residual_prefill` (or single precision) picks
+    // it, else the panels', on every format.
+    let mut rng = Rng::new(2803);
+    let (rows, n) = (MAX_ROWS + 9, 19);
+    let p = config::activation_precision();
+    for dtype in formats() {
+        let k = 3 * dtype.block_elems();
+        let wq = weights(&mut rng, dtype, n, k);
+        let x: Vec<f32> = (0..rows * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
+        let xt = Tensor::from_f32(&[rows, k], x.clone()).expect("x");
+        let wt = Tensor::from_raw(&[n, k], dtype, wq.clone()).expect("w");
+        let op = Op::Matmul {
+            trans_a: false,
+            trans_b: true,
+        };
+        let y = run_with(&op, Direction::Forward, &[&xt, &wt], false)
+            .expect("the fast path")
+            .expect("a product");
+        let y = y[0].as_f32().expect("f32");
+        let integer =
+            p == qdot::Precision::Single || qdot::gemm::residual_prefill(Family::best(), dtype);
+        let t = if integer {
+            let rb = dtype.bytes_for(k).expect("whole blocks");
+            let mut t = vec![0.0f32; rows * n];
+            qdot::product_t(Family::best(), p, dtype, &wq, rb, &x, (rows, k, n), &mut t)
+                .expect("a product");
+            t
+        } else {
+            run_on(1, dtype, &wq, &x, (rows, k, n))
+        };
+        for r in 0..rows {
+            for j in 0..n {
+                let want = t[j * rows + r];
+                assert_eq!(y[r * n + j].to_bits(), want.to_bits(), "{dtype} ({r}, {j})");
+            }
+        }
+    }
+}

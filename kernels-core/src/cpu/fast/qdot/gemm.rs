@@ -44,6 +44,15 @@ pub fn tiled(family: Family, dtype: DType, nr: usize) -> bool {
         && family.missing().is_none()
 }
 
+/// Whether prefill at [`super::Precision::Residual`] (two integer products per weight block)
+/// on `family` with a weight of `dtype` takes the tiled kernels rather than the f32 panel
+/// path: where measured faster (the transposed 4- and 5-bit kernels: `Q4_0`, `Q4_1`, `Q5_0`;
+/// `Q8_0`'s reducing kernel and the K-quants' per-row kernels are slower than the panels at
+/// residual precision, faster at single).
+pub fn residual_prefill(family: Family, dtype: DType) -> bool {
+    dtype != DType::Q8_0 && tiled(family, dtype, MIN_ROWS)
+}
+
 /// `out[j * xs.len() + r] = dot(w row j, xs[r])` for the rows of `w` (`row_bytes` each) on
 /// `family`'s tiled kernels (where [`tiled`]; nothing is written otherwise).
 pub fn rows(

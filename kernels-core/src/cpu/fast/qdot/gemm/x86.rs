@@ -44,7 +44,7 @@ unsafe fn rows_avxvnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], ou
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 unsafe fn rows_avx512vnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
-    unsafe { by_format::<Avx512Vnni, 4>(dtype, w, row_bytes, xs, out) }
+    unsafe { by_format::<Avx512Vnni, 8>(dtype, w, row_bytes, xs, out) }
 }
 
 /// Weight rows per tile: one f32 lane each.
