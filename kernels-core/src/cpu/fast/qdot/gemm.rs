@@ -24,7 +24,7 @@ use crate::dtype::DType;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
-#[cfg(all(test, target_arch = "x86_64"))]
+#[cfg(test)]
 mod tests;
 
 /// Fewest quantized rows of `x` the tiled kernels take: fewer (decode, one row of `x` or its

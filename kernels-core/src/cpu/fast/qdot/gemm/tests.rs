@@ -7,6 +7,8 @@
 //! infinite rows included) against the dequantize-then-f32 reference within the published
 //! budgets.
 
+#![cfg(target_arch = "x86_64")]
+
 use alloc::vec;
 use alloc::vec::Vec;
 
