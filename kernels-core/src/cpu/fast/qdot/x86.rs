@@ -110,41 +110,6 @@ trait Dot {
         }
     }
 
-    /// Bytes `2C` (lanes 0-3) and `2C + 1` (lanes 4-7) of the 16 signed scales in `sc`, as
-    /// [`Dot::scales`] gives them: one byte shuffle and one widening.
-    #[inline(always)]
-    unsafe fn scales_at<const C: usize>(sc: __m128i) -> __m256i {
-        let (a, b) = ((2 * C) as i8, (2 * C + 1) as i8);
-        unsafe {
-            let pick = _mm_setr_epi8(a, a, a, a, b, b, b, b, -1, -1, -1, -1, -1, -1, -1, -1);
-            _mm256_cvtepi8_epi32(_mm_shuffle_epi8(sc, pick))
-        }
-    }
-
-    /// What [`Dot::dot_offset_scaled`] takes off an activation chunk `x` for `Q6_K`'s offset
-    /// of 32: `32 x` summed per lane (negated, ready to start the sum).
-    #[inline(always)]
-    unsafe fn q6_offset(x: __m256i) -> __m256i {
-        unsafe {
-            let p = Self::dot_u(_mm256_setzero_si256(), _mm256_set1_epi8(32), x);
-            _mm256_sub_epi32(_mm256_setzero_si256(), p)
-        }
-    }
-
-    /// `acc + s * sum (u - 32) x` per lane, exactly, for `u` in `[0, 63]`, with `xo` from
-    /// [`Dot::q6_offset`] and `s` from [`Dot::scales`] (the lanes of [`Dot::dot_scaled`] on
-    /// `u - 32`).
-    #[inline(always)]
-    unsafe fn dot_offset_scaled(
-        acc: __m256i,
-        u: __m256i,
-        x: __m256i,
-        xo: __m256i,
-        s: __m256i,
-    ) -> __m256i {
-        unsafe { _mm256_add_epi32(acc, _mm256_mullo_epi32(Self::dot_u(xo, u, x), s)) }
-    }
-
     /// 16 in byte `i` where bit `i` of `qh` is set, else 0 (`Q5_0`'s fifth bits).
     #[inline(always)]
     unsafe fn high_bits(qh: u32) -> __m256i {
@@ -181,37 +146,6 @@ impl Dot for Avx2 {
     #[inline(always)]
     unsafe fn scales(lo: i32, hi: i32) -> __m256i {
         unsafe { _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16)) }
-    }
-
-    #[inline(always)]
-    unsafe fn scales_at<const C: usize>(sc: __m128i) -> __m256i {
-        let (a, b) = ((2 * C) as i8, (2 * C + 1) as i8);
-        unsafe {
-            let pick = _mm_setr_epi8(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
-            _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, pick))
-        }
-    }
-
-    /// As `i16` pairs: `32 (x0 + x1)` (at most 8128).
-    #[inline(always)]
-    unsafe fn q6_offset(x: __m256i) -> __m256i {
-        unsafe { _mm256_maddubs_epi16(_mm256_set1_epi8(32), x) }
-    }
-
-    #[inline(always)]
-    unsafe fn dot_offset_scaled(
-        acc: __m256i,
-        u: __m256i,
-        x: __m256i,
-        xo: __m256i,
-        s: __m256i,
-    ) -> __m256i {
-        // The pairs u0 x0 + u1 x1 (at most 2 * 63 * 127) less 32 (x0 + x1): (u - 32) x
-        // pairwise in i16 exactly, then summed and scaled as `dot_scaled`.
-        unsafe {
-            let p = _mm256_sub_epi16(_mm256_maddubs_epi16(u, x), xo);
-            _mm256_add_epi32(acc, _mm256_madd_epi16(p, s))
-        }
     }
 
     #[inline(always)]
@@ -304,7 +238,7 @@ unsafe fn rows_with<D: Dot>(
     // the activation loads (the 32-element formats also reduce their sums together).
     let quad_dtype = matches!(
         dtype,
-        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q4_K | DType::Q6_K
+        DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q4_K
     );
     if nr <= 2 && quad_dtype {
         let quads = w.len() / row_bytes / 4;
@@ -320,13 +254,11 @@ unsafe fn rows_with<D: Dot>(
                     (1, DType::Q4_0) => quad::<D, 1, Q4_0>(wq, row_bytes, xs, oq),
                     (1, DType::Q4_1) => quad::<D, 1, Q4_1>(wq, row_bytes, xs, oq),
                     (1, DType::Q4_K) => kquant::quad_q4_k::<D, 1>(wq, row_bytes, xs, oq),
-                    (1, DType::Q6_K) => kquant::quad_q6_k::<D, 1>(wq, row_bytes, xs, oq),
                     (1, _) => quad::<D, 1, Q5_0>(wq, row_bytes, xs, oq),
                     (_, DType::Q8_0) => quad::<D, 2, Q8_0>(wq, row_bytes, xs, oq),
                     (_, DType::Q4_0) => quad::<D, 2, Q4_0>(wq, row_bytes, xs, oq),
                     (_, DType::Q4_1) => quad::<D, 2, Q4_1>(wq, row_bytes, xs, oq),
                     (_, DType::Q4_K) => kquant::quad_q4_k::<D, 2>(wq, row_bytes, xs, oq),
-                    (_, DType::Q6_K) => kquant::quad_q6_k::<D, 2>(wq, row_bytes, xs, oq),
                     (_, _) => quad::<D, 2, Q5_0>(wq, row_bytes, xs, oq),
                 }
             }

@@ -1,8 +1,12 @@
 //! The K-quant bodies (`Q4_K`, `Q6_K`) of the x86 integer products: one weight row against up
-//! to [`TILE`](super::TILE) rows of `x` (prefill's tiles, and the rows left over), and four
-//! weight rows against one or two rows of `x` (decode: `x`, or its two residual terms).
+//! to [`TILE`](super::TILE) rows of `x` (prefill's tiles, and the rows left over), and for
+//! `Q4_K` four weight rows against one or two rows of `x` (decode: `x`, or its two residual
+//! terms). `Q6_K` decode stays one row at a time: four-row `Q6_K` kernels (the rows chunk by
+//! chunk, or super-block by super-block) were 15-35% faster on a cache-resident weight but
+//! twice as slow streaming one from DRAM (1024 x 151936 on a Zen 4, 40-45 ms against 19-24 ms),
+//! which is where decode reads it.
 //!
-//! Both give the same bits. Per super-block and per pair of rows, the integer sums sit in eight
+//! Both `Q4_K` kernels give the same bits. Per super-block and per pair of rows, the integer sums sit in eight
 //! `i32` lanes (lane `t` holds elements `4t..4t + 4` of every 32-element chunk, times the
 //! chunk's scale), are converted to f32 and multiply-added into eight f32 lanes, which are
 //! summed once at the end of the row. The four-row kernel keeps that per-lane layout for each
@@ -264,107 +268,6 @@ pub(super) unsafe fn q6_k<D: Dot, const R: usize>(w: &[u8], xs: &[XRow]) -> [f32
             out[r] = hsum(acc[r]);
         }
         out
-    }
-}
-
-/// Chunk `C` (0-7) of a `Q6_K` super-block `wb` as unsigned 6-bit values (before the `- 32`):
-/// chunk `4h + k` is half `h`'s low bits (`ql`, 32 bytes `k % 2`, nibble `k / 2`) with bits
-/// `2k..2k + 2` of its high bits (`qh`) above them.
-#[inline(always)]
-unsafe fn q6_k_chunk<const C: usize>(wb: &[u8]) -> __m256i {
-    unsafe {
-        let (h, k) = (C / 4, C % 4);
-        let (low, three) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
-        let at = 64 * h + 32 * (k % 2);
-        let ql = load32(wb.get_unchecked(at..at + 32));
-        let qh = load32(wb.get_unchecked(128 + 32 * h..160 + 32 * h));
-        let lo = if k < 2 {
-            _mm256_and_si256(ql, low)
-        } else {
-            _mm256_and_si256(_mm256_srli_epi16(ql, 4), low)
-        };
-        let hb = match k {
-            0 => qh,
-            1 => _mm256_srli_epi16(qh, 2),
-            2 => _mm256_srli_epi16(qh, 4),
-            _ => _mm256_srli_epi16(qh, 6),
-        };
-        _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(hb, three), 4))
-    }
-}
-
-/// Chunk `C` of four `Q6_K` super-blocks (`wb`) against `R` rows of `x` (chunk `C` of their
-/// super-block at `xq[r][xb..]`), into the rows' lanes `isum[r][j]`: each activation chunk
-/// and its offset ([`Dot::q6_offset`]) once for the four rows.
-#[inline(always)]
-unsafe fn q6_k_quad_chunk<D: Dot, const R: usize, const C: usize>(
-    wb: &[&[u8]; 4],
-    xq: &[&[i8]; R],
-    xb: usize,
-    isum: &mut [[__m256i; 4]; R],
-) {
-    unsafe {
-        let xc = xb + 32 * C;
-        let x: [__m256i; R] = core::array::from_fn(|r| load_x(xq[r].get_unchecked(xc..xc + 32)));
-        let xo: [__m256i; R] = core::array::from_fn(|r| D::q6_offset(x[r]));
-        for j in 0..4 {
-            let q = q6_k_chunk::<C>(wb[j]);
-            let sc = _mm_loadu_si128(wb[j].get_unchecked(192..208).as_ptr() as *const __m128i);
-            let s = D::scales_at::<C>(sc);
-            for r in 0..R {
-                isum[r][j] = D::dot_offset_scaled(isum[r][j], q, x[r], xo[r], s);
-            }
-        }
-    }
-}
-
-/// Four `Q6_K` weight rows (`w` holds them `row_bytes` apart) against `R` rows of `x`:
-/// `out[j * R + r]`, the bits [`q6_k`] gives each row. The chunks go in order, each a
-/// compile-time index (immediate shifts and scale shuffles); the values stay unsigned and the
-/// `- 32` comes off as `32 x` per lane, computed once per activation chunk for the four rows.
-#[inline(always)]
-pub(super) unsafe fn quad_q6_k<D: Dot, const R: usize>(
-    w: &[u8],
-    row_bytes: usize,
-    xs: &[XRow],
-    out: &mut [f32],
-) {
-    let nb = row_bytes / 210;
-    let rows: [&[u8]; 4] = core::array::from_fn(|j| &w[j * row_bytes..(j + 1) * row_bytes]);
-    let xq: [&[i8]; R] = core::array::from_fn(|r| &xs[r].qs[..256 * nb]);
-    let xd: [&[f32]; R] = core::array::from_fn(|r| &xs[r].d[..nb]);
-    unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 4]; R];
-        for b in 0..nb {
-            let at = 210 * b;
-            prefetch_four(w, row_bytes, at, 210);
-            let wb: [&[u8]; 4] = core::array::from_fn(|j| rows[j].get_unchecked(at..at + 210));
-            let mut isum = [[_mm256_setzero_si256(); 4]; R];
-            let xb = 256 * b;
-            q6_k_quad_chunk::<D, R, 0>(&wb, &xq, xb, &mut isum);
-            q6_k_quad_chunk::<D, R, 1>(&wb, &xq, xb, &mut isum);
-            q6_k_quad_chunk::<D, R, 2>(&wb, &xq, xb, &mut isum);
-            q6_k_quad_chunk::<D, R, 3>(&wb, &xq, xb, &mut isum);
-            q6_k_quad_chunk::<D, R, 4>(&wb, &xq, xb, &mut isum);
-            q6_k_quad_chunk::<D, R, 5>(&wb, &xq, xb, &mut isum);
-            q6_k_quad_chunk::<D, R, 6>(&wb, &xq, xb, &mut isum);
-            q6_k_quad_chunk::<D, R, 7>(&wb, &xq, xb, &mut isum);
-            for r in 0..R {
-                let dx = *xd[r].get_unchecked(b);
-                for j in 0..4 {
-                    acc[r][j] = _mm256_fmadd_ps(
-                        _mm256_set1_ps(f16_at(wb[j], 208) * dx),
-                        _mm256_cvtepi32_ps(isum[r][j]),
-                        acc[r][j],
-                    );
-                }
-            }
-        }
-        for r in 0..R {
-            for j in 0..4 {
-                out[j * R + r] = hsum(acc[r][j]);
-            }
-        }
     }
 }
 
