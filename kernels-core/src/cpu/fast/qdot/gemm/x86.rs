@@ -231,14 +231,17 @@ unsafe fn kernel<D: Dot, const R: usize, const F: u8>(
     }
 }
 
-/// [`kernel_t`] for the formats with unsigned stored values, [`kernel`] for `Q8_0`.
+/// [`kernel_t`] for the formats with unsigned stored values, [`kernel_t8`] for `Q8_0` on the
+/// VNNI families, [`kernel`] for `Q8_0` on AVX2.
 #[inline(always)]
 unsafe fn kernel_any<D: Dot, const R: usize, const F: u8>(
     wr: &[&[u8]; JW],
     xs: &[XRow],
 ) -> [[f32; JW]; R] {
     unsafe {
-        if F == Q8_0 {
+        if F == Q8_0 && D::VNNI {
+            kernel_t8::<D, R>(wr, xs)
+        } else if F == Q8_0 {
             kernel::<D, R, F>(wr, xs)
         } else {
             kernel_t::<D, R, F>(wr, xs)
@@ -292,6 +295,56 @@ unsafe fn kernel_t<D: Dot, const R: usize, const F: u8>(
                     let mw = halves8(&wb, 2);
                     acc[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx * xs_b as f32), acc[r]);
                 }
+            }
+        }
+        let mut out = [[0.0f32; JW]; R];
+        for r in 0..R {
+            _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
+        }
+        out
+    }
+}
+
+/// [`kernel_t`] for `Q8_0` on the VNNI families (signed weights): the activations offset to
+/// unsigned (`x + 128`, by flipping the sign bit) multiply the signed weights, and the
+/// accumulation starts at `-128` times each weight row's block sum, so the integers are
+/// exactly `sum q x` (`vpdpbusd` adds in `i32` without saturating; AVX2's `vpmaddubsw` would
+/// saturate, so AVX2 keeps [`kernel`]).
+#[inline(always)]
+unsafe fn kernel_t8<D: Dot, const R: usize>(wr: &[&[u8]; JW], xs: &[XRow]) -> [[f32; JW]; R] {
+    let bb = block_bytes(Q8_0);
+    let nb = wr[0].len() / bb;
+    let xq: [&[i8]; R] = core::array::from_fn(|r| &xs[r].qs[..32 * nb]);
+    let xd: [&[f32]; R] = core::array::from_fn(|r| &xs[r].d[..nb]);
+    unsafe {
+        let zero = _mm256_setzero_si256();
+        let flip = _mm256_set1_epi32(0x8080_8080u32 as i32);
+        let mut acc = [_mm256_setzero_ps(); R];
+        for b in 0..nb {
+            let at = b * bb;
+            let wb: [&[u8]; JW] = core::array::from_fn(|j| wr[j].get_unchecked(at..at + bb));
+            let wt = transpose8(core::array::from_fn(|j| unpack_u::<D, Q8_0>(wb[j])));
+            // -128 times each row's block sum: 128 (unsigned) times each group, negated.
+            let mut c = zero;
+            for g in wt.iter() {
+                c = D::dot_u(c, _mm256_set1_epi8(-128), *g);
+            }
+            let init = _mm256_sub_epi32(zero, c);
+            let dw = halves8(&wb, 0);
+            for r in 0..R {
+                let xp = xq[r].get_unchecked(32 * b..32 * b + 32).as_ptr() as *const i32;
+                let mut s0 = init;
+                let mut s1 = zero;
+                for g in (0..8).step_by(2) {
+                    let x0 = _mm256_xor_si256(_mm256_set1_epi32(xp.add(g).read_unaligned()), flip);
+                    let x1 =
+                        _mm256_xor_si256(_mm256_set1_epi32(xp.add(g + 1).read_unaligned()), flip);
+                    s0 = D::dot_u(s0, x0, wt[g]);
+                    s1 = D::dot_u(s1, x1, wt[g + 1]);
+                }
+                let s = _mm256_add_epi32(s0, s1);
+                let dx = _mm256_set1_ps(*xd[r].get_unchecked(b));
+                acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(s), acc[r]);
             }
         }
         let mut out = [[0.0f32; JW]; R];
@@ -373,6 +426,9 @@ unsafe fn halves8(wb: &[&[u8]; JW], at: usize) -> __m256 {
 /// The multiply-add of a family: `acc + sum of u * x` over each group of 4 bytes, for `u` in
 /// `[0, 128]` (as unsigned) and `x` in `[-127, 127]`.
 trait Dot {
+    /// Whether `dot_u` sums in `i32` without saturating for any unsigned `u` (`vpdpbusd`).
+    const VNNI: bool;
+
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i;
 
     /// 16 in byte `i` where bit `i` of `qh` is set, else 0 (`Q5_0`'s fifth bits).
@@ -398,6 +454,8 @@ struct AvxVnni;
 struct Avx512Vnni;
 
 impl Dot for Avx2 {
+    const VNNI: bool = false;
+
     #[inline(always)]
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
         // |u * x| pairs stay below 2 * 128 * 127 < 2^15: no saturation.
@@ -409,6 +467,8 @@ impl Dot for Avx2 {
 }
 
 impl Dot for AvxVnni {
+    const VNNI: bool = true;
+
     #[inline(always)]
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
         unsafe { _mm256_dpbusd_avx_epi32(acc, u, x) }
@@ -416,6 +476,8 @@ impl Dot for AvxVnni {
 }
 
 impl Dot for Avx512Vnni {
+    const VNNI: bool = true;
+
     #[inline(always)]
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
         unsafe { _mm256_dpbusd_epi32(acc, u, x) }
