@@ -1,12 +1,15 @@
 //! Prefill's integer products as a register-tiled GEMM on the packed weight: 8 weight rows by
-//! `RX` quantized rows of `x` at a time ([`x86`]; `RX` = 4 on AVX-512 VNNI, 2 on AVX2 and
+//! `RX` quantized rows of `x` at a time ([`x86`]; `RX` = 8 on AVX-512 VNNI, 2 on AVX2 and
 //! AVX-VNNI), so each unpacked weight block serves `RX` rows of `x` and each activation block
-//! 8 weight rows. Per block and row of `x`, the 8 integer dot products (32 values each) are
-//! reduced to one exact `i32` each side by side in one vector, converted, and accumulated with
-//! one fused multiply-add by the weight scales times the activation scale: one vector
-//! instruction of f32 work for 8 outputs, where the one-weight-row kernels spent three per
-//! output. The rows of `x` are taken in blocks whose 8-bit values stay in L2
-//! ([`X_BLOCK_BYTES`]) while every weight row of a thread's range passes over them.
+//! 8 weight rows. Per block, the 8 unpacked weight blocks are transposed once (lane `j` of
+//! vector `g` holds row `j`'s values `4g..4g + 4`), so per row of `x` eight multiply-adds with
+//! the activation's groups of four broadcast give the 8 rows' exact `i32` block sums side by
+//! side (AVX2's `Q8_0` reduces 8 products instead: its multiply-add saturates on the offset
+//! activations), converted and accumulated with one fused multiply-add by the weight scales
+//! times the activation scale: one vector instruction of f32 work for 8 outputs, where the
+//! one-weight-row kernels spent three per output. The rows of `x` are taken in blocks whose
+//! 8-bit values stay in L2 ([`X_BLOCK_BYTES`]) while every weight row of a thread's range
+//! passes over them.
 //!
 //! The numbers are the four-row decode kernel's, lane for lane: each output is
 //! `acc = fma(dw * dx, s, acc)` over the blocks in order, `s` the block's exact integer dot
@@ -46,9 +49,9 @@ pub fn tiled(family: Family, dtype: DType, nr: usize) -> bool {
 
 /// Whether prefill at [`super::Precision::Residual`] (two integer products per weight block)
 /// on `family` with a weight of `dtype` takes the tiled kernels rather than the f32 panel
-/// path: where measured faster (the transposed 4- and 5-bit kernels: `Q4_0`, `Q4_1`, `Q5_0`;
-/// `Q8_0`'s reducing kernel and the K-quants' per-row kernels are slower than the panels at
-/// residual precision, faster at single).
+/// path: where measured faster (`Q4_0`, `Q4_1`, `Q5_0`; `Q8_0`, whose weight bytes are twice
+/// as many to unpack and transpose, and the K-quants' per-row kernels are slower than the
+/// panels at residual precision, faster at single).
 pub fn residual_prefill(family: Family, dtype: DType) -> bool {
     dtype != DType::Q8_0 && tiled(family, dtype, MIN_ROWS)
 }

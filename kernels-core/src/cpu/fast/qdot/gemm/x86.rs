@@ -1,6 +1,6 @@
 //! The tiled integer products on x86_64 (see [`super`]): one body per 32-element weight format,
 //! written over [`Dot`] (a family's 8-bit multiply-add) and compiled per family in a
-//! `target_feature` function. AVX-512 VNNI (32 vector registers) takes 8 weight rows by 4 rows
+//! `target_feature` function. AVX-512 VNNI (32 vector registers) takes 8 weight rows by 8 rows
 //! of `x`; AVX2 and AVX-VNNI (16) take 8 by 2.
 //!
 //! The helpers repeat `super::super::x86`'s (whose four-row decode kernel's numbers these
