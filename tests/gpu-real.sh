@@ -369,8 +369,10 @@ if [ -f "$M1B/model.safetensors" ]; then
         [ "$b" = cpu ] && [ "$DRY" != 1 ] && continue
         for q in f16 q8_0 q4_k; do RUNS_1B+=("$b $q $b KERNELS_CUDA_GRAPHS=1"); done
     done
-    # The host's cost per token without CUDA graphs, beside the runs with them.
+    # The host's cost per token without CUDA graphs and with graphs updated each token (no
+    # replay), beside the runs that replay the decode step.
     [ "$HAS_CUDA" = 1 ] && RUNS_1B+=("cuda-no-graphs f16 cuda KERNELS_CUDA_GRAPHS=0")
+    [ "$HAS_CUDA" = 1 ] && RUNS_1B+=("cuda-graphs-updated f16 cuda KERNELS_CUDA_REPLAY=0")
     for run in "${RUNS_1B[@]}"; do
         read -r label q b genv <<<"$run"
         qa=()
