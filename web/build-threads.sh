@@ -10,7 +10,8 @@
 # Usage: web/build-threads.sh [DIST]   (default dist; run `trunk build --release` first)
 # Installs nightly's rust-src and wasm32 target when missing (idempotent). Needs wasm-bindgen (the
 # version in Cargo.lock) and binaryen 132's wasm-opt on PATH (tests/web_e2e.sh provides both).
-# Its own target directory (target/web-threads): the flags differ from the default build's.
+# Its own target directory (target/web-threads, or WEB_THREADS_TARGET_DIR): the flags differ from
+# the default build's.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DIST=${1:-dist}
@@ -28,7 +29,7 @@ rustup +nightly target list --installed | grep -q '^wasm32-unknown-unknown$' ||
 # may grow to 4 GiB (the linker's default maximum for shared memory is 1 GiB; a 0.5B model's
 # weights and the page's buffers pass that).
 export RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128 -C link-arg=--max-memory=4294967296"
-export CARGO_TARGET_DIR="$PWD/target/web-threads"
+export CARGO_TARGET_DIR="${WEB_THREADS_TARGET_DIR:-$PWD/target/web-threads}"
 # The final link makes the memory shared and imported (the workers instantiate the module on the
 # page's memory) and exports the thread-local storage symbols wasm-bindgen's thread support
 # calls: current nightly no longer adds these for +atomics by itself. Given to the page crate
