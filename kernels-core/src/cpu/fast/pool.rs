@@ -20,8 +20,8 @@
 //!   `threads - 1` workers, started on first use and kept for the life of the process. With
 //!   one thread, one range or without the `threads` feature (`no_std`) everything runs inline
 //!   on the caller. On wasm32 std starts no threads: built with the `atomics` target feature
-//!   (shared memory), the page starts web workers that call [`run_worker`], then
-//!   [`seal_workers`] makes them the pool's; without it (the default browser build) one thread.
+//!   (shared memory), the page starts web workers that call `run_worker`, then
+//!   `seal_workers` makes them the pool's; without it (the default browser build) one thread.
 //! - **Waking.** A product publishes its job and bumps an atomic epoch; workers that finished
 //!   a job less than [`SPIN_MICROS`] µs ago are still spinning on that epoch and start without a system
 //!   call. Workers idle for longer park, and the caller unparks them (a system call, off the

@@ -1,5 +1,5 @@
 //! The pool's threads (with the `threads` feature, natively, and on wasm32 built with the
-//! `atomics` target feature, whose workers are web workers: [`web`]). See the parent module
+//! `atomics` target feature, whose workers are web workers: `web`). See the parent module
 //! for what the pool promises; this is how.
 //!
 //! One product at a time owns the workers (`busy`). Its job lives on the caller's stack; the
