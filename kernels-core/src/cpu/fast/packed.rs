@@ -175,7 +175,7 @@ fn product_of(
         && quantized
         && (rows <= MAX_ROWS
             || config::activation_precision() == qdot::Precision::Single
-            || qdot::gemm::residual_prefill(Family::best(), w.dtype()));
+            || qdot::gemm::residual_prefill(Family::best(), w.dtype(), rows));
     let panels = quantized && !integer && rows > MAX_ROWS;
     if rows == 0 || k == 0 || n == 0 || (rows > MAX_ROWS && !integer && !panels) {
         return None;

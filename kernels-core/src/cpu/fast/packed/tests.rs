@@ -167,9 +167,10 @@ fn prefill_takes_the_integer_gemm_where_it_beats_the_panels() {
     // of the integer product where `qdot::gemm::residual_prefill` (or single precision) picks
     // it, else the panels', on every format.
     let mut rng = Rng::new(2803);
-    let (rows, n) = (MAX_ROWS + 9, 19);
+    let n = 19;
     let p = config::activation_precision();
-    for dtype in formats() {
+    let beyond = qdot::gemm::RESIDUAL_PREFILL_MAX_ROWS + 1;
+    for (dtype, rows) in formats().flat_map(|d| [(d, MAX_ROWS + 9), (d, beyond)]) {
         let k = 3 * dtype.block_elems();
         let wq = weights(&mut rng, dtype, n, k);
         let x: Vec<f32> = (0..rows * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
@@ -183,8 +184,8 @@ fn prefill_takes_the_integer_gemm_where_it_beats_the_panels() {
             .expect("the fast path")
             .expect("a product");
         let y = y[0].as_f32().expect("f32");
-        let integer =
-            p == qdot::Precision::Single || qdot::gemm::residual_prefill(Family::best(), dtype);
+        let integer = p == qdot::Precision::Single
+            || qdot::gemm::residual_prefill(Family::best(), dtype, rows);
         let t = if integer {
             let rb = dtype.bytes_for(k).expect("whole blocks");
             let mut t = vec![0.0f32; rows * n];

@@ -47,13 +47,21 @@ pub fn tiled(family: Family, dtype: DType, nr: usize) -> bool {
         && family.missing().is_none()
 }
 
-/// Whether prefill at [`super::Precision::Residual`] (two integer products per weight block)
-/// on `family` with a weight of `dtype` takes the tiled kernels rather than the f32 panel
-/// path: where measured faster (`Q4_0`, `Q4_1`, `Q5_0`; `Q8_0`, whose weight bytes are twice
-/// as many to unpack and transpose, and the K-quants' per-row kernels are slower than the
-/// panels at residual precision, faster at single).
-pub fn residual_prefill(family: Family, dtype: DType) -> bool {
-    dtype != DType::Q8_0 && tiled(family, dtype, MIN_ROWS)
+/// The most rows of x for which prefill at residual precision takes the tiled kernels: the
+/// f32 panel path gains with rows (each decoded panel serves more of them) while the tiled
+/// kernels' rate stays flat. Measured end to end on the 0.5B Qwen's Q4_0 and Q4_K_M files (1
+/// thread, AVX-512 VNNI, 2026-11-26): the tiles 1.5-5.5% faster at 64 rows, the panels 2-10%
+/// faster at 128 and 7-11% at 256.
+pub const RESIDUAL_PREFILL_MAX_ROWS: usize = 64;
+
+/// Whether prefill of `rows` rows of x at [`super::Precision::Residual`] (two integer products
+/// per weight block) on `family` with a weight of `dtype` takes the tiled kernels rather than
+/// the f32 panel path: where measured faster (`Q4_0`, `Q4_1`, `Q5_0` up to
+/// [`RESIDUAL_PREFILL_MAX_ROWS`] rows; `Q8_0`, whose weight bytes are twice as many to unpack
+/// and transpose, and the K-quants' per-row kernels are slower than the panels at residual
+/// precision, faster at single).
+pub fn residual_prefill(family: Family, dtype: DType, rows: usize) -> bool {
+    rows <= RESIDUAL_PREFILL_MAX_ROWS && dtype != DType::Q8_0 && tiled(family, dtype, MIN_ROWS)
 }
 
 /// `out[j * xs.len() + r] = dot(w row j, xs[r])` for the rows of `w` (`row_bytes` each) on
