@@ -7,7 +7,7 @@
 //! (`q4_0`, `q4_1`, `q5_0` on x86 at the default residual precision), within
 //! [`super::qdot::QUANTIZED_ACTIVATION_BUDGETS`] of the reference; the weight is never decoded
 //! to f32 there. Other prefill on a quantized weight decodes it a panel at a time into the f32
-//! GEMM ([`panel_product`]). With exact activations (`KERNELS_EXACT_ACTIVATIONS=1`,
+//! GEMM (`panel_product`). With exact activations (`KERNELS_EXACT_ACTIVATIONS=1`,
 //! [`crate::backend::CpuBackend::with_exact_activations`]), and for `f16` and `bf16` weights,
 //! few rows (decode) take the f32 path below: each weight row is decoded once into a row buffer and dotted with every row of
 //! `x`, so the weight streams from memory in its packed size (4.5 bits a weight for `q4_0`
@@ -337,7 +337,7 @@ fn panel_product(
 
 /// `out_t[j * rows + r] = dot(w row j, x row r)` (the transposed product) with f32
 /// activations, on `threads` threads of the pool: each range of weight rows (whole
-/// [`PANEL_GRAIN`]s) decodes its rows a panel at a time and runs the single-threaded blocked
+/// `PANEL_GRAIN`s) decodes its rows a panel at a time and runs the single-threaded blocked
 /// GEMM `panel . x^T` into its own rows of `out_t`. Every output is one dot product of the
 /// blocked GEMM whose arithmetic does not depend on the tile, panel or range it falls in, so
 /// the bits are the same on any number of threads.

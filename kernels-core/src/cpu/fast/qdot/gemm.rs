@@ -1,5 +1,5 @@
 //! Prefill's integer products as a register-tiled GEMM on the packed weight: 8 weight rows by
-//! `RX` quantized rows of `x` at a time ([`x86`]; `RX` = 8 on AVX-512 VNNI, 2 on AVX2 and
+//! `RX` quantized rows of `x` at a time (`x86`; `RX` = 8 on AVX-512 VNNI, 2 on AVX2 and
 //! AVX-VNNI), so each unpacked weight block serves `RX` rows of `x` and each activation block
 //! 8 weight rows. Per block, the 8 unpacked weight blocks are transposed once (lane `j` of
 //! vector `g` holds row `j`'s values `4g..4g + 4`), so per row of `x` eight multiply-adds with
