@@ -99,8 +99,10 @@ impl Drop for Decoder {
     }
 }
 
-/// Distinct [`Decoder`] replay keys in one process.
-static REPLAY_KEYS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(1);
+/// Distinct [`Decoder`] replay keys in one process. `AtomicUsize`, not `AtomicU64`: the
+/// `no_std` targets (thumbv7em) have no 64-bit atomics; a 32-bit count wraps only after 2^32
+/// decoders.
+static REPLAY_KEYS: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(1);
 
 impl Decoder {
     /// A decoder whose cache will hold `capacity` positions (capped at the model's
@@ -123,7 +125,7 @@ impl Decoder {
                 top_p: s.top_p,
             },
             last: None,
-            replay_key: REPLAY_KEYS.fetch_add(1, core::sync::atomic::Ordering::Relaxed),
+            replay_key: REPLAY_KEYS.fetch_add(1, core::sync::atomic::Ordering::Relaxed) as u64,
         })
     }
 
