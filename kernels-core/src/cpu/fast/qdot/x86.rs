@@ -90,7 +90,10 @@ unsafe fn rows_avx512vnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow],
 
 /// The multiply-add of a family: `acc + sum of u * x` over each group of 4 bytes, for `u` in
 /// `[0, 128]` (as unsigned) and `x` in `[-127, 127]`.
-trait Dot {
+pub(super) trait Dot {
+    /// Whether `dot_u` sums in `i32` without saturating for any unsigned `u` (`vpdpbusd`).
+    const VNNI: bool;
+
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i;
 
     /// The scales of a 32-element chunk's two 16-element halves (lanes 0-3 and 4-7 of
@@ -128,11 +131,13 @@ trait Dot {
     }
 }
 
-struct Avx2;
-struct AvxVnni;
-struct Avx512Vnni;
+pub(super) struct Avx2;
+pub(super) struct AvxVnni;
+pub(super) struct Avx512Vnni;
 
 impl Dot for Avx2 {
+    const VNNI: bool = false;
+
     #[inline(always)]
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
         // |u * x| pairs stay below 2 * 128 * 127 < 2^15: no saturation.
@@ -156,6 +161,8 @@ impl Dot for Avx2 {
 }
 
 impl Dot for AvxVnni {
+    const VNNI: bool = true;
+
     #[inline(always)]
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
         unsafe { _mm256_dpbusd_avx_epi32(acc, u, x) }
@@ -163,6 +170,8 @@ impl Dot for AvxVnni {
 }
 
 impl Dot for Avx512Vnni {
+    const VNNI: bool = true;
+
     #[inline(always)]
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
         unsafe { _mm256_dpbusd_epi32(acc, u, x) }

@@ -8,6 +8,7 @@
 
 use core::arch::x86_64::*;
 
+use super::super::x86::{Avx2, Avx512Vnni, AvxVnni, Dot};
 use super::super::{Family, XRow};
 use super::X_BLOCK_BYTES;
 use crate::dtype::DType;
@@ -423,72 +424,7 @@ unsafe fn halves8(wb: &[&[u8]; JW], at: usize) -> __m256 {
     }
 }
 
-/// The multiply-add of a family: `acc + sum of u * x` over each group of 4 bytes, for `u` in
-/// `[0, 128]` (as unsigned) and `x` in `[-127, 127]`.
-trait Dot {
-    /// Whether `dot_u` sums in `i32` without saturating for any unsigned `u` (`vpdpbusd`).
-    const VNNI: bool;
-
-    unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i;
-
-    /// 16 in byte `i` where bit `i` of `qh` is set, else 0 (`Q5_0`'s fifth bits).
-    #[inline(always)]
-    unsafe fn high_bits(qh: u32) -> __m256i {
-        unsafe {
-            let bytes = _mm256_shuffle_epi8(
-                _mm256_set1_epi32(qh as i32),
-                _mm256_setr_epi8(
-                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                    3, 3, 3, 3, 3, 3,
-                ),
-            );
-            let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-            let bits = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask);
-            _mm256_and_si256(bits, _mm256_set1_epi8(16))
-        }
-    }
-}
-
-struct Avx2;
-struct AvxVnni;
-struct Avx512Vnni;
-
-impl Dot for Avx2 {
-    const VNNI: bool = false;
-
-    #[inline(always)]
-    unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
-        // |u * x| pairs stay below 2 * 128 * 127 < 2^15: no saturation.
-        unsafe {
-            let p = _mm256_maddubs_epi16(u, x);
-            _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
-        }
-    }
-}
-
-impl Dot for AvxVnni {
-    const VNNI: bool = true;
-
-    #[inline(always)]
-    unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
-        unsafe { _mm256_dpbusd_avx_epi32(acc, u, x) }
-    }
-}
-
-impl Dot for Avx512Vnni {
-    const VNNI: bool = true;
-
-    #[inline(always)]
-    unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
-        unsafe { _mm256_dpbusd_epi32(acc, u, x) }
-    }
-
-    #[inline(always)]
-    unsafe fn high_bits(qh: u32) -> __m256i {
-        // The 32 bits are the byte mask itself (AVX-512BW).
-        unsafe { _mm256_maskz_mov_epi8(qh, _mm256_set1_epi8(16)) }
-    }
-}
+// The families' multiply-adds are decode's (`qdot::x86`'s `Dot`).
 
 #[inline(always)]
 unsafe fn load_x(x: &[i8]) -> __m256i {
