@@ -1,6 +1,7 @@
 //! Decode's integer products (`x [1, k] . W^T` for a block-quantized `W [n, k]`, 8-bit
 //! activations): each weight format on each integer kernel family this CPU runs, at both
-//! activation precisions. Criterion's bytes/s figure is the weight's bytes per second.
+//! activation precisions, and `q4_0`, `q5_0`, `q8_0` also in the eight-row interleaved layout
+//! (`/rows8`). Criterion's bytes/s figure is the weight's bytes per second.
 //!
 //! Shapes are the 0.5B Qwen's: `896x4864` (k x n: ffn_gate/up), `4864x896` (ffn_down) and
 //! `896x151936` (the tied lm_head). The K-quants need `k` a multiple of 256, so they take
@@ -16,7 +17,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kernels_core::cpu::fast::qdot::{Family, Precision, product_t};
+use kernels_core::cpu::fast::qdot::{Family, Layout, Precision, interleave, product_t_in};
 use kernels_core::{DType, Rng, quant};
 
 /// `n * k` weights of `dtype` at unit scale (`Q6_K`, which has no encoder: random blocks).
@@ -63,7 +64,7 @@ fn decode(c: &mut Criterion) {
         for (k, n) in [(small, 4864), (4864, 896), (small, 151936)] {
             // Made on the first benchmark the filter selects (quantizing the lm_head's
             // 136M weights takes seconds).
-            let mut operands: Option<(Vec<u8>, Vec<f32>)> = None;
+            let mut operands: Option<(Vec<u8>, Vec<u8>, Vec<f32>)> = None;
             let row_bytes = dtype.bytes_for(k).expect("whole blocks");
             let mut out = vec![0.0f32; n];
             group.throughput(Throughput::Bytes((n * row_bytes) as u64));
@@ -75,30 +76,46 @@ fn decode(c: &mut Criterion) {
                     ("single", Precision::Single),
                     ("residual", Precision::Residual),
                 ] {
-                    let id = BenchmarkId::new(
-                        format!("{}/{pname}/{}", dtype.name(), family.name()),
-                        format!("{k}x{n}"),
-                    );
-                    group.bench_function(id, |bench| {
-                        let (w, x) = operands.get_or_insert_with(|| {
-                            let mut rng = Rng::new((k * n) as u64);
-                            let w = weights(&mut rng, dtype, n, k);
-                            (w, rng.uniform_vec(k, -1.0, 1.0))
+                    for layout in [Layout::Plain, Layout::Rows8] {
+                        if layout == Layout::Rows8 && !interleave::supports(dtype) {
+                            continue;
+                        }
+                        let lname = if layout == Layout::Rows8 {
+                            "/rows8"
+                        } else {
+                            ""
+                        };
+                        let id = BenchmarkId::new(
+                            format!("{}/{pname}/{}{lname}", dtype.name(), family.name()),
+                            format!("{k}x{n}"),
+                        );
+                        group.bench_function(id, |bench| {
+                            let (w, w8, x) = operands.get_or_insert_with(|| {
+                                let mut rng = Rng::new((k * n) as u64);
+                                let w = weights(&mut rng, dtype, n, k);
+                                let w8 = if interleave::supports(dtype) {
+                                    interleave::repack(dtype, &w, row_bytes, n).expect("repack")
+                                } else {
+                                    Vec::new()
+                                };
+                                (w, w8, rng.uniform_vec(k, -1.0, 1.0))
+                            });
+                            let w = if layout == Layout::Rows8 { &*w8 } else { &*w };
+                            bench.iter(|| {
+                                product_t_in(
+                                    family,
+                                    p,
+                                    dtype,
+                                    (black_box(w), layout),
+                                    row_bytes,
+                                    black_box(x),
+                                    (1, k, n),
+                                    &mut out,
+                                )
+                                .expect("valid product")
+                            })
                         });
-                        bench.iter(|| {
-                            product_t(
-                                family,
-                                p,
-                                dtype,
-                                black_box(w),
-                                row_bytes,
-                                black_box(x),
-                                (1, k, n),
-                                &mut out,
-                            )
-                            .expect("valid product")
-                        })
-                    });
+                    }
                 }
             }
         }

@@ -41,14 +41,18 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::numerics::Budget;
 use crate::quant;
+pub use interleave::Layout;
 
 pub mod gemm;
+pub mod interleave;
 pub mod portable;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+#[cfg(test)]
+mod interleave_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -383,6 +387,33 @@ pub fn product_t(
     packed: &[u8],
     row_bytes: usize,
     x: &[f32],
+    dims: (usize, usize, usize),
+    out_t: &mut [f32],
+) -> Result<()> {
+    product_t_in(
+        family,
+        precision,
+        dtype,
+        (packed, Layout::Plain),
+        row_bytes,
+        x,
+        dims,
+        out_t,
+    )
+}
+
+/// [`product_t`] on a weight in either layout ([`interleave`]): the interleaved groups take the
+/// eight-row kernels on x86 for decode (one row of `x`, or its two residual terms); every other
+/// case unpacks a group at a time into the plain layout and takes the plain kernels, so the
+/// numbers do not depend on the layout.
+#[allow(clippy::too_many_arguments)]
+pub fn product_t_in(
+    family: Family,
+    precision: Precision,
+    dtype: DType,
+    (packed, layout): (&[u8], Layout),
+    row_bytes: usize,
+    x: &[f32],
     (rows, k, n): (usize, usize, usize),
     out_t: &mut [f32],
 ) -> Result<()> {
@@ -394,16 +425,25 @@ pub fn product_t(
     if !sizes_agree(packed, row_bytes, x, (rows, k, n), out_t) {
         return Err(bad("operand sizes disagree"));
     }
+    if layout == Layout::Rows8 && !interleave::supports(dtype) {
+        return Err(bad("no interleaved layout for this dtype"));
+    }
     let residual = precision == Precision::Residual;
     let terms = if residual { 2 } else { 1 };
     let acts = Acts::new(dtype, x, k, residual)?;
     let xrows: Vec<XRow> = (0..rows * terms).map(|r| acts.row(r)).collect();
     let work = n.saturating_mul(k).saturating_mul(rows * terms);
-    split_rows(n, rows, work, out_t, &|j0, out| {
-        let jn = out.len() / rows.max(1);
-        let w = &packed[j0 * row_bytes..(j0 + jn) * row_bytes];
+    // Interleaved rows: the whole groups (the ranges split at multiples of a group).
+    let grouped = if layout == Layout::Rows8 {
+        n / interleave::GROUP * interleave::GROUP
+    } else {
+        0
+    };
+    let align = if grouped > 0 { interleave::GROUP } else { 1 };
+    // The plain kernels on plain rows `w`, each residual pair summed.
+    let plain = |w: &[u8], out: &mut [f32]| {
         if residual {
-            let mut both = vec![0.0f32; jn * rows * 2];
+            let mut both = vec![0.0f32; out.len() * 2];
             rows_of(family, dtype, w, row_bytes, &xrows, &mut both);
             for (o, p) in out.iter_mut().zip(both.chunks_exact(2)) {
                 *o = p[0] + p[1];
@@ -411,11 +451,42 @@ pub fn product_t(
         } else {
             rows_of(family, dtype, w, row_bytes, &xrows, out);
         }
+    };
+    split_rows(n, rows, work, align, out_t, &|j0, out| {
+        let jn = out.len() / rows.max(1);
+        let gi = grouped.saturating_sub(j0).min(jn);
+        let (og, orest) = out.split_at_mut(gi * rows);
+        plain(&packed[(j0 + gi) * row_bytes..(j0 + jn) * row_bytes], orest);
+        let wg = &packed[j0 * row_bytes..(j0 + gi) * row_bytes];
+        let gbytes = interleave::GROUP * row_bytes;
+        let special = acts.special.iter().any(|&s| s);
+        let mut unpacked = Vec::new();
+        for (g, o) in wg
+            .chunks_exact(gbytes)
+            .zip(og.chunks_exact_mut(interleave::GROUP * rows))
+        {
+            if !group_kernel(family, dtype, g, row_bytes, &xrows, residual, o) {
+                unpacked.resize(gbytes, 0);
+                interleave::unpack_group(dtype, g, row_bytes, &mut unpacked);
+                plain(&unpacked, o);
+            }
+        }
         // Rows with NaN or infinity: decoded weight rows and an f32 dot, as the reference.
-        if acts.special.iter().any(|&s| s) {
+        if special {
             let mut wrow = vec![0.0f32; k];
+            unpacked.resize(gbytes, 0);
             for jj in 0..jn {
-                quant::decode_blocks(dtype, &w[jj * row_bytes..(jj + 1) * row_bytes], &mut wrow);
+                let wr = if jj < gi {
+                    if jj % interleave::GROUP == 0 {
+                        let g = &wg[jj * row_bytes..(jj + interleave::GROUP) * row_bytes];
+                        interleave::unpack_group(dtype, g, row_bytes, &mut unpacked);
+                    }
+                    let at = jj % interleave::GROUP * row_bytes;
+                    &unpacked[at..at + row_bytes]
+                } else {
+                    &packed[(j0 + jj) * row_bytes..(j0 + jj + 1) * row_bytes]
+                };
+                quant::decode_blocks(dtype, wr, &mut wrow);
                 for r in (0..rows).filter(|&r| acts.special[r]) {
                     let xr = &x[r * k..(r + 1) * k];
                     out[jj * rows + r] = xr.iter().zip(&wrow).fold(0.0, |s, (a, b)| s + a * b);
@@ -423,6 +494,46 @@ pub fn product_t(
             }
         }
     })
+}
+
+/// One interleaved group `g` against `xs` on the eight-row kernel of `family`, where it has one
+/// (x86, one or two rows of `x`): `out` as [`product_t`]'s, residual pairs summed. `false`
+/// (nothing written) where it has none.
+#[allow(unused_variables)]
+fn group_kernel(
+    family: Family,
+    dtype: DType,
+    g: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    residual: bool,
+    out: &mut [f32],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if matches!(family, Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni)
+        && family.missing().is_none()
+        && (1..=2).contains(&xs.len())
+    {
+        let mut both = [0.0f32; 2 * interleave::GROUP];
+        let r = xs.len();
+        x86::group(
+            family,
+            dtype,
+            g,
+            row_bytes,
+            xs,
+            &mut both[..r * interleave::GROUP],
+        );
+        if residual {
+            for (o, p) in out.iter_mut().zip(both.chunks_exact(2)) {
+                *o = p[0] + p[1];
+            }
+        } else {
+            out.copy_from_slice(&both[..out.len()]);
+        }
+        return true;
+    }
+    false
 }
 
 /// The products of the weight rows in `w` with every row in `xs` on `family`:
@@ -454,11 +565,12 @@ fn split_rows(
     n: usize,
     rows: usize,
     work: usize,
+    align: usize,
     out_t: &mut [f32],
     f: &(dyn Fn(usize, &mut [f32]) + Sync),
 ) -> Result<()> {
     let per_row = (work / n.max(1)).max(1);
-    let grain = GRAIN_WORK.div_ceil(per_row).max(1);
+    let grain = GRAIN_WORK.div_ceil(per_row).next_multiple_of(align.max(1));
     super::pool::for_slices(out_t, rows.max(1), grain, &|r, out| {
         f(r.start, out);
         Ok(())

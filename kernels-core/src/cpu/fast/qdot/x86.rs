@@ -15,6 +15,7 @@ use core::arch::x86_64::*;
 use super::{Family, TILE, XRow};
 use crate::dtype::DType;
 
+mod interleaved;
 mod kquant;
 
 pub fn has_avx2() -> bool {
@@ -71,6 +72,42 @@ pub fn rows(
             _ => rows_avx2(dtype, w, row_bytes, xs, out),
         }
     }
+}
+
+/// One interleaved group of eight rows ([`super::interleave`]) of `dtype` (`Q4_0`, `Q5_0`,
+/// `Q8_0`) against one or two rows of `x` on an x86 `family` (which this CPU runs: the caller
+/// checked): `out[j * xs.len() + r]`.
+pub fn group(
+    family: Family,
+    dtype: DType,
+    g: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    // SAFETY: the caller checked that the CPU has the family's features (`Family::missing`).
+    unsafe {
+        match family {
+            Family::Avx512Vnni => group_avx512vnni(dtype, g, row_bytes, xs, out),
+            Family::AvxVnni => group_avxvnni(dtype, g, row_bytes, xs, out),
+            _ => group_avx2(dtype, g, row_bytes, xs, out),
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group_avx2(dtype: DType, g: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+    unsafe { interleaved::group::<Avx2>(dtype, g, row_bytes, xs, out) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn group_avxvnni(dtype: DType, g: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+    unsafe { interleaved::group::<AvxVnni>(dtype, g, row_bytes, xs, out) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn group_avx512vnni(dtype: DType, g: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+    unsafe { interleaved::group::<Avx512Vnni>(dtype, g, row_bytes, xs, out) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

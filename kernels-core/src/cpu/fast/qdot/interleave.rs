@@ -1,0 +1,204 @@
+//! The eight-row interleaved layout of `Q4_0`, `Q5_0` and `Q8_0` weights (llama.cpp's CPU
+//! "repack", `block_q4_0x8`, in a layout of our own), made once per weight for x86 decode.
+//!
+//! Each group of [`GROUP`] whole weight rows keeps its place in the tensor (`8 * row_bytes`
+//! bytes at `8 g * row_bytes`), and within it, for each block index `b`, one *group-block* of
+//! `8 * block_bytes` bytes (the same size as the eight plain blocks):
+//!
+//! - the eight rows' f16 scales (16 bytes), so one load and one conversion give eight scales;
+//! - `Q5_0` only: eight `u32` masks of the fifth bits, mask `2c + h` with bit `4j + t` the
+//!   fifth bit of row `j`'s element `16h + 4c + t` (32 bytes): one mask is the byte mask of
+//!   one chunk of nibbles below;
+//! - the quants in chunks of 4 bytes, chunk `c` of row `j` at `4 (8c + j)`: one 32-byte load
+//!   holds 4 bytes of each of the eight rows, the four bytes a `vpdpbusd` lane sums, so lane
+//!   `j` is row `j`'s partial dot product and no horizontal add is needed. `Q4_0` and `Q5_0`
+//!   chunk their 16 nibble bytes (chunk `c`'s low nibbles are elements `4c..4c + 4`, its high
+//!   ones `16 + 4c..`); `Q8_0` chunks its 32 values, stored plus 128 (`v ^ 0x80`, unsigned),
+//!   so `vpdpbusd` takes them as they are and 128 times the activation sum comes off.
+//!
+//! Rows after the last whole group (the tail) stay in the plain layout. [`unpack_group`]
+//! gives a group's plain bytes back, so every path that needs them (another family, prefill,
+//! a row of `x` with NaN or infinity) runs on a repacked weight.
+
+use alloc::vec::Vec;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// Weight rows per interleaved group.
+pub const GROUP: usize = 8;
+
+/// The layout of a weight's packed bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// GGML's blocks, row after row.
+    Plain,
+    /// Groups of [`GROUP`] rows interleaved (see the module docs); the tail rows plain.
+    Rows8,
+}
+
+/// Whether `dtype` has the interleaved layout.
+pub fn supports(dtype: DType) -> bool {
+    matches!(dtype, DType::Q4_0 | DType::Q5_0 | DType::Q8_0)
+}
+
+/// Offset of the quants in a group-block of `dtype`.
+fn quants_at(dtype: DType) -> usize {
+    if dtype == DType::Q5_0 { 48 } else { 16 }
+}
+
+/// `plain`'s `n` rows (`row_bytes` each, of `dtype`) in the interleaved layout: the same
+/// number of bytes. Fails for another dtype or sizes that disagree, or when the copy cannot be
+/// reserved.
+pub fn repack(dtype: DType, plain: &[u8], row_bytes: usize, n: usize) -> Result<Vec<u8>> {
+    let bb = dtype.block_bytes();
+    let bad = |why: &str| {
+        Error::bad_shape(
+            "repack",
+            "w",
+            &[n, row_bytes],
+            alloc::string::String::from(why),
+        )
+    };
+    if !supports(dtype) || row_bytes == 0 || !row_bytes.is_multiple_of(bb) {
+        return Err(bad("not a q4_0, q5_0 or q8_0 weight of whole blocks"));
+    }
+    if n.checked_mul(row_bytes) != Some(plain.len()) {
+        return Err(bad("the bytes are not n rows"));
+    }
+    let mut out = Vec::new();
+    out.try_reserve_exact(plain.len())
+        .map_err(|_| Error::OutOfMemory {
+            what: alloc::format!("a repacked {dtype} weight"),
+            bytes: plain.len() as u64,
+        })?;
+    out.resize(plain.len(), 0);
+    let gb = GROUP * row_bytes;
+    let whole = n / GROUP * gb;
+    for (src, dst) in plain[..whole]
+        .chunks_exact(gb)
+        .zip(out[..whole].chunks_exact_mut(gb))
+    {
+        repack_group(dtype, src, row_bytes, dst);
+    }
+    out[whole..].copy_from_slice(&plain[whole..]);
+    Ok(out)
+}
+
+/// One group: `src` holds [`GROUP`] plain rows, `dst` gets them interleaved.
+pub fn repack_group(dtype: DType, src: &[u8], row_bytes: usize, dst: &mut [u8]) {
+    let bb = dtype.block_bytes();
+    let q = quants_at(dtype);
+    for (b, g) in dst[..GROUP * row_bytes]
+        .chunks_exact_mut(GROUP * bb)
+        .enumerate()
+    {
+        for j in 0..GROUP {
+            let blk = &src[j * row_bytes + b * bb..j * row_bytes + (b + 1) * bb];
+            g[2 * j..2 * j + 2].copy_from_slice(&blk[..2]);
+            match dtype {
+                DType::Q8_0 => {
+                    for c in 0..8 {
+                        for t in 0..4 {
+                            g[q + 4 * (8 * c + j) + t] = blk[2 + 4 * c + t] ^ 0x80;
+                        }
+                    }
+                }
+                _ => {
+                    let qs = if dtype == DType::Q5_0 { 6 } else { 2 };
+                    for c in 0..4 {
+                        g[q + 4 * (8 * c + j)..q + 4 * (8 * c + j) + 4]
+                            .copy_from_slice(&blk[qs + 4 * c..qs + 4 * c + 4]);
+                    }
+                    if dtype == DType::Q5_0 {
+                        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+                        for m in 0..8 {
+                            let (c, h) = (m / 2, m % 2);
+                            let at = 16 + 4 * m;
+                            let mut mask =
+                                u32::from_le_bytes([g[at], g[at + 1], g[at + 2], g[at + 3]]);
+                            for t in 0..4 {
+                                let bit = (qh >> (16 * h + 4 * c + t)) & 1;
+                                mask |= bit << (4 * j + t);
+                            }
+                            g[at..at + 4].copy_from_slice(&mask.to_le_bytes());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The inverse of [`repack_group`]: `dst` gets the [`GROUP`] plain rows of the interleaved
+/// `src`.
+pub fn unpack_group(dtype: DType, src: &[u8], row_bytes: usize, dst: &mut [u8]) {
+    let bb = dtype.block_bytes();
+    let q = quants_at(dtype);
+    for (b, g) in src[..GROUP * row_bytes]
+        .chunks_exact(GROUP * bb)
+        .enumerate()
+    {
+        for j in 0..GROUP {
+            let blk = &mut dst[j * row_bytes + b * bb..j * row_bytes + (b + 1) * bb];
+            blk[..2].copy_from_slice(&g[2 * j..2 * j + 2]);
+            match dtype {
+                DType::Q8_0 => {
+                    for c in 0..8 {
+                        for t in 0..4 {
+                            blk[2 + 4 * c + t] = g[q + 4 * (8 * c + j) + t] ^ 0x80;
+                        }
+                    }
+                }
+                _ => {
+                    let qs = if dtype == DType::Q5_0 { 6 } else { 2 };
+                    for c in 0..4 {
+                        blk[qs + 4 * c..qs + 4 * c + 4]
+                            .copy_from_slice(&g[q + 4 * (8 * c + j)..q + 4 * (8 * c + j) + 4]);
+                    }
+                    if dtype == DType::Q5_0 {
+                        let mut qh = 0u32;
+                        for m in 0..8 {
+                            let (c, h) = (m / 2, m % 2);
+                            let at = 16 + 4 * m;
+                            let mask = u32::from_le_bytes([g[at], g[at + 1], g[at + 2], g[at + 3]]);
+                            for t in 0..4 {
+                                let bit = (mask >> (4 * j + t)) & 1;
+                                qh |= bit << (16 * h + 4 * c + t);
+                            }
+                        }
+                        blk[2..6].copy_from_slice(&qh.to_le_bytes());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The plain bytes of rows `j0..j0 + count` of a weight in `layout` (`w` the whole weight,
+/// `n` rows), written to `dst` (`count * row_bytes`); `j0` and `count` whole groups where they
+/// fall among the interleaved rows.
+pub fn plain_rows(
+    dtype: DType,
+    layout: Layout,
+    w: &[u8],
+    row_bytes: usize,
+    n: usize,
+    (j0, count): (usize, usize),
+    dst: &mut [u8],
+) {
+    let whole = n / GROUP * GROUP;
+    let mut j = j0;
+    let end = j0 + count;
+    while j < end {
+        let o = (j - j0) * row_bytes;
+        if layout == Layout::Rows8 && j < whole && j.is_multiple_of(GROUP) && j + GROUP <= end {
+            let src = &w[j * row_bytes..(j + GROUP) * row_bytes];
+            unpack_group(dtype, src, row_bytes, &mut dst[o..o + GROUP * row_bytes]);
+            j += GROUP;
+        } else {
+            dst[o..o + row_bytes].copy_from_slice(&w[j * row_bytes..(j + 1) * row_bytes]);
+            j += 1;
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Decode on the eight-row interleaved layout ([`super::super::interleave`]): one group of
+//! eight weight rows against one row of `x` or its two residual terms, on every x86 family
+//! through [`Dot`].
+//!
+//! Per block: one 16-byte load and one conversion give the eight weight scales; each 32-byte
+//! load of quants holds 4 bytes of every row, so one multiply-add (`vpdpbusd`, or `maddubs` +
+//! `madd`) with 4 activation bytes broadcast adds to all eight rows' sums, lane `j` row `j`
+//! (no horizontal add); the activation's offset term and the f32 step (`acc + dw dx s`, one
+//! fma for the eight rows) are one vector op each. The f32 arithmetic of each output is the
+//! four-row kernel's (`quad`): per block `fma(dw * dx, s as f32, acc)`, with `s` the block's
+//! exact integer sum, so the results are bit-identical to it.
+
+use core::arch::x86_64::*;
+
+use super::{Dot, Q4_0, Q5_0, Q8_0, XRow, load32};
+use crate::dtype::DType;
+
+/// Group-blocks ahead (bytes) that the group's stream is prefetched.
+const PREFETCH: usize = 1024;
+
+/// The [`super::super::interleave::GROUP`] rows of one interleaved group `g` (`row_bytes`
+/// per row) of `dtype` against `xs` (1 or 2 rows of `x`): `out[j * xs.len() + r]`.
+#[inline(always)]
+pub(super) unsafe fn group<D: Dot>(
+    dtype: DType,
+    g: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    unsafe {
+        match (xs.len(), dtype) {
+            (1, DType::Q4_0) => group_f::<D, 1, Q4_0>(g, row_bytes, xs, out),
+            (1, DType::Q5_0) => group_f::<D, 1, Q5_0>(g, row_bytes, xs, out),
+            (1, _) => group_f::<D, 1, Q8_0>(g, row_bytes, xs, out),
+            (_, DType::Q4_0) => group_f::<D, 2, Q4_0>(g, row_bytes, xs, out),
+            (_, DType::Q5_0) => group_f::<D, 2, Q5_0>(g, row_bytes, xs, out),
+            (_, _) => group_f::<D, 2, Q8_0>(g, row_bytes, xs, out),
+        }
+    }
+}
+
+/// 4 activation bytes at `x[at..at + 4]` in every `i32` lane.
+#[inline(always)]
+unsafe fn bcast4(x: &[i8], at: usize) -> __m256i {
+    debug_assert!(x.len() >= at + 4);
+    // SAFETY: 4 bytes in bounds (the callers index within the row's blocks).
+    unsafe { _mm256_set1_epi32(core::ptr::read_unaligned(x.as_ptr().add(at) as *const i32)) }
+}
+
+#[inline(always)]
+unsafe fn group_f<D: Dot, const R: usize, const F: u8>(
+    g: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    let bb = [34usize, 18, 20, 22][F as usize];
+    let gb = 8 * bb;
+    let nb = row_bytes / bb;
+    let g = &g[..nb * gb];
+    let xq: [&[i8]; R] = core::array::from_fn(|r| &xs[r].qs[..32 * nb]);
+    let xd: [&[f32]; R] = core::array::from_fn(|r| &xs[r].d[..nb]);
+    let xsum: [&[i32]; R] = core::array::from_fn(|r| &xs[r].sums[..2 * nb]);
+    // What the unsigned quants carry on top of the values: 8 (`Q4_0`), 16 (`Q5_0`) and, where
+    // `vpdpbusd` takes `Q8_0`'s stored bytes as they are, 128; AVX2 takes them signed.
+    let offset = match F {
+        Q4_0 => 8,
+        Q5_0 => 16,
+        _ if D::VNNI => 128,
+        _ => 0,
+    };
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        for b in 0..nb {
+            let blk = g.get_unchecked(b * gb..(b + 1) * gb);
+            let p = g.as_ptr().wrapping_add(b * gb + PREFETCH);
+            for l in 0..gb.div_ceil(64) {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64 * l) as *const i8);
+            }
+            let mut s = [_mm256_setzero_si256(); R];
+            if F == Q8_0 {
+                for c in 0..8 {
+                    let v = load32(blk.get_unchecked(16 + 32 * c..16 + 32 * c + 32));
+                    if D::VNNI {
+                        for r in 0..R {
+                            let x = bcast4(xq[r], 32 * b + 4 * c);
+                            s[r] = D::dot_u(s[r], v, x);
+                        }
+                    } else {
+                        let w = _mm256_xor_si256(v, _mm256_set1_epi8(-128));
+                        let aw = _mm256_sign_epi8(w, w);
+                        for r in 0..R {
+                            let x = bcast4(xq[r], 32 * b + 4 * c);
+                            s[r] = D::dot_u(s[r], aw, _mm256_sign_epi8(x, w));
+                        }
+                    }
+                }
+            } else {
+                let q = if F == Q5_0 { 48 } else { 16 };
+                let m4 = _mm256_set1_epi8(0x0F);
+                for c in 0..4 {
+                    let v = load32(blk.get_unchecked(q + 32 * c..q + 32 * c + 32));
+                    let mut lo = _mm256_and_si256(v, m4);
+                    let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                    if F == Q5_0 {
+                        let mask = |m: usize| {
+                            let at = 16 + 4 * m;
+                            u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]])
+                        };
+                        lo = _mm256_or_si256(lo, D::high_bits(mask(2 * c)));
+                        hi = _mm256_or_si256(hi, D::high_bits(mask(2 * c + 1)));
+                    }
+                    for r in 0..R {
+                        let xl = bcast4(xq[r], 32 * b + 4 * c);
+                        let xh = bcast4(xq[r], 32 * b + 16 + 4 * c);
+                        s[r] = D::dot_u(s[r], lo, xl);
+                        s[r] = D::dot_u(s[r], hi, xh);
+                    }
+                }
+            }
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(blk.as_ptr() as *const __m128i));
+            for r in 0..R {
+                let mut si = s[r];
+                if offset != 0 {
+                    // sum (u - o) x = sum u x - o sum x, in i32 exactly.
+                    let xs_b = *xsum[r].get_unchecked(2 * b) + *xsum[r].get_unchecked(2 * b + 1);
+                    si = _mm256_sub_epi32(si, _mm256_set1_epi32(offset * xs_b));
+                }
+                let dx = _mm256_set1_ps(*xd[r].get_unchecked(b));
+                acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(si), acc[r]);
+            }
+        }
+        for r in 0..R {
+            let mut v = [0.0f32; 8];
+            _mm256_storeu_ps(v.as_mut_ptr(), acc[r]);
+            for j in 0..8 {
+                out[j * R + r] = v[j];
+            }
+        }
+    }
+}
