@@ -10,12 +10,23 @@ use core::ops::{Deref, Range};
 /// A buffer tensors may share: anything that is bytes (a `Vec<u8>`, a memory map).
 pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
-/// `len` bytes at `start` of `owner`.
+/// The layout of a weight's packed bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// GGML's blocks, row after row (what files hold and GPU backends take).
+    Plain,
+    /// The CPU backend's eight-row interleaved `q4_0` / `q5_0` / `q8_0` (see
+    /// `cpu::fast::qdot::interleave`): whole groups of 8 rows interleaved, the tail rows plain.
+    Rows8,
+}
+
+/// `len` bytes at `start` of `owner`, in `layout`.
 #[derive(Clone)]
 pub struct PackedBytes {
     owner: SharedBytes,
     start: usize,
     len: usize,
+    layout: Layout,
 }
 
 impl PackedBytes {
@@ -26,7 +37,19 @@ impl PackedBytes {
             owner: Arc::new(bytes),
             start: 0,
             len,
+            layout: Layout::Plain,
         }
+    }
+    /// Bytes of their own in `layout`.
+    pub fn owned_in(bytes: Vec<u8>, layout: Layout) -> PackedBytes {
+        PackedBytes {
+            layout,
+            ..PackedBytes::owned(bytes)
+        }
+    }
+    /// The layout of the bytes.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
     /// `range` of `owner`, shared with it; `None` when the range is not inside it.
     pub fn shared(owner: SharedBytes, range: Range<usize>) -> Option<PackedBytes> {
@@ -35,6 +58,7 @@ impl PackedBytes {
             owner,
             start: range.start,
             len: range.end - range.start,
+            layout: Layout::Plain,
         })
     }
     /// `part`'s range in `owner` when it is a sub-slice of the owner's bytes (found by address,
@@ -67,13 +91,13 @@ impl Deref for PackedBytes {
 
 impl PartialEq for PackedBytes {
     fn eq(&self, other: &PackedBytes) -> bool {
-        **self == **other
+        self.layout == other.layout && **self == **other
     }
 }
 
 impl fmt::Debug for PackedBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PackedBytes({} bytes)", self.len)
+        write!(f, "PackedBytes({} bytes, {:?})", self.len, self.layout)
     }
 }
 

@@ -163,6 +163,27 @@ impl Tensor {
             PackedBytes::within(owner, part).unwrap_or_else(|| PackedBytes::owned(part.to_vec()));
         Self::from_packed(shape, dtype, bytes)
     }
+    /// As [`Tensor::from_raw`], with the bytes in `layout`: [`crate::packed::Layout::Rows8`]
+    /// (the CPU backend's interleaved `q4_0` / `q5_0` / `q8_0`,
+    /// `cpu::fast::qdot::interleave`) for a matrix of those dtypes only.
+    pub fn from_raw_in(
+        shape: &[usize],
+        dtype: DType,
+        bytes: Vec<u8>,
+        layout: crate::packed::Layout,
+    ) -> Result<Self> {
+        if layout != crate::packed::Layout::Plain
+            && (shape.len() != 2 || !crate::cpu::fast::qdot::interleave::supports(dtype))
+        {
+            return Err(Error::bad_shape(
+                "tensor",
+                "data",
+                shape,
+                format!("no interleaved layout for a {dtype} tensor of this rank"),
+            ));
+        }
+        Self::from_packed(shape, dtype, PackedBytes::owned_in(bytes, layout))
+    }
     fn from_packed(shape: &[usize], dtype: DType, bytes: PackedBytes) -> Result<Self> {
         if !dtype.is_weight() {
             return Err(Error::DTypeMismatch {
@@ -216,7 +237,15 @@ impl Tensor {
         match &self.storage {
             Storage::F32(_) => Ok(self.clone()),
             Storage::Packed(b) => {
-                let v = crate::quant::dequantize(self.dtype, b, self.numel())?;
+                let v = match b.layout() {
+                    crate::packed::Layout::Plain => {
+                        crate::quant::dequantize(self.dtype, b, self.numel())?
+                    }
+                    crate::packed::Layout::Rows8 => {
+                        let plain = crate::cpu::fast::qdot::interleave::plain_bytes(self)?;
+                        crate::quant::dequantize(self.dtype, &plain, self.numel())?
+                    }
+                };
                 Tensor::from_f32(&self.shape, v)
             }
             Storage::Device(_) => Err(Error::NotOnHost { op: "dequantize" }),
@@ -228,10 +257,21 @@ impl Tensor {
             }),
         }
     }
-    /// The packed bytes of a host tensor of a weight dtype.
+    /// The packed bytes of a host tensor of a weight dtype, in GGML's plain layout (an error
+    /// for the CPU backend's interleaved copy: [`Tensor::packed_in`] gives those).
     pub fn packed_bytes(&self) -> Result<&[u8]> {
+        match self.packed_in()? {
+            (b, crate::packed::Layout::Plain) => Ok(b),
+            (_, crate::packed::Layout::Rows8) => Err(Error::UnsupportedOnBackend {
+                op: "packed_bytes (the weight is interleaved for the CPU backend)",
+                backend: "cpu".into(),
+            }),
+        }
+    }
+    /// The packed bytes of a host tensor of a weight dtype and their layout.
+    pub fn packed_in(&self) -> Result<(&[u8], crate::packed::Layout)> {
         match &self.storage {
-            Storage::Packed(b) => Ok(b),
+            Storage::Packed(b) => Ok((b, b.layout())),
             Storage::Device(_) => Err(Error::NotOnHost { op: "packed_bytes" }),
             _ => Err(Error::DTypeMismatch {
                 op: "packed_bytes",

@@ -27,6 +27,9 @@ pub struct ModelFiles {
     pub parsed_config: Option<LlamaConfig>,
     /// Tensors of every shard, by name.
     pub tensors: BTreeMap<String, Tensor>,
+    /// The addresses of the memory-mapped file the tensors share (a GGUF file), if any: the
+    /// pages [`build`] gives back after it repacks a tensor for the CPU.
+    pub mapped: Option<std::ops::Range<usize>>,
     /// `tokenizer.json`, when present.
     pub tokenizer: Option<Tokenizer>,
     /// `tokenizer_config.json`, `chat_template.jinja` and `generation_config.json`, when
@@ -101,6 +104,7 @@ pub fn read_dir(dir: &Path) -> CliResult<ModelFiles> {
         config: checkpoint.config,
         parsed_config: None,
         tensors: checkpoint.tensors,
+        mapped: None,
         tokenizer,
         chat_files: ChatFiles::read(dir)?,
     })
@@ -131,6 +135,7 @@ pub fn read_gguf(path: &Path) -> CliResult<ModelFiles> {
         )
     };
     let bytes: &[u8] = (*owner).as_ref();
+    let mapped = (len > 0).then(|| bytes.as_ptr() as usize..bytes.as_ptr() as usize + bytes.len());
     let parsed = kernels_core::gguf::GgufFile::parse(bytes, &origin)?;
     let model = kernels_core::gguf::llama::load_llama_in(&parsed, Some(&owner))?;
     let tokenizer = model
@@ -145,6 +150,7 @@ pub fn read_gguf(path: &Path) -> CliResult<ModelFiles> {
         config: model.config.to_json(),
         parsed_config: Some(model.config),
         tensors: model.tensors,
+        mapped,
         tokenizer,
         chat_files: ChatFiles {
             chat_template: model.chat_template,
@@ -165,6 +171,7 @@ pub fn from_bytes(
         config: config.into(),
         parsed_config: None,
         tensors: kernels_core::io::load_named(weights, &format!("{origin}/model.safetensors"))?,
+        mapped: None,
         tokenizer: tokenizer
             .map(|b| load_tokenizer_bytes(b, origin))
             .transpose()?,
@@ -180,8 +187,74 @@ pub fn build(files: &ModelFiles, backend: Rc<dyn Backend>) -> CliResult<Llama> {
         None => LlamaConfig::from_json(&files.config)
             .map_err(|e| fail(format!("{}: {e}", files.origin)))?,
     };
-    Llama::for_inference(config, &files.tensors, backend)
+    let repacked = repack_for(files, &*backend)?;
+    Llama::for_inference(config, repacked.as_ref().unwrap_or(&files.tensors), backend)
         .map_err(|e| fail(format!("{}: {e}", files.origin)))
+}
+
+/// On the CPU backend (not the reference): the tensors with each `q4_0`, `q5_0` and `q8_0`
+/// matrix in the eight-row interleaved layout its decode kernels read
+/// (`kernels_core::cpu::fast::qdot::interleave`, where that family has them, unless
+/// `KERNELS_CPU_REPACK=0`), each tensor's pages of a memory-mapped file given back to the
+/// kernel once copied, so the file's pages and the copy are not both resident. `None` when
+/// nothing is repacked.
+fn repack_for(
+    files: &ModelFiles,
+    backend: &dyn Backend,
+) -> CliResult<Option<BTreeMap<String, Tensor>>> {
+    use kernels_core::cpu::fast::qdot::interleave;
+    if backend.device() != kernels_core::DeviceId::CPU || backend.name() != "cpu" {
+        return Ok(None);
+    }
+    let mut out = files.tensors.clone();
+    let mut any = false;
+    for (name, t) in out.iter_mut() {
+        // Phi-3's fused projections are split at load (from their plain bytes).
+        let split = name.ends_with("qkv_proj.weight") || name.ends_with("gate_up_proj.weight");
+        if split || !kernels_core::models::llama::is_matrix_weight(name) {
+            continue;
+        }
+        let Some(r) = interleave::repack_tensor(t)
+            .map_err(|e| fail(format!("{}: {name}: {e}", files.origin)))?
+        else {
+            continue;
+        };
+        if let (Some(map), Ok(b)) = (&files.mapped, t.packed_bytes()) {
+            release(map, b);
+        }
+        *t = r;
+        any = true;
+    }
+    Ok(any.then_some(out))
+}
+
+/// Gives the whole pages of `b` (which lies in the read-only file mapping `map`) back to the
+/// kernel: they are no longer resident, and a later read faults them in again from the file
+/// with the same bytes.
+fn release(map: &std::ops::Range<usize>, b: &[u8]) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: sysconf reads a constant of the system.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let Ok(page @ 1..) = usize::try_from(page) else {
+            return;
+        };
+        let (lo, hi) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
+        if lo < map.start || hi > map.end {
+            return;
+        }
+        let (lo, hi) = (lo.next_multiple_of(page), hi / page * page);
+        if hi > lo {
+            // SAFETY: `lo..hi` lies within the read-only file mapping, whose pages hold the
+            // file's bytes; MADV_DONTNEED drops them from this process, and a later access
+            // maps the same bytes again from the file. Nothing is written or unmapped.
+            unsafe {
+                libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED);
+            }
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = (map, b);
 }
 
 /// Timings of one generation: prefill (prompt -> first token) and decode (the rest).

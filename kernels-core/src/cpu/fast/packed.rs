@@ -21,7 +21,7 @@ use alloc::vec::Vec;
 use super::config;
 use super::gemm::{Gemm, Kernel, MatRef};
 use super::isa::Isa;
-use super::qdot::{self, Family};
+use super::qdot::{self, Family, Layout, interleave};
 use super::vector::common::with_simd;
 use super::vector::math;
 use crate::cpu::{linear, matmul_swiglu};
@@ -123,11 +123,19 @@ fn embedding(ids: &Tensor, w: &Tensor) -> Option<Result<Vec<Tensor>>> {
         return None;
     }
     let row_bytes = w.dtype().bytes_for(dim)?;
-    let packed = w.packed_bytes().ok()?;
+    let (packed, layout) = w.packed_in().ok()?;
     let mut out = vec![0.0f32; ids_v.len() * dim];
+    let mut plain = (0, Vec::new());
     for (o, &id) in out.chunks_exact_mut(dim.max(1)).zip(&ids_v) {
-        let at = id as usize * row_bytes;
-        if let Err(e) = quant::dequantize_into(w.dtype(), &packed[at..at + row_bytes], o) {
+        let row = plain_row(
+            w.dtype(),
+            (packed, layout),
+            row_bytes,
+            vocab,
+            id as usize,
+            &mut plain,
+        );
+        if let Err(e) = quant::dequantize_into(w.dtype(), row, o) {
             return Some(Err(e));
         }
     }
@@ -185,7 +193,7 @@ fn product_of(
         Some(b) => Some(b.as_f32().ok()?),
         None => None,
     };
-    let packed = w.packed_bytes().ok()?;
+    let packed = w.packed_in().ok()?;
     let row_bytes = w.dtype().bytes_for(k)?;
     let out_shape = out_shape.unwrap_or_else(|| linear::out_shape(x.shape(), n));
     if panels {
@@ -227,7 +235,7 @@ fn product_of(
 #[allow(clippy::too_many_arguments)]
 fn product(
     dtype: DType,
-    packed: &[u8],
+    packed: (&[u8], Layout),
     row_bytes: usize,
     x: &[f32],
     bias: Option<&[f32]>,
@@ -237,10 +245,11 @@ fn product(
 ) -> Result<Vec<Tensor>> {
     let mut out = vec![0.0f32; rows * n];
     let mut row = vec![0.0f32; k];
+    let mut plain = (0, Vec::new());
     // The decode runs inside the vector context too, so it is compiled for the same ISA.
     with_simd!(Isa::selected(), s => {
         for j in 0..n {
-            quant::decode_blocks(dtype, &packed[j * row_bytes..(j + 1) * row_bytes], &mut row);
+            quant::decode_blocks(dtype, plain_row(dtype, packed, row_bytes, n, j, &mut plain), &mut row);
             for r in 0..rows {
                 out[r * n + j] = math::dot(s, &x[r * k..(r + 1) * k], &row);
             }
@@ -259,7 +268,7 @@ fn product(
 #[allow(clippy::too_many_arguments)]
 fn integer_product(
     dtype: DType,
-    packed: &[u8],
+    packed: (&[u8], Layout),
     row_bytes: usize,
     x: &[f32],
     bias: Option<&[f32]>,
@@ -268,7 +277,7 @@ fn integer_product(
     out_shape: &[usize],
 ) -> Result<Vec<Tensor>> {
     let mut t = super::buffers::filled(rows * n, 0.0, "matmul")?;
-    qdot::product_t(
+    qdot::product_t_in(
         Family::best(),
         config::activation_precision(),
         dtype,
@@ -300,6 +309,32 @@ fn finish_transposed(
     Ok(vec![Tensor::from_f32(out_shape, out)?])
 }
 
+/// Row `j` of a weight of `n` rows in the plain layout: the bytes themselves, or (interleaved)
+/// from its group unpacked into `cache` (group index + 1 and its plain bytes, kept for the
+/// next row of the same group).
+fn plain_row<'a>(
+    dtype: DType,
+    (packed, layout): (&'a [u8], Layout),
+    row_bytes: usize,
+    n: usize,
+    j: usize,
+    cache: &'a mut (usize, Vec<u8>),
+) -> &'a [u8] {
+    let g = interleave::GROUP;
+    if layout == Layout::Plain || j >= n / g * g {
+        return &packed[j * row_bytes..(j + 1) * row_bytes];
+    }
+    let g0 = j / g * g;
+    if cache.0 != j / g + 1 {
+        cache.1.resize(g * row_bytes, 0);
+        let src = &packed[g0 * row_bytes..(g0 + g) * row_bytes];
+        interleave::unpack_group(dtype, src, row_bytes, &mut cache.1);
+        cache.0 = j / g + 1;
+    }
+    let at = (j - g0) * row_bytes;
+    &cache.1[at..at + row_bytes]
+}
+
 /// Weight rows per grain of [`panel_product`]'s ranges: the pool cuts `0..n` at multiples of
 /// it.
 const PANEL_GRAIN: usize = 16;
@@ -314,7 +349,7 @@ const PANEL_VALUES: usize = 1 << 19;
 #[allow(clippy::too_many_arguments)]
 fn panel_product(
     dtype: DType,
-    packed: &[u8],
+    packed: (&[u8], Layout),
     row_bytes: usize,
     x: &[f32],
     bias: Option<&[f32]>,
@@ -323,7 +358,7 @@ fn panel_product(
     out_shape: &[usize],
 ) -> Result<Vec<Tensor>> {
     let mut t = super::buffers::filled(rows * n, 0.0, "matmul")?;
-    panel_product_t(
+    panel_product_t_in(
         config::threads(),
         dtype,
         packed,
@@ -347,6 +382,28 @@ pub fn panel_product_t(
     packed: &[u8],
     row_bytes: usize,
     x: &[f32],
+    dims: (usize, usize, usize),
+    out_t: &mut [f32],
+) -> Result<()> {
+    panel_product_t_in(
+        threads,
+        dtype,
+        (packed, Layout::Plain),
+        row_bytes,
+        x,
+        dims,
+        out_t,
+    )
+}
+
+/// [`panel_product_t`] on a weight in either layout ([`qdot::interleave`]): each panel's rows
+/// unpacked to the plain layout before they are decoded.
+pub fn panel_product_t_in(
+    threads: usize,
+    dtype: DType,
+    (packed, layout): (&[u8], Layout),
+    row_bytes: usize,
+    x: &[f32],
     (rows, k, n): (usize, usize, usize),
     out_t: &mut [f32],
 ) -> Result<()> {
@@ -365,16 +422,16 @@ pub fn panel_product_t(
     let p = (PANEL_VALUES / k.max(1)).clamp(PANEL_GRAIN, 512) / PANEL_GRAIN * PANEL_GRAIN;
     let kernel = Kernel::best();
     let count = super::pool::ranges(threads, n, PANEL_GRAIN).count();
-    let mut scratch: Vec<(Gemm, Vec<f32>)> = Vec::new();
+    let mut scratch: Vec<(Gemm, Vec<f32>, Vec<u8>)> = Vec::new();
     scratch
         .try_reserve_exact(count)
         .map_err(|_| bad("too many ranges"))?;
-    scratch.extend((0..count).map(|_| (Gemm::new(kernel).with_threads(1), Vec::new())));
+    scratch.extend((0..count).map(|_| (Gemm::new(kernel).with_threads(1), Vec::new(), Vec::new())));
     // `x^T` (`k x rows`): the GEMM's right operand, packed from `x`'s rows.
     let xt = MatRef::new(x, rows, k, false)?.t();
     let panel = |r: core::ops::Range<usize>,
                  out: &mut [f32],
-                 (gemm, buf): &mut (Gemm, Vec<f32>)|
+                 (gemm, buf, plain): &mut (Gemm, Vec<f32>, Vec<u8>)|
      -> Result<()> {
         // The GEMM accumulates: the outputs start at 0 whatever `out_t` held.
         out.fill(0.0);
@@ -382,7 +439,19 @@ pub fn panel_product_t(
         while j0 < r.end {
             let pn = p.min(r.end - j0);
             super::buffers::grow(buf, pn * k, 0.0, "matmul weight panel")?;
-            let w = &packed[j0 * row_bytes..(j0 + pn) * row_bytes];
+            let mut w = &packed[j0 * row_bytes..(j0 + pn) * row_bytes];
+            if layout != Layout::Plain {
+                // Panels start at whole grains, whole groups of the interleaved rows.
+                if plain.len() < pn * row_bytes {
+                    plain
+                        .try_reserve_exact(pn * row_bytes - plain.len())
+                        .map_err(|_| bad("no memory for a panel's plain bytes"))?;
+                    plain.resize(pn * row_bytes, 0);
+                }
+                let span = (j0, pn);
+                interleave::plain_rows(dtype, layout, packed, row_bytes, n, span, plain);
+                w = &plain[..pn * row_bytes];
+            }
             for (wr, o) in w.chunks_exact(row_bytes).zip(buf.chunks_exact_mut(k)) {
                 quant::decode_blocks(dtype, wr, o);
             }
@@ -396,5 +465,7 @@ pub fn panel_product_t(
     super::pool::for_slices_scratch_on(threads, out_t, rows, PANEL_GRAIN, &mut scratch, &panel)
 }
 
+#[cfg(test)]
+mod repack_tests;
 #[cfg(test)]
 mod tests;

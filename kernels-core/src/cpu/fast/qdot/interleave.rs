@@ -22,20 +22,15 @@
 
 use alloc::vec::Vec;
 
+use super::Family;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::tensor::Tensor;
 
 /// Weight rows per interleaved group.
 pub const GROUP: usize = 8;
 
-/// The layout of a weight's packed bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// GGML's blocks, row after row.
-    Plain,
-    /// Groups of [`GROUP`] rows interleaved (see the module docs); the tail rows plain.
-    Rows8,
-}
+pub use crate::packed::Layout;
 
 /// Whether `dtype` has the interleaved layout.
 pub fn supports(dtype: DType) -> bool {
@@ -201,4 +196,64 @@ pub fn plain_rows(
             j += 1;
         }
     }
+}
+
+/// The plain bytes of a tensor of a weight dtype in any layout (a copy).
+pub fn plain_bytes(t: &Tensor) -> Result<Vec<u8>> {
+    let (b, layout) = t.packed_in()?;
+    let (n, k) = match t.shape() {
+        &[n, k] => (n, k),
+        _ => (1, t.numel()),
+    };
+    let row_bytes = t.dtype().bytes_for(k).unwrap_or(b.len());
+    let mut out = Vec::new();
+    out.try_reserve_exact(b.len())
+        .map_err(|_| Error::OutOfMemory {
+            what: alloc::format!("the plain bytes of a {} weight", t.dtype()),
+            bytes: b.len() as u64,
+        })?;
+    out.resize(b.len(), 0);
+    if layout == Layout::Plain || row_bytes == 0 || n.checked_mul(row_bytes) != Some(b.len()) {
+        out.copy_from_slice(b);
+    } else {
+        plain_rows(t.dtype(), layout, b, row_bytes, n, (0, n), &mut out);
+    }
+    Ok(out)
+}
+
+/// Whether the CPU backend repacks weights for `family`: where it has the eight-row decode
+/// kernels (x86), unless `KERNELS_CPU_REPACK=0` (read once with `std`).
+pub fn repacks_for(family: Family) -> bool {
+    let kernels = matches!(family, Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni)
+        && family.missing().is_none();
+    #[cfg(feature = "std")]
+    {
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let off =
+            *OFF.get_or_init(|| std::env::var("KERNELS_CPU_REPACK").is_ok_and(|v| v.trim() == "0"));
+        kernels && !off
+    }
+    #[cfg(not(feature = "std"))]
+    kernels
+}
+
+/// `t` in the interleaved layout when the CPU backend on [`Family::best`] repacks it (a
+/// `q4_0`, `q5_0` or `q8_0` matrix of at least [`GROUP`] rows, in the plain layout, where
+/// [`repacks_for`] the family): `None` when it stays as it is.
+pub fn repack_tensor(t: &Tensor) -> Result<Option<Tensor>> {
+    let &[n, k] = t.shape() else {
+        return Ok(None);
+    };
+    if !supports(t.dtype()) || n < GROUP || !t.is_host() || !repacks_for(Family::best()) {
+        return Ok(None);
+    }
+    let (b, layout) = t.packed_in()?;
+    let Some(row_bytes) = t.dtype().bytes_for(k) else {
+        return Ok(None);
+    };
+    if layout != Layout::Plain {
+        return Ok(None);
+    }
+    let bytes = repack(t.dtype(), b, row_bytes, n)?;
+    Tensor::from_raw_in(t.shape(), t.dtype(), bytes, Layout::Rows8).map(Some)
 }
