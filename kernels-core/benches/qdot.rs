@@ -7,6 +7,9 @@
 //! `896x151936` (the tied lm_head). The K-quants need `k` a multiple of 256, so they take
 //! `1024` where the model has 896.
 //!
+//! `qdot_repack` times the repack itself (a load-time cost) and the unpack back to the plain
+//! layout (what prefill's paths do per panel).
+//!
 //! `KERNELS_THREADS=1 cargo bench -p kernels-core --bench qdot` (filter with e.g.
 //! `-- q4_k/residual`; the products use `KERNELS_THREADS` threads, the machine's by default).
 
@@ -123,5 +126,53 @@ fn decode(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decode);
+/// The load-time cost of the interleaved layout: repacking a weight (criterion's bytes/s is
+/// the weight's bytes per second), on the shapes above.
+fn repack(c: &mut Criterion) {
+    let mut group = c.benchmark_group("qdot_repack");
+    group
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    for dtype in [DType::Q8_0, DType::Q4_0, DType::Q5_0] {
+        for (k, n) in [(896, 4864), (4864, 896), (896, 151936)] {
+            let row_bytes = dtype.bytes_for(k).expect("whole blocks");
+            let mut w: Option<(Vec<u8>, Vec<u8>)> = None;
+            group.throughput(Throughput::Bytes((n * row_bytes) as u64));
+            for what in ["repack", "unpack"] {
+                let id = BenchmarkId::new(format!("{}/{what}", dtype.name()), format!("{k}x{n}"));
+                group.bench_function(id, |bench| {
+                    let (w, w8) = w.get_or_insert_with(|| {
+                        let w = weights(&mut Rng::new((k * n) as u64), dtype, n, k);
+                        let w8 = interleave::repack(dtype, &w, row_bytes, n).expect("repack");
+                        (w, w8)
+                    });
+                    if what == "repack" {
+                        bench.iter(|| {
+                            interleave::repack(dtype, black_box(w), row_bytes, n).expect("repack")
+                        })
+                    } else {
+                        let mut plain = vec![0u8; w8.len()];
+                        bench.iter(|| {
+                            let span = (0, n);
+                            let l = Layout::Rows8;
+                            interleave::plain_rows(
+                                dtype,
+                                l,
+                                black_box(w8),
+                                row_bytes,
+                                n,
+                                span,
+                                &mut plain,
+                            )
+                        })
+                    }
+                });
+            }
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, decode, repack);
 criterion_main!(benches);

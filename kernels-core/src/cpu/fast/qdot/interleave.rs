@@ -37,11 +37,6 @@ pub fn supports(dtype: DType) -> bool {
     matches!(dtype, DType::Q4_0 | DType::Q5_0 | DType::Q8_0)
 }
 
-/// Offset of the quants in a group-block of `dtype`.
-fn quants_at(dtype: DType) -> usize {
-    if dtype == DType::Q5_0 { 48 } else { 16 }
-}
-
 /// `plain`'s `n` rows (`row_bytes` each, of `dtype`) in the interleaved layout: the same
 /// number of bytes. Fails for another dtype or sizes that disagree, or when the copy cannot be
 /// reserved.
@@ -82,44 +77,54 @@ pub fn repack(dtype: DType, plain: &[u8], row_bytes: usize, n: usize) -> Result<
 
 /// One group: `src` holds [`GROUP`] plain rows, `dst` gets them interleaved.
 pub fn repack_group(dtype: DType, src: &[u8], row_bytes: usize, dst: &mut [u8]) {
-    let bb = dtype.block_bytes();
-    let q = quants_at(dtype);
-    for (b, g) in dst[..GROUP * row_bytes]
-        .chunks_exact_mut(GROUP * bb)
-        .enumerate()
-    {
+    match dtype {
+        DType::Q8_0 => repack_blocks::<34, 8, 2, 16>(src, row_bytes, dst, 0x8080_8080),
+        DType::Q5_0 => repack_blocks::<22, 4, 6, 48>(src, row_bytes, dst, 0),
+        _ => repack_blocks::<18, 4, 2, 16>(src, row_bytes, dst, 0),
+    }
+}
+
+/// [`repack_group`] for blocks of `BB` bytes with `NC` chunks of quants at `QS` in a plain
+/// block and at `Q` in a group-block (`flip` added to the stored quants, as a word).
+#[inline(always)]
+fn repack_blocks<const BB: usize, const NC: usize, const QS: usize, const Q: usize>(
+    src: &[u8],
+    row_bytes: usize,
+    dst: &mut [u8],
+    flip: u32,
+) {
+    let nb = row_bytes / BB;
+    for b in 0..nb {
+        let g = &mut dst[b * GROUP * BB..(b + 1) * GROUP * BB];
+        let mut words = [[0u32; GROUP]; NC];
+        let mut qh = [0u32; GROUP];
         for j in 0..GROUP {
-            let blk = &src[j * row_bytes + b * bb..j * row_bytes + (b + 1) * bb];
+            let at = j * row_bytes + b * BB;
+            let blk: &[u8; BB] = match src[at..at + BB].try_into() {
+                Ok(b) => b,
+                Err(_) => return,
+            };
             g[2 * j..2 * j + 2].copy_from_slice(&blk[..2]);
-            match dtype {
-                DType::Q8_0 => {
-                    for c in 0..8 {
-                        for t in 0..4 {
-                            g[q + 4 * (8 * c + j) + t] = blk[2 + 4 * c + t] ^ 0x80;
-                        }
-                    }
-                }
-                _ => {
-                    let qs = if dtype == DType::Q5_0 { 6 } else { 2 };
-                    for c in 0..4 {
-                        g[q + 4 * (8 * c + j)..q + 4 * (8 * c + j) + 4]
-                            .copy_from_slice(&blk[qs + 4 * c..qs + 4 * c + 4]);
-                    }
-                    if dtype == DType::Q5_0 {
-                        let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-                        for m in 0..8 {
-                            let (c, h) = (m / 2, m % 2);
-                            let at = 16 + 4 * m;
-                            let mut mask =
-                                u32::from_le_bytes([g[at], g[at + 1], g[at + 2], g[at + 3]]);
-                            for t in 0..4 {
-                                let bit = (qh >> (16 * h + 4 * c + t)) & 1;
-                                mask |= bit << (4 * j + t);
-                            }
-                            g[at..at + 4].copy_from_slice(&mask.to_le_bytes());
-                        }
-                    }
-                }
+            qh[j] = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+            for (c, wc) in words.iter_mut().enumerate() {
+                let r = &blk[QS + 4 * c..QS + 4 * c + 4];
+                wc[j] = u32::from_le_bytes([r[0], r[1], r[2], r[3]]) ^ flip;
+            }
+        }
+        if Q == 48 {
+            for m in 0..8 {
+                let (c, h) = (m / 2, m % 2);
+                let mask = qh.iter().enumerate().fold(0u32, |a, (j, qh)| {
+                    a | ((qh >> (16 * h + 4 * c)) & 0xF) << (4 * j)
+                });
+                g[16 + 4 * m..20 + 4 * m].copy_from_slice(&mask.to_le_bytes());
+            }
+        }
+        // Chunk `8c + j` of the quants is row `j`'s chunk `c`.
+        for (c, wc) in words.iter().enumerate() {
+            for (j, w) in wc.iter().enumerate() {
+                let at = Q + 4 * (GROUP * c + j);
+                g[at..at + 4].copy_from_slice(&w.to_le_bytes());
             }
         }
     }
@@ -128,43 +133,56 @@ pub fn repack_group(dtype: DType, src: &[u8], row_bytes: usize, dst: &mut [u8]) 
 /// The inverse of [`repack_group`]: `dst` gets the [`GROUP`] plain rows of the interleaved
 /// `src`.
 pub fn unpack_group(dtype: DType, src: &[u8], row_bytes: usize, dst: &mut [u8]) {
-    let bb = dtype.block_bytes();
-    let q = quants_at(dtype);
-    for (b, g) in src[..GROUP * row_bytes]
-        .chunks_exact(GROUP * bb)
-        .enumerate()
-    {
+    match dtype {
+        DType::Q8_0 => unpack_blocks::<34, 8, 2, 16>(src, row_bytes, dst, 0x8080_8080),
+        DType::Q5_0 => unpack_blocks::<22, 4, 6, 48>(src, row_bytes, dst, 0),
+        _ => unpack_blocks::<18, 4, 2, 16>(src, row_bytes, dst, 0),
+    }
+}
+
+/// [`unpack_group`] for blocks of `BB` bytes with `NC` chunks of quants at `QS` in a plain
+/// block and at `Q` in a group-block (`flip` added to the stored quants, as a word).
+#[inline(always)]
+fn unpack_blocks<const BB: usize, const NC: usize, const QS: usize, const Q: usize>(
+    src: &[u8],
+    row_bytes: usize,
+    dst: &mut [u8],
+    flip: u32,
+) {
+    let nb = row_bytes / BB;
+    for b in 0..nb {
+        let g = &src[b * GROUP * BB..(b + 1) * GROUP * BB];
+        // Chunk `8c + j` of the quants is row `j`'s chunk `c`.
+        let mut words = [[0u32; GROUP]; NC];
+        for (c, wc) in words.iter_mut().enumerate() {
+            for (j, w) in wc.iter_mut().enumerate() {
+                let at = Q + 4 * (GROUP * c + j);
+                *w = u32::from_le_bytes([g[at], g[at + 1], g[at + 2], g[at + 3]]) ^ flip;
+            }
+        }
+        let mut qh = [0u32; GROUP];
+        if Q == 48 {
+            for m in 0..8 {
+                let (c, h) = (m / 2, m % 2);
+                let at = 16 + 4 * m;
+                let mask = u32::from_le_bytes([g[at], g[at + 1], g[at + 2], g[at + 3]]);
+                for (j, qh) in qh.iter_mut().enumerate() {
+                    *qh |= ((mask >> (4 * j)) & 0xF) << (16 * h + 4 * c);
+                }
+            }
+        }
         for j in 0..GROUP {
-            let blk = &mut dst[j * row_bytes + b * bb..j * row_bytes + (b + 1) * bb];
+            let at = j * row_bytes + b * BB;
+            let blk: &mut [u8; BB] = match (&mut dst[at..at + BB]).try_into() {
+                Ok(b) => b,
+                Err(_) => return,
+            };
             blk[..2].copy_from_slice(&g[2 * j..2 * j + 2]);
-            match dtype {
-                DType::Q8_0 => {
-                    for c in 0..8 {
-                        for t in 0..4 {
-                            blk[2 + 4 * c + t] = g[q + 4 * (8 * c + j) + t] ^ 0x80;
-                        }
-                    }
-                }
-                _ => {
-                    let qs = if dtype == DType::Q5_0 { 6 } else { 2 };
-                    for c in 0..4 {
-                        blk[qs + 4 * c..qs + 4 * c + 4]
-                            .copy_from_slice(&g[q + 4 * (8 * c + j)..q + 4 * (8 * c + j) + 4]);
-                    }
-                    if dtype == DType::Q5_0 {
-                        let mut qh = 0u32;
-                        for m in 0..8 {
-                            let (c, h) = (m / 2, m % 2);
-                            let at = 16 + 4 * m;
-                            let mask = u32::from_le_bytes([g[at], g[at + 1], g[at + 2], g[at + 3]]);
-                            for t in 0..4 {
-                                let bit = (mask >> (4 * j + t)) & 1;
-                                qh |= bit << (16 * h + 4 * c + t);
-                            }
-                        }
-                        blk[2..6].copy_from_slice(&qh.to_le_bytes());
-                    }
-                }
+            if Q == 48 {
+                blk[2..6].copy_from_slice(&qh[j].to_le_bytes());
+            }
+            for (c, wc) in words.iter().enumerate() {
+                blk[QS + 4 * c..QS + 4 * c + 4].copy_from_slice(&wc[j].to_le_bytes());
             }
         }
     }

@@ -461,15 +461,32 @@ pub fn product_t_in(
         let gbytes = interleave::GROUP * row_bytes;
         let special = acts.special.iter().any(|&s| s);
         let mut unpacked = Vec::new();
-        for (g, o) in wg
-            .chunks_exact(gbytes)
-            .zip(og.chunks_exact_mut(interleave::GROUP * rows))
-        {
-            if !group_kernel(family, dtype, g, row_bytes, &xrows, residual, o) {
-                unpacked.resize(gbytes, 0);
-                interleave::unpack_group(dtype, g, row_bytes, &mut unpacked);
-                plain(&unpacked, o);
+        // Rows a fallback unpacks at a time (whole groups, about 512 KiB): prefill's tiled
+        // kernels want many weight rows per call.
+        let span = ((1 << 19) / row_bytes.max(1))
+            .max(1)
+            .next_multiple_of(interleave::GROUP);
+        let mut at = 0;
+        while at < gi {
+            let (g, o) = (
+                &wg[at * row_bytes..(at + interleave::GROUP) * row_bytes],
+                &mut og[at * rows..(at + interleave::GROUP) * rows],
+            );
+            if group_kernel(family, dtype, g, row_bytes, &xrows, residual, o) {
+                at += interleave::GROUP;
+                continue;
             }
+            let m = span.min(gi - at);
+            unpacked.resize(m * row_bytes, 0);
+            let src = &wg[at * row_bytes..(at + m) * row_bytes];
+            for (g, u) in src
+                .chunks_exact(gbytes)
+                .zip(unpacked.chunks_exact_mut(gbytes))
+            {
+                interleave::unpack_group(dtype, g, row_bytes, u);
+            }
+            plain(&unpacked, &mut og[at * rows..(at + m) * rows]);
+            at += m;
         }
         // Rows with NaN or infinity: decoded weight rows and an f32 dot, as the reference.
         if special {
