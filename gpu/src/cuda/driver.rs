@@ -143,10 +143,15 @@ impl Driver {
             .compute_capability()
             .map_err(|e| driver_err("reading the compute capability", e))?;
         let name = ctx.name().map_err(|e| driver_err("reading the name", e))?;
-        let stream = ctx.default_stream();
         // One stream: no cross-stream events (which a capture would not take).
         // SAFETY: every launch, copy and free of this engine is ordered on `stream`.
         unsafe { ctx.disable_event_tracking() };
+        // A stream of its own, not the legacy default stream: the driver refuses to capture
+        // that one (`cuStreamBeginCapture`: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, seen on an
+        // H200 with driver 580 on 2026-11-27), so every graph needs this.
+        let stream = ctx
+            .new_stream()
+            .map_err(|e| driver_err("creating a stream", e))?;
         let blas = CudaBlas::new(stream.clone()).map_err(|e| err(format!("cuBLAS: {e:?}")))?;
         Ok(Driver {
             ctx,

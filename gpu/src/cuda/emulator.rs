@@ -163,6 +163,8 @@ pub(crate) struct EmulatedDevice {
     /// Nanoseconds spent running kernels and GEMMs on the CPU: what a device would do, so that
     /// a measurement of the host's own cost can take it out.
     device_ns: AtomicU64,
+    /// Set by a test: replay captures fail, as a driver that refuses stream capture does.
+    refuse_captures: std::sync::atomic::AtomicBool,
 }
 
 /// Graphs kept at once; more shapes than this start the cache afresh (the driver's bound too).
@@ -180,7 +182,14 @@ impl EmulatedDevice {
             graphs: Mutex::new(HashMap::new()),
             replays: Mutex::new(HashMap::new()),
             device_ns: AtomicU64::new(0),
+            refuse_captures: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// From now on, replay captures fail (a driver that refuses stream capture).
+    #[cfg(test)]
+    pub(crate) fn refuse_captures(&self) {
+        self.refuse_captures.store(true, Ordering::Relaxed);
     }
 
     /// Nanoseconds the emulated kernels and GEMMs have run so far.
@@ -348,6 +357,11 @@ impl Engine for EmulatedDevice {
     /// parameters they were captured with; the kernels read the position shift from the
     /// device word their `Params::shift` points to, as on the device.
     fn replay_capture(&self, id: u64, steps: &[Step]) -> Result<()> {
+        if self.refuse_captures.load(Ordering::Relaxed) {
+            return Err(err(
+                "beginning a graph capture: refused (the emulator stands in for a driver that refuses)",
+            ));
+        }
         {
             let mut r = self.replays.lock().unwrap_or_else(|p| p.into_inner());
             r.insert(id, steps.to_vec());

@@ -158,6 +158,8 @@ pub struct CudaBackend {
     graphs: bool,
     /// Decode steps relaunched as captured (see [`CudaBackend::with_replay`]).
     replay: bool,
+    /// Set when the engine refused a replay capture: no decode step is captured again.
+    replay_off: Cell<bool>,
     /// The launches and GEMMs of the step being recorded (graphs on).
     pending: RefCell<Vec<Step>>,
     /// When the step being recorded began (its first launch or GEMM).
@@ -289,6 +291,7 @@ impl CudaBackend {
             half_products: false,
             graphs: false,
             replay: true,
+            replay_off: Cell::new(false),
             pending: RefCell::new(Vec::new()),
             step_started: Cell::new(None),
             replays: RefCell::new(HashMap::new()),

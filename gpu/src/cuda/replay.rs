@@ -236,7 +236,7 @@ impl CudaBackend {
         step: &ReplayStep<'_>,
         record: &mut dyn FnMut() -> Result<Vec<Tensor>>,
     ) -> Result<Vec<Tensor>> {
-        if !self.graphs || !self.replay {
+        if !self.graphs || !self.replay || self.replay_off.get() {
             return record();
         }
         let started = std::time::Instant::now();
@@ -283,7 +283,19 @@ impl CudaBackend {
         steps.push(self.copy_step(fed.clone(), input.clone(), fed_t.numel())?);
         let id = self.next_replay.get();
         self.next_replay.set(id + 1);
-        self.engine.replay_capture(id, &steps)?;
+        if let Err(e) = self.engine.replay_capture(id, &steps) {
+            // The driver refused the capture (or its instantiation or launch; nothing of the
+            // step ran): the step runs as recorded, without the feed (its position slots read
+            // the shift word, which holds 0), and no decode step of this backend is captured
+            // again.
+            eprintln!("cuda: decode steps not replayed on this backend: {e}");
+            self.replay_off.set(true);
+            self.count(|c| c.replay_refusals += 1);
+            steps.pop();
+            *self.pending.borrow_mut() = steps;
+            self.end_step()?;
+            return Ok((State::Refused, outputs));
+        }
         let ns = self.step_started.take().map_or(0, |t| {
             u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX)
         });

@@ -31,12 +31,16 @@ fn model_config() -> LlamaConfig {
 }
 
 fn emulated(graphs: bool) -> Option<Rc<CudaBackend>> {
+    emulated_device(graphs).map(|(be, _)| be)
+}
+
+fn emulated_device(graphs: bool) -> Option<(Rc<CudaBackend>, &'static EmulatedDevice)> {
     host::compiler()?;
     let dev = EmulatedDevice::new(64).unwrap_or_else(|e| panic!("{e}"));
     let dev: &'static EmulatedDevice = Box::leak(Box::new(dev));
     let be =
         CudaBackend::with_engine(Box::new(super::emulator::tests::Shared(dev))).with_graphs(graphs);
-    Some(Rc::new(be))
+    Some((Rc::new(be), dev))
 }
 
 /// Per decode token: its logits, its id, and the counters after it.
@@ -138,6 +142,28 @@ fn replayed_decode_steps_give_the_logits_of_graphs_off_and_of_the_cpu() {
         assert!(n.replayed_nodes > p.replayed_nodes);
         assert_eq!(n.replay_writes, p.replay_writes + 1, "{n:?}");
     }
+}
+
+/// A driver that refuses the capture (an H200 refused every capture on the legacy default
+/// stream): the decode goes on without replays, with the logits of graphs off, and the capture
+/// is tried once, not per token.
+#[test]
+fn a_refused_capture_decodes_on_without_replays() {
+    let (Some(off), Some((on, dev))) = (emulated(false), emulated_device(true)) else {
+        return;
+    };
+    dev.refuse_captures();
+    let a = decode(off.clone(), Some(&off), greedy());
+    let b = decode(on.clone(), Some(&on), greedy());
+    assert_eq!(a.ids, b.ids, "greedy ids, graphs off and capture refused");
+    assert!(
+        same_bits(&a.logits, &b.logits),
+        "logits differ between graphs off and a refused capture"
+    );
+    let e = b.counters.last().copied().unwrap_or_default();
+    assert_eq!((e.replays, e.replay_refusals), (0, 1), "{e:?}");
+    // The steps still ran as (updated) graphs.
+    assert!(e.graph_launches > 0, "{e:?}");
 }
 
 #[test]
