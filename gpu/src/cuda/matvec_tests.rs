@@ -1,5 +1,6 @@
 //! Decode's products on the emulated device through `matvec` (f32 weights since CUDA's
-//! `f32_matvec`; f16 and bf16 rows read a 32-bit word at a time when their length is even),
+//! `f32_matvec`; f16 and bf16 rows read a 32-bit word at a time when their length is even, 16
+//! bytes at a time when it is a multiple of 8),
 //! against the CPU reference: seeded inputs, one to eight rows, odd and tiny `k`, the gated
 //! form, and NaN and infinities in the activations and the weights.
 
@@ -44,6 +45,8 @@ fn cuda_matvec_matches_the_reference_for_f32_f16_and_bf16_weights() {
             (8, 9, 64, false),
             (2, 6, 257, true),
             (5, 4, 96, true),
+            // Rows of a multiple of 8 (16-byte loads on f16 and bf16), several per thread.
+            (2, 3, 1024, false),
         ] {
             let mut x: Vec<f32> = (0..rows * k).map(|_| rng.normal()).collect();
             if hostile {

@@ -120,6 +120,37 @@ KERNEL(dequantize_rows, DequantizeParams) {
                      (unsigned long long)(row - p.first) * d + o % d);
 }
 
+// 16 bytes loaded at once (the alignment makes it one 128-bit load).
+struct alignas(16) Words4 {
+    unsigned int a, b, c, d;
+};
+struct alignas(16) Floats4 {
+    float a, b, c, d;
+};
+
+__device__ inline bool aligned16(const void* p) {
+    return ((unsigned long long)p & 15ull) == 0;
+}
+
+// Element e (0 or 1) of a word of two 16-bit floats.
+__device__ inline float half_of(unsigned int v, unsigned int e, bool bf) {
+    unsigned int h = e == 0 ? (v & 0xffffu) : (v >> 16);
+    return bf ? __int_as_float((int)(h << 16)) : f16_bits(h);
+}
+
+// acc + the dot product of 8 16-bit floats (four words, in element order) with xa, xb.
+__device__ inline float dot8_halves(float acc, Words4 v, Floats4 xa, Floats4 xb, bool bf) {
+    acc = acc + xa.a * half_of(v.a, 0, bf);
+    acc = acc + xa.b * half_of(v.a, 1, bf);
+    acc = acc + xa.c * half_of(v.b, 0, bf);
+    acc = acc + xa.d * half_of(v.b, 1, bf);
+    acc = acc + xb.a * half_of(v.c, 0, bf);
+    acc = acc + xb.b * half_of(v.c, 1, bf);
+    acc = acc + xb.c * half_of(v.d, 0, bf);
+    acc = acc + xb.d * half_of(v.d, 1, bf);
+    return acc;
+}
+
 // Decode's products without a decoded copy of the weight: out0 [rows, n] = in0 [rows, k] @ W^T
 // (+ in1 = bias when p.bias = 1), W = in2 [n, k] packed. One block per output element; its
 // threads stride over k, decoding as they go, and the block sums. Outputs (and the bias) at
@@ -148,11 +179,25 @@ KERNEL(matvec, MatvecParams) {
             if (p.glu != 0) acc_up = acc_up + x[i] * wu[i];
         }
     } else if (halves) {
-        // f16 or bf16 rows of even length: one 32-bit word (two elements) a load.
+        // f16 or bf16 rows of even length: one 32-bit word (two elements) a load; rows of a
+        // multiple of 8 elements at 16-byte aligned addresses (x's too): one 16-byte load (8
+        // elements) a thread and iteration, x read as two Floats4 (4x the bytes in flight).
         const unsigned int* w32 = (const unsigned int*)in2;
         unsigned long long kw = k / 2, wj = j * kw, wu = ju * kw;
         bool bf = p.dtype == WEIGHT_BF16;
-        for (unsigned long long i = threadIdx.x; i < kw; i += blockDim.x) {
+        bool wide = (k & 7ull) == 0 && aligned16(w32 + wj) && aligned16(w32 + wu) && aligned16(x);
+        if (wide) {
+            const Words4* wv = (const Words4*)(w32 + wj);
+            const Words4* uv = (const Words4*)(w32 + wu);
+            const Floats4* xv = (const Floats4*)x;
+            for (unsigned long long i = threadIdx.x; i < k / 8; i += blockDim.x) {
+                Words4 v = wv[i];
+                Floats4 xa = xv[2 * i], xb = xv[2 * i + 1];
+                acc = dot8_halves(acc, v, xa, xb, bf);
+                if (p.glu != 0) acc_up = dot8_halves(acc_up, uv[i], xa, xb, bf);
+            }
+        }
+        for (unsigned long long i = wide ? kw : threadIdx.x; i < kw; i += blockDim.x) {
             unsigned int v = w32[wj + i];
             float lo = bf ? __int_as_float((int)(v << 16)) : f16_bits(v & 0xffffu);
             float hi = bf ? __int_as_float((int)(v & 0xffff0000u)) : f16_bits(v >> 16);
