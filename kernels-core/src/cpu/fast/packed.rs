@@ -422,16 +422,16 @@ pub fn panel_product_t_in(
     let p = (PANEL_VALUES / k.max(1)).clamp(PANEL_GRAIN, 512) / PANEL_GRAIN * PANEL_GRAIN;
     let kernel = Kernel::best();
     let count = super::pool::ranges(threads, n, PANEL_GRAIN).count();
-    let mut scratch: Vec<(Gemm, Vec<f32>, Vec<u8>)> = Vec::new();
+    let mut scratch: Vec<(Gemm, Vec<f32>)> = Vec::new();
     scratch
         .try_reserve_exact(count)
         .map_err(|_| bad("too many ranges"))?;
-    scratch.extend((0..count).map(|_| (Gemm::new(kernel).with_threads(1), Vec::new(), Vec::new())));
+    scratch.extend((0..count).map(|_| (Gemm::new(kernel).with_threads(1), Vec::new())));
     // `x^T` (`k x rows`): the GEMM's right operand, packed from `x`'s rows.
     let xt = MatRef::new(x, rows, k, false)?.t();
     let panel = |r: core::ops::Range<usize>,
                  out: &mut [f32],
-                 (gemm, buf, plain): &mut (Gemm, Vec<f32>, Vec<u8>)|
+                 (gemm, buf): &mut (Gemm, Vec<f32>)|
      -> Result<()> {
         // The GEMM accumulates: the outputs start at 0 whatever `out_t` held.
         out.fill(0.0);
@@ -439,20 +439,26 @@ pub fn panel_product_t_in(
         while j0 < r.end {
             let pn = p.min(r.end - j0);
             super::buffers::grow(buf, pn * k, 0.0, "matmul weight panel")?;
-            let mut w = &packed[j0 * row_bytes..(j0 + pn) * row_bytes];
-            if layout != Layout::Plain {
-                // Panels start at whole grains, whole groups of the interleaved rows.
-                if plain.len() < pn * row_bytes {
-                    plain
-                        .try_reserve_exact(pn * row_bytes - plain.len())
-                        .map_err(|_| bad("no memory for a panel's plain bytes"))?;
-                    plain.resize(pn * row_bytes, 0);
-                }
-                let span = (j0, pn);
-                interleave::plain_rows(dtype, layout, packed, row_bytes, n, span, plain);
-                w = &plain[..pn * row_bytes];
+            let w = &packed[j0 * row_bytes..(j0 + pn) * row_bytes];
+            // Interleaved groups (panels start at whole grains, whole groups) decode straight
+            // from their layout; plain rows (and the tail) as they are.
+            let grouped = match layout {
+                Layout::Rows8 => (n / interleave::GROUP * interleave::GROUP).saturating_sub(j0),
+                Layout::Plain => 0,
             }
-            for (wr, o) in w.chunks_exact(row_bytes).zip(buf.chunks_exact_mut(k)) {
+            .min(pn)
+                / interleave::GROUP
+                * interleave::GROUP;
+            let (wg, wp) = w.split_at(grouped * row_bytes);
+            let (og, op) = buf[..pn * k].split_at_mut(grouped * k);
+            let gbytes = interleave::GROUP * row_bytes;
+            for (g, o) in wg
+                .chunks_exact(gbytes)
+                .zip(og.chunks_exact_mut(interleave::GROUP * k))
+            {
+                interleave::decode_group(dtype, g, row_bytes, o);
+            }
+            for (wr, o) in wp.chunks_exact(row_bytes).zip(op.chunks_exact_mut(k)) {
                 quant::decode_blocks(dtype, wr, o);
             }
             let a = MatRef::new(&buf[..pn * k], pn, k, false)?;

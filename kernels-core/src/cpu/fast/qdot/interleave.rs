@@ -188,6 +188,67 @@ fn unpack_blocks<const BB: usize, const NC: usize, const QS: usize, const Q: usi
     }
 }
 
+/// The [`GROUP`] rows of the interleaved group `g` (`row_bytes` each, `k` values) decoded to
+/// f32 into `out` (`GROUP * k`, row after row): the values `quant::decode_blocks` gives the
+/// plain rows, bit for bit (the same `d * q` per value), without unpacking them first.
+#[inline(always)]
+pub fn decode_group(dtype: DType, g: &[u8], row_bytes: usize, out: &mut [f32]) {
+    match dtype {
+        DType::Q8_0 => decode_blocks::<34, 8, 16>(g, row_bytes, out),
+        DType::Q5_0 => decode_blocks::<22, 4, 48>(g, row_bytes, out),
+        _ => decode_blocks::<18, 4, 16>(g, row_bytes, out),
+    }
+}
+
+#[inline(always)]
+fn decode_blocks<const BB: usize, const NC: usize, const Q: usize>(
+    g: &[u8],
+    row_bytes: usize,
+    out: &mut [f32],
+) {
+    let nb = row_bytes / BB;
+    let k = 32 * nb;
+    let out = &mut out[..GROUP * k];
+    for (b, gb) in g[..GROUP * row_bytes].chunks_exact(GROUP * BB).enumerate() {
+        for j in 0..GROUP {
+            let d = crate::quant::decode::f16_at(gb, 2 * j);
+            let o: &mut [f32; 32] = match (&mut out[j * k + 32 * b..j * k + 32 * b + 32]).try_into()
+            {
+                Ok(o) => o,
+                Err(_) => return,
+            };
+            for c in 0..NC {
+                let at = Q + 4 * (GROUP * c + j);
+                let w = [gb[at], gb[at + 1], gb[at + 2], gb[at + 3]];
+                if NC == 8 {
+                    // Q8_0: stored plus 128.
+                    for t in 0..4 {
+                        o[4 * c + t] = ((w[t] ^ 0x80) as i8) as f32 * d;
+                    }
+                } else if Q == 48 {
+                    // Q5_0: the fifth bits from the chunk's two masks.
+                    let m = |h: usize| {
+                        let a = 16 + 4 * (2 * c + h);
+                        u32::from_le_bytes([gb[a], gb[a + 1], gb[a + 2], gb[a + 3]]) >> (4 * j)
+                    };
+                    let (ml, mh) = (m(0), m(1));
+                    for t in 0..4 {
+                        let lo = (w[t] & 0x0F) as u32 | (((ml >> t) & 1) << 4);
+                        let hi = (w[t] >> 4) as u32 | (((mh >> t) & 1) << 4);
+                        o[4 * c + t] = d * (lo as i32 - 16) as f32;
+                        o[16 + 4 * c + t] = d * (hi as i32 - 16) as f32;
+                    }
+                } else {
+                    for t in 0..4 {
+                        o[4 * c + t] = d * ((w[t] & 0x0F) as i32 - 8) as f32;
+                        o[16 + 4 * c + t] = d * ((w[t] >> 4) as i32 - 8) as f32;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The plain bytes of rows `j0..j0 + count` of a weight in `layout` (`w` the whole weight,
 /// `n` rows), written to `dst` (`count * row_bytes`); `j0` and `count` whole groups where they
 /// fall among the interleaved rows.

@@ -75,6 +75,16 @@ fn repack_and_unpack_round_trip() {
             let mut back = vec![0u8; w.len()];
             interleave::plain_rows(dtype, Layout::Rows8, &r, rb, n, (0, n), &mut back);
             assert_eq!(back, w, "{dtype} n {n} k {k}");
+            // Decoding a group straight from the layout gives the plain rows' values.
+            let gb = interleave::GROUP * rb;
+            for (g, p) in r[..whole * rb].chunks_exact(gb).zip(w.chunks_exact(gb)) {
+                let mut got = vec![0.0f32; interleave::GROUP * k];
+                let mut want = vec![0.0f32; interleave::GROUP * k];
+                interleave::decode_group(dtype, g, rb, &mut got);
+                quant::decode_blocks(dtype, p, &mut want);
+                let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{dtype} n {n} k {k}: decode_group");
+            }
         }
     }
     // Only the three formats; sizes must agree.
