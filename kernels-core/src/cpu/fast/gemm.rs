@@ -127,6 +127,45 @@ impl Gemm {
         self.blocked(a, b, c, ldc)
     }
 
+    /// [`Gemm::run_blocked`] with `B` packed beforehand ([`PackedB`]): the same loop nest, the
+    /// same bits, without packing `B` again. For products that share `B` (prefill's weight
+    /// panels, each against the same `x^T`). Single-threaded: a caller splits the rows.
+    pub fn run_blocked_packed(
+        &mut self,
+        a: MatRef,
+        b: &PackedB,
+        c: &mut [f32],
+        ldc: usize,
+    ) -> Result<()> {
+        if b.kernel.name() != self.kernel.name() || a.cols != b.k {
+            return Err(Error::mismatch(NAME, &[a.rows, a.cols], &[b.k, b.n]));
+        }
+        let need = a
+            .rows
+            .checked_sub(1)
+            .and_then(|m| m.checked_mul(ldc))
+            .and_then(|x| x.checked_add(b.n));
+        if a.rows == 0 || b.n == 0 || a.cols == 0 {
+            return Ok(());
+        }
+        if ldc < b.n || need.is_none_or(|need| c.len() < need) {
+            return Err(Error::mismatch(NAME, &[a.rows, b.n], &[c.len()]));
+        }
+        if self.bufs.is_empty() {
+            self.bufs.push(Buffers::default());
+        }
+        let a_buf = &mut self.bufs[0].a;
+        match self.kernel {
+            Kernel::Portable(k) => drive_packed(k, a, b, c, ldc, a_buf),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2Fma(k) => drive_packed(k, a, b, c, ldc, a_buf),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512(k) => drive_packed(k, a, b, c, ldc, a_buf),
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Kernel::Simd128(k) => drive_packed(k, a, b, c, ldc, a_buf),
+        }
+    }
+
     /// The blocked GEMM, its rows split over threads when the product is large enough.
     fn blocked(&mut self, a: MatRef, b: MatRef, c: &mut [f32], ldc: usize) -> Result<()> {
         let kernel = self.kernel;
@@ -246,6 +285,116 @@ fn drive<K: MicroKernel>(
         for pc in (0..k).step_by(K::KC) {
             let kc = K::KC.min(k - pc);
             K::pack_b(b_pack, bt, jc, nc, pc, kc);
+            for ic in (0..m).step_by(K::MC) {
+                let mc = K::MC.min(m - ic);
+                K::pack_a(a_pack, a, ic, mc, pc, kc);
+                for (jp, jr) in (0..nc).step_by(nr).enumerate() {
+                    let b_panel = &b_pack[jp * nr * kc..(jp + 1) * nr * kc];
+                    let nr_here = nr.min(nc - jr);
+                    for (ip, ir) in (0..mc).step_by(mr).enumerate() {
+                        let a_panel = &a_pack[ip * mr * kc..(ip + 1) * mr * kc];
+                        let off = (ic + ir) * ldc + jc + jr;
+                        let c_tile = c.get_mut(off..).unwrap_or_default();
+                        kernel.tile(a_panel, b_panel, c_tile, ldc, mr.min(mc - ir), nr_here);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The right operand `B [k x n]` of [`Gemm::run_blocked_packed`], packed once for one kernel:
+/// every `KC x NC` block of `B~` in the loop nest's order, each on a 64-byte boundary.
+#[derive(Debug)]
+pub struct PackedB {
+    kernel: Kernel,
+    k: usize,
+    n: usize,
+    data: Vec<f32>,
+    /// Where the first block starts in `data` (its 64-byte boundary).
+    start: usize,
+}
+
+impl PackedB {
+    /// Packs `b` for `kernel`'s micro-kernel; an allocation failure is an error.
+    pub fn new(kernel: Kernel, b: MatRef) -> Result<PackedB> {
+        let mut packed = PackedB {
+            kernel,
+            k: b.rows,
+            n: b.cols,
+            data: Vec::new(),
+            start: 0,
+        };
+        match kernel {
+            Kernel::Portable(_) => packed.fill::<super::kernels::Portable>(b)?,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2Fma(_) => packed.fill::<super::kernels::Avx2Fma>(b)?,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512(_) => packed.fill::<super::kernels::Avx512>(b)?,
+            #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+            Kernel::Simd128(_) => packed.fill::<super::kernels::Simd128>(b)?,
+        }
+        Ok(packed)
+    }
+
+    /// Values of the block at `(nc, kc)` for `K`: whole `NR` panels, rounded up to 64 bytes.
+    fn block_len<K: MicroKernel>(nc: usize, kc: usize) -> usize {
+        (nc.div_ceil(K::NR) * K::NR * kc).div_ceil(16) * 16
+    }
+
+    fn fill<K: MicroKernel>(&mut self, b: MatRef) -> Result<()> {
+        let (k, n) = (self.k, self.n);
+        let mut total = 0usize;
+        for jc in (0..n).step_by(K::NC) {
+            for pc in (0..k).step_by(K::KC) {
+                let len = Self::block_len::<K>(K::NC.min(n - jc), K::KC.min(k - pc));
+                total = total
+                    .checked_add(len)
+                    .ok_or_else(|| Error::mismatch(NAME, &[k, n], &[usize::MAX]))?;
+            }
+        }
+        let dst = aligned(&mut self.data, total)?;
+        let bt = b.t();
+        let mut at = 0;
+        for jc in (0..n).step_by(K::NC) {
+            let nc = K::NC.min(n - jc);
+            for pc in (0..k).step_by(K::KC) {
+                let kc = K::KC.min(k - pc);
+                let len = Self::block_len::<K>(nc, kc);
+                K::pack_b(&mut dst[at..at + len], bt, jc, nc, pc, kc);
+                at += len;
+            }
+        }
+        self.start = self.data.as_ptr().align_offset(64).min(16);
+        Ok(())
+    }
+}
+
+/// [`drive`] over a [`PackedB`] packed for `K`.
+fn drive_packed<K: MicroKernel>(
+    kernel: K,
+    a: MatRef,
+    b: &PackedB,
+    c: &mut [f32],
+    ldc: usize,
+    a_buf: &mut Vec<f32>,
+) -> Result<()> {
+    let (m, k, n) = (a.rows, a.cols, b.n);
+    let (mr, nr) = (K::MR, K::NR);
+    let kc_max = K::KC.min(k);
+    let a_pack = aligned(a_buf, K::MC.min(m.div_ceil(mr) * mr) * kc_max)?;
+    let blocks = &b.data[b.start..];
+    let mut at = 0;
+    for jc in (0..n).step_by(K::NC) {
+        let nc = K::NC.min(n - jc);
+        for pc in (0..k).step_by(K::KC) {
+            let kc = K::KC.min(k - pc);
+            let len = PackedB::block_len::<K>(nc, kc);
+            let b_pack = blocks
+                .get(at..at + len)
+                .ok_or_else(|| Error::mismatch(NAME, &[k, n], &[blocks.len()]))?;
+            at += len;
             for ic in (0..m).step_by(K::MC) {
                 let mc = K::MC.min(m - ic);
                 K::pack_a(a_pack, a, ic, mc, pc, kc);

@@ -242,3 +242,69 @@ fn rejects_inconsistent_operands() {
     ));
     g.run(a, a.t(), &mut c, 2).unwrap();
 }
+
+/// `B` packed once ([`PackedB`]) gives the bits of packing it in the loop nest, on every kernel,
+/// for shapes across the `KC` and `NC` blocks, a transposed `B` (prefill's `x^T`) included.
+#[test]
+fn a_prepacked_b_gives_the_bits_of_run_blocked() {
+    let mut rng = Rng::new(0x9AC8);
+    for kernel in kernels() {
+        for &(m, k, n, tb) in &[
+            (1, 1, 1, false),
+            (5, 3, 7, true),
+            (37, 600, 300, true),
+            (70, 2100, 40, true),
+            (24, 257, 1030, false),
+        ] {
+            let a = rng.uniform_vec(m * k, -1.0, 1.0);
+            let b = rng.uniform_vec(k * n, -1.0, 1.0);
+            let am = MatRef::new(&a, m, k, false).unwrap();
+            let bm = if tb {
+                MatRef::new(&b, n, k, false).unwrap().t()
+            } else {
+                MatRef::new(&b, k, n, false).unwrap()
+            };
+            let mut want = vec![0.5f32; m * n];
+            Gemm::new(kernel)
+                .with_threads(1)
+                .run_blocked(am, bm, &mut want, n)
+                .unwrap();
+            let packed = PackedB::new(kernel, bm).unwrap();
+            let mut got = vec![0.5f32; m * n];
+            let mut gemm = Gemm::new(kernel).with_threads(1);
+            gemm.run_blocked_packed(am, &packed, &mut got, n).unwrap();
+            let same = want
+                .iter()
+                .zip(&got)
+                .all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "{kernel:?} m {m} k {k} n {n}");
+            // Another A against the same packing.
+            let a2 = rng.uniform_vec(m * k, -1.0, 1.0);
+            let am2 = MatRef::new(&a2, m, k, false).unwrap();
+            let mut want2 = vec![0.0f32; m * n];
+            Gemm::new(kernel)
+                .with_threads(1)
+                .run_blocked(am2, bm, &mut want2, n)
+                .unwrap();
+            let mut got2 = vec![0.0f32; m * n];
+            gemm.run_blocked_packed(am2, &packed, &mut got2, n).unwrap();
+            assert!(
+                want2
+                    .iter()
+                    .zip(&got2)
+                    .all(|(x, y)| x.to_bits() == y.to_bits())
+            );
+        }
+        // A packing for another kernel or depth is refused.
+        let b = rng.uniform_vec(6, -1.0, 1.0);
+        let packed = PackedB::new(kernel, MatRef::new(&b, 3, 2, false).unwrap()).unwrap();
+        let a = rng.uniform_vec(8, -1.0, 1.0);
+        let mut c = vec![0.0f32; 8];
+        let wrong = MatRef::new(&a, 2, 4, false).unwrap();
+        assert!(
+            Gemm::new(kernel)
+                .run_blocked_packed(wrong, &packed, &mut c, 2)
+                .is_err()
+        );
+    }
+}
