@@ -180,52 +180,71 @@ pub fn from_bytes(
 }
 
 /// Builds the model on `backend` for inference ([`Llama::for_inference`]: q, k and v fused at
-/// load on a device).
+/// load on a device). On the CPU backend the q4_0 / q5_0 / q8_0 matrices are repacked for its
+/// decode kernels (see [`repack_in`]) into a copy of the map; [`build_in`] repacks `files`
+/// itself, so no plain copy of them stays behind.
 pub fn build(files: &ModelFiles, backend: Rc<dyn Backend>) -> CliResult<Llama> {
     let config = match &files.parsed_config {
         Some(c) => c.clone(),
         None => LlamaConfig::from_json(&files.config)
             .map_err(|e| fail(format!("{}: {e}", files.origin)))?,
     };
-    let repacked = repack_for(files, &*backend)?;
-    Llama::for_inference(config, repacked.as_ref().unwrap_or(&files.tensors), backend)
+    let mut tensors = None;
+    if repacks(&*backend) {
+        let mut t = files.tensors.clone();
+        if repack_in(&mut t, files.mapped.as_ref(), &files.origin)? {
+            tensors = Some(t);
+        }
+    }
+    Llama::for_inference(config, tensors.as_ref().unwrap_or(&files.tensors), backend)
         .map_err(|e| fail(format!("{}: {e}", files.origin)))
 }
 
-/// On the CPU backend (not the reference): the tensors with each `q4_0`, `q5_0` and `q8_0`
-/// matrix in the eight-row interleaved layout its decode kernels read
-/// (`kernels_core::cpu::fast::qdot::interleave`, where that family has them, unless
-/// `KERNELS_CPU_REPACK=0`), each tensor's pages of a memory-mapped file given back to the
-/// kernel once copied, so the file's pages and the copy are not both resident. `None` when
-/// nothing is repacked.
-fn repack_for(
-    files: &ModelFiles,
-    backend: &dyn Backend,
-) -> CliResult<Option<BTreeMap<String, Tensor>>> {
-    use kernels_core::cpu::fast::qdot::interleave;
-    if backend.device() != kernels_core::DeviceId::CPU || backend.name() != "cpu" {
-        return Ok(None);
+/// [`build`], repacking `files`' tensors in place for the CPU backend: the plain bytes of a
+/// repacked matrix are dropped (an owned copy, as `--quantize` makes) or given back to the
+/// kernel (pages of a memory-mapped file).
+pub fn build_in(files: &mut ModelFiles, backend: Rc<dyn Backend>) -> CliResult<Llama> {
+    if repacks(&*backend) {
+        repack_in(&mut files.tensors, files.mapped.as_ref(), &files.origin)?;
     }
-    let mut out = files.tensors.clone();
+    build(files, backend)
+}
+
+/// Whether `backend` is the CPU backend with its fast kernels (not the reference).
+fn repacks(backend: &dyn Backend) -> bool {
+    backend.device() == kernels_core::DeviceId::CPU && backend.name() == "cpu"
+}
+
+/// Each `q4_0`, `q5_0` and `q8_0` matrix of `tensors` in the eight-row interleaved layout the
+/// CPU backend's decode kernels read (`kernels_core::cpu::fast::qdot::interleave`, where the
+/// kernel family has them, unless `KERNELS_CPU_REPACK=0`), each one's pages of the memory-mapped
+/// file (`mapped`) given back to the kernel once copied, so the file's pages and the copy are
+/// not both resident. Whether any was repacked.
+fn repack_in(
+    tensors: &mut BTreeMap<String, Tensor>,
+    mapped: Option<&std::ops::Range<usize>>,
+    origin: &str,
+) -> CliResult<bool> {
+    use kernels_core::cpu::fast::qdot::interleave;
     let mut any = false;
-    for (name, t) in out.iter_mut() {
+    for (name, t) in tensors.iter_mut() {
         // Phi-3's fused projections are split at load (from their plain bytes).
         let split = name.ends_with("qkv_proj.weight") || name.ends_with("gate_up_proj.weight");
         if split || !kernels_core::models::llama::is_matrix_weight(name) {
             continue;
         }
-        let Some(r) = interleave::repack_tensor(t)
-            .map_err(|e| fail(format!("{}: {name}: {e}", files.origin)))?
+        let Some(r) =
+            interleave::repack_tensor(t).map_err(|e| fail(format!("{origin}: {name}: {e}")))?
         else {
             continue;
         };
-        if let (Some(map), Ok(b)) = (&files.mapped, t.packed_bytes()) {
+        if let (Some(map), Ok(b)) = (mapped, t.packed_bytes()) {
             release(map, b);
         }
         *t = r;
         any = true;
     }
-    Ok(any.then_some(out))
+    Ok(any)
 }
 
 /// Gives the whole pages of `b` (which lies in the read-only file mapping `map`) back to the

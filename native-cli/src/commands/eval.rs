@@ -8,7 +8,7 @@ use std::time::Instant;
 use kernels_gpu::{BackendChoice, select_backend};
 
 use crate::addition::{embedded, held_out_count, tokenizer_of};
-use crate::llama::{build, quantize_files, read_dir};
+use crate::llama::{build_in, quantize_files, read_dir};
 use crate::{CliResult, emit, emit_json};
 
 /// `kernels eval`: prints the exact-match accuracy, as text or (`json`) one object:
@@ -36,7 +36,7 @@ pub fn run(
         None => embedded()?,
     };
     quantize_files(&mut files, quantize)?;
-    let model = build(&files, chosen.backend.clone())?;
+    let model = build_in(&mut files, chosen.backend.clone())?;
     let tok = tokenizer_of(&files)?;
     let (ok, n, wrong) = evaluate_with_progress(&model, &tok, n, seed)?;
     if json {

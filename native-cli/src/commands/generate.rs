@@ -14,7 +14,7 @@ use kernels_core::models::llama::Sampling;
 use kernels_gpu::{BackendChoice, select_backend};
 
 use crate::commands::chat::{chat_setup, text_tokenizer};
-use crate::llama::{GenStats, build, quantize_files, read_dir};
+use crate::llama::{GenStats, build_in, quantize_files, read_dir};
 use crate::{CliResult, addition, emit, fail};
 
 /// New tokens when `--max-tokens` is not given (fewer when the context leaves fewer).
@@ -103,7 +103,7 @@ pub fn run(args: &GenerateArgs) -> CliResult<()> {
         None => addition::embedded()?,
     };
     quantize_files(&mut files, args.quantize)?;
-    let model = build(&files, chosen.backend.clone())?;
+    let model = build_in(&mut files, chosen.backend.clone())?;
     let tok = text_tokenizer(&files)?;
     if args.chat {
         let setup = chat_setup(&files, &model, &tok)?;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use kernels_gpu::{BackendChoice, select_backend};
 
-use crate::llama::{build, logits, quantize_files, read_dir};
+use crate::llama::{build_in, logits, quantize_files, read_dir};
 use crate::{CliResult, addition, emit, fail};
 
 /// Options of `kernels logits`.
@@ -27,7 +27,7 @@ pub fn run(args: &LogitsArgs) -> CliResult<()> {
         None => addition::embedded()?,
     };
     quantize_files(&mut files, args.quantize)?;
-    let model = build(&files, chosen.backend.clone())?;
+    let model = build_in(&mut files, chosen.backend.clone())?;
     let rows = logits(&model, &args.tokens, args.all_positions)?;
     // JSON has no NaN or infinity: serde writes them as null. Say so rather than let a null
     // pass for a number.

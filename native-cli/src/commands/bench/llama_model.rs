@@ -18,7 +18,7 @@ use kernels_core::Rng;
 use kernels_core::models::llama::{GenerateOptions, Generation, Llama, Sampling};
 use kernels_gpu::{BackendChoice, WgpuBackend, select_backend};
 
-use crate::llama::{build, quantize_files, read_dir};
+use crate::llama::{build_in, quantize_files, read_dir};
 use crate::{CliResult, emit, fail};
 
 /// Options of `kernels bench llama`.
@@ -285,7 +285,7 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
     let (backend, counting, backend_name) = open_backend(opts.backend.as_deref())?;
     let mut files = read_dir(&opts.model)?;
     quantize_files(&mut files, opts.quantize)?;
-    let model = build(&files, backend)?;
+    let model = build_in(&mut files, backend)?;
     let (weights, weight_bytes_per_token) = weight_traffic(&model);
     let c = &model.config;
     check_lengths(opts, c.max_position_embeddings)?;

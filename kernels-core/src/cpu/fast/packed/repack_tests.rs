@@ -19,9 +19,16 @@ fn same(op: &Op, inputs: &[&Tensor], w_at: usize, wr: &Tensor, exact: bool, what
     let (want, got) = match (want, got) {
         (Some(w), Some(g)) => (w.expect("plain"), g.expect("repacked")),
         (None, None) => return,
-        (w, g) => panic!("{what}: fast path plain {} repacked {}", w.is_some(), g.is_some()),
+        (w, g) => panic!(
+            "{what}: fast path plain {} repacked {}",
+            w.is_some(),
+            g.is_some()
+        ),
     };
-    let (w, g) = (want[0].as_f32().expect("f32"), got[0].as_f32().expect("f32"));
+    let (w, g) = (
+        want[0].as_f32().expect("f32"),
+        got[0].as_f32().expect("f32"),
+    );
     assert_eq!(w.len(), g.len(), "{what}");
     for (i, (a, b)) in w.iter().zip(g).enumerate() {
         assert!(
@@ -41,12 +48,15 @@ fn repacked_weights_give_the_plain_bits_on_every_path() {
             let w = Tensor::from_raw(&[n, k], dtype, wq.clone()).expect("w");
             let packed = interleave::repack(dtype, &wq, rb, n).expect("repack");
             let wr = Tensor::from_raw_in(&[n, k], dtype, packed, Layout::Rows8).expect("w8");
-            assert!(wr.packed_bytes().is_err(), "interleaved bytes are not plain");
+            assert!(
+                wr.packed_bytes().is_err(),
+                "interleaved bytes are not plain"
+            );
             assert_eq!(interleave::plain_bytes(&wr).expect("plain"), wq);
             let (a, b) = (w.dequantize().expect("f32"), wr.dequantize().expect("f32"));
             assert_eq!(a.as_f32().expect("f32"), b.as_f32().expect("f32"));
-            let bias = Tensor::from_f32(&[n], (0..n).map(|i| i as f32 * 0.1).collect())
-                .expect("bias");
+            let bias =
+                Tensor::from_f32(&[n], (0..n).map(|i| i as f32 * 0.1).collect()).expect("bias");
             for rows in [1, 2, 5, 12, 33] {
                 let mut x: Vec<f32> = (0..rows * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
                 if rows == 5 {
