@@ -300,10 +300,18 @@ fn finish_transposed(
     out_shape: &[usize],
 ) -> Result<Vec<Tensor>> {
     let mut out = super::buffers::filled(rows * n, 0.0, "matmul")?;
-    for (j, tj) in t.chunks_exact(rows).enumerate() {
-        let b = bias.map_or(0.0, |b| b[j]);
-        for (r, &v) in tj.iter().enumerate() {
-            out[r * n + j] = linear::act(activation, v + b);
+    // By blocks of 16 columns: each row of `out` gets 16 adjacent values (one cache line) from
+    // 16 rows of `t` read in order, instead of one value per cache line per pass over `out`
+    // (about 4% of a 256-token prefill, done column by column).
+    const COLS: usize = 16;
+    for (jb, tb) in t.chunks(COLS * rows.max(1)).enumerate() {
+        let j0 = jb * COLS;
+        let cols = tb.len() / rows.max(1);
+        for (r, o) in out.chunks_exact_mut(n).enumerate() {
+            for (c, v) in o[j0..j0 + cols].iter_mut().enumerate() {
+                let b = bias.map_or(0.0, |b| b[j0 + c]);
+                *v = linear::act(activation, tb[c * rows + r] + b);
+            }
         }
     }
     Ok(vec![Tensor::from_f32(out_shape, out)?])
