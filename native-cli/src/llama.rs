@@ -181,7 +181,7 @@ pub fn from_bytes(
 
 /// Builds the model on `backend` for inference ([`Llama::for_inference`]: q, k and v fused at
 /// load on a device). On the CPU backend the q4_0 / q5_0 / q8_0 matrices are repacked for its
-/// decode kernels (see [`repack_in`]) into a copy of the map; [`build_in`] repacks `files`
+/// decode kernels (see `repack_in`) into a copy of the map; [`build_in`] repacks `files`
 /// itself, so no plain copy of them stays behind.
 pub fn build(files: &ModelFiles, backend: Rc<dyn Backend>) -> CliResult<Llama> {
     let config = match &files.parsed_config {

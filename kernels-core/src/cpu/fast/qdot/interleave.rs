@@ -16,7 +16,10 @@
 //!   ones `16 + 4c..`); `Q8_0` chunks its 32 values, stored plus 128 (`v ^ 0x80`, unsigned),
 //!   so `vpdpbusd` takes them as they are and 128 times the activation sum comes off.
 //!
-//! Rows after the last whole group (the tail) stay in the plain layout. [`unpack_group`]
+//! Made at load by the CLI's model build on the CPU backend ([`repack_tensor`], where
+//! [`repacks_for`] the kernel family: the x86 ones; `KERNELS_CPU_REPACK=0` turns it off), never
+//! for a GPU backend, which takes the plain bytes. Rows after the last whole group (the tail)
+//! stay in the plain layout. [`unpack_group`]
 //! gives a group's plain bytes back, so every path that needs them (another family, prefill,
 //! a row of `x` with NaN or infinity) runs on a repacked weight.
 

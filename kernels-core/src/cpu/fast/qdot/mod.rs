@@ -21,7 +21,10 @@
 //! of up to [`TILE`] rows of `x`. On x86, decode (one row of `x`, or its two residual terms)
 //! on the 32-element formats takes four weight rows at a time: each activation block is loaded
 //! once for the four, their block sums are reduced together and scaled as one vector, and each
-//! row's stream is prefetched ahead.
+//! row's stream is prefetched ahead. A weight the CPU backend repacked at load into the
+//! eight-row interleaved layout ([`interleave`], `q4_0` / `q5_0` / `q8_0` on x86) takes eight
+//! rows at a time instead ([`product_t_in`]), with the same bits; every other case on such a
+//! weight unpacks its groups to the plain layout first.
 //!
 //! A row of `x` holding a NaN or an infinity is not quantized: it takes the decoded weight rows
 //! and an f32 dot product, so NaN and infinity land where the reference puts them.
