@@ -302,18 +302,23 @@ fn finish_transposed(
     let mut out = super::buffers::filled(rows * n, 0.0, "matmul")?;
     // By blocks of 16 columns: each row of `out` gets 16 adjacent values (one cache line) from
     // 16 rows of `t` read in order, instead of one value per cache line per pass over `out`
-    // (about 4% of a 256-token prefill, done column by column).
+    // (about 4% of a 256-token prefill, done column by column). Rows of `out` split over the
+    // pool when there are many (it was the largest serial part of a 2-thread prefill).
     const COLS: usize = 16;
-    for (jb, tb) in t.chunks(COLS * rows.max(1)).enumerate() {
-        let j0 = jb * COLS;
-        let cols = tb.len() / rows.max(1);
-        for (r, o) in out.chunks_exact_mut(n).enumerate() {
-            for (c, v) in o[j0..j0 + cols].iter_mut().enumerate() {
-                let b = bias.map_or(0.0, |b| b[j0 + c]);
-                *v = linear::act(activation, tb[c * rows + r] + b);
+    let grain = (1usize << 16).div_ceil(n.max(1));
+    super::pool::for_slices(&mut out, n.max(1), grain, &|rs, part| {
+        for (jb, tb) in t.chunks(COLS * rows.max(1)).enumerate() {
+            let j0 = jb * COLS;
+            let cols = tb.len() / rows.max(1);
+            for (r, o) in rs.clone().zip(part.chunks_exact_mut(n)) {
+                for (c, v) in o[j0..j0 + cols].iter_mut().enumerate() {
+                    let b = bias.map_or(0.0, |b| b[j0 + c]);
+                    *v = linear::act(activation, tb[c * rows + r] + b);
+                }
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(vec![Tensor::from_f32(out_shape, out)?])
 }
 
