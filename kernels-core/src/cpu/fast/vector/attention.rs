@@ -15,6 +15,7 @@ use super::math;
 use super::simd::Simd;
 use crate::cpu::attention::{Dims, scale_value};
 use crate::cpu::fast::isa::Isa;
+use crate::cpu::fast::pool;
 use crate::cpu::{Owned, View, float_arg};
 use crate::error::Result;
 
@@ -51,10 +52,16 @@ pub(super) fn forward(
     } = dm;
     let group = hq / hkv;
     let mut out = filled(batch * hq * sq * dv, 0.0, OP)?;
-    let mut p = filled(t, 0.0, OP)?;
-    with_simd!(isa, s => {
-        for b in 0..batch {
-            for h in 0..hq {
+    // Heads split over the pool when there is enough work (prefill); each row's arithmetic is
+    // the same on any thread, so the bits do not depend on the thread count.
+    let per_head = sq.saturating_mul(t).saturating_mul(d + dv).max(1);
+    let grain = (1usize << 18).div_ceil(per_head);
+    let head_len = (sq * dv).max(1);
+    pool::for_slices(&mut out, head_len, grain, &|heads, part| {
+        let mut p = filled(t, 0.0, OP)?;
+        with_simd!(isa, s => {
+            for (bh, out_head) in heads.zip(part.chunks_exact_mut(head_len)) {
+                let (b, h) = (bh / hq, bh % hq);
                 let kvh = b * hkv + h / group;
                 let k_head = &k[kvh * t * d..(kvh + 1) * t * d];
                 let v_head = &v[kvh * t * dv..(kvh + 1) * t * dv];
@@ -62,13 +69,14 @@ pub(super) fn forward(
                     let row = (b * hq + h) * sq + i;
                     let (lo, hi) = dm.keys(causal, i);
                     let qi = &q[row * d..(row + 1) * d];
-                    let oi = &mut out[row * dv..(row + 1) * dv];
+                    let oi = &mut out_head[i * dv..(i + 1) * dv];
                     let (kw, vw) = (&k_head[lo * d..], &v_head[lo * dv..]);
                     attend_row(s, qi, kw, vw, scale, &mut p[..hi - lo], oi);
                 }
             }
-        }
-    });
+        });
+        Ok(())
+    })?;
     Ok(vec![Owned::float(dm.out_shape(), out)])
 }
 
