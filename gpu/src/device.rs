@@ -409,6 +409,20 @@ pub(crate) fn device_words(t: &Tensor) -> usize {
 }
 
 /// The packed bytes of a weight dtype as little-endian words, the last one zero-padded.
+/// The words a GPU gets for the packed weight `t` (its bytes `b`): GGML's plain layout, also
+/// when the CPU backend interleaved them (a copy then), since GPU kernels read plain blocks.
+pub(crate) fn packed_upload_words(
+    t: &Tensor,
+    b: &kernels_core::packed::PackedBytes,
+) -> Result<Vec<u32>> {
+    if b.layout() == kernels_core::packed::Layout::Plain {
+        return Ok(packed_words(b));
+    }
+    Ok(packed_words(
+        &kernels_core::cpu::fast::qdot::interleave::plain_bytes(t)?,
+    ))
+}
+
 pub(crate) fn packed_words(bytes: &[u8]) -> Vec<u32> {
     bytes
         .chunks(4)
@@ -432,4 +446,34 @@ pub(crate) fn packed_from_bytes(t: &Tensor, bytes: &[u8]) -> Result<Tensor> {
         ),
     })?;
     Tensor::from_raw(t.shape(), t.dtype(), data.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use kernels_core::cpu::fast::qdot::interleave;
+    use kernels_core::packed::Layout;
+    use kernels_core::tensor::Storage;
+    use kernels_core::{DType, Rng, Tensor};
+
+    /// A weight the CPU backend interleaved reaches a GPU in the plain layout (its kernels read
+    /// plain blocks): the words of the repacked tensor are the plain tensor's.
+    #[test]
+    fn interleaved_weights_upload_as_plain_words() {
+        let mut rng = Rng::new(0x1A7E);
+        for dtype in [DType::Q4_0, DType::Q5_0, DType::Q8_0] {
+            // 19 rows: two whole groups of 8 and a plain tail of 3.
+            let (n, k) = (19, 64);
+            let v: Vec<f32> = (0..n * k).map(|_| rng.normal()).collect();
+            let plain = kernels_core::quant::quantize(dtype, &v).unwrap();
+            let rb = dtype.bytes_for(k).unwrap();
+            let packed = interleave::repack(dtype, &plain, rb, n).unwrap();
+            assert_ne!(packed, plain, "{dtype}: the repack moved nothing");
+            let wr = Tensor::from_raw_in(&[n, k], dtype, packed, Layout::Rows8).unwrap();
+            let Storage::Packed(b) = wr.storage() else {
+                panic!("{dtype}: not packed");
+            };
+            let words = super::packed_upload_words(&wr, b).unwrap();
+            assert_eq!(words, super::packed_words(&plain), "{dtype}");
+        }
+    }
 }

@@ -588,7 +588,7 @@ impl Backend for CudaBackend {
                     .collect::<Result<Vec<_>>>()?;
                 (words, Some(Arc::new(v.to_vec())))
             }
-            Storage::Packed(b) => (crate::device::packed_words(b), None),
+            Storage::Packed(b) => (crate::device::packed_upload_words(t, b)?, None),
             Storage::Device(_) => return Err(Error::NotOnHost { op: "upload" }),
         };
         let mem: Arc<dyn Mem> = self.engine.upload(&words)?.into();

@@ -36,7 +36,7 @@ impl WgpuBackend {
                 (out, Some(Arc::new(v.to_vec())))
             }
             Storage::Packed(b) => (
-                bytemuck::cast_slice(crate::device::packed_words(b).as_slice()).to_vec(),
+                bytemuck::cast_slice(crate::device::packed_upload_words(t, b)?.as_slice()).to_vec(),
                 None,
             ),
             Storage::Device(_) => {
