@@ -82,7 +82,10 @@ fn repack_and_unpack_round_trip() {
                 let mut want = vec![0.0f32; interleave::GROUP * k];
                 interleave::decode_group(dtype, g, rb, &mut got);
                 quant::decode_blocks(dtype, p, &mut want);
-                let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{dtype} n {n} k {k}: decode_group");
             }
         }
