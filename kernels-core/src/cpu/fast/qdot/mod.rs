@@ -442,7 +442,11 @@ pub fn product_t_in(
     } else {
         0
     };
-    let align = if grouped > 0 { interleave::GROUP } else { 1 };
+    // Ranges start at multiples of the kernels' row tiles (a group of 8, else the x86 decode
+    // kernels' four rows): a row's tile, and so its bits, does not depend on the thread count
+    // (the one-row kernel, which takes only the rows past the last whole tile, sums in another
+    // order).
+    let align = if grouped > 0 { interleave::GROUP } else { 4 };
     // The plain kernels on plain rows `w`, each residual pair summed.
     let plain = |w: &[u8], out: &mut [f32]| {
         if residual {
