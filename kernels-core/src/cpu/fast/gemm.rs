@@ -285,23 +285,41 @@ fn drive<K: MicroKernel>(
         for pc in (0..k).step_by(K::KC) {
             let kc = K::KC.min(k - pc);
             K::pack_b(b_pack, bt, jc, nc, pc, kc);
-            for ic in (0..m).step_by(K::MC) {
-                let mc = K::MC.min(m - ic);
-                K::pack_a(a_pack, a, ic, mc, pc, kc);
-                for (jp, jr) in (0..nc).step_by(nr).enumerate() {
-                    let b_panel = &b_pack[jp * nr * kc..(jp + 1) * nr * kc];
-                    let nr_here = nr.min(nc - jr);
-                    for (ip, ir) in (0..mc).step_by(mr).enumerate() {
-                        let a_panel = &a_pack[ip * mr * kc..(ip + 1) * mr * kc];
-                        let off = (ic + ir) * ldc + jc + jr;
-                        let c_tile = c.get_mut(off..).unwrap_or_default();
-                        kernel.tile(a_panel, b_panel, c_tile, ldc, mr.min(mc - ir), nr_here);
-                    }
-                }
-            }
+            block(kernel, a, a_pack, b_pack, (jc, nc), (pc, kc), c, ldc);
         }
     }
     Ok(())
+}
+
+/// One `KC x NC` block of the loop nest, `B~` packed in `b_pack`: every `MC` block of `A` packed
+/// in turn into `a_pack` and multiplied tile by tile into `C` (columns `jc..jc + nc`).
+#[allow(clippy::too_many_arguments)]
+#[inline]
+fn block<K: MicroKernel>(
+    kernel: K,
+    a: MatRef,
+    a_pack: &mut [f32],
+    b_pack: &[f32],
+    (jc, nc): (usize, usize),
+    (pc, kc): (usize, usize),
+    c: &mut [f32],
+    ldc: usize,
+) {
+    let (m, mr, nr) = (a.rows, K::MR, K::NR);
+    for ic in (0..m).step_by(K::MC) {
+        let mc = K::MC.min(m - ic);
+        K::pack_a(a_pack, a, ic, mc, pc, kc);
+        for (jp, jr) in (0..nc).step_by(nr).enumerate() {
+            let b_panel = &b_pack[jp * nr * kc..(jp + 1) * nr * kc];
+            let nr_here = nr.min(nc - jr);
+            for (ip, ir) in (0..mc).step_by(mr).enumerate() {
+                let a_panel = &a_pack[ip * mr * kc..(ip + 1) * mr * kc];
+                let off = (ic + ir) * ldc + jc + jr;
+                let c_tile = c.get_mut(off..).unwrap_or_default();
+                kernel.tile(a_panel, b_panel, c_tile, ldc, mr.min(mc - ir), nr_here);
+            }
+        }
+    }
 }
 
 /// The right operand `B [k x n]` of [`Gemm::run_blocked_packed`], packed once for one kernel:
@@ -381,7 +399,7 @@ fn drive_packed<K: MicroKernel>(
     a_buf: &mut Vec<f32>,
 ) -> Result<()> {
     let (m, k, n) = (a.rows, a.cols, b.n);
-    let (mr, nr) = (K::MR, K::NR);
+    let mr = K::MR;
     let kc_max = K::KC.min(k);
     let a_pack = aligned(a_buf, K::MC.min(m.div_ceil(mr) * mr) * kc_max)?;
     let blocks = &b.data[b.start..];
@@ -395,20 +413,7 @@ fn drive_packed<K: MicroKernel>(
                 .get(at..at + len)
                 .ok_or_else(|| Error::mismatch(NAME, &[k, n], &[blocks.len()]))?;
             at += len;
-            for ic in (0..m).step_by(K::MC) {
-                let mc = K::MC.min(m - ic);
-                K::pack_a(a_pack, a, ic, mc, pc, kc);
-                for (jp, jr) in (0..nc).step_by(nr).enumerate() {
-                    let b_panel = &b_pack[jp * nr * kc..(jp + 1) * nr * kc];
-                    let nr_here = nr.min(nc - jr);
-                    for (ip, ir) in (0..mc).step_by(mr).enumerate() {
-                        let a_panel = &a_pack[ip * mr * kc..(ip + 1) * mr * kc];
-                        let off = (ic + ir) * ldc + jc + jr;
-                        let c_tile = c.get_mut(off..).unwrap_or_default();
-                        kernel.tile(a_panel, b_panel, c_tile, ldc, mr.min(mc - ir), nr_here);
-                    }
-                }
-            }
+            block(kernel, a, a_pack, b_pack, (jc, nc), (pc, kc), c, ldc);
         }
     }
     Ok(())
