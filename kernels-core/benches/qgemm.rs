@@ -1,6 +1,7 @@
-//! Prefill's products with a block-quantized weight (`x [rows, k] . W^T`, `rows` = 64): each
-//! weight format through the integer products ([`product_t`], 8-bit activations at both
-//! precisions, on the fastest integer family this CPU runs) and through the f32 panel path
+//! Prefill's products with a block-quantized weight (`x [rows, k] . W^T`, `rows` = 64 and 256):
+//! each weight format through the integer products ([`product_t_in`], 8-bit activations at both
+//! precisions, on the fastest integer family this CPU runs; `q4_0`, `q5_0` and `q8_0` also on
+//! the eight-row interleaved layout, `.../rows8`) and through the f32 panel path
 //! ([`panel_product_t`]: the weight decoded panel by panel into the blocked f32 GEMM, what
 //! prefill took at the default precision before the integer GEMM). Criterion's elements/s
 //! figure is multiply-adds per second.
@@ -21,7 +22,7 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kernels_core::cpu::fast::config;
 use kernels_core::cpu::fast::packed::panel_product_t;
-use kernels_core::cpu::fast::qdot::{Family, Precision, product_t};
+use kernels_core::cpu::fast::qdot::{Family, Layout, Precision, interleave, product_t_in};
 use kernels_core::{DType, Rng, quant};
 
 /// `n * k` weights of `dtype` at unit scale (`Q6_K`, which has no encoder: random blocks).
@@ -64,8 +65,7 @@ fn prefill(c: &mut Criterion) {
         DType::Q6_K,
     ];
     let family = Family::fastest();
-    let rows = 64;
-    for dtype in formats {
+    for (rows, dtype) in [64, 256].into_iter().flat_map(|r| formats.map(|d| (r, d))) {
         let kq = dtype.block_elems() == 256;
         let small = if kq { 1024 } else { 896 };
         for (k, n) in [(small, 4864), (4864, 896)] {
@@ -74,31 +74,38 @@ fn prefill(c: &mut Criterion) {
             let row_bytes = dtype.bytes_for(k).expect("whole blocks");
             let x = rng.uniform_vec(rows * k, -1.0, 1.0);
             let mut out = vec![0.0f32; rows * n];
+            let mut layouts = vec![("", w.clone(), Layout::Plain)];
+            if interleave::supports(dtype) && interleave::repacks_for(family) {
+                let r = interleave::repack(dtype, &w, row_bytes, n).expect("repack");
+                layouts.push(("/rows8", r, Layout::Rows8));
+            }
             group.throughput(Throughput::Elements((rows * k * n) as u64));
             let shape = format!("{rows}x{k}x{n}");
             for (pname, p) in [
                 ("single", Precision::Single),
                 ("residual", Precision::Residual),
             ] {
-                let id = BenchmarkId::new(
-                    format!("{}/{pname}/{}", dtype.name(), family.name()),
-                    &shape,
-                );
-                group.bench_function(id, |bench| {
-                    bench.iter(|| {
-                        product_t(
-                            family,
-                            p,
-                            dtype,
-                            black_box(&w),
-                            row_bytes,
-                            black_box(&x),
-                            (rows, k, n),
-                            &mut out,
-                        )
-                        .expect("valid product")
-                    })
-                });
+                for (lname, wl, layout) in &layouts {
+                    let id = BenchmarkId::new(
+                        format!("{}/{pname}/{}{lname}", dtype.name(), family.name()),
+                        &shape,
+                    );
+                    group.bench_function(id, |bench| {
+                        bench.iter(|| {
+                            product_t_in(
+                                family,
+                                p,
+                                dtype,
+                                (black_box(wl), *layout),
+                                row_bytes,
+                                black_box(&x),
+                                (rows, k, n),
+                                &mut out,
+                            )
+                            .expect("valid product")
+                        })
+                    });
+                }
             }
             let id = BenchmarkId::new(format!("{}/panel", dtype.name()), &shape);
             group.bench_function(id, |bench| {

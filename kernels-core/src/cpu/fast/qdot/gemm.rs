@@ -18,8 +18,10 @@
 //! thread it falls in; the published budgets ([`super::QUANTIZED_ACTIVATION_BUDGETS`],
 //! [`super::RESIDUAL_ACTIVATION_BUDGETS`]) cover both kernels.
 //!
-//! Taken for `Q8_0`, `Q4_0`, `Q4_1` and `Q5_0` on the x86 families ([`tiled`]); the K-quants
-//! and the other families keep their per-row kernels.
+//! Taken for `Q4_1` on the x86 families ([`tiled`]), and for tails of `Q8_0`, `Q4_0` and
+//! `Q5_0` weights past their last whole group of eight rows: their whole groups take the
+//! eight-row GEMM on the interleaved layout (`super::x86`'s `groups`), which needs no transpose.
+//! The K-quants and the other families keep their per-row kernels.
 
 use super::{Family, XRow};
 use crate::dtype::DType;
@@ -47,21 +49,27 @@ pub fn tiled(family: Family, dtype: DType, nr: usize) -> bool {
         && family.missing().is_none()
 }
 
-/// The most rows of x for which prefill at residual precision takes the tiled kernels: the
-/// f32 panel path gains with rows (each decoded panel serves more of them) while the tiled
-/// kernels' rate stays flat. Measured end to end on the 0.5B Qwen's Q4_0 and Q4_K_M files (1
-/// thread, AVX-512 VNNI, 2026-11-26): the tiles 1.5-5.5% faster at 64 rows, the panels 2-10%
-/// faster at 128 and 7-11% at 256.
+/// The most rows of x for which prefill of a `Q4_1` weight at residual precision takes the
+/// tiled kernels: the f32 panel path gains with rows (each decoded panel serves more of them)
+/// while the tiled kernels' rate stays flat. Measured end to end on the 0.5B Qwen's Q4_0 file
+/// (1 thread, AVX-512 VNNI, 2026-11-26, before Q4_0 took the eight-row GEMM): the tiles
+/// 1.5-5.5% faster at 64 rows, the panels 2-10% faster at 128 and 7-11% at 256.
 pub const RESIDUAL_PREFILL_MAX_ROWS: usize = 64;
 
 /// Whether prefill of `rows` rows of x at [`super::Precision::Residual`] (two integer products
-/// per weight block) on `family` with a weight of `dtype` takes the tiled kernels rather than
-/// the f32 panel path: where measured faster (`Q4_0`, `Q4_1`, `Q5_0` up to
-/// [`RESIDUAL_PREFILL_MAX_ROWS`] rows; `Q8_0`, whose weight bytes are twice as many to unpack
-/// and transpose, and the K-quants' per-row kernels are slower than the panels at residual
-/// precision, faster at single).
+/// per weight block) on `family` with a weight of `dtype` takes the integer products rather
+/// than the f32 panel path: where measured faster. `Q4_0`, `Q5_0` and `Q8_0` take the eight-row
+/// GEMM on interleaved groups (a plain weight interleaved a span at a time) at any count:
+/// 1.1-1.3x the panels at 64 and 256 rows (`qgemm` bench, 1 thread, AVX-512 VNNI, 2026-11-27).
+/// `Q4_1` takes the tiled kernels up to [`RESIDUAL_PREFILL_MAX_ROWS`] rows; the K-quants' per-row
+/// kernels are slower than the panels at residual precision, faster at single.
 pub fn residual_prefill(family: Family, dtype: DType, rows: usize) -> bool {
-    rows <= RESIDUAL_PREFILL_MAX_ROWS && dtype != DType::Q8_0 && tiled(family, dtype, MIN_ROWS)
+    let x86 = matches!(family, Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni)
+        && family.missing().is_none();
+    (x86 && super::interleave::supports(dtype))
+        || (rows <= RESIDUAL_PREFILL_MAX_ROWS
+            && dtype == DType::Q4_1
+            && tiled(family, dtype, MIN_ROWS))
 }
 
 /// `out[j * xs.len() + r] = dot(w row j, xs[r])` for the rows of `w` (`row_bytes` each) on

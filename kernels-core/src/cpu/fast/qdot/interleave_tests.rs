@@ -122,6 +122,12 @@ fn repacked_products_match_plain_bit_for_bit() {
             (3, 2, 16),
             (1, 2, 40),
             (9, 1, 9),
+            // Prefill: the eight-row GEMM, rows of x past whole tiles of 8 (and 4), and (75 rows
+            // of k 4864) more than one L2 block of activations.
+            (5, 2, 17),
+            (11, 3, 24),
+            (20, 1, 16),
+            (75, 152, 9),
         ] {
             let k = 32 * blocks;
             let w = weights(&mut rng, dtype, n, k);
@@ -134,8 +140,8 @@ fn repacked_products_match_plain_bit_for_bit() {
 #[test]
 fn repacked_special_values_zero_blocks_and_extreme_scales() {
     let mut rng = Rng::new(33);
-    for dtype in FORMATS {
-        let (rows, k, n) = (2, 96, 19);
+    for (dtype, rows) in FORMATS.into_iter().flat_map(|d| [(d, 2), (d, 11)]) {
+        let (k, n) = (96, 19);
         let rb = dtype.bytes_for(k).expect("whole blocks");
         // NaN and infinity in the second row of x; the first stays quantized.
         let w = weights(&mut rng, dtype, n, k);

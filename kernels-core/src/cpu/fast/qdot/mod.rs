@@ -436,8 +436,14 @@ pub fn product_t_in(
     let acts = Acts::new(dtype, x, k, residual)?;
     let xrows: Vec<XRow> = (0..rows * terms).map(|r| acts.row(r)).collect();
     let work = n.saturating_mul(k).saturating_mul(rows * terms);
-    // Interleaved rows: the whole groups (the ranges split at multiples of a group).
-    let grouped = if layout == Layout::Rows8 {
+    // Prefill on a plain weight of a format with the interleaved layout takes the eight-row
+    // GEMM too, its groups interleaved a span at a time into a scratch buffer (a weight row
+    // serves many rows of x, so the shuffle is cheap beside the products).
+    let fly = layout == Layout::Plain
+        && interleave::supports(dtype)
+        && has_groups_kernel(family, xrows.len());
+    // The whole groups (the ranges split at multiples of a group).
+    let grouped = if layout == Layout::Rows8 || fly {
         n / interleave::GROUP * interleave::GROUP
     } else {
         0
@@ -468,12 +474,30 @@ pub fn product_t_in(
         let gbytes = interleave::GROUP * row_bytes;
         let special = acts.special.iter().any(|&s| s);
         let mut unpacked = Vec::new();
-        // Rows a fallback unpacks at a time (whole groups, about 512 KiB): prefill's tiled
-        // kernels want many weight rows per call.
+        // Rows a fallback unpacks (or prefill interleaves) at a time (whole groups, about 512
+        // KiB): prefill's kernels want many weight rows per call.
         let span = ((1 << 19) / row_bytes.max(1))
             .max(1)
             .next_multiple_of(interleave::GROUP);
         let mut at = 0;
+        if fly {
+            while at < gi {
+                let m = span.min(gi - at);
+                unpacked.resize(m * row_bytes, 0);
+                let src = &wg[at * row_bytes..(at + m) * row_bytes];
+                for (g, u) in src
+                    .chunks_exact(gbytes)
+                    .zip(unpacked.chunks_exact_mut(gbytes))
+                {
+                    interleave::repack_group(dtype, g, row_bytes, u);
+                }
+                let o = &mut og[at * rows..(at + m) * rows];
+                groups_kernel(family, dtype, &unpacked, row_bytes, &xrows, residual, o);
+                at += m;
+            }
+        } else if groups_kernel(family, dtype, wg, row_bytes, &xrows, residual, og) {
+            at = gi;
+        }
         while at < gi {
             let (g, o) = (
                 &wg[at * row_bytes..(at + interleave::GROUP) * row_bytes],
@@ -500,7 +524,7 @@ pub fn product_t_in(
             let mut wrow = vec![0.0f32; k];
             unpacked.resize(gbytes, 0);
             for jj in 0..jn {
-                let wr = if jj < gi {
+                let wr = if jj < gi && layout == Layout::Rows8 {
                     if jj % interleave::GROUP == 0 {
                         let g = &wg[jj * row_bytes..(jj + interleave::GROUP) * row_bytes];
                         interleave::unpack_group(dtype, g, row_bytes, &mut unpacked);
@@ -554,6 +578,54 @@ fn group_kernel(
             }
         } else {
             out.copy_from_slice(&both[..out.len()]);
+        }
+        return true;
+    }
+    false
+}
+
+/// Whether `family` has the eight-row GEMM on interleaved groups for `nx` quantized rows of `x`
+/// (more than 2: prefill; x86).
+fn has_groups_kernel(family: Family, nx: usize) -> bool {
+    cfg!(target_arch = "x86_64")
+        && matches!(family, Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni)
+        && family.missing().is_none()
+        && nx > 2
+}
+
+/// The whole interleaved groups in `w` against the rows `xs` (more than 2: prefill) on the
+/// eight-row GEMM of `family`, where it has one (x86): `out` as [`product_t`]'s, residual
+/// pairs summed. `false` (nothing written) where it has none.
+#[allow(unused_variables)]
+fn groups_kernel(
+    family: Family,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    residual: bool,
+    out: &mut [f32],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if has_groups_kernel(family, xs.len()) {
+        if !residual {
+            x86::groups(family, dtype, w, row_bytes, xs, out);
+            return true;
+        }
+        // Residual pairs: a few groups at a time into a buffer of both terms, then summed.
+        let gbytes = interleave::GROUP * row_bytes;
+        let per = interleave::GROUP * xs.len();
+        let chunk = 16;
+        let mut both = vec![0.0f32; chunk * per];
+        for (wc, oc) in w
+            .chunks(chunk * gbytes)
+            .zip(out.chunks_mut(chunk * per / 2))
+        {
+            let b = &mut both[..oc.len() * 2];
+            x86::groups(family, dtype, wc, row_bytes, xs, b);
+            for (o, p) in oc.iter_mut().zip(b.chunks_exact(2)) {
+                *o = p[0] + p[1];
+            }
         }
         return true;
     }

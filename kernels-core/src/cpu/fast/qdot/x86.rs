@@ -95,6 +95,49 @@ pub fn group(
     }
 }
 
+/// The whole interleaved groups of `w` (`8 * row_bytes` bytes each) of `dtype` against every
+/// row of `xs` (prefill) on an x86 `family` (which this CPU runs: the caller checked):
+/// `out[j * xs.len() + r]`. AVX-512 VNNI (32 vector registers) takes 8 rows of `x` at a time,
+/// AVX2 and AVX-VNNI (16) take 4.
+pub fn groups(
+    family: Family,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    // SAFETY: the caller checked that the CPU has the family's features (`Family::missing`).
+    unsafe {
+        match family {
+            Family::Avx512Vnni => groups_avx512vnni(dtype, w, row_bytes, xs, out),
+            Family::AvxVnni => groups_avxvnni(dtype, w, row_bytes, xs, out),
+            _ => groups_avx2(dtype, w, row_bytes, xs, out),
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn groups_avx2(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+    unsafe { interleaved::groups::<Avx2, 4>(dtype, w, row_bytes, xs, out) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn groups_avxvnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+    unsafe { interleaved::groups::<AvxVnni, 4>(dtype, w, row_bytes, xs, out) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn groups_avx512vnni(
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    unsafe { interleaved::groups::<Avx512Vnni, 8>(dtype, w, row_bytes, xs, out) }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn group_avx2(dtype: DType, g: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
     unsafe { interleaved::group::<Avx2>(dtype, g, row_bytes, xs, out) }

@@ -1,17 +1,21 @@
-//! Decode on the eight-row interleaved layout ([`super::super::interleave`]): one group of
-//! eight weight rows against one row of `x` or its two residual terms, on every x86 family
-//! through [`Dot`].
+//! Products on the eight-row interleaved layout ([`super::super::interleave`]) on every x86
+//! family through [`Dot`]: one group of eight weight rows against one row of `x` or its two
+//! residual terms (decode, [`group`]), and whole groups against many rows of `x` (prefill,
+//! [`groups`]), the same kernel taking `R` rows of `x` at a time.
 //!
 //! Per block: one 16-byte load and one conversion give the eight weight scales; each 32-byte
 //! load of quants holds 4 bytes of every row, so one multiply-add (`vpdpbusd`, or `maddubs` +
 //! `madd`) with 4 activation bytes broadcast adds to all eight rows' sums, lane `j` row `j`
-//! (no horizontal add); the activation's offset term and the f32 step (`acc + dw dx s`, one
-//! fma for the eight rows) are one vector op each. The f32 arithmetic of each output is the
+//! (no horizontal add, and, unlike the plain layout's tiled GEMM, no transpose: the layout is
+//! the transposed one); the activation's offset term and the f32 step (`acc + dw dx s`, one fma
+//! for the eight rows) are one vector op each. The f32 arithmetic of each output is the
 //! four-row kernel's (`quad`): per block `fma(dw * dx, s as f32, acc)`, with `s` the block's
-//! exact integer sum, so the results are bit-identical to it.
+//! exact integer sum, so the results are bit-identical to it whatever `R`, tile or thread an
+//! output falls in.
 
 use core::arch::x86_64::*;
 
+use super::super::gemm::X_BLOCK_BYTES;
 use super::{Dot, Q4_0, Q5_0, Q8_0, XRow, load32};
 use crate::dtype::DType;
 
@@ -28,15 +32,72 @@ pub(super) unsafe fn group<D: Dot>(
     xs: &[XRow],
     out: &mut [f32],
 ) {
+    let ld = xs.len();
     unsafe {
         match (xs.len(), dtype) {
-            (1, DType::Q4_0) => group_f::<D, 1, Q4_0>(g, row_bytes, xs, out),
-            (1, DType::Q5_0) => group_f::<D, 1, Q5_0>(g, row_bytes, xs, out),
-            (1, _) => group_f::<D, 1, Q8_0>(g, row_bytes, xs, out),
-            (_, DType::Q4_0) => group_f::<D, 2, Q4_0>(g, row_bytes, xs, out),
-            (_, DType::Q5_0) => group_f::<D, 2, Q5_0>(g, row_bytes, xs, out),
-            (_, _) => group_f::<D, 2, Q8_0>(g, row_bytes, xs, out),
+            (1, DType::Q4_0) => group_f::<D, 1, Q4_0>(g, row_bytes, xs, out, ld),
+            (1, DType::Q5_0) => group_f::<D, 1, Q5_0>(g, row_bytes, xs, out, ld),
+            (1, _) => group_f::<D, 1, Q8_0>(g, row_bytes, xs, out, ld),
+            (_, DType::Q4_0) => group_f::<D, 2, Q4_0>(g, row_bytes, xs, out, ld),
+            (_, DType::Q5_0) => group_f::<D, 2, Q5_0>(g, row_bytes, xs, out, ld),
+            (_, _) => group_f::<D, 2, Q8_0>(g, row_bytes, xs, out, ld),
         }
+    }
+}
+
+/// Every whole group of `w` (`8 * row_bytes` bytes each) of `dtype` against every row of `xs`:
+/// `out[j * xs.len() + r]`. The rows of `xs` are taken in blocks whose 8-bit values stay in L2
+/// ([`X_BLOCK_BYTES`]) while every group passes over them, `RX` rows at a time within a block
+/// (the rest one at a time), so each group's unpacked quants serve `RX` rows of `x` and each
+/// broadcast activation chunk eight weight rows.
+#[inline(always)]
+pub(super) unsafe fn groups<D: Dot, const RX: usize>(
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    unsafe {
+        match dtype {
+            DType::Q4_0 => groups_f::<D, RX, Q4_0>(w, row_bytes, xs, out),
+            DType::Q5_0 => groups_f::<D, RX, Q5_0>(w, row_bytes, xs, out),
+            _ => groups_f::<D, RX, Q8_0>(w, row_bytes, xs, out),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn groups_f<D: Dot, const RX: usize, const F: u8>(
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) {
+    let nr = xs.len();
+    let gb = 8 * row_bytes;
+    if nr == 0 || gb == 0 {
+        return;
+    }
+    let ng = (w.len() / gb).min(out.len() / (8 * nr));
+    let per_block = (X_BLOCK_BYTES / row_bytes.max(1)).max(RX) / RX * RX;
+    let mut r0 = 0;
+    while r0 < nr {
+        let r1 = (r0 + per_block).min(nr);
+        for gi in 0..ng {
+            let g = &w[gi * gb..(gi + 1) * gb];
+            let o = &mut out[gi * 8 * nr..(gi + 1) * 8 * nr];
+            let mut r = r0;
+            while r + RX <= r1 {
+                unsafe { group_f::<D, RX, F>(g, row_bytes, &xs[r..r + RX], &mut o[r..], nr) };
+                r += RX;
+            }
+            while r < r1 {
+                unsafe { group_f::<D, 1, F>(g, row_bytes, &xs[r..r + 1], &mut o[r..], nr) };
+                r += 1;
+            }
+        }
+        r0 = r1;
     }
 }
 
@@ -48,12 +109,14 @@ unsafe fn bcast4(x: &[i8], at: usize) -> __m256i {
     unsafe { _mm256_set1_epi32(core::ptr::read_unaligned(x.as_ptr().add(at) as *const i32)) }
 }
 
+/// The eight rows of group `g` against the `R` rows `xs`: `out[j * ld + r]`.
 #[inline(always)]
 unsafe fn group_f<D: Dot, const R: usize, const F: u8>(
     g: &[u8],
     row_bytes: usize,
     xs: &[XRow],
     out: &mut [f32],
+    ld: usize,
 ) {
     let bb = [34usize, 18, 20, 22][F as usize];
     let gb = 8 * bb;
@@ -135,7 +198,7 @@ unsafe fn group_f<D: Dot, const R: usize, const F: u8>(
             let mut v = [0.0f32; 8];
             _mm256_storeu_ps(v.as_mut_ptr(), acc[r]);
             for j in 0..8 {
-                out[j * R + r] = v[j];
+                out[j * ld + r] = v[j];
             }
         }
     }
