@@ -162,6 +162,53 @@ pub fn for_slices_scratch_on<T: Send, S: Send>(
     })
 }
 
+/// What [`for_rows3`] runs on each range of rows and its rows of the three outputs.
+pub type Rows3Fn<'a, A, B, C> =
+    dyn Fn(Range<usize>, &mut [A], &mut [B], &mut [C]) -> Result<()> + Sync + 'a;
+
+/// [`for_ranges`] over `rows` rows of three outputs at once, `a` holding `units.0` values a row,
+/// `b` `units.1` and `c` `units.2`: range `r` gets rows `r` of each (for results kept in
+/// separate arrays, such as quantized values and their scales). Outputs whose lengths are not
+/// `rows` times their unit are an error.
+pub fn for_rows3<A: Send, B: Send, C: Send>(
+    rows: usize,
+    grain: usize,
+    (a, b, c): (&mut [A], &mut [B], &mut [C]),
+    units: (usize, usize, usize),
+    f: &Rows3Fn<A, B, C>,
+) -> Result<()> {
+    let lens = [a.len(), b.len(), c.len()];
+    let want = [units.0, units.1, units.2].map(|u| rows.checked_mul(u));
+    if lens.iter().zip(&want).any(|(l, w)| Some(*l) != *w) {
+        return Err(Error::mismatch(
+            "pool",
+            &want.map(|w| w.unwrap_or(usize::MAX)),
+            &lens,
+        ));
+    }
+    let (pa, pb, pc) = (
+        SyncPtr(a.as_mut_ptr()),
+        SyncPtr(b.as_mut_ptr()),
+        SyncPtr(c.as_mut_ptr()),
+    );
+    for_ranges(rows, grain, &|r: Range<usize>| {
+        let part = |u: usize| (r.start * u, (r.end - r.start) * u);
+        let ((a0, an), (b0, bn), (c0, cn)) = (part(units.0), part(units.1), part(units.2));
+        // SAFETY: each output holds `rows * unit` values (checked above) and `r` lies within
+        // `0..rows`, so each slice is within its output; the pool runs each range exactly once
+        // and the ranges are disjoint, so no two slices overlap, and the outputs stay borrowed
+        // mutably until every range has returned.
+        let (sa, sb, sc) = unsafe {
+            (
+                core::slice::from_raw_parts_mut(pa.get().add(a0), an),
+                core::slice::from_raw_parts_mut(pb.get().add(b0), bn),
+                core::slice::from_raw_parts_mut(pc.get().add(c0), cn),
+            )
+        };
+        f(r, sa, sb, sc)
+    })
+}
+
 /// A pointer the ranges share; each range makes its own disjoint slice of it.
 struct SyncPtr<T>(*mut T);
 

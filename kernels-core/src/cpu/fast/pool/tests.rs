@@ -202,3 +202,46 @@ fn concurrent_and_nested_callers_finish() {
         assert!(ok);
     }
 }
+
+#[test]
+fn rows_of_three_outputs_reach_their_ranges_and_sizes_are_checked() {
+    for (rows, grain) in [(1, 1), (7, 1), (64, 3), (1000, 16)] {
+        let (mut a, mut b, mut c) = (
+            vec![0u32; rows * 3],
+            vec![0.0f32; rows],
+            vec![0i8; rows * 2],
+        );
+        for_rows3(
+            rows,
+            grain,
+            (&mut a, &mut b, &mut c),
+            (3, 1, 2),
+            &|r, a, b, c| {
+                assert_eq!(
+                    (a.len(), b.len(), c.len()),
+                    (3 * r.len(), r.len(), 2 * r.len())
+                );
+                for (i, row) in r.enumerate() {
+                    a[3 * i..3 * i + 3].fill(row as u32);
+                    b[i] = value(row);
+                    c[2 * i..2 * i + 2].fill((row % 100) as i8);
+                }
+                Ok(())
+            },
+        )
+        .expect("rows");
+        for row in 0..rows {
+            assert!(a[3 * row..3 * row + 3].iter().all(|&v| v == row as u32));
+            assert_eq!(b[row].to_bits(), value(row).to_bits());
+            assert!(
+                c[2 * row..2 * row + 2]
+                    .iter()
+                    .all(|&v| v == (row % 100) as i8)
+            );
+        }
+    }
+    let (mut a, mut b, mut c) = (vec![0u8; 6], vec![0u8; 2], vec![0u8; 3]);
+    let none = &|_: Range<usize>, _: &mut [u8], _: &mut [u8], _: &mut [u8]| Ok(());
+    assert!(for_rows3(2, 1, (&mut a, &mut b, &mut c), (3, 1, 2), none).is_err());
+    assert!(for_rows3(2, 1, (&mut a, &mut b, &mut c[..2]), (3, 1, 1), none).is_ok());
+}

@@ -295,39 +295,55 @@ impl Acts {
             qs: vec![0; nq],
             d: vec![0.0; nq / block],
             sums: vec![0; nq / 16],
-            special: vec![false; rows],
+            special: x
+                .chunks_exact(k)
+                .map(|r| r.iter().any(|v| !v.is_finite()))
+                .collect(),
         };
-        let mut res = vec![0.0f32; if residual { k } else { 0 }];
-        for r in 0..rows {
-            let xr = &x[r * k..(r + 1) * k];
-            if xr.iter().any(|v| !v.is_finite()) {
-                a.special[r] = true;
-                continue;
-            }
-            for t in 0..terms {
-                let q = r * terms + t;
-                let src = if t == 0 { xr } else { &res[..] };
-                let qs = &mut a.qs[q * k..(q + 1) * k];
-                let ds = &mut a.d[q * k / block..(q + 1) * k / block];
-                for ((xb, qb), d) in src
-                    .chunks_exact(block)
-                    .zip(qs.chunks_exact_mut(block))
-                    .zip(ds.iter_mut())
-                {
-                    *d = quantize_block(xb, qb);
-                }
-                let sums = &mut a.sums[q * k / 16..(q + 1) * k / 16];
-                for (s, qv) in sums.iter_mut().zip(qs.chunks_exact(16)) {
-                    *s = qv.iter().map(|&v| v as i32).sum();
-                }
-                if residual && t == 0 {
-                    // What the first term missed: quantized again as the second.
-                    for (i, v) in res.iter_mut().enumerate() {
-                        *v = xr[i] - ds[i / block] * qs[i] as f32;
+        let special = &a.special;
+        // Rows on the pool (prefill quantizes hundreds), a range at least ~32K values.
+        let grain = (1usize << 15).div_ceil(k * terms).max(1);
+        let units = (k * terms, k * terms / block, k * terms / 16);
+        super::pool::for_rows3(
+            rows,
+            grain,
+            (&mut a.qs, &mut a.d, &mut a.sums),
+            units,
+            &|range, qs, d, sums| {
+                let mut res = vec![0.0f32; if residual { k } else { 0 }];
+                for (i, r) in range.enumerate() {
+                    if special[r] {
+                        continue;
+                    }
+                    let xr = &x[r * k..(r + 1) * k];
+                    let at = |u: usize, t: usize| {
+                        (i * terms + t) * u / terms..(i * terms + t + 1) * u / terms
+                    };
+                    for t in 0..terms {
+                        let src = if t == 0 { xr } else { &res[..] };
+                        let qs = &mut qs[at(units.0, t)];
+                        let ds = &mut d[at(units.1, t)];
+                        for ((xb, qb), d) in src
+                            .chunks_exact(block)
+                            .zip(qs.chunks_exact_mut(block))
+                            .zip(ds.iter_mut())
+                        {
+                            *d = quantize_block(xb, qb);
+                        }
+                        for (s, qv) in sums[at(units.2, t)].iter_mut().zip(qs.chunks_exact(16)) {
+                            *s = qv.iter().map(|&v| v as i32).sum();
+                        }
+                        if residual && t == 0 {
+                            // What the first term missed: quantized again as the second.
+                            for (i, v) in res.iter_mut().enumerate() {
+                                *v = xr[i] - ds[i / block] * qs[i] as f32;
+                            }
+                        }
                     }
                 }
-            }
-        }
+                Ok(())
+            },
+        )?;
         Ok(a)
     }
 

@@ -80,7 +80,9 @@ unsafe fn groups_f<D: Dot, const RX: usize, const F: u8>(
         return;
     }
     let ng = (w.len() / gb).min(out.len() / (8 * nr));
-    let per_block = (X_BLOCK_BYTES / row_bytes.max(1)).max(RX) / RX * RX;
+    // A row of x holds 32 bytes a weight block.
+    let x_bytes = 32 * (row_bytes / [34usize, 18, 20, 22][F as usize]);
+    let per_block = (X_BLOCK_BYTES / x_bytes.max(1)).max(RX) / RX * RX;
     let mut r0 = 0;
     while r0 < nr {
         let r1 = (r0 + per_block).min(nr);
