@@ -145,14 +145,8 @@ pub fn product_of(
             (rows, k, n),
             &mut t,
         )?;
-        let mut out = super::zeros(rows * n)?;
-        for (j, tj) in t.chunks_exact(rows).enumerate() {
-            let b = bv.map_or(0.0, |b| b[j]);
-            for (r, &v) in tj.iter().enumerate() {
-                out[r * n + j] = linear::act(activation, v + b);
-            }
-        }
-        Ok(alloc::vec![Tensor::from_f32(&out_shape, out)?])
+        // Back to `[rows, n]` by blocks of columns on the pool (as the quantized products).
+        super::packed::finish_transposed(&t, (rows, n), bv, activation, &out_shape)
     })())
 }
 

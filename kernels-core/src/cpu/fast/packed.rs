@@ -87,6 +87,50 @@ pub fn run_with(
             let rows = a.reshape(&[a.numel() / k.max(1), k]).ok()?;
             return product_of(Activation::None, &rows, w, None, Some(shape), exact);
         }
+        // `W @ h^T` with many rows of `h` (prefill's projections, `h [batch, seq, k]`): the
+        // rows `h @ W^T`, then each batch entry's `[seq, n]` transposed to `[n, seq]`.
+        (
+            Op::Matmul {
+                trans_a: false,
+                trans_b: true,
+            },
+            [w, h],
+        ) if w.rank() == 2 && h.rank() >= 2 && h.dtype() == DType::F32 && packed_weight(w) => {
+            let (seq, n) = (h.shape()[h.rank() - 2], w.shape()[0]);
+            let mut shape = h.shape()[..h.rank() - 2].to_vec();
+            shape.extend([n, seq]);
+            let y = product_of(Activation::None, h, w, None, None, exact)?;
+            return Some(y.and_then(|y| transposed(&y, seq, n, &shape)));
+        }
+        // `a^T @ W^T` with `a [batch, k, seq]` (prefill's o_proj): `a`'s matrices transposed to
+        // the rows `[batch * seq, k]`, then the rows' product.
+        (
+            Op::Matmul {
+                trans_a: true,
+                trans_b: true,
+            },
+            [a, w],
+        ) if w.rank() == 2
+            && a.rank() >= 2
+            && a.dtype() == DType::F32
+            && a.is_host()
+            && packed_weight(w) =>
+        {
+            let (k, seq) = (a.shape()[a.rank() - 2], a.shape()[a.rank() - 1]);
+            let mut shape = a.shape()[..a.rank() - 2].to_vec();
+            shape.extend([seq, w.shape()[0]]);
+            let rows = match transposed(
+                core::slice::from_ref(*a),
+                k,
+                seq,
+                &[a.numel() / k.max(1), k],
+            ) {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            let rows = rows.first()?;
+            return product_of(Activation::None, rows, w, None, Some(shape), exact);
+        }
         // The two halves of one product, gated (odd or mismatched weights go to the reference,
         // which reports them).
         (Op::MatmulSwiglu, [x, w]) if w.rank() == 2 && w.shape()[0] % 2 == 0 => {
@@ -109,6 +153,39 @@ pub fn run_with(
         _ => return None,
     };
     product_of(activation, x, w, bias, None, exact)
+}
+
+/// Whether `w` is a weight this module's products take in any number of rows (a packed dtype:
+/// f32 weights keep the GEMM).
+fn packed_weight(w: &Tensor) -> bool {
+    w.dtype().is_weight() && w.dtype() != DType::F32 && w.is_host()
+}
+
+/// The first of `y` (f32, `[batch * m, n]` in memory) with each batch entry's `[m, n]` matrix
+/// transposed, as a tensor of `shape`: by blocks of 16 x 16, so both sides move whole cache
+/// lines.
+fn transposed(y: &[Tensor], m: usize, n: usize, shape: &[usize]) -> Result<Vec<Tensor>> {
+    let y = y
+        .first()
+        .map(Tensor::as_f32)
+        .transpose()?
+        .unwrap_or_default();
+    let mut out = super::buffers::filled(y.len(), 0.0, "matmul")?;
+    const B: usize = 16;
+    if m > 0 && n > 0 {
+        for (src, dst) in y.chunks_exact(m * n).zip(out.chunks_exact_mut(m * n)) {
+            for i0 in (0..m).step_by(B) {
+                for j0 in (0..n).step_by(B) {
+                    for i in i0..(i0 + B).min(m) {
+                        for j in j0..(j0 + B).min(n) {
+                            dst[j * m + i] = src[i * n + j];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(vec![Tensor::from_f32(shape, out)?])
 }
 
 /// `embedding(ids, w)` with a packed table: only the picked rows are decoded. Ids out of range
@@ -292,7 +369,7 @@ fn integer_product(
 
 /// The op's output from a transposed product `t [n, rows]`: transposed back to `[rows, n]`, the
 /// bias added and the activation applied.
-fn finish_transposed(
+pub(super) fn finish_transposed(
     t: &[f32],
     (rows, n): (usize, usize),
     bias: Option<&[f32]>,

@@ -203,3 +203,62 @@ fn prefill_takes_the_integer_gemm_where_it_beats_the_panels() {
         }
     }
 }
+
+#[test]
+fn transposed_operand_products_are_the_row_products_transposed() {
+    // `W @ h^T` (prefill's q/k/v projections) and `a^T @ W^T` (o_proj) on a packed weight take
+    // the rows' product: the bits of `h @ W^T` transposed per batch entry, on quantized, f16
+    // and bf16 weights, for rows under and over MAX_ROWS; an f32 weight keeps the GEMM.
+    let mut rng = Rng::new(2811);
+    let (batch, n) = (2, 11);
+    let dtypes = formats().chain([DType::F16, DType::BF16]);
+    for (dtype, seq) in dtypes.flat_map(|d| [(d, 3), (d, MAX_ROWS + 5)]) {
+        let k = 2 * dtype.block_elems().max(32);
+        let wt = Tensor::from_raw(&[n, k], dtype, weights(&mut rng, dtype, n, k)).expect("w");
+        let h: Vec<f32> = (0..batch * seq * k)
+            .map(|_| rng.uniform() * 2.0 - 1.0)
+            .collect();
+        let ht = Tensor::from_f32(&[batch, seq, k], h.clone()).expect("h");
+        let op = |trans_a, trans_b| Op::Matmul { trans_a, trans_b };
+        let fwd = |op: Op, ins: &[&Tensor]| {
+            let y = run_with(&op, Direction::Forward, ins, false)
+                .expect("the fast path")
+                .expect("a product");
+            (y[0].shape().to_vec(), y[0].as_f32().expect("f32").to_vec())
+        };
+        let (rs, rows) = fwd(op(false, true), &[&ht, &wt]);
+        assert_eq!(rs, [batch, seq, n]);
+        // W @ h^T: [batch, n, seq].
+        let (ws, wh) = fwd(op(false, true), &[&wt, &ht]);
+        assert_eq!(ws, [batch, n, seq], "{dtype}");
+        // a^T @ W^T with a = h^T per batch entry ([batch, k, seq]): [batch, seq, n].
+        let mut a = vec![0.0f32; h.len()];
+        for b in 0..batch {
+            for s in 0..seq {
+                for c in 0..k {
+                    a[(b * k + c) * seq + s] = h[(b * seq + s) * k + c];
+                }
+            }
+        }
+        let at = Tensor::from_f32(&[batch, k, seq], a).expect("a");
+        let (as_, ah) = fwd(op(true, true), &[&at, &wt]);
+        assert_eq!(as_, [batch, seq, n], "{dtype}");
+        for b in 0..batch {
+            for s in 0..seq {
+                for j in 0..n {
+                    let want = rows[(b * seq + s) * n + j].to_bits();
+                    assert_eq!(wh[(b * n + j) * seq + s].to_bits(), want, "{dtype} W h^T");
+                    assert_eq!(ah[(b * seq + s) * n + j].to_bits(), want, "{dtype} a^T W^T");
+                }
+            }
+        }
+    }
+    // An f32 weight is not this module's: the GEMM takes it.
+    let w32 = Tensor::from_f32(&[3, 32], vec![0.5; 96]).expect("w");
+    let h32 = Tensor::from_f32(&[1, 4, 32], vec![0.25; 128]).expect("h");
+    let op = Op::Matmul {
+        trans_a: false,
+        trans_b: true,
+    };
+    assert!(run_with(&op, Direction::Forward, &[&w32, &h32], false).is_none());
+}
