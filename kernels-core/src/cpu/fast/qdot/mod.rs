@@ -323,12 +323,18 @@ impl Acts {
                         let src = if t == 0 { xr } else { &res[..] };
                         let qs = &mut qs[at(units.0, t)];
                         let ds = &mut d[at(units.1, t)];
-                        for ((xb, qb), d) in src
-                            .chunks_exact(block)
-                            .zip(qs.chunks_exact_mut(block))
-                            .zip(ds.iter_mut())
-                        {
-                            *d = quantize_block(xb, qb);
+                        #[cfg(target_arch = "x86_64")]
+                        let vectorized = x86::quantize_blocks(src, block, qs, ds);
+                        #[cfg(not(target_arch = "x86_64"))]
+                        let vectorized = false;
+                        if !vectorized {
+                            for ((xb, qb), d) in src
+                                .chunks_exact(block)
+                                .zip(qs.chunks_exact_mut(block))
+                                .zip(ds.iter_mut())
+                            {
+                                *d = quantize_block(xb, qb);
+                            }
                         }
                         for (s, qv) in sums[at(units.2, t)].iter_mut().zip(qs.chunks_exact(16)) {
                             *s = qv.iter().map(|&v| v as i32).sum();

@@ -593,3 +593,63 @@ unsafe fn blocks32<D: Dot, const R: usize, const F: u8>(w: &[u8], xs: &[XRow]) -
         out
     }
 }
+
+/// [`super::quantize_block`] over every block of `x` (`block` values each, a multiple of 32)
+/// into `qs` and the scales `d`, bit for bit, on AVX2 (the products' activation quantization,
+/// [`super::Acts::new`]); `false` (nothing written) where this CPU has no AVX2.
+pub fn quantize_blocks(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32]) -> bool {
+    if !has_avx2() || block == 0 || !block.is_multiple_of(32) {
+        return false;
+    }
+    // SAFETY: the CPU has AVX2 (checked above).
+    unsafe { quantize_blocks_avx2(x, block, qs, d) };
+    true
+}
+
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_blocks_avx2(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32]) {
+    let blocks = x
+        .chunks_exact(block)
+        .zip(qs.chunks_exact_mut(block))
+        .zip(d.iter_mut());
+    for ((xb, qb), db) in blocks {
+        // SAFETY: every load and store below is within `xb` / `qb` (whole chunks of 8 and 32).
+        unsafe {
+            let sign = _mm256_set1_ps(-0.0);
+            let mut m = _mm256_setzero_ps();
+            for c in xb.chunks_exact(8) {
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(c.as_ptr())));
+            }
+            let h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            let h = _mm_max_ss(h, _mm_shuffle_ps::<0b01>(h, h));
+            let amax = _mm_cvtss_f32(h);
+            let id = 127.0 / amax;
+            if amax == 0.0 || !id.is_finite() {
+                // All zero, or a subnormal largest value: the scalar block (which divides).
+                *db = super::quantize_block(xb, qb);
+                continue;
+            }
+            let vid = _mm256_set1_ps(id);
+            // `nearest_int`: round half to even through the float's mantissa.
+            let magic = _mm256_set1_ps(12_582_912.0);
+            let mask = _mm256_set1_epi32(0x007f_ffff);
+            let off = _mm256_set1_epi32(0x0040_0000);
+            let (lo, hi) = (_mm256_set1_epi32(-127), _mm256_set1_epi32(127));
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            for (c, q) in xb.chunks_exact(32).zip(qb.chunks_exact_mut(32)) {
+                let conv = |i: usize| {
+                    let v = _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr().add(8 * i)), vid);
+                    let v = _mm256_castps_si256(_mm256_add_ps(v, magic));
+                    let n = _mm256_sub_epi32(_mm256_and_si256(v, mask), off);
+                    _mm256_max_epi32(_mm256_min_epi32(n, hi), lo)
+                };
+                let ab = _mm256_packs_epi32(conv(0), conv(1));
+                let cd = _mm256_packs_epi32(conv(2), conv(3));
+                let p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), order);
+                _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, p);
+            }
+            *db = amax / 127.0;
+        }
+    }
+}
