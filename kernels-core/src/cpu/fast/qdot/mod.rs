@@ -319,32 +319,14 @@ impl Acts {
                     let at = |u: usize, t: usize| {
                         (i * terms + t) * u / terms..(i * terms + t + 1) * u / terms
                     };
-                    for t in 0..terms {
-                        let src = if t == 0 { xr } else { &res[..] };
-                        let qs = &mut qs[at(units.0, t)];
-                        let ds = &mut d[at(units.1, t)];
-                        #[cfg(target_arch = "x86_64")]
-                        let vectorized = x86::quantize_blocks(src, block, qs, ds);
-                        #[cfg(not(target_arch = "x86_64"))]
-                        let vectorized = false;
-                        if !vectorized {
-                            for ((xb, qb), d) in src
-                                .chunks_exact(block)
-                                .zip(qs.chunks_exact_mut(block))
-                                .zip(ds.iter_mut())
-                            {
-                                *d = quantize_block(xb, qb);
-                            }
-                        }
-                        for (s, qv) in sums[at(units.2, t)].iter_mut().zip(qs.chunks_exact(16)) {
-                            *s = qv.iter().map(|&v| v as i32).sum();
-                        }
-                        if residual && t == 0 {
-                            // What the first term missed: quantized again as the second.
-                            for (i, v) in res.iter_mut().enumerate() {
-                                *v = xr[i] - ds[i / block] * qs[i] as f32;
-                            }
-                        }
+                    let (q0, d0, s0) = (at(units.0, 0), at(units.1, 0), at(units.2, 0));
+                    let first = (&mut qs[q0], &mut d[d0], &mut sums[s0]);
+                    quantize_term(xr, block, first, residual.then_some(&mut res[..]));
+                    if residual {
+                        // What the first term missed, quantized again as the second.
+                        let (q1, d1, s1) = (at(units.0, 1), at(units.1, 1), at(units.2, 1));
+                        let second = (&mut qs[q1], &mut d[d1], &mut sums[s1]);
+                        quantize_term(&res, block, second, None);
                     }
                 }
                 Ok(())
@@ -360,6 +342,52 @@ impl Acts {
             qs: &self.qs[r * k..(r + 1) * k],
             d: &self.d[r * k / self.block..(r + 1) * k / self.block],
             sums: &self.sums[r * k / 16..(r + 1) * k / 16],
+        }
+    }
+}
+
+/// One term of a quantized row: each block of `x` (`block` values) into `qs` with its scale in
+/// `d` ([`quantize_block`]), the sum of every 16 values into `sums`, and (given `res`) what the
+/// 8 bits missed, `x - d q`, into `res` (the residual's second term). AVX2 where the CPU has
+/// it, with the same bits.
+fn quantize_term(
+    x: &[f32],
+    block: usize,
+    (qs, d, sums): (&mut [i8], &mut [f32], &mut [i32]),
+    mut res: Option<&mut [f32]>,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if x86::quantize_blocks(
+        x,
+        block,
+        (&mut *qs, &mut *d, &mut *sums),
+        res.as_deref_mut(),
+    ) {
+        return;
+    }
+    for (b, ((xb, qb), db)) in x
+        .chunks_exact(block)
+        .zip(qs.chunks_exact_mut(block))
+        .zip(d.iter_mut())
+        .enumerate()
+    {
+        *db = quantize_block(xb, qb);
+        let sb = &mut sums[b * block / 16..(b + 1) * block / 16];
+        let rb = res
+            .as_deref_mut()
+            .map(|r| &mut r[b * block..(b + 1) * block]);
+        block_sums_and_residual(xb, qb, *db, sb, rb);
+    }
+}
+
+/// A quantized block's sums of 16 values, and (given `res`) `x - d q`.
+fn block_sums_and_residual(x: &[f32], q: &[i8], d: f32, sums: &mut [i32], res: Option<&mut [f32]>) {
+    for (s, qv) in sums.iter_mut().zip(q.chunks_exact(16)) {
+        *s = qv.iter().map(|&v| v as i32).sum();
+    }
+    if let Some(res) = res {
+        for ((r, &xv), &qv) in res.iter_mut().zip(x).zip(q) {
+            *r = xv - d * qv as f32;
         }
     }
 }

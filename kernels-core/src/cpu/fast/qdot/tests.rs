@@ -435,14 +435,17 @@ fn k_quant_decode_rows_four_at_a_time_match_one_at_a_time_bit_for_bit() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn vectorized_activation_quantization_matches_the_scalar_blocks_bit_for_bit() {
-    // `Acts::new`'s AVX2 quantizer against `quantize_block`: random rows over many scales,
+    // `Acts::new`'s AVX2 quantizer against the scalar blocks (values, scales, sums of 16 and
+    // the residual `x - d q`): random rows over many scales,
     // all-zero, subnormal-only and huge blocks, values on rounding ties, both block sizes.
     let mut rng = Rng::new(2812);
     for block in [32, 256] {
         for case in 0..40 {
             let n = block * 3;
             let scale = [1.0f32, 1e-3, 1e3, 1e30, 1e-38, 3e-39][case % 6];
-            let mut x: Vec<f32> = (0..n).map(|_| (rng.uniform() * 2.0 - 1.0) * scale).collect();
+            let mut x: Vec<f32> = (0..n)
+                .map(|_| (rng.uniform() * 2.0 - 1.0) * scale)
+                .collect();
             if case % 5 == 1 {
                 x[..block].fill(0.0);
             }
@@ -457,17 +460,22 @@ fn vectorized_activation_quantization_matches_the_scalar_blocks_bit_for_bit() {
                 x[2 * block..].fill(1e-45);
             }
             let (mut q1, mut d1) = (vec![0i8; n], vec![0.0f32; n / block]);
+            let (mut s1, mut r1) = (vec![0i32; n / 16], vec![0.0f32; n]);
             let (mut q2, mut d2) = (vec![7i8; n], vec![9.0f32; n / block]);
-            for ((xb, qb), d) in x
-                .chunks_exact(block)
-                .zip(q1.chunks_exact_mut(block))
-                .zip(d1.iter_mut())
-            {
-                *d = quantize_block(xb, qb);
+            let (mut s2, mut r2) = (vec![5i32; n / 16], vec![3.0f32; n]);
+            for (b, xb) in x.chunks_exact(block).enumerate() {
+                let span = b * block..(b + 1) * block;
+                d1[b] = quantize_block(xb, &mut q1[span.clone()]);
+                let sb = &mut s1[b * block / 16..(b + 1) * block / 16];
+                block_sums_and_residual(xb, &q1[span.clone()], d1[b], sb, Some(&mut r1[span]));
             }
-            if !x86::quantize_blocks(&x, block, &mut q2, &mut d2) {
+            let out = (&mut q2[..], &mut d2[..], &mut s2[..]);
+            if !x86::quantize_blocks(&x, block, out, Some(&mut r2)) {
                 return; // no AVX2 here
             }
+            assert_eq!(s1, s2, "block {block} case {case}: sums");
+            let same = r1.iter().zip(&r2).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "block {block} case {case}: residuals");
             assert_eq!(q1, q2, "block {block} case {case}: values");
             let same = d1.iter().zip(&d2).all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "block {block} case {case}: scales {d1:?} {d2:?}");

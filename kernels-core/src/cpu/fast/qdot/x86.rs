@@ -594,26 +594,45 @@ unsafe fn blocks32<D: Dot, const R: usize, const F: u8>(w: &[u8], xs: &[XRow]) -
     }
 }
 
-/// [`super::quantize_block`] over every block of `x` (`block` values each, a multiple of 32)
-/// into `qs` and the scales `d`, bit for bit, on AVX2 (the products' activation quantization,
-/// [`super::Acts::new`]); `false` (nothing written) where this CPU has no AVX2.
-pub fn quantize_blocks(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32]) -> bool {
+/// [`super::quantize_term`] on AVX2, bit for bit: every block of `x` (`block` values each, a
+/// multiple of 32) into `qs`, its scale into `d`, the sum of every 16 values into `sums`, and
+/// (given `res`) what the 8 bits missed, `x - d q`, into `res`; `false` (nothing written) where
+/// this CPU has no AVX2.
+pub fn quantize_blocks(
+    x: &[f32],
+    block: usize,
+    (qs, d, sums): (&mut [i8], &mut [f32], &mut [i32]),
+    res: Option<&mut [f32]>,
+) -> bool {
     if !has_avx2() || block == 0 || !block.is_multiple_of(32) {
         return false;
     }
     // SAFETY: the CPU has AVX2 (checked above).
-    unsafe { quantize_blocks_avx2(x, block, qs, d) };
+    unsafe { quantize_blocks_avx2(x, block, (qs, d, sums), res) };
     true
 }
 
 #[target_feature(enable = "avx2")]
-unsafe fn quantize_blocks_avx2(x: &[f32], block: usize, qs: &mut [i8], d: &mut [f32]) {
-    let blocks = x
-        .chunks_exact(block)
-        .zip(qs.chunks_exact_mut(block))
-        .zip(d.iter_mut());
-    for ((xb, qb), db) in blocks {
-        // SAFETY: every load and store below is within `xb` / `qb` (whole chunks of 8 and 32).
+unsafe fn quantize_blocks_avx2(
+    x: &[f32],
+    block: usize,
+    (qs, d, sums): (&mut [i8], &mut [f32], &mut [i32]),
+    mut res: Option<&mut [f32]>,
+) {
+    let nb = (x.len() / block)
+        .min(qs.len() / block)
+        .min(d.len())
+        .min(sums.len() * 16 / block);
+    if res.as_ref().is_some_and(|r| r.len() < nb * block) {
+        res = None;
+    }
+    for b in 0..nb {
+        let span = b * block..(b + 1) * block;
+        let (xb, qb) = (&x[span.clone()], &mut qs[span.clone()]);
+        let sb = &mut sums[b * block / 16..(b + 1) * block / 16];
+        let mut rb = res.as_deref_mut().map(|r| &mut r[span.clone()]);
+        // SAFETY: every load and store below is within `xb`, `qb` or `rb` (whole chunks of 8
+        // and 32 values).
         unsafe {
             let sign = _mm256_set1_ps(-0.0);
             let mut m = _mm256_setzero_ps();
@@ -627,29 +646,52 @@ unsafe fn quantize_blocks_avx2(x: &[f32], block: usize, qs: &mut [i8], d: &mut [
             let id = 127.0 / amax;
             if amax == 0.0 || !id.is_finite() {
                 // All zero, or a subnormal largest value: the scalar block (which divides).
-                *db = super::quantize_block(xb, qb);
+                d[b] = super::quantize_block(xb, qb);
+                super::block_sums_and_residual(xb, qb, d[b], sb, rb);
                 continue;
             }
-            let vid = _mm256_set1_ps(id);
+            let db = amax / 127.0;
+            d[b] = db;
+            let (vid, vd) = (_mm256_set1_ps(id), _mm256_set1_ps(db));
             // `nearest_int`: round half to even through the float's mantissa.
             let magic = _mm256_set1_ps(12_582_912.0);
             let mask = _mm256_set1_epi32(0x007f_ffff);
             let off = _mm256_set1_epi32(0x0040_0000);
             let (lo, hi) = (_mm256_set1_epi32(-127), _mm256_set1_epi32(127));
             let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-            for (c, q) in xb.chunks_exact(32).zip(qb.chunks_exact_mut(32)) {
-                let conv = |i: usize| {
-                    let v = _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr().add(8 * i)), vid);
-                    let v = _mm256_castps_si256(_mm256_add_ps(v, magic));
+            for (c, chunk) in xb.chunks_exact(32).enumerate() {
+                let xv: [__m256; 4] =
+                    core::array::from_fn(|i| _mm256_loadu_ps(chunk.as_ptr().add(8 * i)));
+                let n: [__m256i; 4] = core::array::from_fn(|i| {
+                    let v = _mm256_castps_si256(_mm256_add_ps(_mm256_mul_ps(xv[i], vid), magic));
                     let n = _mm256_sub_epi32(_mm256_and_si256(v, mask), off);
                     _mm256_max_epi32(_mm256_min_epi32(n, hi), lo)
-                };
-                let ab = _mm256_packs_epi32(conv(0), conv(1));
-                let cd = _mm256_packs_epi32(conv(2), conv(3));
+                });
+                let ab = _mm256_packs_epi32(n[0], n[1]);
+                let cd = _mm256_packs_epi32(n[2], n[3]);
                 let p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), order);
-                _mm256_storeu_si256(q.as_mut_ptr() as *mut __m256i, p);
+                _mm256_storeu_si256(qb.as_mut_ptr().add(32 * c) as *mut __m256i, p);
+                sb[2 * c] = hsum_i32(_mm256_add_epi32(n[0], n[1]));
+                sb[2 * c + 1] = hsum_i32(_mm256_add_epi32(n[2], n[3]));
+                if let Some(r) = rb.as_deref_mut() {
+                    // x - d q: a product then a difference, as the scalar residual.
+                    for (i, &xi) in xv.iter().enumerate() {
+                        let dq = _mm256_mul_ps(vd, _mm256_cvtepi32_ps(n[i]));
+                        _mm256_storeu_ps(r.as_mut_ptr().add(32 * c + 8 * i), _mm256_sub_ps(xi, dq));
+                    }
+                }
             }
-            *db = amax / 127.0;
         }
+    }
+}
+
+/// The eight `i32` lanes of `v` summed.
+#[inline(always)]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
     }
 }
