@@ -23,8 +23,10 @@
 //! once for the four, their block sums are reduced together and scaled as one vector, and each
 //! row's stream is prefetched ahead. A weight the CPU backend repacked at load into the
 //! eight-row interleaved layout ([`interleave`], `q4_0` / `q5_0` / `q8_0` on x86) takes eight
-//! rows at a time instead ([`product_t_in`]), with the same bits; every other case on such a
-//! weight unpacks its groups to the plain layout first.
+//! rows at a time instead ([`product_t_in`]), with the same bits. Prefill (more than two rows
+//! of quantized `x`) on those formats takes the same group kernel over many rows of `x` on x86
+//! (the eight-row GEMM; a plain weight is interleaved a span at a time for it); every other
+//! case on an interleaved weight unpacks its groups to the plain layout first.
 //!
 //! A row of `x` holding a NaN or an infinity is not quantized: it takes the decoded weight rows
 //! and an f32 dot product, so NaN and infinity land where the reference puts them.
@@ -456,9 +458,10 @@ pub fn product_t(
 }
 
 /// [`product_t`] on a weight in either layout ([`interleave`]): the interleaved groups take the
-/// eight-row kernels on x86 for decode (one row of `x`, or its two residual terms); every other
-/// case unpacks a group at a time into the plain layout and takes the plain kernels, so the
-/// numbers do not depend on the layout.
+/// eight-row kernels on x86, for decode (one row of `x`, or its two residual terms) and for
+/// prefill (the eight-row GEMM, which also takes a plain weight of those formats, interleaved a
+/// span at a time); every other case unpacks a group at a time into the plain layout and takes
+/// the plain kernels, so the numbers do not depend on the layout.
 #[allow(clippy::too_many_arguments)]
 pub fn product_t_in(
     family: Family,
