@@ -494,7 +494,8 @@ pub fn product_t_in(
     // serves many rows of x, so the shuffle is cheap beside the products).
     let fly = layout == Layout::Plain
         && interleave::supports(dtype)
-        && has_groups_kernel(family, xrows.len());
+        && xrows.len() > 2
+        && has_groups_kernel(family);
     // The whole groups (the ranges split at multiples of a group).
     let grouped = if layout == Layout::Rows8 || fly {
         n / interleave::GROUP * interleave::GROUP
@@ -551,15 +552,8 @@ pub fn product_t_in(
         } else if groups_kernel(family, dtype, wg, row_bytes, &xrows, residual, og) {
             at = gi;
         }
+        // No group kernel here (another family): a span of groups unpacked at a time.
         while at < gi {
-            let (g, o) = (
-                &wg[at * row_bytes..(at + interleave::GROUP) * row_bytes],
-                &mut og[at * rows..(at + interleave::GROUP) * rows],
-            );
-            if group_kernel(family, dtype, g, row_bytes, &xrows, residual, o) {
-                at += interleave::GROUP;
-                continue;
-            }
             let m = span.min(gi - at);
             unpacked.resize(m * row_bytes, 0);
             let src = &wg[at * row_bytes..(at + m) * row_bytes];
@@ -597,58 +591,16 @@ pub fn product_t_in(
     })
 }
 
-/// One interleaved group `g` against `xs` on the eight-row kernel of `family`, where it has one
-/// (x86, one or two rows of `x`): `out` as [`product_t`]'s, residual pairs summed. `false`
-/// (nothing written) where it has none.
-#[allow(unused_variables)]
-fn group_kernel(
-    family: Family,
-    dtype: DType,
-    g: &[u8],
-    row_bytes: usize,
-    xs: &[XRow],
-    residual: bool,
-    out: &mut [f32],
-) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if matches!(family, Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni)
-        && family.missing().is_none()
-        && (1..=2).contains(&xs.len())
-    {
-        let mut both = [0.0f32; 2 * interleave::GROUP];
-        let r = xs.len();
-        x86::group(
-            family,
-            dtype,
-            g,
-            row_bytes,
-            xs,
-            &mut both[..r * interleave::GROUP],
-        );
-        if residual {
-            for (o, p) in out.iter_mut().zip(both.chunks_exact(2)) {
-                *o = p[0] + p[1];
-            }
-        } else {
-            out.copy_from_slice(&both[..out.len()]);
-        }
-        return true;
-    }
-    false
-}
-
-/// Whether `family` has the eight-row GEMM on interleaved groups for `nx` quantized rows of `x`
-/// (more than 2: prefill; x86).
-fn has_groups_kernel(family: Family, nx: usize) -> bool {
+/// Whether `family` has the eight-row kernel on interleaved groups (the x86 families).
+fn has_groups_kernel(family: Family) -> bool {
     cfg!(target_arch = "x86_64")
         && matches!(family, Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni)
         && family.missing().is_none()
-        && nx > 2
 }
 
-/// The whole interleaved groups in `w` against the rows `xs` (more than 2: prefill) on the
-/// eight-row GEMM of `family`, where it has one (x86): `out` as [`product_t`]'s, residual
-/// pairs summed. `false` (nothing written) where it has none.
+/// The whole interleaved groups in `w` against the rows `xs` (decode's one or two, prefill's
+/// many) on the eight-row kernel of `family`, where it has one (x86): `out` as
+/// [`product_t`]'s, residual pairs summed. `false` (nothing written) where it has none.
 #[allow(unused_variables)]
 fn groups_kernel(
     family: Family,
@@ -660,7 +612,7 @@ fn groups_kernel(
     out: &mut [f32],
 ) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if has_groups_kernel(family, xs.len()) {
+    if has_groups_kernel(family) {
         if !residual {
             x86::groups(family, dtype, w, row_bytes, xs, out);
             return true;
@@ -669,7 +621,7 @@ fn groups_kernel(
         let gbytes = interleave::GROUP * row_bytes;
         let per = interleave::GROUP * xs.len();
         let chunk = 16;
-        let mut both = vec![0.0f32; chunk * per];
+        let mut both = vec![0.0f32; chunk.min(w.len() / gbytes.max(1)) * per];
         for (wc, oc) in w
             .chunks(chunk * gbytes)
             .zip(out.chunks_mut(chunk * per / 2))

@@ -74,31 +74,11 @@ pub fn rows(
     }
 }
 
-/// One interleaved group of eight rows ([`super::interleave`]) of `dtype` (`Q4_0`, `Q5_0`,
-/// `Q8_0`) against one or two rows of `x` on an x86 `family` (which this CPU runs: the caller
-/// checked): `out[j * xs.len() + r]`.
-pub fn group(
-    family: Family,
-    dtype: DType,
-    g: &[u8],
-    row_bytes: usize,
-    xs: &[XRow],
-    out: &mut [f32],
-) {
-    // SAFETY: the caller checked that the CPU has the family's features (`Family::missing`).
-    unsafe {
-        match family {
-            Family::Avx512Vnni => group_avx512vnni(dtype, g, row_bytes, xs, out),
-            Family::AvxVnni => group_avxvnni(dtype, g, row_bytes, xs, out),
-            _ => group_avx2(dtype, g, row_bytes, xs, out),
-        }
-    }
-}
-
-/// The whole interleaved groups of `w` (`8 * row_bytes` bytes each) of `dtype` against every
-/// row of `xs` (prefill) on an x86 `family` (which this CPU runs: the caller checked):
-/// `out[j * xs.len() + r]`. AVX-512 VNNI (32 vector registers) takes 8 rows of `x` at a time,
-/// AVX2 and AVX-VNNI (16) take 4.
+/// The whole interleaved groups ([`super::interleave`]) of `w` (`8 * row_bytes` bytes each) of
+/// `dtype` (`Q4_0`, `Q5_0`, `Q8_0`) against every row of `xs` (decode's one or two, prefill's
+/// many) on an x86 `family` (which this CPU runs: the caller checked): `out[j * xs.len() + r]`.
+/// AVX-512 VNNI (32 vector registers) takes 8 rows of `x` at a time, AVX2 and AVX-VNNI (16)
+/// take 4.
 pub fn groups(
     family: Family,
     dtype: DType,
@@ -136,21 +116,6 @@ unsafe fn groups_avx512vnni(
     out: &mut [f32],
 ) {
     unsafe { interleaved::groups::<Avx512Vnni, 8>(dtype, w, row_bytes, xs, out) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_avx2(dtype: DType, g: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
-    unsafe { interleaved::group::<Avx2>(dtype, g, row_bytes, xs, out) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn group_avxvnni(dtype: DType, g: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
-    unsafe { interleaved::group::<AvxVnni>(dtype, g, row_bytes, xs, out) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-unsafe fn group_avx512vnni(dtype: DType, g: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
-    unsafe { interleaved::group::<Avx512Vnni>(dtype, g, row_bytes, xs, out) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -1,7 +1,7 @@
 //! Products on the eight-row interleaved layout ([`super::super::interleave`]) on every x86
-//! family through [`Dot`]: one group of eight weight rows against one row of `x` or its two
-//! residual terms (decode, [`group`]), and whole groups against many rows of `x` (prefill,
-//! [`groups`]), the same kernel taking `R` rows of `x` at a time.
+//! family through [`Dot`] ([`groups`]): whole groups of eight weight rows against one row of
+//! `x` or its two residual terms (decode) or many rows (prefill), one kernel taking `R` rows of
+//! `x` at a time.
 //!
 //! Per block: one 16-byte load and one conversion give the eight weight scales; each 32-byte
 //! load of quants holds 4 bytes of every row, so one multiply-add (`vpdpbusd`, or `maddubs` +
@@ -22,34 +22,12 @@ use crate::dtype::DType;
 /// Group-blocks ahead (bytes) that the group's stream is prefetched.
 const PREFETCH: usize = 1024;
 
-/// The [`super::super::interleave::GROUP`] rows of one interleaved group `g` (`row_bytes`
-/// per row) of `dtype` against `xs` (1 or 2 rows of `x`): `out[j * xs.len() + r]`.
-#[inline(always)]
-pub(super) unsafe fn group<D: Dot>(
-    dtype: DType,
-    g: &[u8],
-    row_bytes: usize,
-    xs: &[XRow],
-    out: &mut [f32],
-) {
-    let ld = xs.len();
-    unsafe {
-        match (xs.len(), dtype) {
-            (1, DType::Q4_0) => group_f::<D, 1, Q4_0>(g, row_bytes, xs, out, ld),
-            (1, DType::Q5_0) => group_f::<D, 1, Q5_0>(g, row_bytes, xs, out, ld),
-            (1, _) => group_f::<D, 1, Q8_0>(g, row_bytes, xs, out, ld),
-            (_, DType::Q4_0) => group_f::<D, 2, Q4_0>(g, row_bytes, xs, out, ld),
-            (_, DType::Q5_0) => group_f::<D, 2, Q5_0>(g, row_bytes, xs, out, ld),
-            (_, _) => group_f::<D, 2, Q8_0>(g, row_bytes, xs, out, ld),
-        }
-    }
-}
-
 /// Every whole group of `w` (`8 * row_bytes` bytes each) of `dtype` against every row of `xs`:
 /// `out[j * xs.len() + r]`. The rows of `xs` are taken in blocks whose 8-bit values stay in L2
 /// ([`X_BLOCK_BYTES`]) while every group passes over them, `RX` rows at a time within a block
-/// (the rest one at a time), so each group's unpacked quants serve `RX` rows of `x` and each
-/// broadcast activation chunk eight weight rows.
+/// (the rest two, then one, at a time: decode's row of `x` or its two residual terms), so each
+/// group's unpacked quants serve several rows of `x` and each broadcast activation chunk eight
+/// weight rows. Other dtypes (which have no interleaved layout) write nothing.
 #[inline(always)]
 pub(super) unsafe fn groups<D: Dot, const RX: usize>(
     dtype: DType,
@@ -62,7 +40,8 @@ pub(super) unsafe fn groups<D: Dot, const RX: usize>(
         match dtype {
             DType::Q4_0 => groups_f::<D, RX, Q4_0>(w, row_bytes, xs, out),
             DType::Q5_0 => groups_f::<D, RX, Q5_0>(w, row_bytes, xs, out),
-            _ => groups_f::<D, RX, Q8_0>(w, row_bytes, xs, out),
+            DType::Q8_0 => groups_f::<D, RX, Q8_0>(w, row_bytes, xs, out),
+            _ => {}
         }
     }
 }
@@ -93,6 +72,10 @@ unsafe fn groups_f<D: Dot, const RX: usize, const F: u8>(
             while r + RX <= r1 {
                 unsafe { group_f::<D, RX, F>(g, row_bytes, &xs[r..r + RX], &mut o[r..], nr) };
                 r += RX;
+            }
+            if r + 2 <= r1 {
+                unsafe { group_f::<D, 2, F>(g, row_bytes, &xs[r..r + 2], &mut o[r..], nr) };
+                r += 2;
             }
             while r < r1 {
                 unsafe { group_f::<D, 1, F>(g, row_bytes, &xs[r..r + 1], &mut o[r..], nr) };
