@@ -104,6 +104,9 @@ pub enum Grid {
     Elems(usize),
     /// One workgroup / block per item (a row, a batch, a chunk); its threads cooperate.
     Groups(usize),
+    /// This many threads in workgroups / blocks of 256 (as `Elems`) whose threads cooperate
+    /// (barriers, subgroup or warp operations): teams of consecutive threads, one per item.
+    Teams(usize),
 }
 
 /// One kernel launch.
@@ -157,21 +160,16 @@ pub trait Device: MatmulHook + AttentionHook + SvdHook {
     /// Records (or queues) one kernel launch.
     fn launch(&self, op: &'static str, l: &Launch<'_>) -> Result<()>;
     /// Whether decode's packed products run one thread per output (`matvec_each`) instead of
-    /// one workgroup per output: for adapters that run on the CPU, where barriers are slow.
+    /// `matvec_stream` (a team per weight row): for adapters that run on the CPU, where
+    /// barriers are slow.
     fn per_output_matvec(&self) -> bool {
         false
     }
     /// Whether decode's f32 products `x @ W^T` (W 2-D, read transposed; at most
-    /// `MATVEC_MAX_ROWS` rows of x) run as `matvec` too, each W row read by a whole workgroup:
+    /// `MATVEC_MAX_ROWS` rows of x) run as decode's packed products do, each W row read once:
     /// wgpu's `matmul_rows` reads such a W one column per thread, across rows (uncoalesced).
     /// CUDA takes it too: one kernel launch per product instead of an SGEMM with one row.
     fn f32_matvec(&self) -> bool {
-        false
-    }
-    /// Whether decode's products (where not [`Device::per_output_matvec`]) run the streaming
-    /// `matvec_stream` (several weight rows per workgroup, each row read once by a team)
-    /// instead of `matvec` (one workgroup per output).
-    fn streaming_matvec(&self) -> bool {
         false
     }
 }

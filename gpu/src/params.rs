@@ -189,7 +189,7 @@ kernel_params! {
     /// `col0..col0 + n` of rows of `ldo` (as `MatmulParams`' `ldc`); `accum = 1` adds them to
     /// what is there (`matmul_add` into its residual). `glu` (0: none) is `matmul_swiglu`'s
     /// first up row: output `j` is then `silu(row j . x) * (row j + glu . x)`.
-    MatvecParams("matvec") for ["matvec", "matvec_each", "matvec_stream"] {
+    MatvecParams("matvec") for ["matvec_each", "matvec_stream"] {
         u32: [n, dtype, k, rows, bias, ldo, col0, accum, glu],
         f32: [],
     }

@@ -24,6 +24,18 @@ static volatile dim3 gridDim = {1, 1, 1};
 void emu_syncthreads();
 #define __syncthreads() emu_syncthreads()
 
+// A warp shuffle (xor of the lane), emulated through a block-wide exchange: every thread of the
+// block must call it together, as the kernels' team reductions do.
+static float emu_shfl[1024];
+static inline float __shfl_xor_sync(unsigned int, float v, int lane_mask) {
+    unsigned int t = threadIdx.x;
+    emu_shfl[t] = v;
+    emu_syncthreads();
+    float r = emu_shfl[t ^ (unsigned int)lane_mask];
+    emu_syncthreads();
+    return r;
+}
+
 static inline float __int_as_float(int i) {
     float f;
     memcpy(&f, &i, sizeof f);

@@ -29,6 +29,7 @@ fn cuda_grid(be: &CudaBackend, op: &'static str, grid: Grid) -> Result<CudaGrid>
     let (blocks, threads, cooperative) = match grid {
         Grid::Elems(n) => (n.div_ceil(ELEM_THREADS as usize), ELEM_THREADS, false),
         Grid::Groups(n) => (n, be.row_threads(), true),
+        Grid::Teams(n) => (n.div_ceil(ELEM_THREADS as usize), ELEM_THREADS, true),
     };
     if blocks > i32::MAX as usize {
         return Err(Error::LimitExceeded {
@@ -87,8 +88,8 @@ impl Device for CudaBackend {
     fn host_floats(&self, op: &'static str, t: &Tensor) -> Result<Option<Arc<Vec<f32>>>> {
         Ok(self.buffer_of(op, t)?.host_floats().cloned())
     }
-    /// Decode's f32 products (at most `MATVEC_MAX_ROWS` rows) take `matvec`, each weight row
-    /// read once by a block in coalesced loads, not an SGEMM with one row.
+    /// Decode's f32 products (at most `MATVEC_MAX_ROWS` rows) take `matvec_stream`, each weight
+    /// row read once in coalesced loads, not an SGEMM with one row.
     fn f32_matvec(&self) -> bool {
         true
     }

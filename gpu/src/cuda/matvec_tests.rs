@@ -1,6 +1,7 @@
-//! Decode's products on the emulated device through `matvec` (f32 weights since CUDA's
-//! `f32_matvec`; f16 and bf16 rows read a 32-bit word at a time when their length is even, 16
-//! bytes at a time when it is a multiple of 8),
+//! Decode's products on the emulated device through `matvec_stream` (f32 weights since CUDA's
+//! `f32_matvec`; f32, f16 and bf16 rows read 16 bytes a lane when their length is a multiple of
+//! 8, Q8_0, Q4_0 and Q4_K in units of a block, every other dtype and shape element by element;
+//! teams of 4 to 32 lanes summed by warp shuffles),
 //! against the CPU reference: seeded inputs, one to eight rows, odd and tiny `k`, the gated
 //! form, and NaN and infinities in the activations and the weights.
 
@@ -23,12 +24,29 @@ fn weight(rng: &mut Rng, dtype: DType, n: usize, k: usize, hostile: bool) -> Ten
     }
     match dtype {
         DType::F32 => Tensor::from_f32(&[n, k], v).unwrap(),
+        // No Q6_K quantizer: random quants and sub-block scales under a small f16 scale (a
+        // non-finite one where hostile).
+        DType::Q6_K => {
+            let mut bytes: Vec<u8> = (0..n * k / 256 * 210)
+                .map(|_| rng.next_u64() as u8)
+                .collect();
+            for (b, block) in bytes.chunks_mut(210).enumerate() {
+                // f16 bits: infinity, NaN, or 2^-14 times 1..2 (weights up to about 0.5).
+                let d: u16 = match (hostile, b) {
+                    (true, 0) => 0x7c00,
+                    (true, 1) => 0x7e00,
+                    _ => 0x0400 | (rng.next_u64() & 0x3ff) as u16,
+                };
+                block[208..].copy_from_slice(&d.to_le_bytes());
+            }
+            Tensor::from_raw(&[n, k], dtype, bytes).unwrap()
+        }
         d => Tensor::from_raw(&[n, k], d, kernels_core::quant::quantize(d, &v).unwrap()).unwrap(),
     }
 }
 
 #[test]
-fn cuda_matvec_matches_the_reference_for_f32_f16_and_bf16_weights() {
+fn cuda_matvec_matches_the_reference_for_every_weight_dtype() {
     if host::compiler().is_none() {
         return;
     }
@@ -37,17 +55,45 @@ fn cuda_matvec_matches_the_reference_for_f32_f16_and_bf16_weights() {
     let be = CudaBackend::with_engine(Box::new(Shared(dev)));
     let mut rng = Rng::new(0x3A7E);
     let mut cases = Vec::new();
-    for dtype in [DType::F32, DType::F16, DType::BF16] {
-        for (rows, n, k, hostile) in [
-            (1, 1, 1, false),
-            (1, 7, 33, false),
-            (3, 5, 130, false),
-            (8, 9, 64, false),
-            (2, 6, 257, true),
-            (5, 4, 96, true),
-            // Rows of a multiple of 8 (16-byte loads on f16 and bf16), several per thread.
-            (2, 3, 1024, false),
-        ] {
+    let halves = [
+        (1, 1, 1, false),
+        (1, 7, 33, false),
+        (3, 5, 130, false),
+        (8, 9, 64, false),
+        (2, 6, 257, true),
+        (5, 4, 96, true),
+        // Rows of a multiple of 8 (16-byte loads), several units a lane.
+        (2, 3, 1024, false),
+        (1, 2, 8, false),
+    ];
+    // Blocks of 32: one block (a team of 4 lanes), a few, many a lane, NaN and infinity.
+    let blocks32 = [
+        (1, 3, 32, false),
+        (3, 5, 96, true),
+        (8, 2, 256, false),
+        (2, 4, 2048, false),
+    ];
+    // Blocks of 256.
+    let blocks256 = [(1, 3, 256, false), (3, 2, 512, true), (2, 5, 2048, false)];
+    let shapes = |dtype: DType| -> &[(usize, usize, usize, bool)] {
+        match dtype {
+            DType::F32 | DType::F16 | DType::BF16 => &halves,
+            DType::Q4_K | DType::Q6_K => &blocks256,
+            _ => &blocks32,
+        }
+    };
+    for dtype in [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q8_0,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q4_K,
+        DType::Q6_K,
+    ] {
+        for &(rows, n, k, hostile) in shapes(dtype) {
             let mut x: Vec<f32> = (0..rows * k).map(|_| rng.normal()).collect();
             if hostile {
                 x[0] = f32::NAN;
@@ -93,7 +139,10 @@ fn cuda_matvec_matches_the_reference_for_f32_f16_and_bf16_weights() {
     );
     // Forward products took matvec, not an SGEMM with one row.
     let launched = dev.launched();
-    assert!(launched.contains(&("quant", "matvec")), "{launched:?}");
+    assert!(
+        launched.contains(&("quant", "matvec_stream")),
+        "{launched:?}"
+    );
     // An f32 decode product alone: a matvec launch, no GEMM.
     let x = be
         .upload(&Tensor::from_f32(&[2, 40], vec![0.5; 80]).unwrap())

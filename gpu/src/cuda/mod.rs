@@ -2,7 +2,8 @@
 //! for NVIDIA GPUs through the vendor libraries, via `cudarc`.
 //!
 //! - decode's products (at most 8 rows: f32, f16, bf16 and packed weights, `matmul_swiglu`'s
-//!   gated form) are the `matvec` kernel of `quant.cu`, each weight row read once;
+//!   gated form) are the `matvec_stream` kernel of `quant.cu`: several weight rows a block, a
+//!   team of up to 32 lanes per row reading it once in 16-byte units, summed by warp shuffles;
 //! - every other matmul (and every product inside other ops: GRU projections, low-rank SVD) is cuBLAS
 //!   SGEMM, strided batched, with the transposes passed to cuBLAS instead of copies; with
 //!   [`CudaBackend::with_half_products`] (`KERNELS_CUDA_HALF=1`), products with a 16-bit or

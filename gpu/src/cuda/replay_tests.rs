@@ -210,5 +210,5 @@ fn position_slots_are_the_named_fields_of_contract_cuh() {
             "{entry}: {block}.{field} is not u[{slot}]"
         );
     }
-    assert_eq!(super::replay::position_mask("matvec"), 0);
+    assert_eq!(super::replay::position_mask("matvec_stream"), 0);
 }

@@ -218,8 +218,8 @@ pub(crate) fn matvec(
         ];
         let (entry, grid, consts): (_, _, &[(&'static str, u32)]) = if be.per_output_matvec() {
             ("matvec_each", Grid::Elems(rows * cnt), &[])
-        } else if be.streaming_matvec() {
-            // One workgroup per 256 / team weight rows (256 threads a workgroup: `Elems`
+        } else {
+            // One workgroup per 256 / team weight rows (256 threads a workgroup: `Teams`
             // counts the threads).
             let threads =
                 cnt.checked_mul(team)
@@ -228,9 +228,7 @@ pub(crate) fn matvec(
                         value: cnt as u64,
                         limit: (usize::MAX / team) as u64,
                     })?;
-            ("matvec_stream", Grid::Elems(threads), &stream)
-        } else {
-            ("matvec", Grid::Groups(rows * cnt), &[])
+            ("matvec_stream", Grid::Teams(threads), &stream)
         };
         be.run_ranges(
             name,

@@ -312,9 +312,6 @@ impl Device for WgpuBackend {
     fn f32_matvec(&self) -> bool {
         true
     }
-    fn streaming_matvec(&self) -> bool {
-        true
-    }
     fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
         WgpuBackend::alloc(self, op, shape, dtype)
     }
@@ -335,7 +332,7 @@ impl Device for WgpuBackend {
     }
     fn launch(&self, op: &'static str, l: &Launch<'_>) -> Result<()> {
         let groups = match l.grid {
-            Grid::Elems(n) => (n as u64).div_ceil(ELEM_WORKGROUP),
+            Grid::Elems(n) | Grid::Teams(n) => (n as u64).div_ceil(ELEM_WORKGROUP),
             Grid::Groups(n) => n as u64,
         };
         self.dispatch(

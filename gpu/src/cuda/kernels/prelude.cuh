@@ -47,6 +47,13 @@ __device__ inline Params shifted(const LaunchParams& l) {
                                        const float* in2, const float* in3, float* out0,        \
                                        float* out1, float* out2)
 
+// `#pragma unroll` for NVRTC (the host compiler of the tests would warn on it).
+#ifdef __CUDA_ARCH__
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
+
 // Threads per block of the row kernels' reductions (the launcher uses this many or fewer,
 // always a power of two).
 #define MAX_THREADS 256
@@ -58,32 +65,37 @@ __device__ inline unsigned long long global_index() {
     return (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
 }
 
-// Sum of one value per thread of the block, by a tree in shared memory; every thread gets the
-// result. Every thread of the block must call it.
+// The lanes of a warp that a block of blockDim.x threads fills (all 32 past the first warp).
+__device__ inline unsigned int warp_mask() {
+    return blockDim.x >= 32 ? 0xffffffffu : (1u << blockDim.x) - 1u;
+}
+
+// Sum of one value per thread of the block; every thread gets the result. Every thread of the
+// block must call it. Each warp sums by shuffles (xor butterfly), then every thread adds the
+// warps' sums in warp order from shared memory: two barriers, whatever the block size.
 __device__ inline float block_sum(float v) {
-    __shared__ float sh_sum[MAX_THREADS];
-    unsigned int lid = threadIdx.x;
-    sh_sum[lid] = v;
+    __shared__ float sh_sum[MAX_THREADS / 32];
+    unsigned int lid = threadIdx.x, bd = blockDim.x, w = bd < 32 ? bd : 32;
+    for (unsigned int o = w / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(warp_mask(), v, (int)o);
+    if (bd <= 32) return v;
+    if (lid % 32 == 0) sh_sum[lid / 32] = v;
     __syncthreads();
-    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (lid < s) sh_sum[lid] = sh_sum[lid] + sh_sum[lid + s];
-        __syncthreads();
-    }
     float total = sh_sum[0];
+    for (unsigned int i = 1; i < bd / 32; i++) total = total + sh_sum[i];
     __syncthreads();
     return total;
 }
 
+// As block_sum, with fmaxf.
 __device__ inline float block_max(float v) {
-    __shared__ float sh_max[MAX_THREADS];
-    unsigned int lid = threadIdx.x;
-    sh_max[lid] = v;
+    __shared__ float sh_max[MAX_THREADS / 32];
+    unsigned int lid = threadIdx.x, bd = blockDim.x, w = bd < 32 ? bd : 32;
+    for (unsigned int o = w / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(warp_mask(), v, (int)o));
+    if (bd <= 32) return v;
+    if (lid % 32 == 0) sh_max[lid / 32] = v;
     __syncthreads();
-    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (lid < s) sh_max[lid] = fmaxf(sh_max[lid], sh_max[lid + s]);
-        __syncthreads();
-    }
     float total = sh_max[0];
+    for (unsigned int i = 1; i < bd / 32; i++) total = fmaxf(total, sh_max[i]);
     __syncthreads();
     return total;
 }

@@ -13,6 +13,13 @@ __device__ inline unsigned int u16_at(const unsigned char* q, unsigned long long
 
 // IEEE binary16 bits to f32, exactly (subnormals included).
 __device__ inline float f16_bits(unsigned int h) {
+#ifdef __CUDA_ARCH__
+    // The hardware conversion (as cuda_fp16's __half2float): exact, one instruction.
+    float f;
+    unsigned short b = (unsigned short)(h & 0xffffu);
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
+    return f;
+#else
     unsigned int sign = (h & 0x8000u) << 16;
     unsigned int e = (h >> 10) & 0x1fu;
     unsigned int m = h & 0x3ffu;
@@ -22,6 +29,7 @@ __device__ inline float f16_bits(unsigned int h) {
     }
     if (e == 31u) return __int_as_float((int)(sign | 0x7f800000u | (m << 13)));
     return __int_as_float((int)(sign | ((e + 112u) << 23) | (m << 13)));
+#endif
 }
 
 __device__ inline float f16_at(const unsigned char* q, unsigned long long off) {
@@ -132,99 +140,219 @@ __device__ inline bool aligned16(const void* p) {
     return ((unsigned long long)p & 15ull) == 0;
 }
 
-// Element e (0 or 1) of a word of two 16-bit floats.
-__device__ inline float half_of(unsigned int v, unsigned int e, bool bf) {
-    unsigned int h = e == 0 ? (v & 0xffffu) : (v >> 16);
-    return bf ? __int_as_float((int)(h << 16)) : f16_bits(h);
+// ---- matvec_stream: decode's products, several weight rows a block, each read once ----
+//
+// out0 [rows, n] = in0 [rows, k] @ W^T (+ in1 = bias when p.bias = 1), W = in2 [n, k] of any
+// weight dtype (or f32, F32_SOURCE), packed; outputs at columns p.col0.. of rows of p.ldo;
+// p.accum = 1 adds them to what out0 holds (matmul_add into its residual); p.glu != 0 gates
+// output j with the up row j + p.glu (matmul_swiglu: silu(gate) * up). As matvec.wgsl: a block of
+// 256 threads (Grid::Teams) takes p.c[1] = MV_RPW weight rows, each with a team of 256 / MV_RPW
+// consecutive lanes (a power of two from 4 to 32: inside one warp), which walks its row once in
+// units of 16 bytes (8 f16/bf16 or 4+4 f32 elements), a quarter Q8_0 block or half a Q4_0 block,
+// or 8 of a Q4_K block's quant bytes, the lanes on consecutive units; each unit is dotted with
+// all p.rows (1..8) rows of x, so the weight is read once whatever the rows. A team's
+// sums are reduced by warp shuffles (no shared memory, no barrier). Other dtypes and shapes the
+// units do not tile take `decode` element by element. Each weight is decoded to f32 as `decode`
+// does before it multiplies x, so NaN and infinity come out where the reference puts them; only
+// the order of the sum differs.
+
+#define MV_MAX_ROWS 8
+
+// The sum of v over the team of `team` consecutive lanes (a power of two, at most 32) holding
+// this thread, given to all of them. Every thread of the block calls it with the same `team`.
+__device__ inline float team_sum(float v, unsigned int team) {
+    for (unsigned int o = team / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, (int)o);
+    return v;
 }
 
-// acc + the dot product of 8 16-bit floats (four words, in element order) with xa, xb.
-__device__ inline float dot8_halves(float acc, Words4 v, Floats4 xa, Floats4 xb, bool bf) {
-    acc = acc + xa.a * half_of(v.a, 0, bf);
-    acc = acc + xa.b * half_of(v.a, 1, bf);
-    acc = acc + xa.c * half_of(v.b, 0, bf);
-    acc = acc + xa.d * half_of(v.b, 1, bf);
-    acc = acc + xb.a * half_of(v.c, 0, bf);
-    acc = acc + xb.b * half_of(v.c, 1, bf);
-    acc = acc + xb.c * half_of(v.d, 0, bf);
-    acc = acc + xb.d * half_of(v.d, 1, bf);
-    return acc;
-}
-
-// Decode's products without a decoded copy of the weight: out0 [rows, n] = in0 [rows, k] @ W^T
-// (+ in1 = bias when p.bias = 1), W = in2 [n, k] packed. One block per output element; its
-// threads stride over k, decoding as they go, and the block sums. Outputs (and the bias) at
-// columns p.col0.. of rows of p.ldo (a column block, as the WGSL kernel's); p.accum = 1 adds them
-// to what out0 holds (matmul_add into its residual); p.glu != 0 gates output j with the up row
-// j + p.glu (matmul_swiglu: silu(gate) * up). f32 weights (decode's f32 products) and f16/bf16
-// rows of even length are read without the per-element decode: f32 rows directly, 16-bit rows
-// one 32-bit word (two elements) a load.
-KERNEL(matvec, MatvecParams) {
-    unsigned long long g = blockIdx.x;
-    if (g >= (unsigned long long)p.rows * p.n) return;
-    unsigned long long r = g / p.n, j = g % p.n, k = p.k;
-    // With p.glu, the up row j + p.glu is dotted beside the gate row j (matmul_swiglu).
-    unsigned long long ju = j + p.glu;
-    const unsigned char* w = (const unsigned char*)in2;
-    float acc = 0.0f, acc_up = 0.0f;
-    const float* x = in0 + r * k;
-    bool halves = (p.dtype == WEIGHT_F16 || p.dtype == WEIGHT_BF16) && (k & 1ull) == 0;
-    if (p.dtype == F32_SOURCE) {
-        // An f32 weight (decode's f32 products): the rows read as f32, coalesced across the
-        // block, no per-element decode.
-        const float* wj = (const float*)in2 + j * k;
-        const float* wu = (const float*)in2 + ju * k;
-        for (unsigned long long i = threadIdx.x; i < k; i += blockDim.x) {
-            acc = acc + x[i] * wj[i];
-            if (p.glu != 0) acc_up = acc_up + x[i] * wu[i];
-        }
-    } else if (halves) {
-        // f16 or bf16 rows of even length: one 32-bit word (two elements) a load; rows of a
-        // multiple of 8 elements at 16-byte aligned addresses (x's too): one 16-byte load (8
-        // elements) a thread and iteration, x read as two Floats4 (4x the bytes in flight).
-        const unsigned int* w32 = (const unsigned int*)in2;
-        unsigned long long kw = k / 2, wj = j * kw, wu = ju * kw;
-        bool bf = p.dtype == WEIGHT_BF16;
-        bool wide = (k & 7ull) == 0 && aligned16(w32 + wj) && aligned16(w32 + wu) && aligned16(x);
-        if (wide) {
-            const Words4* wv = (const Words4*)(w32 + wj);
-            const Words4* uv = (const Words4*)(w32 + wu);
-            const Floats4* xv = (const Floats4*)x;
-            for (unsigned long long i = threadIdx.x; i < k / 8; i += blockDim.x) {
-                Words4 v = wv[i];
-                Floats4 xa = xv[2 * i], xb = xv[2 * i + 1];
-                acc = dot8_halves(acc, v, xa, xb, bf);
-                if (p.glu != 0) acc_up = dot8_halves(acc_up, uv[i], xa, xb, bf);
-            }
-        }
-        for (unsigned long long i = wide ? kw : threadIdx.x; i < kw; i += blockDim.x) {
-            unsigned int v = w32[wj + i];
-            float lo = bf ? __int_as_float((int)(v << 16)) : f16_bits(v & 0xffffu);
-            float hi = bf ? __int_as_float((int)(v & 0xffff0000u)) : f16_bits(v >> 16);
-            acc = acc + x[2 * i] * lo;
-            acc = acc + x[2 * i + 1] * hi;
-            if (p.glu != 0) {
-                unsigned int u = w32[wu + i];
-                float ulo = bf ? __int_as_float((int)(u << 16)) : f16_bits(u & 0xffffu);
-                float uhi = bf ? __int_as_float((int)(u & 0xffff0000u)) : f16_bits(u >> 16);
-                acc_up = acc_up + x[2 * i] * ulo;
-                acc_up = acc_up + x[2 * i + 1] * uhi;
-            }
-        }
+// The two f16 (or bf16) values of a word, low half first.
+__device__ inline void halves_of(unsigned int v, bool bf, float* lo, float* hi) {
+    if (bf) {
+        *lo = __int_as_float((int)(v << 16));
+        *hi = __int_as_float((int)(v & 0xffff0000u));
     } else {
-        for (unsigned long long i = threadIdx.x; i < k; i += blockDim.x) {
-            acc = acc + x[i] * decode(w, p.dtype, j * k + i);
-            if (p.glu != 0) acc_up = acc_up + x[i] * decode(w, p.dtype, ju * k + i);
+        *lo = f16_bits(v & 0xffffu);
+        *hi = f16_bits(v >> 16);
+    }
+}
+
+// acc[r] += x[r, e..e + 8] . w[0..8] for every row r of x (`xa`: x is 16-byte aligned, so are
+// its rows at e, a multiple of 8 with k one too: two 16-byte loads).
+__device__ inline void mv_acc8(float* acc, const float* x, unsigned int rows, unsigned long long k,
+                               unsigned long long e, const float* w, bool xa) {
+    UNROLL for (unsigned int r = 0; r < MV_MAX_ROWS; r++) {
+        if (r >= rows) break;
+        const float* xr = x + r * k + e;
+        float s;
+        if (xa) {
+            Floats4 a = ((const Floats4*)xr)[0], b = ((const Floats4*)xr)[1];
+            s = (a.a * w[0] + a.b * w[1]) + (a.c * w[2] + a.d * w[3]) + ((b.a * w[4] + b.b * w[5]) + (b.c * w[6] + b.d * w[7]));
+        } else {
+            s = (xr[0] * w[0] + xr[1] * w[1]) + (xr[2] * w[2] + xr[3] * w[3]) + ((xr[4] * w[4] + xr[5] * w[5]) + (xr[6] * w[6] + xr[7] * w[7]));
+        }
+        acc[r] = acc[r] + s;
+    }
+}
+
+// 16 bits at an even byte offset, and 8 bytes (as two little-endian words) at one.
+__device__ inline unsigned int mv_u16(const unsigned char* q, unsigned long long off) {
+    return *(const unsigned short*)(q + off);
+}
+__device__ inline void mv_bytes8(const unsigned char* q, unsigned long long off, unsigned int* lo, unsigned int* hi) {
+    *lo = mv_u16(q, off) | (mv_u16(q, off + 2) << 16);
+    *hi = mv_u16(q, off + 4) | (mv_u16(q, off + 6) << 16);
+}
+
+// quant.cu's decode of Q4_K's 6-bit scale and min of sub-block j from the 12 bytes at sc.
+__device__ inline void mv_q4k_scale_min(const unsigned char* sc, unsigned int j, unsigned int* s, unsigned int* m) {
+    if (j < 4) {
+        *s = sc[j] & 63u;
+        *m = sc[j + 4] & 63u;
+    } else {
+        *s = (sc[j + 4] & 0xfu) | ((sc[j - 4] >> 6) << 4);
+        *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+}
+
+// Weight row j dotted with every row of x by lane `lane` of a team of T: its share in acc.
+__device__ inline void mv_row(const MatvecParams& p, const float* x, const unsigned char* w,
+                              unsigned long long j, unsigned int lane, unsigned int T, float* acc) {
+    unsigned long long k = p.k;
+    unsigned int rows = p.rows < MV_MAX_ROWS ? p.rows : MV_MAX_ROWS;
+    bool xa = aligned16(x) && (k & 7ull) == 0;
+    float v[8];
+    if (p.dtype == F32_SOURCE && xa && aligned16(w + 4 * j * k)) {
+        const Floats4* wr = (const Floats4*)(w + 4 * j * k);
+        for (unsigned long long u = lane; u < k / 8; u += T) {
+            Floats4 a = wr[2 * u], b = wr[2 * u + 1];
+            v[0] = a.a; v[1] = a.b; v[2] = a.c; v[3] = a.d;
+            v[4] = b.a; v[5] = b.b; v[6] = b.c; v[7] = b.d;
+            mv_acc8(acc, x, rows, k, 8 * u, v, xa);
+        }
+        return;
+    }
+    if ((p.dtype == WEIGHT_F16 || p.dtype == WEIGHT_BF16) && xa && aligned16(w + 2 * j * k)) {
+        bool bf = p.dtype == WEIGHT_BF16;
+        const Words4* wr = (const Words4*)(w + 2 * j * k);
+        unsigned long long units = k / 8, u = lane;
+        // Four 16-byte loads in flight a lane.
+        for (; u + 3 * T < units; u += 4 * T) {
+            Words4 q4[4];
+            UNROLL for (unsigned int i = 0; i < 4; i++) q4[i] = wr[u + i * T];
+            UNROLL for (unsigned int i = 0; i < 4; i++) {
+                Words4 a = q4[i];
+                halves_of(a.a, bf, &v[0], &v[1]); halves_of(a.b, bf, &v[2], &v[3]);
+                halves_of(a.c, bf, &v[4], &v[5]); halves_of(a.d, bf, &v[6], &v[7]);
+                mv_acc8(acc, x, rows, k, 8 * (u + i * T), v, xa);
+            }
+        }
+        for (; u < units; u += T) {
+            Words4 a = wr[u];
+            halves_of(a.a, bf, &v[0], &v[1]); halves_of(a.b, bf, &v[2], &v[3]);
+            halves_of(a.c, bf, &v[4], &v[5]); halves_of(a.d, bf, &v[6], &v[7]);
+            mv_acc8(acc, x, rows, k, 8 * u, v, xa);
+        }
+        return;
+    }
+    if (p.dtype == WEIGHT_Q8_0 && (k & 31ull) == 0) {
+        // A quarter block (8 quants) a unit; the block's f16 scale beside it.
+        unsigned long long rb = j * (k / 32) * 34;
+        for (unsigned long long u = lane; u < k / 8; u += T) {
+            unsigned long long b = rb + (u / 4) * 34;
+            float d = f16_bits(mv_u16(w, b));
+            unsigned int lo, hi;
+            mv_bytes8(w, b + 2 + 8 * (u % 4), &lo, &hi);
+            for (int i = 0; i < 4; i++) {
+                v[i] = i8_of((lo >> (8 * i)) & 0xffu) * d;
+                v[4 + i] = i8_of((hi >> (8 * i)) & 0xffu) * d;
+            }
+            mv_acc8(acc, x, rows, k, 8 * u, v, xa);
+        }
+        return;
+    }
+    if (p.dtype == WEIGHT_Q4_0 && (k & 31ull) == 0) {
+        // Half a block a unit: 8 quant bytes, elements 8h.. (low nibbles) and 16 + 8h.. (high).
+        unsigned long long rb = j * (k / 32) * 18;
+        for (unsigned long long u = lane; u < k / 16; u += T) {
+            unsigned long long b = rb + (u / 2) * 18, e = (u / 2) * 32 + 8 * (u % 2);
+            float d = f16_bits(mv_u16(w, b));
+            unsigned int lo, hi;
+            mv_bytes8(w, b + 2 + 8 * (u % 2), &lo, &hi);
+            for (int s = 0; s < 2; s++) {
+                for (int i = 0; i < 4; i++) {
+                    v[i] = d * (float)((int)((lo >> (8 * i + 4 * s)) & 0xfu) - 8);
+                    v[4 + i] = d * (float)((int)((hi >> (8 * i + 4 * s)) & 0xfu) - 8);
+                }
+                mv_acc8(acc, x, rows, k, e + 16 * s, v, xa);
+            }
+        }
+        return;
+    }
+    if (p.dtype == WEIGHT_Q4_K && (k & 255ull) == 0) {
+        // 8 of the 128 quant bytes a unit: elements 64c + 8s.. (low nibbles, sub-block 2c) and
+        // 64c + 32 + 8s.. (high nibbles, sub-block 2c + 1).
+        unsigned long long rb = j * (k / 256) * 144;
+        for (unsigned long long u = lane; u < k / 16; u += T) {
+            unsigned long long b = rb + (u / 16) * 144;
+            unsigned int c = (unsigned int)(u % 16) / 4, s = (unsigned int)(u % 4);
+            unsigned long long e = (u / 16) * 256 + 64 * c + 8 * s;
+            float d = f16_bits(mv_u16(w, b)), dmin = f16_bits(mv_u16(w, b + 2));
+            unsigned int lo, hi;
+            mv_bytes8(w, b + 16 + 32 * c + 8 * s, &lo, &hi);
+            for (unsigned int half = 0; half < 2; half++) {
+                unsigned int sc, m;
+                mv_q4k_scale_min(w + b + 4, 2 * c + half, &sc, &m);
+                float dl = d * (float)sc, ml = dmin * (float)m;
+                for (int i = 0; i < 4; i++) {
+                    v[i] = dl * (float)((lo >> (8 * i + 4 * half)) & 0xfu) - ml;
+                    v[4 + i] = dl * (float)((hi >> (8 * i + 4 * half)) & 0xfu) - ml;
+                }
+                mv_acc8(acc, x, rows, k, e + 32 * half, v, xa);
+            }
+        }
+        return;
+    }
+    // Every other dtype and shape: element by element, as `decode` reads them.
+    for (unsigned long long i = lane; i < k; i += T) {
+        float wi = decode(w, p.dtype, j * k + i);
+        UNROLL for (unsigned int r = 0; r < MV_MAX_ROWS; r++) {
+            if (r >= rows) break;
+            acc[r] = acc[r] + x[r * k + i] * wi;
         }
     }
-    float s = block_sum(acc);
-    float up = p.glu != 0 ? block_sum(acc_up) : 0.0f;
+}
+
+// Grid::Teams of p.n * team threads in blocks of 256; p.c[1] = MV_RPW (p.c[0], MV_ROWS, is p.rows).
+KERNEL(matvec_stream, MatvecParams) {
+    unsigned int rpw = p.c[1];
+    unsigned int T = rpw == 0 || rpw > blockDim.x ? blockDim.x : blockDim.x / rpw;
+    unsigned int lane = threadIdx.x % T;
+    unsigned long long j = (unsigned long long)blockIdx.x * (blockDim.x / T) + threadIdx.x / T;
+    bool live = j < p.n;
+    unsigned int rows = p.rows < MV_MAX_ROWS ? p.rows : MV_MAX_ROWS;
+    const unsigned char* w = (const unsigned char*)in2;
+    float acc[MV_MAX_ROWS], acc_up[MV_MAX_ROWS];
+    UNROLL for (int r = 0; r < MV_MAX_ROWS; r++) {
+        acc[r] = 0.0f;
+        acc_up[r] = 0.0f;
+    }
+    if (live) {
+        mv_row(p, in0, w, j, lane, T, acc);
+        if (p.glu != 0) mv_row(p, in0, w, j + p.glu, lane, T, acc_up);
+    }
+    // Every thread reduces (the shuffles are warp-wide); lane r of the team stores x row r.
+    // Constant bounds with a break, here and above: acc stays in registers.
     unsigned long long col = p.col0 + j;
-    if (threadIdx.x == 0) {
-        float v = p.bias == 1 ? s + in1[col] : s;
-        if (p.glu != 0) v = s * sigmoid_safe(s) * up;
-        unsigned long long o = r * p.ldo + col;
-        out0[o] = p.accum == 1 ? out0[o] + v : v;
+    UNROLL for (unsigned int r = 0; r < MV_MAX_ROWS; r++) {
+        if (r >= rows) break;
+        float s = team_sum(acc[r], T);
+        float up = p.glu != 0 ? team_sum(acc_up[r], T) : 0.0f;
+        if (live && lane == r % T) {
+            float out = p.bias == 1 ? s + in1[col] : s;
+            if (p.glu != 0) out = s * sigmoid_safe(s) * up;
+            unsigned long long o = r * p.ldo + col;
+            out0[o] = p.accum == 1 ? out0[o] + out : out;
+        }
     }
 }
 

@@ -21,7 +21,20 @@ __device__ inline unsigned int block_argmax(const float* row, unsigned int n) {
     unsigned int lid = threadIdx.x;
     float best_v = 0.0f;
     unsigned int best_i = NONE;
-    for (unsigned int j = lid; j < n; j += blockDim.x) {
+    unsigned int j = lid, bd = blockDim.x;
+    // Eight loads in flight, then compared in index order (a long row, as decode's logits, is
+    // bound by the loads' latency one at a time).
+    for (; j + 7 * bd < n && j + 7 * bd >= j; j += 8 * bd) {
+        float v[8];
+        UNROLL for (unsigned int i = 0; i < 8; i++) v[i] = row[j + i * bd];
+        UNROLL for (unsigned int i = 0; i < 8; i++) {
+            if (beats(v[i], j + i * bd, best_v, best_i)) {
+                best_v = v[i];
+                best_i = j + i * bd;
+            }
+        }
+    }
+    for (; j < n; j += bd) {
         if (beats(row[j], j, best_v, best_i)) {
             best_v = row[j];
             best_i = j;

@@ -274,7 +274,7 @@ fn mv_row(p: MatvecParams, j: u32, lane: u32, acc: ptr<function, array<f32, 8>>)
     }
 }
 
-// One workgroup per MV_RPW weight rows (Grid::Elems of n * MV_TEAM threads). Teams of at least 4
+// One workgroup per MV_RPW weight rows (Grid::Teams of n * MV_TEAM threads). Teams of at least 4
 // lanes: lanes 0..3 store the rows of x four at a time.
 @compute @workgroup_size(256)
 fn matvec_stream(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
