@@ -172,6 +172,12 @@ pub trait Device: MatmulHook + AttentionHook + SvdHook {
     fn f32_matvec(&self) -> bool {
         false
     }
+    /// Threads per weight row of `matvec_stream` for a weight of `dtype` with rows of `k`: a
+    /// power of two from 4 to 256 (the workgroup holds 256 / team rows). wgpu's WGSL takes
+    /// teams of at most 32 (one subgroup's chunk).
+    fn matvec_team(&self, dtype: DType, k: usize) -> usize {
+        crate::ops::quant::stream_team(dtype, k)
+    }
 }
 
 /// `batch` products `out = fused(op(a) @ op(b))`, `op(a) [m, k]`, `op(b) [k, n]`, operands at

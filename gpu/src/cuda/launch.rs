@@ -45,6 +45,20 @@ fn cuda_grid(be: &CudaBackend, op: &'static str, grid: Grid) -> Result<CudaGrid>
     })
 }
 
+/// [`Device::matvec_team`] on CUDA: the row's units (quant.cu's `mv_row`: 8 f32, f16 or bf16
+/// elements, a quarter Q8_0 block, half a Q4_0 block, 16 Q4_K elements; an element elsewhere)
+/// over four, a power of two from 4 to 256.
+pub(crate) fn cuda_matvec_team(dtype: DType, k: usize) -> usize {
+    let units = match dtype {
+        DType::F32 | DType::F16 | DType::BF16 if k.is_multiple_of(8) => k / 8,
+        DType::Q8_0 if k.is_multiple_of(32) => k / 8,
+        DType::Q4_0 if k.is_multiple_of(32) => k / 16,
+        DType::Q4_K if k.is_multiple_of(256) => k / 16,
+        _ => k,
+    };
+    (units / 4).next_power_of_two().clamp(4, 256)
+}
+
 impl Device for CudaBackend {
     /// An uninitialized-looking (zeroed) tensor on this device.
     fn alloc(&self, op: &'static str, shape: &[usize], dtype: DType) -> Result<Tensor> {
@@ -92,6 +106,12 @@ impl Device for CudaBackend {
     /// row read once in coalesced loads, not an SGEMM with one row.
     fn f32_matvec(&self) -> bool {
         true
+    }
+    /// A team of up to 256 threads (8 warps) per weight row, about four 16-byte or block units
+    /// a lane: decode's smaller products (2048 rows) then fill the GPU with warps instead of
+    /// leaving each a long row (quant.cu's matvec_stream sums across the team's warps).
+    fn matvec_team(&self, dtype: DType, k: usize) -> usize {
+        cuda_matvec_team(dtype, k)
     }
     fn chunk_elems(&self) -> usize {
         // One binding holds any tensor: nothing is split.

@@ -1,7 +1,7 @@
 //! Decode's products on the emulated device through `matvec_stream` (f32 weights since CUDA's
 //! `f32_matvec`; f32, f16 and bf16 rows read 16 bytes a lane when their length is a multiple of
 //! 8, Q8_0, Q4_0 and Q4_K in units of a block, every other dtype and shape element by element;
-//! teams of 4 to 32 lanes summed by warp shuffles),
+//! teams of 4 to 256 threads summed by warp shuffles and, past a warp, in shared memory),
 //! against the CPU reference: seeded inputs, one to eight rows, odd and tiny `k`, the gated
 //! form, and NaN and infinities in the activations and the weights.
 
@@ -62,8 +62,10 @@ fn cuda_matvec_matches_the_reference_for_every_weight_dtype() {
         (8, 9, 64, false),
         (2, 6, 257, true),
         (5, 4, 96, true),
-        // Rows of a multiple of 8 (16-byte loads), several units a lane.
+        // Rows of a multiple of 8 (16-byte loads), several units a lane; teams of 32 and 128
+        // threads (four warps summed in shared memory).
         (2, 3, 1024, false),
+        (1, 3, 4096, true),
         (1, 2, 8, false),
     ];
     // Blocks of 32: one block (a team of 4 lanes), a few, many a lane, NaN and infinity.

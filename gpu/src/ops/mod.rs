@@ -17,7 +17,7 @@ mod layout;
 mod loss;
 mod matmul;
 mod optim;
-mod quant;
+pub(crate) mod quant;
 mod rope;
 mod rows;
 mod split;

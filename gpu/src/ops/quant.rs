@@ -65,7 +65,7 @@ pub const MATVEC_MAX_ROWS: usize = 8;
 /// element where the row's length does not tile), a power of two from 4 to 32. Decode's rows
 /// (k of hundreds or more) get 32; short rows get smaller teams, so fewer lanes idle. The
 /// workgroup (256 threads) holds 256 / team rows.
-fn stream_team(dtype: DType, k: usize) -> usize {
+pub(crate) fn stream_team(dtype: DType, k: usize) -> usize {
     let units = match dtype {
         DType::F16 | DType::BF16 if k.is_multiple_of(2) => k / 2,
         DType::Q8_0 if k.is_multiple_of(32) => k / 8,
@@ -211,7 +211,7 @@ pub(crate) fn matvec(
         // Slots: x, the bias (or x again, unread), the packed weight twice (quant.wgsl's
         // layout).
         let b = bias.unwrap_or(x);
-        let team = stream_team(w.dtype(), k);
+        let team = be.matvec_team(w.dtype(), k);
         let stream = [
             ("MV_ROWS", u32_of(name, "rows", rows)?),
             ("MV_RPW", u32_of(name, "rows per workgroup", 256 / team)?),

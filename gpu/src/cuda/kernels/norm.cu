@@ -7,14 +7,28 @@
 // Two passes (mean, then squared deviations) for accuracy.
 __device__ inline void row_stats(const NormParams& p, const float* x, unsigned int n, float* mean_out,
                                  float* rstd_out) {
+    // Four loads in flight a thread (decode's single row is bound by their latency).
+    unsigned int bd = blockDim.x;
     float mean = 0.0f;
     if (p.c[0] == 0) {
         float acc = 0.0f;
-        for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) acc = acc + x[j];
+        unsigned int j = threadIdx.x;
+        for (; j + 3 * bd < n && j + 3 * bd >= j; j += 4 * bd) {
+            float v[4];
+            UNROLL for (unsigned int i = 0; i < 4; i++) v[i] = x[j + i * bd];
+            UNROLL for (unsigned int i = 0; i < 4; i++) acc = acc + v[i];
+        }
+        for (; j < n; j += bd) acc = acc + x[j];
         mean = block_sum(acc) / (float)n;
     }
     float sq = 0.0f;
-    for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) {
+    unsigned int j = threadIdx.x;
+    for (; j + 3 * bd < n && j + 3 * bd >= j; j += 4 * bd) {
+        float v[4];
+        UNROLL for (unsigned int i = 0; i < 4; i++) v[i] = x[j + i * bd] - mean;
+        UNROLL for (unsigned int i = 0; i < 4; i++) sq = sq + v[i] * v[i];
+    }
+    for (; j < n; j += bd) {
         float d = x[j] - mean;
         sq = sq + d * d;
     }
@@ -30,9 +44,23 @@ KERNEL(norm_forward, NormParams) {
     unsigned long long base = row * n;
     float mean, rstd;
     row_stats(p, in0 + base, n, &mean, &rstd);
-    for (unsigned int j = threadIdx.x; j < n; j += blockDim.x) {
+    unsigned int bd = blockDim.x, j = threadIdx.x;
+    bool rms = p.c[0] == 1;
+    for (; j + 3 * bd < n && j + 3 * bd >= j; j += 4 * bd) {
+        float xv[4], wv[4], bv[4];
+        UNROLL for (unsigned int i = 0; i < 4; i++) {
+            xv[i] = in0[base + j + i * bd];
+            wv[i] = in1[j + i * bd];
+            bv[i] = rms ? 0.0f : in2[j + i * bd];
+        }
+        UNROLL for (unsigned int i = 0; i < 4; i++) {
+            float xhat = (xv[i] - mean) * rstd;
+            out0[base + j + i * bd] = rms ? xhat * wv[i] : xhat * wv[i] + bv[i];
+        }
+    }
+    for (; j < n; j += bd) {
         float xhat = (in0[base + j] - mean) * rstd;
-        out0[base + j] = p.c[0] == 1 ? xhat * in1[j] : xhat * in1[j] + in2[j];
+        out0[base + j] = rms ? xhat * in1[j] : xhat * in1[j] + in2[j];
     }
 }
 

@@ -147,22 +147,33 @@ __device__ inline bool aligned16(const void* p) {
 // p.accum = 1 adds them to what out0 holds (matmul_add into its residual); p.glu != 0 gates
 // output j with the up row j + p.glu (matmul_swiglu: silu(gate) * up). As matvec.wgsl: a block of
 // 256 threads (Grid::Teams) takes p.c[1] = MV_RPW weight rows, each with a team of 256 / MV_RPW
-// consecutive lanes (a power of two from 4 to 32: inside one warp), which walks its row once in
+// consecutive threads (a power of two from 4 to 256, about four units a lane: launch.rs's
+// cuda_matvec_team), which walks its row once in
 // units of 16 bytes (8 f16/bf16 or 4+4 f32 elements), a quarter Q8_0 block or half a Q4_0 block,
 // or 8 of a Q4_K block's quant bytes, the lanes on consecutive units; each unit is dotted with
 // all p.rows (1..8) rows of x, so the weight is read once whatever the rows. A team's
-// sums are reduced by warp shuffles (no shared memory, no barrier). Other dtypes and shapes the
+// sums are reduced by warp shuffles, then across its warps in shared memory. Other dtypes and shapes the
 // units do not tile take `decode` element by element. Each weight is decoded to f32 as `decode`
 // does before it multiplies x, so NaN and infinity come out where the reference puts them; only
 // the order of the sum differs.
 
 #define MV_MAX_ROWS 8
 
-// The sum of v over the team of `team` consecutive lanes (a power of two, at most 32) holding
-// this thread, given to all of them. Every thread of the block calls it with the same `team`.
+// The sum of v over the team of `team` consecutive threads (a power of two, at most the block)
+// holding this thread, given to all of them: shuffles inside a warp, then the team's warps' sums
+// in warp order from shared memory. Every thread of the block calls it with the same `team`.
 __device__ inline float team_sum(float v, unsigned int team) {
-    for (unsigned int o = team / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, (int)o);
-    return v;
+    __shared__ float sh_team[MAX_THREADS / 32];
+    unsigned int w = team < 32 ? team : 32;
+    for (unsigned int o = w / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, (int)o);
+    if (team <= 32) return v;
+    if (threadIdx.x % 32 == 0) sh_team[threadIdx.x / 32] = v;
+    __syncthreads();
+    unsigned int first = (threadIdx.x / team) * (team / 32);
+    float total = sh_team[first];
+    for (unsigned int i = 1; i < team / 32; i++) total = total + sh_team[first + i];
+    __syncthreads();
+    return total;
 }
 
 // The two f16 (or bf16) values of a word, low half first.
@@ -214,6 +225,65 @@ __device__ inline void mv_q4k_scale_min(const unsigned char* sc, unsigned int j,
     }
 }
 
+// The block units of matvec_stream's packed rows (rb: the row's first byte): each decodes its
+// 8 or 16 weights as `decode` does and adds their products with x to acc. Loops unrolled over
+// four units issue their loads together.
+
+// Q8_0: a quarter block (8 quants) a unit, the block's f16 scale beside it.
+__device__ inline void q8_0_unit(const unsigned char* w, unsigned long long rb, unsigned long long u, float* acc,
+                                 const float* x, unsigned int rows, unsigned long long k, bool xa) {
+    unsigned long long b = rb + (u / 4) * 34;
+    float d = f16_bits(mv_u16(w, b));
+    unsigned int lo, hi;
+    mv_bytes8(w, b + 2 + 8 * (u % 4), &lo, &hi);
+    float v[8];
+    UNROLL for (int i = 0; i < 4; i++) {
+        v[i] = i8_of((lo >> (8 * i)) & 0xffu) * d;
+        v[4 + i] = i8_of((hi >> (8 * i)) & 0xffu) * d;
+    }
+    mv_acc8(acc, x, rows, k, 8 * u, v, xa);
+}
+
+// Q4_0: half a block a unit, 8 quant bytes: elements 8h.. (low nibbles) and 16 + 8h.. (high).
+__device__ inline void q4_0_unit(const unsigned char* w, unsigned long long rb, unsigned long long u, float* acc,
+                                 const float* x, unsigned int rows, unsigned long long k, bool xa) {
+    unsigned long long b = rb + (u / 2) * 18, e = (u / 2) * 32 + 8 * (u % 2);
+    float d = f16_bits(mv_u16(w, b));
+    unsigned int lo, hi;
+    mv_bytes8(w, b + 2 + 8 * (u % 2), &lo, &hi);
+    float v[8];
+    UNROLL for (int s = 0; s < 2; s++) {
+        UNROLL for (int i = 0; i < 4; i++) {
+            v[i] = d * (float)((int)((lo >> (8 * i + 4 * s)) & 0xfu) - 8);
+            v[4 + i] = d * (float)((int)((hi >> (8 * i + 4 * s)) & 0xfu) - 8);
+        }
+        mv_acc8(acc, x, rows, k, e + 16 * s, v, xa);
+    }
+}
+
+// Q4_K: 8 of the 128 quant bytes a unit: elements 64c + 8s.. (low nibbles, sub-block 2c) and
+// 64c + 32 + 8s.. (high nibbles, sub-block 2c + 1).
+__device__ inline void q4_k_unit(const unsigned char* w, unsigned long long rb, unsigned long long u, float* acc,
+                                 const float* x, unsigned int rows, unsigned long long k, bool xa) {
+    unsigned long long b = rb + (u / 16) * 144;
+    unsigned int c = (unsigned int)(u % 16) / 4, s = (unsigned int)(u % 4);
+    unsigned long long e = (u / 16) * 256 + 64 * c + 8 * s;
+    float d = f16_bits(mv_u16(w, b)), dmin = f16_bits(mv_u16(w, b + 2));
+    unsigned int lo, hi;
+    mv_bytes8(w, b + 16 + 32 * c + 8 * s, &lo, &hi);
+    float v[8];
+    UNROLL for (unsigned int half = 0; half < 2; half++) {
+        unsigned int sc, m;
+        mv_q4k_scale_min(w + b + 4, 2 * c + half, &sc, &m);
+        float dl = d * (float)sc, ml = dmin * (float)m;
+        UNROLL for (int i = 0; i < 4; i++) {
+            v[i] = dl * (float)((lo >> (8 * i + 4 * half)) & 0xfu) - ml;
+            v[4 + i] = dl * (float)((hi >> (8 * i + 4 * half)) & 0xfu) - ml;
+        }
+        mv_acc8(acc, x, rows, k, e + 32 * half, v, xa);
+    }
+}
+
 // Weight row j dotted with every row of x by lane `lane` of a team of T: its share in acc.
 __device__ inline void mv_row(const MatvecParams& p, const float* x, const unsigned char* w,
                               unsigned long long j, unsigned int lane, unsigned int T, float* acc) {
@@ -255,61 +325,27 @@ __device__ inline void mv_row(const MatvecParams& p, const float* x, const unsig
         return;
     }
     if (p.dtype == WEIGHT_Q8_0 && (k & 31ull) == 0) {
-        // A quarter block (8 quants) a unit; the block's f16 scale beside it.
-        unsigned long long rb = j * (k / 32) * 34;
-        for (unsigned long long u = lane; u < k / 8; u += T) {
-            unsigned long long b = rb + (u / 4) * 34;
-            float d = f16_bits(mv_u16(w, b));
-            unsigned int lo, hi;
-            mv_bytes8(w, b + 2 + 8 * (u % 4), &lo, &hi);
-            for (int i = 0; i < 4; i++) {
-                v[i] = i8_of((lo >> (8 * i)) & 0xffu) * d;
-                v[4 + i] = i8_of((hi >> (8 * i)) & 0xffu) * d;
-            }
-            mv_acc8(acc, x, rows, k, 8 * u, v, xa);
+        unsigned long long rb = j * (k / 32) * 34, units = k / 8, u = lane;
+        for (; u + 3 * T < units; u += 4 * T) {
+            UNROLL for (unsigned int i = 0; i < 4; i++) q8_0_unit(w, rb, u + i * T, acc, x, rows, k, xa);
         }
+        for (; u < units; u += T) q8_0_unit(w, rb, u, acc, x, rows, k, xa);
         return;
     }
     if (p.dtype == WEIGHT_Q4_0 && (k & 31ull) == 0) {
-        // Half a block a unit: 8 quant bytes, elements 8h.. (low nibbles) and 16 + 8h.. (high).
-        unsigned long long rb = j * (k / 32) * 18;
-        for (unsigned long long u = lane; u < k / 16; u += T) {
-            unsigned long long b = rb + (u / 2) * 18, e = (u / 2) * 32 + 8 * (u % 2);
-            float d = f16_bits(mv_u16(w, b));
-            unsigned int lo, hi;
-            mv_bytes8(w, b + 2 + 8 * (u % 2), &lo, &hi);
-            for (int s = 0; s < 2; s++) {
-                for (int i = 0; i < 4; i++) {
-                    v[i] = d * (float)((int)((lo >> (8 * i + 4 * s)) & 0xfu) - 8);
-                    v[4 + i] = d * (float)((int)((hi >> (8 * i + 4 * s)) & 0xfu) - 8);
-                }
-                mv_acc8(acc, x, rows, k, e + 16 * s, v, xa);
-            }
+        unsigned long long rb = j * (k / 32) * 18, units = k / 16, u = lane;
+        for (; u + 3 * T < units; u += 4 * T) {
+            UNROLL for (unsigned int i = 0; i < 4; i++) q4_0_unit(w, rb, u + i * T, acc, x, rows, k, xa);
         }
+        for (; u < units; u += T) q4_0_unit(w, rb, u, acc, x, rows, k, xa);
         return;
     }
     if (p.dtype == WEIGHT_Q4_K && (k & 255ull) == 0) {
-        // 8 of the 128 quant bytes a unit: elements 64c + 8s.. (low nibbles, sub-block 2c) and
-        // 64c + 32 + 8s.. (high nibbles, sub-block 2c + 1).
-        unsigned long long rb = j * (k / 256) * 144;
-        for (unsigned long long u = lane; u < k / 16; u += T) {
-            unsigned long long b = rb + (u / 16) * 144;
-            unsigned int c = (unsigned int)(u % 16) / 4, s = (unsigned int)(u % 4);
-            unsigned long long e = (u / 16) * 256 + 64 * c + 8 * s;
-            float d = f16_bits(mv_u16(w, b)), dmin = f16_bits(mv_u16(w, b + 2));
-            unsigned int lo, hi;
-            mv_bytes8(w, b + 16 + 32 * c + 8 * s, &lo, &hi);
-            for (unsigned int half = 0; half < 2; half++) {
-                unsigned int sc, m;
-                mv_q4k_scale_min(w + b + 4, 2 * c + half, &sc, &m);
-                float dl = d * (float)sc, ml = dmin * (float)m;
-                for (int i = 0; i < 4; i++) {
-                    v[i] = dl * (float)((lo >> (8 * i + 4 * half)) & 0xfu) - ml;
-                    v[4 + i] = dl * (float)((hi >> (8 * i + 4 * half)) & 0xfu) - ml;
-                }
-                mv_acc8(acc, x, rows, k, e + 32 * half, v, xa);
-            }
+        unsigned long long rb = j * (k / 256) * 144, units = k / 16, u = lane;
+        for (; u + 3 * T < units; u += 4 * T) {
+            UNROLL for (unsigned int i = 0; i < 4; i++) q4_k_unit(w, rb, u + i * T, acc, x, rows, k, xa);
         }
+        for (; u < units; u += T) q4_k_unit(w, rb, u, acc, x, rows, k, xa);
         return;
     }
     // Every other dtype and shape: element by element, as `decode` reads them.
