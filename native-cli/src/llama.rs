@@ -233,8 +233,11 @@ fn repack_in(
         if split || !kernels_core::models::llama::is_matrix_weight(name) {
             continue;
         }
-        let Some(r) =
-            interleave::repack_tensor(t).map_err(|e| fail(format!("{origin}: {name}: {e}")))?
+        let Some(r) = (match interleave::repack_tensor_with(t, &mut huge_page_buffer) {
+            Ok(None) => huge_page_copy(t, mapped),
+            other => other,
+        })
+        .map_err(|e| fail(format!("{origin}: {name}: {e}")))?
         else {
             continue;
         };
@@ -245,6 +248,61 @@ fn repack_in(
         any = true;
     }
     Ok(any)
+}
+
+/// An f16 or bf16 matrix of the memory-mapped file copied into memory of this process advised
+/// into transparent huge pages (`heap::advise_huge_pages`; `KERNELS_HUGE_PAGES=0` leaves it in
+/// the file's pages): decode streams it whole every token, and the file's 4 KiB
+/// pages cost a TLB miss every 4 KiB. The file's pages are given back, so resident memory stays
+/// the same. `None` for other tensors.
+fn huge_page_copy(
+    t: &Tensor,
+    mapped: Option<&std::ops::Range<usize>>,
+) -> kernels_core::Result<Option<Tensor>> {
+    // Only bytes that still lie in the file's mapping (not a copy made before).
+    let in_file = |b: &[u8]| {
+        let (lo, hi) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
+        mapped.is_some_and(|m| m.start <= lo && hi <= m.end)
+    };
+    let big = t
+        .packed_bytes()
+        .is_ok_and(|b| b.len() >= crate::heap::HUGE_PAGE_MIN && in_file(b));
+    if !crate::heap::huge_pages() || !big {
+        return Ok(None);
+    }
+    if !matches!(t.dtype(), DType::F16 | DType::BF16) {
+        return Ok(None);
+    }
+    in_huge_pages(t)
+}
+
+/// A copy of `t`'s bytes in memory advised into transparent huge pages before the copy touches
+/// it; `None` where huge pages are off or `t` is smaller than `heap::HUGE_PAGE_MIN`.
+fn in_huge_pages(t: &Tensor) -> kernels_core::Result<Option<Tensor>> {
+    let (bytes, layout) = t.packed_in()?;
+    if !crate::heap::huge_pages() || bytes.len() < crate::heap::HUGE_PAGE_MIN {
+        return Ok(None);
+    }
+    let mut copy = huge_page_buffer(bytes.len())?;
+    copy.extend_from_slice(bytes);
+    Tensor::from_raw_in(t.shape(), t.dtype(), copy, layout).map(Some)
+}
+
+/// An empty buffer with room for `len` bytes, advised into transparent huge pages before
+/// anything touches it where huge pages are on and `len` is at least `heap::HUGE_PAGE_MIN`
+/// (what the repack writes into, so a repacked weight lies in huge pages without a copy).
+fn huge_page_buffer(len: usize) -> kernels_core::Result<Vec<u8>> {
+    let mut b = Vec::new();
+    if len < crate::heap::HUGE_PAGE_MIN || !crate::heap::huge_pages() {
+        return Ok(b);
+    }
+    b.try_reserve_exact(len)
+        .map_err(|_| kernels_core::Error::OutOfMemory {
+            what: "a weight in huge pages".into(),
+            bytes: len as u64,
+        })?;
+    crate::heap::advise_huge_pages(b.spare_capacity_mut());
+    Ok(b)
 }
 
 /// Gives the whole pages of `b` (which lies in the read-only file mapping `map`) back to the
@@ -380,4 +438,73 @@ pub fn quantize_files(files: &mut ModelFiles, to: Option<DType>) -> CliResult<()
         eprintln!("  kept {name}: {why}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod huge_page_tests {
+    use kernels_core::cpu::fast::qdot::interleave;
+    use kernels_core::packed::Layout;
+    use kernels_core::{DType, Tensor};
+
+    /// A `dtype` matrix of `n` rows of `k` with every byte set from a counter (any bytes are a
+    /// valid f16 or q8_0 weight's).
+    fn matrix(dtype: DType, n: usize, k: usize) -> Tensor {
+        let len = n * dtype.bytes_for(k).expect("whole blocks");
+        let bytes = (0..len).map(|i| (i * 131 % 251) as u8).collect();
+        Tensor::from_raw(&[n, k], dtype, bytes).expect("tensor")
+    }
+
+    #[test]
+    fn copies_in_huge_pages_keep_bytes_and_layout() {
+        crate::heap::init_huge_pages();
+        if !crate::heap::huge_pages() {
+            return; // KERNELS_HUGE_PAGES=0 in the environment
+        }
+        // 4 MiB and more: copied; the bytes and the layout are the original's.
+        let big = matrix(DType::F16, 1024, 2048);
+        let copy = super::in_huge_pages(&big)
+            .expect("copy")
+            .expect("large enough");
+        assert_eq!(copy.packed_in().unwrap(), big.packed_in().unwrap());
+        assert_ne!(
+            copy.packed_bytes().unwrap().as_ptr(),
+            big.packed_bytes().unwrap().as_ptr()
+        );
+        // Smaller: left as it is.
+        assert!(
+            super::in_huge_pages(&matrix(DType::F16, 8, 64))
+                .unwrap()
+                .is_none()
+        );
+        // Not in a file mapping: no copy of an f16 weight.
+        assert!(super::huge_page_copy(&big, None).unwrap().is_none());
+        let elsewhere = 0..1;
+        assert!(
+            super::huge_page_copy(&big, Some(&elsewhere))
+                .unwrap()
+                .is_none()
+        );
+        // Within the mapping: copied.
+        let b = big.packed_bytes().unwrap();
+        let around = b.as_ptr() as usize..b.as_ptr() as usize + b.len();
+        assert!(
+            super::huge_page_copy(&big, Some(&around))
+                .unwrap()
+                .is_some()
+        );
+        // A repack into the advised buffer is the plain repack, interleaved layout and all.
+        let q = matrix(DType::Q8_0, 2048, 2048);
+        let want = interleave::repack_tensor(&q).expect("repack");
+        let got = interleave::repack_tensor_with(&q, &mut super::huge_page_buffer).expect("repack");
+        match (want, got) {
+            (Some(w), Some(g)) => {
+                assert_eq!(g.packed_in().unwrap(), w.packed_in().unwrap());
+                assert_eq!(g.packed_in().unwrap().1, Layout::Rows8);
+            }
+            (None, None) => {} // a kernel family without the interleaved layout
+            (w, g) => panic!("repacked {} vs {}", w.is_some(), g.is_some()),
+        }
+        let buf = super::huge_page_buffer(5 << 20).unwrap();
+        assert!(buf.is_empty() && buf.capacity() >= 5 << 20);
+    }
 }

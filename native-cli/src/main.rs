@@ -606,6 +606,7 @@ fn ensure_runtime_dir() {
 
 fn main() -> ExitCode {
     native_cli::heap::keep_freed_memory();
+    native_cli::heap::init_huge_pages();
     #[cfg(target_os = "linux")]
     ensure_runtime_dir();
     let cli = Cli::parse();

@@ -44,6 +44,18 @@ pub fn supports(dtype: DType) -> bool {
 /// number of bytes. Fails for another dtype or sizes that disagree, or when the copy cannot be
 /// reserved.
 pub fn repack(dtype: DType, plain: &[u8], row_bytes: usize, n: usize) -> Result<Vec<u8>> {
+    repack_in(dtype, plain, row_bytes, n, Vec::new())
+}
+
+/// [`repack`] into `out` (emptied first; its capacity is used where it suffices, so a caller
+/// can hand in memory it prepared, such as memory advised into huge pages).
+pub fn repack_in(
+    dtype: DType,
+    plain: &[u8],
+    row_bytes: usize,
+    n: usize,
+    mut out: Vec<u8>,
+) -> Result<Vec<u8>> {
     let bb = dtype.block_bytes();
     let bad = |why: &str| {
         Error::bad_shape(
@@ -59,7 +71,7 @@ pub fn repack(dtype: DType, plain: &[u8], row_bytes: usize, n: usize) -> Result<
     if n.checked_mul(row_bytes) != Some(plain.len()) {
         return Err(bad("the bytes are not n rows"));
     }
-    let mut out = Vec::new();
+    out.clear();
     out.try_reserve_exact(plain.len())
         .map_err(|_| Error::OutOfMemory {
             what: alloc::format!("a repacked {dtype} weight"),
@@ -323,6 +335,15 @@ pub fn repacks_for(family: Family) -> bool {
 /// `q4_0`, `q5_0` or `q8_0` matrix of at least [`GROUP`] rows, in the plain layout, where
 /// [`repacks_for`] the family): `None` when it stays as it is.
 pub fn repack_tensor(t: &Tensor) -> Result<Option<Tensor>> {
+    repack_tensor_with(t, &mut |_| Ok(Vec::new()))
+}
+
+/// [`repack_tensor`] into the buffer `buffer(bytes)` returns (empty; its capacity is used where
+/// it holds `bytes`).
+pub fn repack_tensor_with(
+    t: &Tensor,
+    buffer: &mut dyn FnMut(usize) -> Result<Vec<u8>>,
+) -> Result<Option<Tensor>> {
     let &[n, k] = t.shape() else {
         return Ok(None);
     };
@@ -336,6 +357,6 @@ pub fn repack_tensor(t: &Tensor) -> Result<Option<Tensor>> {
     if layout != Layout::Plain {
         return Ok(None);
     }
-    let bytes = repack(t.dtype(), b, row_bytes, n)?;
+    let bytes = repack_in(t.dtype(), b, row_bytes, n, buffer(b.len())?)?;
     Tensor::from_raw_in(t.shape(), t.dtype(), bytes, Layout::Rows8).map(Some)
 }

@@ -183,3 +183,41 @@ fn repacked_special_values_zero_blocks_and_extreme_scales() {
         same_bits(dtype, &w, &x, (rows, k, n), "extreme quants");
     }
 }
+
+#[test]
+fn repack_into_a_given_buffer_gives_the_same_bytes_in_its_memory() {
+    let mut rng = Rng::new(37);
+    for dtype in FORMATS {
+        let (n, k) = (17, 96);
+        let rb = dtype.bytes_for(k).expect("whole blocks");
+        let w = weights(&mut rng, dtype, n, k);
+        let want = interleave::repack(dtype, &w, rb, n).expect("repack");
+        // A buffer with room and stale contents: cleared, then filled in place.
+        let mut given = vec![0xA5u8; 3];
+        given.reserve_exact(w.len());
+        let at = given.as_ptr();
+        let got = interleave::repack_in(dtype, &w, rb, n, given).expect("repack_in");
+        assert_eq!(got, want, "{dtype}");
+        assert_eq!(
+            got.as_ptr(),
+            at,
+            "{dtype}: the given memory holds the result"
+        );
+        // Too small a buffer grows; the bytes are the same.
+        let got = interleave::repack_in(dtype, &w, rb, n, vec![1u8; 2]).expect("repack_in");
+        assert_eq!(got, want, "{dtype}");
+        // The tensor form asks for a buffer of the weight's size and keeps the layout.
+        let t = crate::tensor::Tensor::from_raw(&[n, k], dtype, w.clone()).expect("tensor");
+        let mut asked = Vec::new();
+        let r = interleave::repack_tensor_with(&t, &mut |len| {
+            asked.push(len);
+            Ok(Vec::with_capacity(len))
+        })
+        .expect("repack_tensor_with");
+        if let Some(r) = r {
+            assert_eq!(asked, [w.len()], "{dtype}");
+            let (bytes, layout) = r.packed_in().expect("packed");
+            assert_eq!((bytes, layout), (&want[..], Layout::Rows8), "{dtype}");
+        }
+    }
+}
