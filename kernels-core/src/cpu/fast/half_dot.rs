@@ -146,7 +146,7 @@ pub fn product_of(
             &mut t,
         )?;
         // Back to `[rows, n]` by blocks of columns on the pool (as the quantized products).
-        super::packed::finish_transposed(&t, (rows, n), bv, activation, &out_shape)
+        super::packed::finish_transposed(t, (rows, n), bv, activation, &out_shape)
     })())
 }
 

@@ -364,18 +364,27 @@ fn integer_product(
         (rows, k, n),
         &mut t,
     )?;
-    finish_transposed(&t, (rows, n), bias, activation, out_shape)
+    finish_transposed(t, (rows, n), bias, activation, out_shape)
 }
 
 /// The op's output from a transposed product `t [n, rows]`: transposed back to `[rows, n]`, the
-/// bias added and the activation applied.
+/// bias added and the activation applied. One row (decode) is its own transpose: `t` becomes the
+/// output in place.
 pub(super) fn finish_transposed(
-    t: &[f32],
+    mut t: Vec<f32>,
     (rows, n): (usize, usize),
     bias: Option<&[f32]>,
     activation: Activation,
     out_shape: &[usize],
 ) -> Result<Vec<Tensor>> {
+    if rows == 1 && t.len() == n {
+        // The same arithmetic as the transposing path (`+ 0.0` without a bias included).
+        for (j, v) in t.iter_mut().enumerate() {
+            let b = bias.map_or(0.0, |b| b[j]);
+            *v = linear::act(activation, *v + b);
+        }
+        return Ok(vec![Tensor::from_f32(out_shape, t)?]);
+    }
     let mut out = super::buffers::filled(rows * n, 0.0, "matmul")?;
     // By blocks of 16 columns: each row of `out` gets 16 adjacent values (one cache line) from
     // 16 rows of `t` read in order, instead of one value per cache line per pass over `out`
@@ -457,7 +466,7 @@ fn panel_product(
         (rows, k, n),
         &mut t,
     )?;
-    finish_transposed(&t, (rows, n), bias, activation, out_shape)
+    finish_transposed(t, (rows, n), bias, activation, out_shape)
 }
 
 /// `out_t[j * rows + r] = dot(w row j, x row r)` (the transposed product) with f32
