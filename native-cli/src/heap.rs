@@ -20,13 +20,13 @@ pub fn keep_freed_memory() {
     }
 }
 
-/// Blocks of at least this many bytes are advised into transparent huge pages.
+/// Weights of at least this many bytes are put in transparent huge pages (native-cli's loader).
 pub const HUGE_PAGE_MIN: usize = 4 << 20;
 const HUGE_PAGE: usize = 2 << 20;
 
 static HUGE_PAGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Whether [`HugePages`] advises large blocks (`KERNELS_HUGE_PAGES`, on unless `0`; read once by
+/// Whether [`advise_huge_pages`] advises (`KERNELS_HUGE_PAGES`, on unless `0`; read once by
 /// [`init_huge_pages`]).
 pub fn huge_pages() -> bool {
     HUGE_PAGES.load(std::sync::atomic::Ordering::Relaxed)
