@@ -260,17 +260,10 @@ fn huge_page_copy(
     mapped: Option<&std::ops::Range<usize>>,
 ) -> kernels_core::Result<Option<Tensor>> {
     // Only bytes that still lie in the file's mapping (not a copy made before).
-    let in_file = |b: &[u8]| {
-        let (lo, hi) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
-        mapped.is_some_and(|m| m.start <= lo && hi <= m.end)
-    };
-    let big = t
+    let in_file = t
         .packed_bytes()
-        .is_ok_and(|b| b.len() >= crate::heap::HUGE_PAGE_MIN && in_file(b));
-    if !crate::heap::huge_pages() || !big {
-        return Ok(None);
-    }
-    if !matches!(t.dtype(), DType::F16 | DType::BF16) {
+        .is_ok_and(|b| mapped.is_some_and(|m| in_mapping(m, b)));
+    if !in_file || !matches!(t.dtype(), DType::F16 | DType::BF16) {
         return Ok(None);
     }
     in_huge_pages(t)
@@ -305,6 +298,12 @@ fn huge_page_buffer(len: usize) -> kernels_core::Result<Vec<u8>> {
     Ok(b)
 }
 
+/// Whether `b` lies within the file mapping `map`.
+fn in_mapping(map: &std::ops::Range<usize>, b: &[u8]) -> bool {
+    let (lo, hi) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
+    map.start <= lo && hi <= map.end
+}
+
 /// Gives the whole pages of `b` (which lies in the read-only file mapping `map`) back to the
 /// kernel: they are no longer resident, and a later read faults them in again from the file
 /// with the same bytes.
@@ -316,10 +315,10 @@ fn release(map: &std::ops::Range<usize>, b: &[u8]) {
         let Ok(page @ 1..) = usize::try_from(page) else {
             return;
         };
-        let (lo, hi) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
-        if lo < map.start || hi > map.end {
+        if !in_mapping(map, b) {
             return;
         }
+        let (lo, hi) = (b.as_ptr() as usize, b.as_ptr() as usize + b.len());
         let (lo, hi) = (lo.next_multiple_of(page), hi / page * page);
         if hi > lo {
             // SAFETY: `lo..hi` lies within the read-only file mapping, whose pages hold the

@@ -77,25 +77,14 @@ fn cuda_matvec_matches_the_reference_for_every_weight_dtype() {
     ];
     // Blocks of 256.
     let blocks256 = [(1, 3, 256, false), (3, 2, 512, true), (2, 5, 2048, false)];
-    let shapes = |dtype: DType| -> &[(usize, usize, usize, bool)] {
-        match dtype {
-            DType::F32 | DType::F16 | DType::BF16 => &halves,
-            DType::Q4_K | DType::Q6_K => &blocks256,
-            _ => &blocks32,
-        }
-    };
-    for dtype in [
-        DType::F32,
-        DType::F16,
-        DType::BF16,
-        DType::Q8_0,
-        DType::Q4_0,
-        DType::Q4_1,
-        DType::Q5_0,
-        DType::Q4_K,
-        DType::Q6_K,
-    ] {
-        for &(rows, n, k, hostile) in shapes(dtype) {
+    // f32 and every weight dtype, with shapes of its block size.
+    for dtype in std::iter::once(DType::F32).chain(DType::WEIGHT) {
+        let shapes: &[(usize, usize, usize, bool)] = match dtype.block_elems() {
+            1 => &halves,
+            32 => &blocks32,
+            _ => &blocks256,
+        };
+        for &(rows, n, k, hostile) in shapes {
             let mut x: Vec<f32> = (0..rows * k).map(|_| rng.normal()).collect();
             if hostile {
                 x[0] = f32::NAN;

@@ -70,20 +70,28 @@ __device__ inline unsigned int warp_mask() {
     return blockDim.x >= 32 ? 0xffffffffu : (1u << blockDim.x) - 1u;
 }
 
-// Sum of one value per thread of the block; every thread gets the result. Every thread of the
-// block must call it. Each warp sums by shuffles (xor butterfly), then every thread adds the
-// warps' sums in warp order from shared memory: two barriers, whatever the block size.
-__device__ inline float block_sum(float v) {
-    __shared__ float sh_sum[MAX_THREADS / 32];
-    unsigned int lid = threadIdx.x, bd = blockDim.x, w = bd < 32 ? bd : 32;
+// The sum of v over the team of `team` consecutive threads (a power of two, at most the block)
+// holding this thread, given to all of them: shuffles inside a warp (xor butterfly), then the
+// team's warps' sums in warp order from shared memory (two barriers). Every thread of the block
+// calls it with the same `team`.
+__device__ inline float team_sum(float v, unsigned int team) {
+    __shared__ float sh_team[MAX_THREADS / 32];
+    unsigned int w = team < 32 ? team : 32;
     for (unsigned int o = w / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(warp_mask(), v, (int)o);
-    if (bd <= 32) return v;
-    if (lid % 32 == 0) sh_sum[lid / 32] = v;
+    if (team <= 32) return v;
+    if (threadIdx.x % 32 == 0) sh_team[threadIdx.x / 32] = v;
     __syncthreads();
-    float total = sh_sum[0];
-    for (unsigned int i = 1; i < bd / 32; i++) total = total + sh_sum[i];
+    unsigned int first = (threadIdx.x / team) * (team / 32);
+    float total = sh_team[first];
+    for (unsigned int i = 1; i < team / 32; i++) total = total + sh_team[first + i];
     __syncthreads();
     return total;
+}
+
+// Sum of one value per thread of the block; every thread gets the result. Every thread of the
+// block must call it.
+__device__ inline float block_sum(float v) {
+    return team_sum(v, blockDim.x);
 }
 
 // As block_sum, with fmaxf.

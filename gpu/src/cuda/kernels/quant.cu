@@ -159,22 +159,6 @@ __device__ inline bool aligned16(const void* p) {
 
 #define MV_MAX_ROWS 8
 
-// The sum of v over the team of `team` consecutive threads (a power of two, at most the block)
-// holding this thread, given to all of them: shuffles inside a warp, then the team's warps' sums
-// in warp order from shared memory. Every thread of the block calls it with the same `team`.
-__device__ inline float team_sum(float v, unsigned int team) {
-    __shared__ float sh_team[MAX_THREADS / 32];
-    unsigned int w = team < 32 ? team : 32;
-    for (unsigned int o = w / 2; o > 0; o >>= 1) v = v + __shfl_xor_sync(0xffffffffu, v, (int)o);
-    if (team <= 32) return v;
-    if (threadIdx.x % 32 == 0) sh_team[threadIdx.x / 32] = v;
-    __syncthreads();
-    unsigned int first = (threadIdx.x / team) * (team / 32);
-    float total = sh_team[first];
-    for (unsigned int i = 1; i < team / 32; i++) total = total + sh_team[first + i];
-    __syncthreads();
-    return total;
-}
 
 // The two f16 (or bf16) values of a word, low half first.
 __device__ inline void halves_of(unsigned int v, bool bf, float* lo, float* hi) {
@@ -284,6 +268,27 @@ __device__ inline void q4_k_unit(const unsigned char* w, unsigned long long rb, 
     }
 }
 
+// Unit u of a row of block dtype D (Q8_0, Q4_0 or Q4_K) at rb.
+template <unsigned int D>
+__device__ inline void mv_unit(const unsigned char* w, unsigned long long rb, unsigned long long u, float* acc,
+                               const float* x, unsigned int rows, unsigned long long k, bool xa) {
+    if (D == WEIGHT_Q8_0) q8_0_unit(w, rb, u, acc, x, rows, k, xa);
+    else if (D == WEIGHT_Q4_0) q4_0_unit(w, rb, u, acc, x, rows, k, xa);
+    else q4_k_unit(w, rb, u, acc, x, rows, k, xa);
+}
+
+// Units u = lane, lane + T, .. < units of a row of block dtype D (at rb), four at a time.
+template <unsigned int D>
+__device__ inline void mv_blocks(const unsigned char* w, unsigned long long rb, unsigned long long units,
+                                 unsigned int lane, unsigned int T, float* acc, const float* x,
+                                 unsigned int rows, unsigned long long k, bool xa) {
+    unsigned long long u = lane;
+    for (; u + 3 * T < units; u += 4 * T) {
+        UNROLL for (unsigned int i = 0; i < 4; i++) mv_unit<D>(w, rb, u + i * T, acc, x, rows, k, xa);
+    }
+    for (; u < units; u += T) mv_unit<D>(w, rb, u, acc, x, rows, k, xa);
+}
+
 // Weight row j dotted with every row of x by lane `lane` of a team of T: its share in acc.
 __device__ inline void mv_row(const MatvecParams& p, const float* x, const unsigned char* w,
                               unsigned long long j, unsigned int lane, unsigned int T, float* acc) {
@@ -325,27 +330,15 @@ __device__ inline void mv_row(const MatvecParams& p, const float* x, const unsig
         return;
     }
     if (p.dtype == WEIGHT_Q8_0 && (k & 31ull) == 0) {
-        unsigned long long rb = j * (k / 32) * 34, units = k / 8, u = lane;
-        for (; u + 3 * T < units; u += 4 * T) {
-            UNROLL for (unsigned int i = 0; i < 4; i++) q8_0_unit(w, rb, u + i * T, acc, x, rows, k, xa);
-        }
-        for (; u < units; u += T) q8_0_unit(w, rb, u, acc, x, rows, k, xa);
+        mv_blocks<WEIGHT_Q8_0>(w, j * (k / 32) * 34, k / 8, lane, T, acc, x, rows, k, xa);
         return;
     }
     if (p.dtype == WEIGHT_Q4_0 && (k & 31ull) == 0) {
-        unsigned long long rb = j * (k / 32) * 18, units = k / 16, u = lane;
-        for (; u + 3 * T < units; u += 4 * T) {
-            UNROLL for (unsigned int i = 0; i < 4; i++) q4_0_unit(w, rb, u + i * T, acc, x, rows, k, xa);
-        }
-        for (; u < units; u += T) q4_0_unit(w, rb, u, acc, x, rows, k, xa);
+        mv_blocks<WEIGHT_Q4_0>(w, j * (k / 32) * 18, k / 16, lane, T, acc, x, rows, k, xa);
         return;
     }
     if (p.dtype == WEIGHT_Q4_K && (k & 255ull) == 0) {
-        unsigned long long rb = j * (k / 256) * 144, units = k / 16, u = lane;
-        for (; u + 3 * T < units; u += 4 * T) {
-            UNROLL for (unsigned int i = 0; i < 4; i++) q4_k_unit(w, rb, u + i * T, acc, x, rows, k, xa);
-        }
-        for (; u < units; u += T) q4_k_unit(w, rb, u, acc, x, rows, k, xa);
+        mv_blocks<WEIGHT_Q4_K>(w, j * (k / 256) * 144, k / 16, lane, T, acc, x, rows, k, xa);
         return;
     }
     // Every other dtype and shape: element by element, as `decode` reads them.
