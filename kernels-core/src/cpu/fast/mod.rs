@@ -186,7 +186,7 @@ fn arity(args: &[View<f32>], expected: usize) -> Result<()> {
 
 /// A zeroed output buffer; an allocation failure is an error, not an abort.
 fn zeros(len: usize) -> Result<Vec<f32>> {
-    buffers::filled(len, 0.0, NAME)
+    buffers::zeroed(len, NAME)
 }
 
 /// Batch entry `i` of an operand: `len` values from `i * step` (`step` 0: a shared operand).

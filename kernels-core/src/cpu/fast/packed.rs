@@ -353,7 +353,7 @@ fn integer_product(
     (rows, k, n): (usize, usize, usize),
     out_shape: &[usize],
 ) -> Result<Vec<Tensor>> {
-    let mut t = super::buffers::filled(rows * n, 0.0, "matmul")?;
+    let mut t = super::buffers::zeroed(rows * n, "matmul")?;
     qdot::product_t_in(
         Family::best(),
         config::activation_precision(),
@@ -385,7 +385,7 @@ pub(super) fn finish_transposed(
         }
         return Ok(vec![Tensor::from_f32(out_shape, t)?]);
     }
-    let mut out = super::buffers::filled(rows * n, 0.0, "matmul")?;
+    let mut out = super::buffers::zeroed(rows * n, "matmul")?;
     // By blocks of 16 columns: each row of `out` gets 16 adjacent values (one cache line) from
     // 16 rows of `t` read in order, instead of one value per cache line per pass over `out`
     // (about 4% of a 256-token prefill, done column by column). Rows of `out` split over the
@@ -456,7 +456,7 @@ fn panel_product(
     (rows, k, n): (usize, usize, usize),
     out_shape: &[usize],
 ) -> Result<Vec<Tensor>> {
-    let mut t = super::buffers::filled(rows * n, 0.0, "matmul")?;
+    let mut t = super::buffers::zeroed(rows * n, "matmul")?;
     panel_product_t_in(
         config::threads(),
         dtype,

@@ -46,4 +46,4 @@ pub(crate) enum Act {
     Silu,
 }
 
-pub(crate) use crate::cpu::fast::buffers::filled;
+pub(crate) use crate::cpu::fast::buffers::{filled, zeroed};

@@ -4,7 +4,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::common::{Act, filled, with_simd};
+use super::common::{Act, filled, with_simd, zeroed};
 use super::math;
 use crate::cpu::fast::isa::Isa;
 use crate::cpu::{Owned, View, float_arg, non_empty, norm, rope as rope_ref, same_shape, softmax};
@@ -16,7 +16,7 @@ pub(super) fn unary(isa: Isa, u: UnaryOp, act: Act, args: &[View<f32>]) -> Resul
     let name = Op::Unary(u).name();
     let (sx, x) = float_arg(name, args, 0, "x")?;
     non_empty(name, "x", sx)?;
-    let mut out = filled(x.len(), 0.0, name)?;
+    let mut out = zeroed(x.len(), name)?;
     with_simd!(isa, s => match act {
         Act::Exp => math::map(s, x, &mut out, |v| math::exp(s, v)),
         Act::Sigmoid => math::map(s, x, &mut out, |v| math::sigmoid(s, v)),
@@ -32,7 +32,7 @@ pub(super) fn swiglu(isa: Isa, args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
     let (su, up) = float_arg(name, args, 1, "up")?;
     non_empty(name, "gate", sg)?;
     same_shape(name, sg, su)?;
-    let mut out = filled(gate.len(), 0.0, name)?;
+    let mut out = zeroed(gate.len(), name)?;
     with_simd!(isa, s => math::map2(s, gate, up, &mut out, |g, u| {
         s.mul(s.mul(g, math::sigmoid(s, g)), u)
     }));
@@ -87,7 +87,7 @@ pub(super) fn rms_norm(isa: Isa, eps: f32, args: &[View<f32>]) -> Result<Vec<Own
     let (sx, x) = float_arg(name, args, 0, "x")?;
     let (sw, w) = float_arg(name, args, 1, "weight")?;
     let n = norm::validate(name, eps, sx, &[("weight", sw)])?;
-    let mut out = filled(x.len(), 0.0, name)?;
+    let mut out = zeroed(x.len(), name)?;
     let (nf, eps) = (n as f64, f64::from(eps));
     with_simd!(isa, s => {
         for (row, orow) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
@@ -128,7 +128,7 @@ pub(super) fn layer_norm(isa: Isa, eps: f32, args: &[View<f32>]) -> Result<Vec<O
     let (sw, w) = float_arg(name, args, 1, "weight")?;
     let (sb, b) = float_arg(name, args, 2, "bias")?;
     let n = norm::validate(name, eps, sx, &[("weight", sw), ("bias", sb)])?;
-    let mut out = filled(x.len(), 0.0, name)?;
+    let mut out = zeroed(x.len(), name)?;
     let (nf, eps) = (n as f64, f64::from(eps));
     with_simd!(isa, s => {
         for (row, orow) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
@@ -181,7 +181,7 @@ pub(super) fn rope(
     let (seq, head_dim) = rope_ref::check(freqs, offset, shape)?;
     let half = head_dim / 2;
     let (cos, sin) = rope_tables(freqs, offset, seq, head_dim)?;
-    let mut out = filled(x.len(), 0.0, OP)?;
+    let mut out = zeroed(x.len(), OP)?;
     with_simd!(isa, s => {
         let rows = x.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim));
         for (row, (xr, or)) in rows.enumerate() {
@@ -228,8 +228,8 @@ fn rope_tables(
     head_dim: usize,
 ) -> Result<(Vec<f32>, Vec<f32>)> {
     let half = head_dim / 2;
-    let mut cos = filled(seq * half, 0.0, "rope")?;
-    let mut sin = filled(seq * half, 0.0, "rope")?;
+    let mut cos = zeroed(seq * half, "rope")?;
+    let mut sin = zeroed(seq * half, "rope")?;
     for (i, f) in freqs.inv_freqs(head_dim).into_iter().enumerate() {
         // The step rotation is only needed past the first anchor (not for a decode step).
         let (sf, cf) = if seq > 1 {
