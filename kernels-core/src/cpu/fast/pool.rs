@@ -60,16 +60,42 @@ pub fn ranges(threads: usize, len: usize, grain: usize) -> impl Iterator<Item = 
     (0..len.div_ceil(chunk)).map(move |i| i * chunk..((i + 1) * chunk).min(len))
 }
 
-/// Elements per range (a multiple of `grain`; at least 1).
+/// Elements per range (a multiple of `grain`; at least 1): of the cuts into at most
+/// [`CHUNKS_PER_THREAD`] ranges a thread, the one whose busiest thread has the least work when
+/// the ranges are taken in turn (the most ranges among equals). Cutting 14 grains into 8 ranges
+/// of 2 made 7, and one of 2 threads ran 4 of them: a 0.5B model's 896-row products, in 64-row
+/// grains, took a seventh longer than an even cut.
 fn chunk_len(threads: usize, len: usize, grain: usize) -> usize {
     let grain = grain.max(1);
     let grains = len.div_ceil(grain).max(1);
-    let target = if threads <= 1 {
-        1
-    } else {
-        threads.saturating_mul(CHUNKS_PER_THREAD)
-    };
-    grains.div_ceil(target).saturating_mul(grain).max(1)
+    if threads <= 1 {
+        return grains.saturating_mul(grain).max(1);
+    }
+    let most = threads.saturating_mul(CHUNKS_PER_THREAD).min(grains);
+    let mut best = (usize::MAX, grains);
+    for ranges in 1..=most {
+        let chunk = grains.div_ceil(ranges);
+        let load = busiest(grains, chunk, threads);
+        if load <= best.0 {
+            best = (load, chunk);
+        }
+    }
+    best.1.saturating_mul(grain).max(1)
+}
+
+/// The grains of the busiest of `threads` threads when `grains` cut into ranges of `chunk`
+/// (the last one shorter) are taken in turn: range `i` on thread `i % threads`.
+fn busiest(grains: usize, chunk: usize, threads: usize) -> usize {
+    let n = grains.div_ceil(chunk);
+    let (q, r) = (n / threads, n % threads);
+    let last = grains - (n - 1) * chunk;
+    match r {
+        // The last range falls to the last thread, which has `q` ranges as every other.
+        0 => q * chunk,
+        // The last range falls to the only thread with `q + 1` ranges.
+        1 => q * chunk + last,
+        _ => (q + 1) * chunk,
+    }
 }
 
 /// Runs `f` on every range of `0..len` ([`ranges`]) on [`config::threads`] threads; the first

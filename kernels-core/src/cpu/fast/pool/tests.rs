@@ -47,6 +47,28 @@ fn ranges_cover_the_length_in_whole_grains() {
 }
 
 #[test]
+fn ranges_share_the_grains_evenly_where_a_cut_allows() {
+    // (threads, grains, the busiest thread's grains at best).
+    for (threads, grains, even) in [
+        (2, 14, 7),
+        (2, 12, 6),
+        (2, 76, 38),
+        (3, 14, 5),
+        (2, 2, 1),
+        (4, 9, 3),
+    ] {
+        let rs: Vec<Range<usize>> = ranges(threads, grains * 64, 64).collect();
+        let mut load = vec![0; threads];
+        for (i, r) in rs.iter().enumerate() {
+            load[i % threads] += r.len() / 64;
+        }
+        let most = load.iter().copied().max().unwrap_or(0);
+        assert_eq!(most, even, "threads {threads}, grains {grains}: {rs:?}");
+        assert!(rs.len() <= threads * CHUNKS_PER_THREAD);
+    }
+}
+
+#[test]
 fn any_thread_count_gives_the_bits_of_one() {
     for len in [1, 2, 31, 64, 1000, 100_003] {
         let one = fill(1, len, 1);
