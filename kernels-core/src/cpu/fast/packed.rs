@@ -392,14 +392,38 @@ pub(super) fn finish_transposed(
     // pool when there are many (it was the largest serial part of a 2-thread prefill).
     const COLS: usize = 16;
     let grain = (1usize << 16).div_ceil(n.max(1));
+    // Within a block, 8 rows at a time through a 16 x 8 tile (16 loads of 8 adjacent values of
+    // `t`, 8 stores of 16 adjacent outputs), the rest one row at a time.
+    const ROWS: usize = 8;
     super::pool::for_slices(&mut out, n.max(1), grain, &|rs, part| {
         for (jb, tb) in t.chunks(COLS * rows.max(1)).enumerate() {
             let j0 = jb * COLS;
             let cols = tb.len() / rows.max(1);
-            for (r, o) in rs.clone().zip(part.chunks_exact_mut(n)) {
-                for (c, v) in o[j0..j0 + cols].iter_mut().enumerate() {
-                    let b = bias.map_or(0.0, |b| b[j0 + c]);
-                    *v = linear::act(activation, tb[c * rows + r] + b);
+            let mut bs = [0.0f32; COLS];
+            for (c, b) in bs.iter_mut().enumerate().take(cols) {
+                *b = bias.map_or(0.0, |b| b[j0 + c]);
+            }
+            let mut r = rs.start;
+            if cols == COLS {
+                while r + ROWS <= rs.end {
+                    let mut tile = [[0.0f32; ROWS]; COLS];
+                    for (c, tc) in tile.iter_mut().enumerate() {
+                        tc.copy_from_slice(&tb[c * rows + r..c * rows + r + ROWS]);
+                    }
+                    for i in 0..ROWS {
+                        let at = (r + i - rs.start) * n + j0;
+                        let o = &mut part[at..at + COLS];
+                        for c in 0..COLS {
+                            o[c] = linear::act(activation, tile[c][i] + bs[c]);
+                        }
+                    }
+                    r += ROWS;
+                }
+            }
+            for r in r..rs.end {
+                let at = (r - rs.start) * n + j0;
+                for (c, v) in part[at..at + cols].iter_mut().enumerate() {
+                    *v = linear::act(activation, tb[c * rows + r] + bs[c]);
                 }
             }
         }
