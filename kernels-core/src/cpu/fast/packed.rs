@@ -410,11 +410,10 @@ pub(super) fn finish_transposed(
                     for (c, tc) in tile.iter_mut().enumerate() {
                         tc.copy_from_slice(&tb[c * rows + r..c * rows + r + ROWS]);
                     }
-                    for i in 0..ROWS {
-                        let at = (r + i - rs.start) * n + j0;
-                        let o = &mut part[at..at + COLS];
-                        for c in 0..COLS {
-                            o[c] = linear::act(activation, tile[c][i] + bs[c]);
+                    let rows_out = part[(r - rs.start) * n..].chunks_mut(n).take(ROWS);
+                    for (i, o) in rows_out.enumerate() {
+                        for (c, v) in o[j0..j0 + COLS].iter_mut().enumerate() {
+                            *v = linear::act(activation, tile[c][i] + bs[c]);
                         }
                     }
                     r += ROWS;
