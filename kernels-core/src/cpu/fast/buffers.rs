@@ -10,13 +10,18 @@ use crate::error::{Error, Result};
 pub(crate) fn grow(buf: &mut Vec<f32>, len: usize, fill: f32, what: &str) -> Result<()> {
     if buf.len() < len {
         buf.try_reserve_exact(len - buf.len())
-            .map_err(|_| Error::OutOfMemory {
-                what: what.into(),
-                bytes: (len as u64).saturating_mul(4),
-            })?;
+            .map_err(|_| out_of_memory(what, len))?;
         buf.resize(len, fill);
     }
     Ok(())
+}
+
+/// The error for a buffer `what` of `len` values that could not be reserved.
+fn out_of_memory(what: &str, len: usize) -> Error {
+    Error::OutOfMemory {
+        what: what.into(),
+        bytes: (len as u64).saturating_mul(4),
+    }
 }
 
 /// A new output of `len` values, each `fill`, for the op `op`.
@@ -37,10 +42,8 @@ pub(crate) fn zeroed(len: usize, op: &str) -> Result<Vec<f32>> {
         return filled(len, 0.0, op);
     }
     let mut v: Vec<f32> = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
-        what: format!("{op} output"),
-        bytes: (len as u64).saturating_mul(4),
-    })?;
+    v.try_reserve_exact(len)
+        .map_err(|_| out_of_memory(&format!("{op} output"), len))?;
     let spare = v.spare_capacity_mut().get_mut(..len).unwrap_or_default();
     let written = spare.len();
     super::pool::for_slices(spare, 1, POOL_ZEROING, &|_, part| {
