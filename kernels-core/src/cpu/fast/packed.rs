@@ -353,10 +353,28 @@ fn integer_product(
     (rows, k, n): (usize, usize, usize),
     out_shape: &[usize],
 ) -> Result<Vec<Tensor>> {
+    let (family, precision) = (Family::best(), config::activation_precision());
+    #[cfg(target_arch = "x86_64")]
+    if qdot::into_rows::takes_into_rows(family, dtype, rows, n) {
+        // Prefill on the eight-row GEMM: the output written as `[rows, n]`, bias included.
+        let mut out = super::buffers::zeroed(rows * n, "matmul")?;
+        let args = (packed, row_bytes, x, (rows, k, n), bias);
+        if qdot::into_rows::product_into_rows(family, precision, dtype, args, &mut out)? {
+            if activation != Activation::None {
+                let grain = (1usize << 16).div_ceil(n);
+                super::pool::for_slices(&mut out, n, grain, &|_, part| {
+                    part.iter_mut()
+                        .for_each(|v| *v = linear::act(activation, *v));
+                    Ok(())
+                })?;
+            }
+            return Ok(vec![Tensor::from_f32(out_shape, out)?]);
+        }
+    }
     let mut t = super::buffers::zeroed(rows * n, "matmul")?;
     qdot::product_t_in(
-        Family::best(),
-        config::activation_precision(),
+        family,
+        precision,
         dtype,
         packed,
         row_bytes,

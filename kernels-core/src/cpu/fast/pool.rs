@@ -188,6 +188,93 @@ pub fn for_slices_scratch_on<T: Send, S: Send>(
     })
 }
 
+/// What [`for_columns`] runs on each range of columns and its view of them.
+pub type ColumnsFn<'a, T> = dyn Fn(Range<usize>, Columns<'_, T>) -> Result<()> + Sync + 'a;
+
+/// Columns `cols` of every row of a row-major output (`rows` rows of `ld` values), the part of
+/// it one range of [`for_columns`] writes: rows one at a time through [`Columns::row`], or a
+/// kernel's stores through [`Columns::as_mut_ptr`].
+pub struct Columns<'a, T> {
+    base: *mut T,
+    rows: usize,
+    ld: usize,
+    cols: Range<usize>,
+    _out: core::marker::PhantomData<&'a mut [T]>,
+}
+
+impl<T> Columns<'_, T> {
+    /// Rows of the output.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Values from one row to the next.
+    pub fn ld(&self) -> usize {
+        self.ld
+    }
+
+    /// The columns of the output this view holds.
+    pub fn cols(&self) -> Range<usize> {
+        self.cols.clone()
+    }
+
+    /// Row `r`'s values in these columns (`None` past the last row).
+    pub fn row(&mut self, r: usize) -> Option<&mut [T]> {
+        (r < self.rows).then(|| {
+            // SAFETY: `r < rows` and `cols` lies within `0..ld` ([`for_columns`] checked), so
+            // the slice is within the output and within this view's columns, which no other
+            // view holds; `&mut self` keeps it the only reference made through this view.
+            unsafe {
+                core::slice::from_raw_parts_mut(
+                    self.base.add(r * self.ld + self.cols.start),
+                    self.cols.len(),
+                )
+            }
+        })
+    }
+
+    /// The first row's first value of these columns: value `c` of row `r` is at
+    /// `r * ld() + c` from it, for `r < rows()` and `c < cols().len()`, and a kernel holding it
+    /// may write only there.
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.base.wrapping_add(self.cols.start)
+    }
+}
+
+/// [`for_ranges`] over the `ld` columns of a row-major `out` (`out.len() / ld` rows of `ld`
+/// values): range `r` gets columns `r` of every row ([`Columns`]). For products split by weight
+/// rows that write their `[rows, n]` output directly. An `out` of other than whole rows is an
+/// error.
+pub fn for_columns<T: Send>(
+    out: &mut [T],
+    ld: usize,
+    grain: usize,
+    f: &ColumnsFn<T>,
+) -> Result<()> {
+    if ld == 0 || !out.len().is_multiple_of(ld) {
+        return Err(Error::bad_shape(
+            "pool",
+            "out",
+            &[out.len()],
+            alloc::format!("not whole rows of {ld} values"),
+        ));
+    }
+    let rows = out.len() / ld;
+    let base = SyncPtr(out.as_mut_ptr());
+    for_ranges(ld, grain, &|cols: Range<usize>| {
+        let view = Columns {
+            base: base.get(),
+            rows,
+            ld,
+            cols: cols.clone(),
+            _out: core::marker::PhantomData,
+        };
+        // The pool runs each range of `0..ld` exactly once and the ranges are disjoint, so no
+        // two views share a value, and `out` stays borrowed mutably until every range returns.
+        f(cols, view)
+    })
+}
+
 /// What [`for_rows3`] runs on each range of rows and its rows of the three outputs.
 pub type Rows3Fn<'a, A, B, C> =
     dyn Fn(Range<usize>, &mut [A], &mut [B], &mut [C]) -> Result<()> + Sync + 'a;

@@ -25,8 +25,9 @@
 //! eight-row interleaved layout ([`interleave`], `q4_0` / `q5_0` / `q8_0` on x86) takes eight
 //! rows at a time instead ([`product_t_in`]), with the same bits. Prefill (more than two rows
 //! of quantized `x`) on those formats takes the same group kernel over many rows of `x` on x86
-//! (the eight-row GEMM; a plain weight is interleaved a span at a time for it); every other
-//! case on an interleaved weight unpacks its groups to the plain layout first.
+//! (the eight-row GEMM; a plain weight is interleaved a span at a time for it), which writes
+//! the op's `[rows, n]` output and its bias itself ([`into_rows`]); every other case on an
+//! interleaved weight unpacks its groups to the plain layout first.
 //!
 //! A row of `x` holding a NaN or an infinity is not quantized: it takes the decoded weight rows
 //! and an f32 dot product, so NaN and infinity land where the reference puts them.
@@ -50,6 +51,8 @@ pub use interleave::Layout;
 
 pub mod gemm;
 pub mod interleave;
+#[cfg(target_arch = "x86_64")]
+pub mod into_rows;
 pub mod portable;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm;
@@ -58,6 +61,9 @@ mod x86;
 
 #[cfg(test)]
 mod interleave_tests;
+#[cfg(test)]
+#[cfg(target_arch = "x86_64")]
+mod into_rows_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 

@@ -97,6 +97,58 @@ pub fn groups(
     }
 }
 
+/// [`groups`] into a row-major output (`out` and its row stride), each row's residual `pairs`
+/// summed and `bias` added ([`interleaved::groups_rows`], whose contract `out` meets).
+///
+/// # Safety
+/// As [`interleaved::groups_rows`]; and the CPU runs `family` (the caller checked).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn groups_rows(
+    family: Family,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: (*mut f32, usize),
+    pairs: bool,
+    bias: Option<&[f32]>,
+) {
+    let args = (dtype, w, row_bytes, xs, out, pairs, bias);
+    unsafe {
+        match family {
+            Family::Avx512Vnni => groups_rows_avx512vnni(args),
+            Family::AvxVnni => groups_rows_avxvnni(args),
+            _ => groups_rows_avx2(args),
+        }
+    }
+}
+
+/// [`groups_rows`]' arguments.
+type RowsArgs<'a> = (
+    DType,
+    &'a [u8],
+    usize,
+    &'a [XRow<'a>],
+    (*mut f32, usize),
+    bool,
+    Option<&'a [f32]>,
+);
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn groups_rows_avx2((d, w, rb, xs, out, pairs, bias): RowsArgs) {
+    unsafe { interleaved::groups_rows::<Avx2, 4>(d, w, rb, xs, out, pairs, bias) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn groups_rows_avxvnni((d, w, rb, xs, out, pairs, bias): RowsArgs) {
+    unsafe { interleaved::groups_rows::<AvxVnni, 4>(d, w, rb, xs, out, pairs, bias) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
+unsafe fn groups_rows_avx512vnni((d, w, rb, xs, out, pairs, bias): RowsArgs) {
+    unsafe { interleaved::groups_rows::<Avx512Vnni, 8>(d, w, rb, xs, out, pairs, bias) }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn groups_avx2(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
     unsafe { interleaved::groups::<Avx2, 4>(dtype, w, row_bytes, xs, out) }

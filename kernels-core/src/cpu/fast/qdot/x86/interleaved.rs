@@ -36,29 +36,142 @@ pub(super) unsafe fn groups<D: Dot, const RX: usize>(
     xs: &[XRow],
     out: &mut [f32],
 ) {
+    let nr = xs.len();
+    let ng = (w.len() / (8 * row_bytes).max(1)).min(out.len() / (8 * nr).max(1));
+    let mut sink = Transposed { out, nr };
+    unsafe { groups_into::<D, RX, _>(dtype, w, row_bytes, xs, ng, false, &mut sink) }
+}
+
+/// [`groups`] into a row-major output: lane `j` of group `g` against row `r` of `xs` goes to
+/// `out[r * ld + 8 * g + j]` plus `bias[8 * g + j]` (or `+ 0.0`, as the transposing path
+/// adds), and with `pairs` rows `2i` and `2i + 1` of `xs` (one row's two residual terms) are
+/// summed first into `out` row `i` (the sum the transposed path makes, in the same order).
+///
+/// # Safety
+/// `out` must be valid for writes at `r * ld + c` for every output row `r` (`xs.len()`, or half
+/// of it with `pairs`) and column `c < 8 * ng`, `ng` the whole groups in `w`, and no other
+/// thread may access those values meanwhile; with `pairs`, `xs.len()` must be even. A `bias`
+/// holds at least `8 * ng` values.
+#[inline(always)]
+pub(super) unsafe fn groups_rows<D: Dot, const RX: usize>(
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    (out, ld): (*mut f32, usize),
+    pairs: bool,
+    bias: Option<&[f32]>,
+) {
+    let ng = w.len() / (8 * row_bytes).max(1);
+    let mut sink = Rows {
+        out,
+        ld,
+        pairs,
+        bias,
+    };
+    unsafe { groups_into::<D, RX, _>(dtype, w, row_bytes, xs, ng, pairs, &mut sink) }
+}
+
+/// Where [`groups_into`] puts the eight accumulators (lane `j` weight row `j`) of group `g`
+/// against rows `r..r + R` of `x`.
+trait Sink {
+    unsafe fn put<const R: usize>(&mut self, g: usize, r: usize, acc: &[__m256; R]);
+}
+
+/// `out[(8 g + j) * nr + r]`: the transposed product.
+struct Transposed<'a> {
+    out: &'a mut [f32],
+    nr: usize,
+}
+
+impl Sink for Transposed<'_> {
+    #[inline(always)]
+    unsafe fn put<const R: usize>(&mut self, g: usize, r: usize, acc: &[__m256; R]) {
+        let o = &mut self.out[g * 8 * self.nr..(g + 1) * 8 * self.nr];
+        for (i, a) in acc.iter().enumerate() {
+            let mut v = [0.0f32; 8];
+            // SAFETY: `v` holds 8 values.
+            unsafe { _mm256_storeu_ps(v.as_mut_ptr(), *a) };
+            for (j, vj) in v.iter().enumerate() {
+                o[j * self.nr + r + i] = *vj;
+            }
+        }
+    }
+}
+
+/// [`groups_rows`]' row-major output.
+struct Rows<'a> {
+    out: *mut f32,
+    ld: usize,
+    pairs: bool,
+    bias: Option<&'a [f32]>,
+}
+
+impl Sink for Rows<'_> {
+    #[inline(always)]
+    unsafe fn put<const R: usize>(&mut self, g: usize, r: usize, acc: &[__m256; R]) {
+        unsafe {
+            let b = match self.bias {
+                Some(b) => _mm256_loadu_ps(b[8 * g..8 * g + 8].as_ptr()),
+                None => _mm256_setzero_ps(),
+            };
+            if self.pairs {
+                debug_assert!(R.is_multiple_of(2) && r.is_multiple_of(2));
+                for i in 0..R / 2 {
+                    let v = _mm256_add_ps(_mm256_add_ps(acc[2 * i], acc[2 * i + 1]), b);
+                    // SAFETY: row `r / 2 + i` and columns `8 g..8 g + 8` are the caller's
+                    // (`groups_rows`' contract).
+                    _mm256_storeu_ps(self.out.add((r / 2 + i) * self.ld + 8 * g), v);
+                }
+            } else {
+                for (i, a) in acc.iter().enumerate() {
+                    let v = _mm256_add_ps(*a, b);
+                    // SAFETY: as above, row `r + i`.
+                    _mm256_storeu_ps(self.out.add((r + i) * self.ld + 8 * g), v);
+                }
+            }
+        }
+    }
+}
+
+/// The loop of [`groups`] and [`groups_rows`] over the first `ng` groups of `w`, into `sink`;
+/// with `pairs` the rows of `x` past the whole `RX`s go two at a time (never one), so a row's
+/// two terms meet in one call.
+#[inline(always)]
+unsafe fn groups_into<D: Dot, const RX: usize, S: Sink>(
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    ng: usize,
+    pairs: bool,
+    sink: &mut S,
+) {
     unsafe {
         match dtype {
-            DType::Q4_0 => groups_f::<D, RX, Q4_0>(w, row_bytes, xs, out),
-            DType::Q5_0 => groups_f::<D, RX, Q5_0>(w, row_bytes, xs, out),
-            DType::Q8_0 => groups_f::<D, RX, Q8_0>(w, row_bytes, xs, out),
+            DType::Q4_0 => groups_f::<D, RX, Q4_0, S>(w, row_bytes, xs, ng, pairs, sink),
+            DType::Q5_0 => groups_f::<D, RX, Q5_0, S>(w, row_bytes, xs, ng, pairs, sink),
+            DType::Q8_0 => groups_f::<D, RX, Q8_0, S>(w, row_bytes, xs, ng, pairs, sink),
             _ => {}
         }
     }
 }
 
 #[inline(always)]
-unsafe fn groups_f<D: Dot, const RX: usize, const F: u8>(
+unsafe fn groups_f<D: Dot, const RX: usize, const F: u8, S: Sink>(
     w: &[u8],
     row_bytes: usize,
     xs: &[XRow],
-    out: &mut [f32],
+    ng: usize,
+    pairs: bool,
+    sink: &mut S,
 ) {
     let nr = xs.len();
     let gb = 8 * row_bytes;
     if nr == 0 || gb == 0 {
         return;
     }
-    let ng = (w.len() / gb).min(out.len() / (8 * nr));
+    let ng = ng.min(w.len() / gb);
     // A row of x holds 32 bytes a weight block.
     let x_bytes = 32 * (row_bytes / [34usize, 18, 20, 22][F as usize]);
     let per_block = (X_BLOCK_BYTES / x_bytes.max(1)).max(RX) / RX * RX;
@@ -67,18 +180,26 @@ unsafe fn groups_f<D: Dot, const RX: usize, const F: u8>(
         let r1 = (r0 + per_block).min(nr);
         for gi in 0..ng {
             let g = &w[gi * gb..(gi + 1) * gb];
-            let o = &mut out[gi * 8 * nr..(gi + 1) * 8 * nr];
             let mut r = r0;
             while r + RX <= r1 {
-                unsafe { group_f::<D, RX, F>(g, row_bytes, &xs[r..r + RX], &mut o[r..], nr) };
+                let acc = unsafe { group_f::<D, RX, F>(g, row_bytes, &xs[r..r + RX]) };
+                unsafe { sink.put(gi, r, &acc) };
                 r += RX;
             }
-            if r + 2 <= r1 {
-                unsafe { group_f::<D, 2, F>(g, row_bytes, &xs[r..r + 2], &mut o[r..], nr) };
+            // One pair, or with `pairs` every pair left.
+            let twos = if pairs {
+                (r1 - r) / 2
+            } else {
+                usize::from(r + 2 <= r1)
+            };
+            for _ in 0..twos {
+                let acc = unsafe { group_f::<D, 2, F>(g, row_bytes, &xs[r..r + 2]) };
+                unsafe { sink.put(gi, r, &acc) };
                 r += 2;
             }
             while r < r1 {
-                unsafe { group_f::<D, 1, F>(g, row_bytes, &xs[r..r + 1], &mut o[r..], nr) };
+                let acc = unsafe { group_f::<D, 1, F>(g, row_bytes, &xs[r..r + 1]) };
+                unsafe { sink.put(gi, r, &acc) };
                 r += 1;
             }
         }
@@ -94,15 +215,14 @@ unsafe fn bcast4(x: &[i8], at: usize) -> __m256i {
     unsafe { _mm256_set1_epi32(core::ptr::read_unaligned(x.as_ptr().add(at) as *const i32)) }
 }
 
-/// The eight rows of group `g` against the `R` rows `xs`: `out[j * ld + r]`.
+/// The eight rows of group `g` against the `R` rows `xs`: accumulator `r` lane `j` is row `j`
+/// against `xs[r]`.
 #[inline(always)]
 unsafe fn group_f<D: Dot, const R: usize, const F: u8>(
     g: &[u8],
     row_bytes: usize,
     xs: &[XRow],
-    out: &mut [f32],
-    ld: usize,
-) {
+) -> [__m256; R] {
     let bb = [34usize, 18, 20, 22][F as usize];
     let gb = 8 * bb;
     let nb = row_bytes / bb;
@@ -179,12 +299,6 @@ unsafe fn group_f<D: Dot, const R: usize, const F: u8>(
                 acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(si), acc[r]);
             }
         }
-        for r in 0..R {
-            let mut v = [0.0f32; 8];
-            _mm256_storeu_ps(v.as_mut_ptr(), acc[r]);
-            for j in 0..8 {
-                out[j * ld + r] = v[j];
-            }
-        }
+        acc
     }
 }
