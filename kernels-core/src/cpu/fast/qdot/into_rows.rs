@@ -4,7 +4,7 @@
 //! columns of the output ([`pool::for_columns`]); each store is one row of `x` against the
 //! group's eight rows, eight adjacent values.
 //!
-//! The arithmetic is [`product_t_in`]'s: the same kernel's accumulators, a row's two residual
+//! The arithmetic is [`super::product_t_in`]'s: the same kernel's accumulators, a row's two residual
 //! terms summed in the same order, then `+ bias` (or `+ 0.0`) as the transposing path adds it.
 //! So the output holds the same bits as the transposed product turned back (tested).
 
