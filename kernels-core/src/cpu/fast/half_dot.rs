@@ -134,10 +134,24 @@ pub fn product_of(
     };
     let packed = w.packed_bytes().ok()?;
     let out_shape = out_shape.unwrap_or_else(|| linear::out_shape(x.shape(), n));
+    let family = Family::best();
     Some((|| {
+        if rows > STREAM_ROWS {
+            // Prefill: each range's blocks of the transposed product straight into its columns.
+            let bf = dtype == DType::BF16;
+            let (w, xt, xt_packed) = gemm_operands(family, packed, xv, (rows, k, n))?;
+            return super::transposed::by_ranges(
+                (rows, n),
+                BLOCK_ROWS,
+                bv,
+                activation,
+                &out_shape,
+                &|js, part| gemm_range(family, bf, (w, xt, &xt_packed), (rows, k), js, part),
+            );
+        }
         let mut t = super::zeros(rows.checked_mul(n).ok_or_else(too_large)?)?;
         product_t(
-            Family::best(),
+            family,
             crate::cpu::fast::config::threads(),
             dtype,
             packed,
@@ -145,8 +159,7 @@ pub fn product_of(
             (rows, k, n),
             &mut t,
         )?;
-        // Back to `[rows, n]` by blocks of columns on the pool (as the quantized products).
-        super::packed::finish_transposed(t, (rows, n), bv, activation, &out_shape)
+        super::transposed::finish(t, (rows, n), bv, activation, &out_shape)
     })())
 }
 
@@ -311,35 +324,63 @@ fn gemm_t(
     (rows, k): (usize, usize),
     t: &mut [f32],
 ) -> Result<()> {
-    let xt = MatRef::new(x, k, rows, true)?;
-    let kernel = family.gemm_kernel();
-    // x^T packed once for every block (packing it per block was a fifth of a 256-token F16
-    // prefill); a block the small-product path takes (as `Gemm::run` would) reads `xt` itself.
-    let xt_packed = PackedB::new(kernel, xt)?;
-    let row_bytes = 2 * k;
+    let n = w.len() / (2 * k).max(1);
+    let (w, xt, xt_packed) = gemm_operands(family, w, x, (rows, k, n))?;
     pool::for_slices_on(threads, t, rows, BLOCK_ROWS, &|js, part| {
-        let mut buf: Vec<f32> = Vec::new();
-        buffers::grow(
-            &mut buf,
-            BLOCK_ROWS.min(js.len()) * k,
-            0.0,
-            "f16 weight block",
-        )?;
-        let mut gemm = Gemm::new(kernel).with_threads(1);
-        for b0 in js.clone().step_by(BLOCK_ROWS) {
-            let b1 = (b0 + BLOCK_ROWS).min(js.end);
-            let wb = &mut buf[..(b1 - b0) * k];
-            widen(family, bf, &w[b0 * row_bytes..b1 * row_bytes], wb);
-            let a = MatRef::new(wb, b1 - b0, k, false)?;
-            let c = &mut part[(b0 - js.start) * rows..(b1 - js.start) * rows];
-            if super::skinny::applies(a, xt) {
-                gemm.run(a, xt, c, rows)?;
-            } else {
-                gemm.run_blocked_packed(a, &xt_packed, c, rows)?;
-            }
-        }
-        Ok(())
+        gemm_range(family, bf, (w, xt, &xt_packed), (rows, k), js, part)
     })
+}
+
+/// The prefill GEMM's operands: the weight's `n` rows, `x^T` and `x^T` packed once for every
+/// block (packing it per block was a fifth of a 256-token F16 prefill).
+fn gemm_operands<'a>(
+    family: Family,
+    w: &'a [u8],
+    x: &'a [f32],
+    (rows, k, n): (usize, usize, usize),
+) -> Result<(&'a [u8], MatRef<'a>, PackedB)> {
+    let need_w = n.checked_mul(2 * k).ok_or_else(too_large)?;
+    let w = w
+        .get(..need_w)
+        .ok_or_else(|| Error::mismatch("matmul", &[n, k], &[w.len() / (2 * k).max(1), k]))?;
+    let xt = MatRef::new(x, k, rows, true)?;
+    let xt_packed = PackedB::new(family.gemm_kernel(), xt)?;
+    Ok((w, xt, xt_packed))
+}
+
+/// Weight rows `js` (whole [`BLOCK_ROWS`]) of the prefill GEMM into `part` (`[js, rows]`,
+/// zeroed): a block of rows widened at a time, times `x^T`.
+fn gemm_range(
+    family: Family,
+    bf: bool,
+    (w, xt, xt_packed): (&[u8], MatRef, &PackedB),
+    (rows, k): (usize, usize),
+    js: core::ops::Range<usize>,
+    part: &mut [f32],
+) -> Result<()> {
+    let row_bytes = 2 * k;
+    let mut buf: Vec<f32> = Vec::new();
+    buffers::grow(
+        &mut buf,
+        BLOCK_ROWS.min(js.len()) * k,
+        0.0,
+        "f16 weight block",
+    )?;
+    let mut gemm = Gemm::new(family.gemm_kernel()).with_threads(1);
+    for b0 in js.clone().step_by(BLOCK_ROWS) {
+        let b1 = (b0 + BLOCK_ROWS).min(js.end);
+        let wb = &mut buf[..(b1 - b0) * k];
+        widen(family, bf, &w[b0 * row_bytes..b1 * row_bytes], wb);
+        let a = MatRef::new(wb, b1 - b0, k, false)?;
+        let c = &mut part[(b0 - js.start) * rows..(b1 - js.start) * rows];
+        // A block the small-product path takes (as `Gemm::run` would) reads `xt` itself.
+        if super::skinny::applies(a, xt) {
+            gemm.run(a, xt, c, rows)?;
+        } else {
+            gemm.run_blocked_packed(a, xt_packed, c, rows)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(target_arch = "x86_64")]

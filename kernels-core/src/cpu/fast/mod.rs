@@ -28,6 +28,7 @@ pub mod packed;
 pub mod pool;
 pub mod qdot;
 mod skinny;
+mod transposed;
 pub mod vector;
 
 use alloc::vec;

@@ -382,71 +382,7 @@ fn integer_product(
         (rows, k, n),
         &mut t,
     )?;
-    finish_transposed(t, (rows, n), bias, activation, out_shape)
-}
-
-/// The op's output from a transposed product `t [n, rows]`: transposed back to `[rows, n]`, the
-/// bias added and the activation applied. One row (decode) is its own transpose: `t` becomes the
-/// output in place.
-pub(super) fn finish_transposed(
-    mut t: Vec<f32>,
-    (rows, n): (usize, usize),
-    bias: Option<&[f32]>,
-    activation: Activation,
-    out_shape: &[usize],
-) -> Result<Vec<Tensor>> {
-    if rows == 1 && t.len() == n {
-        // The same arithmetic as the transposing path (`+ 0.0` without a bias included).
-        for (j, v) in t.iter_mut().enumerate() {
-            let b = bias.map_or(0.0, |b| b[j]);
-            *v = linear::act(activation, *v + b);
-        }
-        return Ok(vec![Tensor::from_f32(out_shape, t)?]);
-    }
-    let mut out = super::buffers::zeroed(rows * n, "matmul")?;
-    // By blocks of 16 columns: each row of `out` gets 16 adjacent values (one cache line) from
-    // 16 rows of `t` read in order, instead of one value per cache line per pass over `out`
-    // (about 4% of a 256-token prefill, done column by column). Rows of `out` split over the
-    // pool when there are many (it was the largest serial part of a 2-thread prefill).
-    const COLS: usize = 16;
-    let grain = (1usize << 16).div_ceil(n.max(1));
-    // Within a block, 8 rows at a time through a 16 x 8 tile (16 loads of 8 adjacent values of
-    // `t`, 8 stores of 16 adjacent outputs), the rest one row at a time.
-    const ROWS: usize = 8;
-    super::pool::for_slices(&mut out, n.max(1), grain, &|rs, part| {
-        for (jb, tb) in t.chunks(COLS * rows.max(1)).enumerate() {
-            let j0 = jb * COLS;
-            let cols = tb.len() / rows.max(1);
-            let mut bs = [0.0f32; COLS];
-            for (c, b) in bs.iter_mut().enumerate().take(cols) {
-                *b = bias.map_or(0.0, |b| b[j0 + c]);
-            }
-            let mut r = rs.start;
-            if cols == COLS {
-                while r + ROWS <= rs.end {
-                    let mut tile = [[0.0f32; ROWS]; COLS];
-                    for (c, tc) in tile.iter_mut().enumerate() {
-                        tc.copy_from_slice(&tb[c * rows + r..c * rows + r + ROWS]);
-                    }
-                    let rows_out = part[(r - rs.start) * n..].chunks_mut(n).take(ROWS);
-                    for (i, o) in rows_out.enumerate() {
-                        for (c, v) in o[j0..j0 + COLS].iter_mut().enumerate() {
-                            *v = linear::act(activation, tile[c][i] + bs[c]);
-                        }
-                    }
-                    r += ROWS;
-                }
-            }
-            for r in r..rs.end {
-                let at = (r - rs.start) * n + j0;
-                for (c, v) in part[at..at + cols].iter_mut().enumerate() {
-                    *v = linear::act(activation, tb[c * rows + r] + bs[c]);
-                }
-            }
-        }
-        Ok(())
-    })?;
-    Ok(vec![Tensor::from_f32(out_shape, out)?])
+    super::transposed::finish(t, (rows, n), bias, activation, out_shape)
 }
 
 /// Row `j` of a weight of `n` rows in the plain layout: the bytes themselves, or (interleaved)
@@ -497,17 +433,30 @@ fn panel_product(
     (rows, k, n): (usize, usize, usize),
     out_shape: &[usize],
 ) -> Result<Vec<Tensor>> {
-    let mut t = super::buffers::zeroed(rows * n, "matmul")?;
-    panel_product_t_in(
-        config::threads(),
-        dtype,
-        packed,
-        row_bytes,
-        x,
-        (rows, k, n),
-        &mut t,
-    )?;
-    finish_transposed(t, (rows, n), bias, activation, out_shape)
+    let (kernel, dims) = (Kernel::best(), (rows, k, n));
+    check_panel_operands(dtype, packed.0, row_bytes, x, dims, rows * n)?;
+    let xt = PackedB::new(kernel, MatRef::new(x, rows, k, false)?.t())?;
+    // Each range's block of the transposed product goes straight into its columns.
+    super::transposed::by_ranges(
+        (rows, n),
+        PANEL_GRAIN,
+        bias,
+        activation,
+        out_shape,
+        &|js, tb| {
+            let mut gemm = Gemm::new(kernel).with_threads(1);
+            let mut buf = Vec::new();
+            panel_range(
+                dtype,
+                packed,
+                row_bytes,
+                (&xt, dims),
+                js,
+                tb,
+                (&mut gemm, &mut buf),
+            )
+        },
+    )
 }
 
 /// `out_t[j * rows + r] = dot(w row j, x row r)` (the transposed product) with f32
@@ -547,69 +496,109 @@ pub fn panel_product_t_in(
     (rows, k, n): (usize, usize, usize),
     out_t: &mut [f32],
 ) -> Result<()> {
-    let bad = |why: &str| {
-        crate::error::Error::bad_shape("matmul", "w", &[n, k], alloc::string::String::from(why))
-    };
-    if dtype.bytes_for(k) != Some(row_bytes)
-        || !qdot::sizes_agree(packed, row_bytes, x, (rows, k, n), out_t)
-    {
-        return Err(bad("operand sizes disagree"));
-    }
+    check_panel_operands(dtype, packed, row_bytes, x, (rows, k, n), out_t.len())?;
     if rows == 0 || n == 0 {
         return Ok(());
     }
-    // Rows per panel: whole grains, at most `PANEL_VALUES` values.
-    let p = (PANEL_VALUES / k.max(1)).clamp(PANEL_GRAIN, 512) / PANEL_GRAIN * PANEL_GRAIN;
     let kernel = Kernel::best();
     let count = super::pool::ranges(threads, n, PANEL_GRAIN).count();
     let mut scratch: Vec<(Gemm, Vec<f32>)> = Vec::new();
     scratch
         .try_reserve_exact(count)
-        .map_err(|_| bad("too many ranges"))?;
+        .map_err(|_| panel_error((n, k), "too many ranges"))?;
     scratch.extend((0..count).map(|_| (Gemm::new(kernel).with_threads(1), Vec::new())));
     // `x^T` (`k x rows`): the GEMM's right operand, packed once for every panel (packing it per
     // panel was about 12% of a 256-token prefill).
     let xt = PackedB::new(kernel, MatRef::new(x, rows, k, false)?.t())?;
-    let panel = |r: core::ops::Range<usize>,
-                 out: &mut [f32],
-                 (gemm, buf): &mut (Gemm, Vec<f32>)|
-     -> Result<()> {
-        // The GEMM accumulates: the outputs start at 0 whatever `out_t` held.
-        out.fill(0.0);
-        let mut j0 = r.start;
-        while j0 < r.end {
-            let pn = p.min(r.end - j0);
-            super::buffers::grow(buf, pn * k, 0.0, "matmul weight panel")?;
-            let w = &packed[j0 * row_bytes..(j0 + pn) * row_bytes];
-            // Interleaved groups (panels start at whole grains, whole groups) decode straight
-            // from their layout; plain rows (and the tail) as they are.
-            let grouped = match layout {
-                Layout::Rows8 => (n / interleave::GROUP * interleave::GROUP).saturating_sub(j0),
-                Layout::Plain => 0,
-            }
-            .min(pn)
-                / interleave::GROUP
-                * interleave::GROUP;
-            let (wg, wp) = w.split_at(grouped * row_bytes);
-            let (og, op) = buf[..pn * k].split_at_mut(grouped * k);
-            let gbytes = interleave::GROUP * row_bytes;
-            for (g, o) in wg
-                .chunks_exact(gbytes)
-                .zip(og.chunks_exact_mut(interleave::GROUP * k))
-            {
-                interleave::decode_group(dtype, g, row_bytes, o);
-            }
-            for (wr, o) in wp.chunks_exact(row_bytes).zip(op.chunks_exact_mut(k)) {
-                quant::decode_blocks(dtype, wr, o);
-            }
-            let a = MatRef::new(&buf[..pn * k], pn, k, false)?;
-            let at = (j0 - r.start) * rows;
-            gemm.run_blocked_packed(a, &xt, &mut out[at..at + pn * rows], rows)?;
-            j0 += pn;
+    let dims = (rows, k, n);
+    super::pool::for_slices_scratch_on(threads, out_t, rows, PANEL_GRAIN, &mut scratch, &|js,
+                                                                                          out,
+                                                                                          (
+        gemm,
+        buf,
+    )| {
+        panel_range(
+            dtype,
+            (packed, layout),
+            row_bytes,
+            (&xt, dims),
+            js,
+            out,
+            (gemm, buf),
+        )
+    })
+}
+
+fn panel_error((n, k): (usize, usize), why: &str) -> crate::error::Error {
+    crate::error::Error::bad_shape("matmul", "w", &[n, k], alloc::string::String::from(why))
+}
+
+/// Whether a panel product's operands have its sizes ([`qdot::sizes_agree`], `out_len` outputs).
+fn check_panel_operands(
+    dtype: DType,
+    packed: &[u8],
+    row_bytes: usize,
+    x: &[f32],
+    (rows, k, n): (usize, usize, usize),
+    out_len: usize,
+) -> Result<()> {
+    let sizes = packed.len() >= n.saturating_mul(row_bytes)
+        && x.len() == rows.saturating_mul(k)
+        && Some(out_len) == n.checked_mul(rows);
+    if dtype.bytes_for(k) != Some(row_bytes) || !sizes {
+        return Err(panel_error((n, k), "operand sizes disagree"));
+    }
+    Ok(())
+}
+
+/// Weight rows `js` (whole `PANEL_GRAIN`s) of a panel product into `out` (`[js, rows]`,
+/// zeroed): decoded a panel at a time into `buf` and multiplied by `x^T` (`xt`) on `gemm`.
+#[allow(clippy::too_many_arguments)]
+fn panel_range(
+    dtype: DType,
+    (packed, layout): (&[u8], Layout),
+    row_bytes: usize,
+    (xt, (rows, k, n)): (&PackedB, (usize, usize, usize)),
+    js: core::ops::Range<usize>,
+    out: &mut [f32],
+    (gemm, buf): (&mut Gemm, &mut Vec<f32>),
+) -> Result<()> {
+    // Rows per panel: whole grains, at most `PANEL_VALUES` values.
+    let p = (PANEL_VALUES / k.max(1)).clamp(PANEL_GRAIN, 512) / PANEL_GRAIN * PANEL_GRAIN;
+    // The GEMM accumulates: the outputs start at 0 whatever `out` held.
+    out.fill(0.0);
+    let mut j0 = js.start;
+    while j0 < js.end {
+        let pn = p.min(js.end - j0);
+        super::buffers::grow(buf, pn * k, 0.0, "matmul weight panel")?;
+        let w = &packed[j0 * row_bytes..(j0 + pn) * row_bytes];
+        // Interleaved groups (panels start at whole grains, whole groups) decode straight
+        // from their layout; plain rows (and the tail) as they are.
+        let grouped = match layout {
+            Layout::Rows8 => (n / interleave::GROUP * interleave::GROUP).saturating_sub(j0),
+            Layout::Plain => 0,
         }
-        Ok(())
-    };
-    super::pool::for_slices_scratch_on(threads, out_t, rows, PANEL_GRAIN, &mut scratch, &panel)
+        .min(pn)
+            / interleave::GROUP
+            * interleave::GROUP;
+        let (wg, wp) = w.split_at(grouped * row_bytes);
+        let (og, op) = buf[..pn * k].split_at_mut(grouped * k);
+        let gbytes = interleave::GROUP * row_bytes;
+        for (g, o) in wg
+            .chunks_exact(gbytes)
+            .zip(og.chunks_exact_mut(interleave::GROUP * k))
+        {
+            interleave::decode_group(dtype, g, row_bytes, o);
+        }
+        for (wr, o) in wp.chunks_exact(row_bytes).zip(op.chunks_exact_mut(k)) {
+            quant::decode_blocks(dtype, wr, o);
+        }
+        let a = MatRef::new(&buf[..pn * k], pn, k, false)?;
+        let at = (j0 - js.start) * rows;
+        gemm.run_blocked_packed(a, xt, &mut out[at..at + pn * rows], rows)?;
+        j0 += pn;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

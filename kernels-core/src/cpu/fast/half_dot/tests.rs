@@ -147,6 +147,46 @@ fn threads_give_the_bits_of_one() {
 }
 
 #[test]
+fn the_op_writes_the_transposed_product_back_with_bias_and_activation() {
+    // Prefill (each range's GEMM blocks straight into its columns) and decode, against the
+    // transposed product on one thread turned back by hand: the same bits.
+    let family = Family::best();
+    for dtype in [DType::F16, DType::BF16] {
+        for (shape, seed) in [
+            ((9, 64, 21), 21),
+            ((40, 200, 150), 22),
+            ((130, 96, 200), 23),
+        ] {
+            let (rows, k, n) = shape;
+            let mut rng = Rng::new(seed);
+            let x = rng.uniform_vec(rows * k, -1.0, 1.0);
+            let (bytes, _) = weight(dtype, &rng.uniform_vec(n * k, -1.0, 1.0));
+            let b = rng.uniform_vec(n, -0.5, 0.5);
+            let mut t = vec![0.0f32; rows * n];
+            product_t(family, 1, dtype, &bytes, &x, shape, &mut t).expect("one thread");
+            let xt = Tensor::from_f32(&[rows, k], x.clone()).expect("x");
+            let wt = Tensor::from_raw(&[n, k], dtype, bytes.clone()).expect("w");
+            let bt = Tensor::from_f32(&[n], b.clone()).expect("b");
+            let y = product_of(Activation::Tanh, &xt, &wt, Some(&bt), None)
+                .expect("taken")
+                .expect("a product");
+            let y = y[0].as_f32().expect("f32");
+            for r in 0..rows {
+                for j in 0..n {
+                    let want = linear::act(Activation::Tanh, t[j * rows + r] + b[j]);
+                    let got = y[r * n + j];
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{dtype} {shape:?} ({r}, {j})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn bad_inputs_are_errors() {
     let family = Family::best();
     let mut t = vec![0.0f32; 4];

@@ -122,29 +122,31 @@ fn several_panels_in_one_range() {
 
 #[test]
 fn the_op_takes_the_panels_and_matches_the_threaded_product() {
-    // Prefill rows through `run_with` (exact activations: the panel path) against the
-    // transposed product on one thread, with bias and activation applied.
+    // Prefill rows through `run_with` (exact activations: the panel path, each range's block
+    // written straight into its columns) against the transposed product on one thread, with
+    // bias and activation applied; a tail of weight rows, and ranges on more than one thread.
     let mut rng = Rng::new(11);
-    let (rows, k, n) = (12, 64, 21);
-    let dtype = DType::Q8_0;
-    let wq = weights(&mut rng, dtype, n, k);
-    let x: Vec<f32> = (0..rows * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
-    let b: Vec<f32> = (0..n).map(|_| rng.uniform() - 0.5).collect();
-    let xt = Tensor::from_f32(&[rows, k], x.clone()).expect("x");
-    let wt = Tensor::from_raw(&[n, k], dtype, wq.clone()).expect("w");
-    let bt = Tensor::from_f32(&[n], b.clone()).expect("b");
-    let op = Op::Linear {
-        activation: Activation::Relu,
-    };
-    let y = run_with(&op, Direction::Forward, &[&xt, &wt, &bt], true)
-        .expect("the fast path")
-        .expect("a product");
-    let y = y[0].as_f32().expect("f32");
-    let t = run_on(1, dtype, &wq, &x, (rows, k, n));
-    for r in 0..rows {
-        for j in 0..n {
-            let want = linear::act(Activation::Relu, t[j * rows + r] + b[j]);
-            assert_eq!(y[r * n + j].to_bits(), want.to_bits(), "({r}, {j})");
+    for (rows, k, n) in [(12, 64, 21), (40, 64, 100), (9, 96, 200)] {
+        let dtype = DType::Q8_0;
+        let wq = weights(&mut rng, dtype, n, k);
+        let x: Vec<f32> = (0..rows * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
+        let b: Vec<f32> = (0..n).map(|_| rng.uniform() - 0.5).collect();
+        let xt = Tensor::from_f32(&[rows, k], x.clone()).expect("x");
+        let wt = Tensor::from_raw(&[n, k], dtype, wq.clone()).expect("w");
+        let bt = Tensor::from_f32(&[n], b.clone()).expect("b");
+        let op = Op::Linear {
+            activation: Activation::Relu,
+        };
+        let y = run_with(&op, Direction::Forward, &[&xt, &wt, &bt], true)
+            .expect("the fast path")
+            .expect("a product");
+        let y = y[0].as_f32().expect("f32");
+        let t = run_on(1, dtype, &wq, &x, (rows, k, n));
+        for r in 0..rows {
+            for j in 0..n {
+                let want = linear::act(Activation::Relu, t[j * rows + r] + b[j]);
+                assert_eq!(y[r * n + j].to_bits(), want.to_bits(), "{n}: ({r}, {j})");
+            }
         }
     }
 }
