@@ -303,14 +303,20 @@ impl Acts {
             qs: vec![0; nq],
             d: vec![0.0; nq / block],
             sums: vec![0; nq / 16],
-            special: x
-                .chunks_exact(k)
-                .map(|r| r.iter().any(|v| !v.is_finite()))
-                .collect(),
+            special: vec![false; rows],
         };
-        let special = &a.special;
         // Rows on the pool (prefill quantizes hundreds), a range at least ~32K values.
         let grain = (1usize << 15).div_ceil(k * terms).max(1);
+        super::pool::for_slices(&mut a.special, 1, grain, &|range, part| {
+            for (s, r) in part.iter_mut().zip(range) {
+                // An OR over the row (no early exit), which vectorizes.
+                *s = x[r * k..(r + 1) * k]
+                    .iter()
+                    .fold(false, |any, v| any | !v.is_finite());
+            }
+            Ok(())
+        })?;
+        let special = &a.special;
         let units = (k * terms, k * terms / block, k * terms / 16);
         super::pool::for_rows3(
             rows,
