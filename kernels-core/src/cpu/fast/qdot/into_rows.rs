@@ -16,6 +16,7 @@ use super::{
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::quant;
 
 /// Whether [`product_into_rows`] takes a product of `rows` rows of `x` against `n` weight rows of
 /// `dtype` on `family`: prefill (more than one row of `x`), on a family with the eight-row kernel,
@@ -75,6 +76,8 @@ pub fn product_into_rows(
         return Ok(false);
     }
     let xrows: Vec<XRow> = (0..rows * terms).map(|r| acts.row(r)).collect();
+    let nb = k / quant::QK;
+    let tiled = super::x86::tiled_x(family, dtype, &xrows, nb)?;
     let group = interleave::GROUP;
     let gbytes = group * row_bytes;
     let work = n.saturating_mul(k).saturating_mul(rows * terms);
@@ -103,7 +106,7 @@ pub fn product_into_rows(
                     dtype,
                     groups,
                     row_bytes,
-                    &xrows,
+                    &tiled,
                     (base.wrapping_add(at), ld),
                     residual,
                     bias.map(|b| &b[at..at + m]),

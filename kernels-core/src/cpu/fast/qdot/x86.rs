@@ -17,6 +17,9 @@ use crate::dtype::DType;
 
 mod interleaved;
 mod kquant;
+mod tiles;
+
+pub use tiles::TiledX;
 
 pub fn has_avx2() -> bool {
     #[cfg(feature = "std")]
@@ -97,23 +100,48 @@ pub fn groups(
     }
 }
 
-/// [`groups`] into a row-major output (`out` and its row stride), each row's residual `pairs`
-/// summed and `bias` added ([`interleaved::groups_rows`], whose contract `out` meets).
+/// The rows of `xs` (`nb` blocks each) packed for [`groups_rows`] on `family` against a weight
+/// of `dtype`: tiles of the family's rows of `x`, each block's offset term for the format.
+pub fn tiled_x(
+    family: Family,
+    dtype: DType,
+    xs: &[XRow],
+    nb: usize,
+) -> crate::error::Result<TiledX> {
+    let vnni = matches!(family, Family::AvxVnni | Family::Avx512Vnni);
+    // The offset `interleaved::group_f` takes off the unsigned quants' products.
+    let offset = match dtype {
+        DType::Q4_0 => 8,
+        DType::Q5_0 => 16,
+        DType::Q8_0 if vnni => 128,
+        _ => 0,
+    };
+    TiledX::new(xs, rows_at_once(family), nb, offset)
+}
+
+/// Rows of `x` the eight-row kernel takes at a time on `family`.
+fn rows_at_once(family: Family) -> usize {
+    if family == Family::Avx512Vnni { 8 } else { 4 }
+}
+
+/// [`groups`] into a row-major output (`out` and its row stride) on `x` packed by [`tiled_x`]
+/// for the same family and dtype, each row's residual `pairs` summed and `bias` added
+/// ([`tiles::groups_rows`], whose contract `out` meets).
 ///
 /// # Safety
-/// As [`interleaved::groups_rows`]; and the CPU runs `family` (the caller checked).
+/// As [`tiles::groups_rows`]; and the CPU runs `family` (the caller checked).
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn groups_rows(
     family: Family,
     dtype: DType,
     w: &[u8],
     row_bytes: usize,
-    xs: &[XRow],
+    x: &TiledX,
     out: (*mut f32, usize),
     pairs: bool,
     bias: Option<&[f32]>,
 ) {
-    let args = (dtype, w, row_bytes, xs, out, pairs, bias);
+    let args = (dtype, w, row_bytes, x, out, pairs, bias);
     unsafe {
         match family {
             Family::Avx512Vnni => groups_rows_avx512vnni(args),
@@ -128,25 +156,25 @@ type RowsArgs<'a> = (
     DType,
     &'a [u8],
     usize,
-    &'a [XRow<'a>],
+    &'a TiledX,
     (*mut f32, usize),
     bool,
     Option<&'a [f32]>,
 );
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn groups_rows_avx2((d, w, rb, xs, out, pairs, bias): RowsArgs) {
-    unsafe { interleaved::groups_rows::<Avx2, 4>(d, w, rb, xs, out, pairs, bias) }
+unsafe fn groups_rows_avx2((d, w, rb, x, out, pairs, bias): RowsArgs) {
+    unsafe { tiles::groups_rows::<Avx2, 4>(d, w, rb, x, out, pairs, bias) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn groups_rows_avxvnni((d, w, rb, xs, out, pairs, bias): RowsArgs) {
-    unsafe { interleaved::groups_rows::<AvxVnni, 4>(d, w, rb, xs, out, pairs, bias) }
+unsafe fn groups_rows_avxvnni((d, w, rb, x, out, pairs, bias): RowsArgs) {
+    unsafe { tiles::groups_rows::<AvxVnni, 4>(d, w, rb, x, out, pairs, bias) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-unsafe fn groups_rows_avx512vnni((d, w, rb, xs, out, pairs, bias): RowsArgs) {
-    unsafe { interleaved::groups_rows::<Avx512Vnni, 8>(d, w, rb, xs, out, pairs, bias) }
+unsafe fn groups_rows_avx512vnni((d, w, rb, x, out, pairs, bias): RowsArgs) {
+    unsafe { tiles::groups_rows::<Avx512Vnni, 8>(d, w, rb, x, out, pairs, bias) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

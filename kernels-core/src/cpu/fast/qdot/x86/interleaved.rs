@@ -36,174 +36,120 @@ pub(super) unsafe fn groups<D: Dot, const RX: usize>(
     xs: &[XRow],
     out: &mut [f32],
 ) {
-    let nr = xs.len();
-    let ng = (w.len() / (8 * row_bytes).max(1)).min(out.len() / (8 * nr).max(1));
-    let mut sink = Transposed { out, nr };
-    unsafe { groups_into::<D, RX, _>(dtype, w, row_bytes, xs, ng, false, &mut sink) }
-}
-
-/// [`groups`] into a row-major output: lane `j` of group `g` against row `r` of `xs` goes to
-/// `out[r * ld + 8 * g + j]` plus `bias[8 * g + j]` (or `+ 0.0`, as the transposing path
-/// adds), and with `pairs` rows `2i` and `2i + 1` of `xs` (one row's two residual terms) are
-/// summed first into `out` row `i` (the sum the transposed path makes, in the same order).
-///
-/// # Safety
-/// `out` must be valid for writes at `r * ld + c` for every output row `r` (`xs.len()`, or half
-/// of it with `pairs`) and column `c < 8 * ng`, `ng` the whole groups in `w`, and no other
-/// thread may access those values meanwhile; with `pairs`, `xs.len()` must be even. A `bias`
-/// holds at least `8 * ng` values.
-#[inline(always)]
-pub(super) unsafe fn groups_rows<D: Dot, const RX: usize>(
-    dtype: DType,
-    w: &[u8],
-    row_bytes: usize,
-    xs: &[XRow],
-    (out, ld): (*mut f32, usize),
-    pairs: bool,
-    bias: Option<&[f32]>,
-) {
-    let ng = w.len() / (8 * row_bytes).max(1);
-    let mut sink = Rows {
-        out,
-        ld,
-        pairs,
-        bias,
-    };
-    unsafe { groups_into::<D, RX, _>(dtype, w, row_bytes, xs, ng, pairs, &mut sink) }
-}
-
-/// Where [`groups_into`] puts the eight accumulators (lane `j` weight row `j`) of group `g`
-/// against rows `r..r + R` of `x`.
-trait Sink {
-    unsafe fn put<const R: usize>(&mut self, g: usize, r: usize, acc: &[__m256; R]);
-}
-
-/// `out[(8 g + j) * nr + r]`: the transposed product.
-struct Transposed<'a> {
-    out: &'a mut [f32],
-    nr: usize,
-}
-
-impl Sink for Transposed<'_> {
-    #[inline(always)]
-    unsafe fn put<const R: usize>(&mut self, g: usize, r: usize, acc: &[__m256; R]) {
-        let o = &mut self.out[g * 8 * self.nr..(g + 1) * 8 * self.nr];
-        for (i, a) in acc.iter().enumerate() {
-            let mut v = [0.0f32; 8];
-            // SAFETY: `v` holds 8 values.
-            unsafe { _mm256_storeu_ps(v.as_mut_ptr(), *a) };
-            for (j, vj) in v.iter().enumerate() {
-                o[j * self.nr + r + i] = *vj;
-            }
-        }
-    }
-}
-
-/// [`groups_rows`]' row-major output.
-struct Rows<'a> {
-    out: *mut f32,
-    ld: usize,
-    pairs: bool,
-    bias: Option<&'a [f32]>,
-}
-
-impl Sink for Rows<'_> {
-    #[inline(always)]
-    unsafe fn put<const R: usize>(&mut self, g: usize, r: usize, acc: &[__m256; R]) {
-        unsafe {
-            let b = match self.bias {
-                Some(b) => _mm256_loadu_ps(b[8 * g..8 * g + 8].as_ptr()),
-                None => _mm256_setzero_ps(),
-            };
-            if self.pairs {
-                debug_assert!(R.is_multiple_of(2) && r.is_multiple_of(2));
-                for i in 0..R / 2 {
-                    let v = _mm256_add_ps(_mm256_add_ps(acc[2 * i], acc[2 * i + 1]), b);
-                    // SAFETY: row `r / 2 + i` and columns `8 g..8 g + 8` are the caller's
-                    // (`groups_rows`' contract).
-                    _mm256_storeu_ps(self.out.add((r / 2 + i) * self.ld + 8 * g), v);
-                }
-            } else {
-                for (i, a) in acc.iter().enumerate() {
-                    let v = _mm256_add_ps(*a, b);
-                    // SAFETY: as above, row `r + i`.
-                    _mm256_storeu_ps(self.out.add((r + i) * self.ld + 8 * g), v);
-                }
-            }
-        }
-    }
-}
-
-/// The loop of [`groups`] and [`groups_rows`] over the first `ng` groups of `w`, into `sink`;
-/// with `pairs` the rows of `x` past the whole `RX`s go two at a time (never one), so a row's
-/// two terms meet in one call.
-#[inline(always)]
-unsafe fn groups_into<D: Dot, const RX: usize, S: Sink>(
-    dtype: DType,
-    w: &[u8],
-    row_bytes: usize,
-    xs: &[XRow],
-    ng: usize,
-    pairs: bool,
-    sink: &mut S,
-) {
     unsafe {
         match dtype {
-            DType::Q4_0 => groups_f::<D, RX, Q4_0, S>(w, row_bytes, xs, ng, pairs, sink),
-            DType::Q5_0 => groups_f::<D, RX, Q5_0, S>(w, row_bytes, xs, ng, pairs, sink),
-            DType::Q8_0 => groups_f::<D, RX, Q8_0, S>(w, row_bytes, xs, ng, pairs, sink),
+            DType::Q4_0 => groups_f::<D, RX, Q4_0>(w, row_bytes, xs, out),
+            DType::Q5_0 => groups_f::<D, RX, Q5_0>(w, row_bytes, xs, out),
+            DType::Q8_0 => groups_f::<D, RX, Q8_0>(w, row_bytes, xs, out),
             _ => {}
         }
     }
 }
 
 #[inline(always)]
-unsafe fn groups_f<D: Dot, const RX: usize, const F: u8, S: Sink>(
+unsafe fn groups_f<D: Dot, const RX: usize, const F: u8>(
     w: &[u8],
     row_bytes: usize,
     xs: &[XRow],
-    ng: usize,
-    pairs: bool,
-    sink: &mut S,
+    out: &mut [f32],
 ) {
     let nr = xs.len();
     let gb = 8 * row_bytes;
     if nr == 0 || gb == 0 {
         return;
     }
-    let ng = ng.min(w.len() / gb);
+    let ng = (w.len() / gb).min(out.len() / (8 * nr));
+    let nb = row_bytes / [34usize, 18, 20, 22][F as usize];
     // A row of x holds 32 bytes a weight block.
-    let x_bytes = 32 * (row_bytes / [34usize, 18, 20, 22][F as usize]);
-    let per_block = (X_BLOCK_BYTES / x_bytes.max(1)).max(RX) / RX * RX;
+    let per_block = (X_BLOCK_BYTES / (32 * nb).max(1)).max(RX) / RX * RX;
     let mut r0 = 0;
     while r0 < nr {
         let r1 = (r0 + per_block).min(nr);
         for gi in 0..ng {
             let g = &w[gi * gb..(gi + 1) * gb];
+            let o = &mut out[gi * 8 * nr..(gi + 1) * 8 * nr];
             let mut r = r0;
             while r + RX <= r1 {
-                let acc = unsafe { group_f::<D, RX, F>(g, row_bytes, &xs[r..r + RX]) };
-                unsafe { sink.put(gi, r, &acc) };
+                let x = RowsSrc::<RX>::new(&xs[r..r + RX], nb);
+                let acc = unsafe { group_f::<D, RX, F, _>(g, nb, &x) };
+                unsafe { store_t(&acc, &mut o[r..], nr) };
                 r += RX;
             }
-            // One pair, or with `pairs` every pair left.
-            let twos = if pairs {
-                (r1 - r) / 2
-            } else {
-                usize::from(r + 2 <= r1)
-            };
-            for _ in 0..twos {
-                let acc = unsafe { group_f::<D, 2, F>(g, row_bytes, &xs[r..r + 2]) };
-                unsafe { sink.put(gi, r, &acc) };
+            if r + 2 <= r1 {
+                let x = RowsSrc::<2>::new(&xs[r..r + 2], nb);
+                let acc = unsafe { group_f::<D, 2, F, _>(g, nb, &x) };
+                unsafe { store_t(&acc, &mut o[r..], nr) };
                 r += 2;
             }
             while r < r1 {
-                let acc = unsafe { group_f::<D, 1, F>(g, row_bytes, &xs[r..r + 1]) };
-                unsafe { sink.put(gi, r, &acc) };
+                let x = RowsSrc::<1>::new(&xs[r..r + 1], nb);
+                let acc = unsafe { group_f::<D, 1, F, _>(g, nb, &x) };
+                unsafe { store_t(&acc, &mut o[r..], nr) };
                 r += 1;
             }
         }
         r0 = r1;
+    }
+}
+
+/// Accumulator `r` lane `j` to `out[j * ld + r]`.
+#[inline(always)]
+unsafe fn store_t<const R: usize>(acc: &[__m256; R], out: &mut [f32], ld: usize) {
+    for (r, a) in acc.iter().enumerate() {
+        let mut v = [0.0f32; 8];
+        // SAFETY: `v` holds 8 values.
+        unsafe { _mm256_storeu_ps(v.as_mut_ptr(), *a) };
+        for (j, vj) in v.iter().enumerate() {
+            out[j * ld + r] = *vj;
+        }
+    }
+}
+
+/// Where [`group_f`] reads `R` rows of quantized `x` block by block: chunk `c` (4 bytes:
+/// values `4c..4c + 4` of the block) of row `r` broadcast, the row's block scale, and its
+/// offset term (`offset` times the block's integer sum).
+pub(super) trait XSrc<const R: usize> {
+    unsafe fn chunk(&self, b: usize, c: usize, r: usize) -> __m256i;
+    unsafe fn scale(&self, b: usize, r: usize) -> f32;
+    unsafe fn offset_term(&self, b: usize, r: usize, offset: i32) -> i32;
+}
+
+/// `R` rows as [`Acts`](super::super::Acts) holds them (decode, and [`groups`]).
+struct RowsSrc<'a, const R: usize> {
+    q: [&'a [i8]; R],
+    d: [&'a [f32]; R],
+    sums: [&'a [i32]; R],
+}
+
+impl<'a, const R: usize> RowsSrc<'a, R> {
+    #[inline(always)]
+    fn new(xs: &[XRow<'a>], nb: usize) -> Self {
+        RowsSrc {
+            q: core::array::from_fn(|r| &xs[r].qs[..32 * nb]),
+            d: core::array::from_fn(|r| &xs[r].d[..nb]),
+            sums: core::array::from_fn(|r| &xs[r].sums[..2 * nb]),
+        }
+    }
+}
+
+impl<const R: usize> XSrc<R> for RowsSrc<'_, R> {
+    #[inline(always)]
+    unsafe fn chunk(&self, b: usize, c: usize, r: usize) -> __m256i {
+        unsafe { bcast4(self.q[r], 32 * b + 4 * c) }
+    }
+
+    #[inline(always)]
+    unsafe fn scale(&self, b: usize, r: usize) -> f32 {
+        // SAFETY: `b < nb` (the callers' blocks).
+        unsafe { *self.d[r].get_unchecked(b) }
+    }
+
+    #[inline(always)]
+    unsafe fn offset_term(&self, b: usize, r: usize, offset: i32) -> i32 {
+        // SAFETY: as above; two sums of 16 a block.
+        let s =
+            unsafe { *self.sums[r].get_unchecked(2 * b) + *self.sums[r].get_unchecked(2 * b + 1) };
+        offset * s
     }
 }
 
@@ -215,21 +161,17 @@ unsafe fn bcast4(x: &[i8], at: usize) -> __m256i {
     unsafe { _mm256_set1_epi32(core::ptr::read_unaligned(x.as_ptr().add(at) as *const i32)) }
 }
 
-/// The eight rows of group `g` against the `R` rows `xs`: accumulator `r` lane `j` is row `j`
-/// against `xs[r]`.
+/// The eight rows of group `g` (`nb` blocks) against the `R` rows of `x`: accumulator `r`
+/// lane `j` is row `j` against row `r`.
 #[inline(always)]
-unsafe fn group_f<D: Dot, const R: usize, const F: u8>(
+pub(super) unsafe fn group_f<D: Dot, const R: usize, const F: u8, X: XSrc<R>>(
     g: &[u8],
-    row_bytes: usize,
-    xs: &[XRow],
+    nb: usize,
+    x: &X,
 ) -> [__m256; R] {
     let bb = [34usize, 18, 20, 22][F as usize];
     let gb = 8 * bb;
-    let nb = row_bytes / bb;
     let g = &g[..nb * gb];
-    let xq: [&[i8]; R] = core::array::from_fn(|r| &xs[r].qs[..32 * nb]);
-    let xd: [&[f32]; R] = core::array::from_fn(|r| &xs[r].d[..nb]);
-    let xsum: [&[i32]; R] = core::array::from_fn(|r| &xs[r].sums[..2 * nb]);
     // What the unsigned quants carry on top of the values: 8 (`Q4_0`), 16 (`Q5_0`) and, where
     // `vpdpbusd` takes `Q8_0`'s stored bytes as they are, 128; AVX2 takes them signed.
     let offset = match F {
@@ -251,16 +193,14 @@ unsafe fn group_f<D: Dot, const R: usize, const F: u8>(
                 for c in 0..8 {
                     let v = load32(blk.get_unchecked(16 + 32 * c..16 + 32 * c + 32));
                     if D::VNNI {
-                        for r in 0..R {
-                            let x = bcast4(xq[r], 32 * b + 4 * c);
-                            s[r] = D::dot_u(s[r], v, x);
+                        for (r, sr) in s.iter_mut().enumerate() {
+                            *sr = D::dot_u(*sr, v, x.chunk(b, c, r));
                         }
                     } else {
                         let w = _mm256_xor_si256(v, _mm256_set1_epi8(-128));
                         let aw = _mm256_sign_epi8(w, w);
-                        for r in 0..R {
-                            let x = bcast4(xq[r], 32 * b + 4 * c);
-                            s[r] = D::dot_u(s[r], aw, _mm256_sign_epi8(x, w));
+                        for (r, sr) in s.iter_mut().enumerate() {
+                            *sr = D::dot_u(*sr, aw, _mm256_sign_epi8(x.chunk(b, c, r), w));
                         }
                     }
                 }
@@ -279,11 +219,11 @@ unsafe fn group_f<D: Dot, const R: usize, const F: u8>(
                         lo = _mm256_or_si256(lo, D::high_bits(mask(2 * c)));
                         hi = _mm256_or_si256(hi, D::high_bits(mask(2 * c + 1)));
                     }
-                    for r in 0..R {
-                        let xl = bcast4(xq[r], 32 * b + 4 * c);
-                        let xh = bcast4(xq[r], 32 * b + 16 + 4 * c);
-                        s[r] = D::dot_u(s[r], lo, xl);
-                        s[r] = D::dot_u(s[r], hi, xh);
+                    for (r, sr) in s.iter_mut().enumerate() {
+                        let xl = x.chunk(b, c, r);
+                        let xh = x.chunk(b, c + 4, r);
+                        *sr = D::dot_u(*sr, lo, xl);
+                        *sr = D::dot_u(*sr, hi, xh);
                     }
                 }
             }
@@ -292,10 +232,9 @@ unsafe fn group_f<D: Dot, const R: usize, const F: u8>(
                 let mut si = s[r];
                 if offset != 0 {
                     // sum (u - o) x = sum u x - o sum x, in i32 exactly.
-                    let xs_b = *xsum[r].get_unchecked(2 * b) + *xsum[r].get_unchecked(2 * b + 1);
-                    si = _mm256_sub_epi32(si, _mm256_set1_epi32(offset * xs_b));
+                    si = _mm256_sub_epi32(si, _mm256_set1_epi32(x.offset_term(b, r, offset)));
                 }
-                let dx = _mm256_set1_ps(*xd[r].get_unchecked(b));
+                let dx = _mm256_set1_ps(x.scale(b, r));
                 acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(si), acc[r]);
             }
         }
