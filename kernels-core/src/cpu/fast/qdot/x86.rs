@@ -164,17 +164,17 @@ type RowsArgs<'a> = (
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn groups_rows_avx2((d, w, rb, x, out, pairs, bias): RowsArgs) {
-    unsafe { tiles::groups_rows::<Avx2, 4>(d, w, rb, x, out, pairs, bias) }
+    unsafe { tiles::groups_rows::<Avx2, 4, false>(d, w, rb, x, out, pairs, bias) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 unsafe fn groups_rows_avxvnni((d, w, rb, x, out, pairs, bias): RowsArgs) {
-    unsafe { tiles::groups_rows::<AvxVnni, 4>(d, w, rb, x, out, pairs, bias) }
+    unsafe { tiles::groups_rows::<AvxVnni, 4, false>(d, w, rb, x, out, pairs, bias) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
 unsafe fn groups_rows_avx512vnni((d, w, rb, x, out, pairs, bias): RowsArgs) {
-    unsafe { tiles::groups_rows::<Avx512Vnni, 8>(d, w, rb, x, out, pairs, bias) }
+    unsafe { tiles::groups_rows::<Avx512Vnni, 8, true>(d, w, rb, x, out, pairs, bias) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
