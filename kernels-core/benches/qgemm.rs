@@ -1,7 +1,8 @@
 //! Prefill's products with a block-quantized weight (`x [rows, k] . W^T`, `rows` = 64 and 256):
 //! each weight format through the integer products ([`product_t_in`], 8-bit activations at both
 //! precisions, on the fastest integer family this CPU runs; `q4_0`, `q5_0` and `q8_0` also on
-//! the eight-row interleaved layout, `.../rows8`) and through the f32 panel path
+//! the eight-row interleaved layout, `.../rows8`; on x86 what prefill runs for those three, the
+//! GEMM writing the `[rows, n]` output, `.../into_rows`) and through the f32 panel path
 //! ([`panel_product_t`]: the weight decoded panel by panel into the blocked f32 GEMM, what
 //! prefill took at the default precision before the integer GEMM). Criterion's elements/s
 //! figure is multiply-adds per second.
@@ -22,6 +23,8 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use kernels_core::cpu::fast::config;
 use kernels_core::cpu::fast::packed::panel_product_t;
+#[cfg(target_arch = "x86_64")]
+use kernels_core::cpu::fast::qdot::into_rows;
 use kernels_core::cpu::fast::qdot::{Family, Layout, Precision, interleave, product_t_in};
 use kernels_core::{DType, Rng, quant};
 
@@ -90,6 +93,29 @@ fn prefill(c: &mut Criterion) {
                         format!("{}/{pname}/{}{lname}", dtype.name(), family.name()),
                         &shape,
                     );
+                    // What prefill runs on x86: the eight-row GEMM writing `[rows, n]`.
+                    #[cfg(target_arch = "x86_64")]
+                    if into_rows::takes_into_rows(family, dtype, rows, n) {
+                        let name = format!(
+                            "{}/{pname}/{}{lname}/into_rows",
+                            dtype.name(),
+                            family.name()
+                        );
+                        let id = BenchmarkId::new(name, &shape);
+                        group.bench_function(id, |bench| {
+                            bench.iter(|| {
+                                let ops = (
+                                    (black_box(&wl[..]), *layout),
+                                    row_bytes,
+                                    black_box(&x[..]),
+                                    (rows, k, n),
+                                    None,
+                                );
+                                into_rows::product_into_rows(family, p, dtype, ops, &mut out)
+                                    .expect("valid product")
+                            })
+                        });
+                    }
                     group.bench_function(id, |bench| {
                         bench.iter(|| {
                             product_t_in(

@@ -114,6 +114,33 @@ impl<const R: usize> XSrc<R> for TileSrc<R> {
 /// Group-blocks ahead (bytes) that each group's stream is prefetched (as `interleaved`'s).
 const PREFETCH: usize = 1024;
 
+/// 32 bytes at `at` of each of two blocks, `b0`'s in the low half.
+///
+/// # Safety
+/// Both blocks hold `at + 32` bytes; the caller runs with AVX-512F.
+#[inline(always)]
+unsafe fn both(b0: &[u8], b1: &[u8], at: usize) -> __m512i {
+    debug_assert!(b0.len() >= at + 32 && b1.len() >= at + 32);
+    unsafe {
+        let lo = _mm256_loadu_si256(b0.as_ptr().add(at) as *const __m256i);
+        let hi = _mm256_loadu_si256(b1.as_ptr().add(at) as *const __m256i);
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+    }
+}
+
+/// `Q5_0`'s fifth bits (as 16) of chunk mask `m` of two interleaved blocks, `b0`'s in the low
+/// half.
+///
+/// # Safety
+/// The caller runs with AVX-512BW.
+#[inline(always)]
+unsafe fn high_bits16(b0: &[u8], b1: &[u8], m: usize) -> __m512i {
+    let at = 16 + 4 * m;
+    let mask = |blk: &[u8]| u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+    let k = mask(b0) as u64 | (mask(b1) as u64) << 32;
+    unsafe { _mm512_maskz_mov_epi8(k, _mm512_set1_epi8(16)) }
+}
+
 /// [`group_f`] on two groups at once in 512-bit vectors (AVX-512 VNNI): lanes 0-7 group `g0`'s
 /// rows, 8-15 group `g1`'s, every lane the same operations as `group_f`'s (so the same bits),
 /// with each broadcast chunk of `x`, offset term and scale serving sixteen weight rows instead
@@ -135,11 +162,6 @@ unsafe fn group16_f<const R: usize, const F: u8>(
     // SAFETY: every load is within the two groups' `nb` blocks (sliced above) or the tile
     // (`TileSrc`'s contract); the caller runs with AVX-512 VNNI.
     unsafe {
-        let both = |b0: &[u8], b1: &[u8], at: usize| {
-            let lo = _mm256_loadu_si256(b0.as_ptr().add(at) as *const __m256i);
-            let hi = _mm256_loadu_si256(b1.as_ptr().add(at) as *const __m256i);
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-        };
         let mut acc = [_mm512_setzero_ps(); R];
         for b in 0..nb {
             let blk0 = g0.get_unchecked(b * gb..(b + 1) * gb);
@@ -151,12 +173,12 @@ unsafe fn group16_f<const R: usize, const F: u8>(
                 }
             }
             let mut s = [_mm512_setzero_si512(); R];
-            let bx = |c: usize, r: usize| _mm512_set1_epi32(*x.base.add(b * SLOTS * R + c * R + r));
+            let bx = |c: usize, r: usize| x.base.add(b * SLOTS * R + c * R + r);
             if F == Q8_0 {
                 for c in 0..8 {
                     let v = both(blk0, blk1, 16 + 32 * c);
                     for (r, sr) in s.iter_mut().enumerate() {
-                        *sr = _mm512_dpbusd_epi32(*sr, v, bx(c, r));
+                        *sr = _mm512_dpbusd_epi32(*sr, v, _mm512_set1_epi32(*bx(c, r)));
                     }
                 }
             } else {
@@ -167,20 +189,12 @@ unsafe fn group16_f<const R: usize, const F: u8>(
                     let mut lo = _mm512_and_si512(v, m4);
                     let mut hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                     if F == Q5_0 {
-                        let mask = |blk: &[u8], m: usize| {
-                            let at = 16 + 4 * m;
-                            u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]])
-                        };
-                        let bits = |m: usize| {
-                            let k = mask(blk0, m) as u64 | (mask(blk1, m) as u64) << 32;
-                            _mm512_maskz_mov_epi8(k, _mm512_set1_epi8(16))
-                        };
-                        lo = _mm512_or_si512(lo, bits(2 * c));
-                        hi = _mm512_or_si512(hi, bits(2 * c + 1));
+                        lo = _mm512_or_si512(lo, high_bits16(blk0, blk1, 2 * c));
+                        hi = _mm512_or_si512(hi, high_bits16(blk0, blk1, 2 * c + 1));
                     }
                     for (r, sr) in s.iter_mut().enumerate() {
-                        *sr = _mm512_dpbusd_epi32(*sr, lo, bx(c, r));
-                        *sr = _mm512_dpbusd_epi32(*sr, hi, bx(c + 4, r));
+                        *sr = _mm512_dpbusd_epi32(*sr, lo, _mm512_set1_epi32(*bx(c, r)));
+                        *sr = _mm512_dpbusd_epi32(*sr, hi, _mm512_set1_epi32(*bx(c + 4, r)));
                     }
                 }
             }
