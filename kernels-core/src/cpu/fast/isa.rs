@@ -80,7 +80,7 @@ impl Isa {
 }
 
 #[cfg(target_arch = "x86_64")]
-fn has_avx2_fma() -> bool {
+pub(super) fn has_avx2_fma() -> bool {
     #[cfg(feature = "std")]
     return std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma");
     #[cfg(not(feature = "std"))]

@@ -106,10 +106,10 @@ pub(super) fn pack<const R: usize>(
             let base = (i0 + start) * x.rs + p0;
             let src: [&[f32]; R] = core::array::from_fn(|i| &x.data[base + i * x.rs..][..kc]);
             #[cfg(target_arch = "x86_64")]
-            if R == 8 && has_avx() {
-                // SAFETY: the CPU has AVX (checked); `src` holds 8 rows of `kc` values and
+            if R == 8 && super::isa::has_avx2_fma() {
+                // SAFETY: the CPU has AVX2 (checked); `src` holds 8 rows of `kc` values and
                 // `out` 8 * kc (the panel).
-                unsafe { transpose8(&src[..], kc, out) };
+                unsafe { transpose_panel(&src[..], kc, out) };
                 continue;
             }
             for (p, o) in out.chunks_exact_mut(R).enumerate() {
@@ -131,22 +131,52 @@ pub(super) fn pack<const R: usize>(
     }
 }
 
+/// The 8 x 8 transpose of 32-bit lanes: lane `j` of result `g` is lane `g` of `v[j]`.
 #[cfg(target_arch = "x86_64")]
-fn has_avx() -> bool {
-    #[cfg(feature = "std")]
-    return std::is_x86_feature_detected!("avx");
-    #[cfg(not(feature = "std"))]
-    return cfg!(target_feature = "avx");
+#[inline(always)]
+pub(super) unsafe fn transpose8(
+    v: [core::arch::x86_64::__m256i; 8],
+) -> [core::arch::x86_64::__m256i; 8] {
+    use core::arch::x86_64::*;
+    unsafe {
+        let t0 = _mm256_unpacklo_epi32(v[0], v[1]);
+        let t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+        let t2 = _mm256_unpacklo_epi32(v[2], v[3]);
+        let t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+        let t4 = _mm256_unpacklo_epi32(v[4], v[5]);
+        let t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+        let t6 = _mm256_unpacklo_epi32(v[6], v[7]);
+        let t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+        let u0 = _mm256_unpacklo_epi64(t0, t2);
+        let u1 = _mm256_unpackhi_epi64(t0, t2);
+        let u2 = _mm256_unpacklo_epi64(t1, t3);
+        let u3 = _mm256_unpackhi_epi64(t1, t3);
+        let u4 = _mm256_unpacklo_epi64(t4, t6);
+        let u5 = _mm256_unpackhi_epi64(t4, t6);
+        let u6 = _mm256_unpacklo_epi64(t5, t7);
+        let u7 = _mm256_unpackhi_epi64(t5, t7);
+        [
+            _mm256_permute2x128_si256(u0, u4, 0x20),
+            _mm256_permute2x128_si256(u1, u5, 0x20),
+            _mm256_permute2x128_si256(u2, u6, 0x20),
+            _mm256_permute2x128_si256(u3, u7, 0x20),
+            _mm256_permute2x128_si256(u0, u4, 0x31),
+            _mm256_permute2x128_si256(u1, u5, 0x31),
+            _mm256_permute2x128_si256(u2, u6, 0x31),
+            _mm256_permute2x128_si256(u3, u7, 0x31),
+        ]
+    }
 }
 
 /// `out[8 p + i] = src[i][p]` for 8 rows of `kc` values: 8 x 8 blocks transposed in registers
-/// (the same values moved, so the same bits as the scalar loop), the rest one by one.
+/// ([`transpose8`]: the same values moved, so the same bits as the scalar loop), the rest one by
+/// one.
 ///
 /// # Safety
-/// The CPU has AVX.
+/// The CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx")]
-unsafe fn transpose8(src: &[&[f32]], kc: usize, out: &mut [f32]) {
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_panel(src: &[&[f32]], kc: usize, out: &mut [f32]) {
     use core::arch::x86_64::*;
     if src.len() < 8 || out.len() < 8 * kc || src.iter().any(|r| r.len() < kc) {
         return;
@@ -155,35 +185,9 @@ unsafe fn transpose8(src: &[&[f32]], kc: usize, out: &mut [f32]) {
     while p + 8 <= kc {
         // SAFETY: rows hold `kc` values and `out` `8 kc` (checked above); `p + 8 <= kc`.
         unsafe {
-            let r: [__m256; 8] = core::array::from_fn(|i| _mm256_loadu_ps(src[i].as_ptr().add(p)));
-            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-            let cols = [
-                _mm256_permute2f128_ps::<0x20>(u0, u4),
-                _mm256_permute2f128_ps::<0x20>(u1, u5),
-                _mm256_permute2f128_ps::<0x20>(u2, u6),
-                _mm256_permute2f128_ps::<0x20>(u3, u7),
-                _mm256_permute2f128_ps::<0x31>(u0, u4),
-                _mm256_permute2f128_ps::<0x31>(u1, u5),
-                _mm256_permute2f128_ps::<0x31>(u2, u6),
-                _mm256_permute2f128_ps::<0x31>(u3, u7),
-            ];
-            for (j, c) in cols.iter().enumerate() {
-                _mm256_storeu_ps(out.as_mut_ptr().add(8 * (p + j)), *c);
+            let r = core::array::from_fn(|i| _mm256_loadu_si256(src[i].as_ptr().add(p).cast()));
+            for (j, c) in transpose8(r).iter().enumerate() {
+                _mm256_storeu_si256(out.as_mut_ptr().add(8 * (p + j)).cast(), *c);
             }
         }
         p += 8;

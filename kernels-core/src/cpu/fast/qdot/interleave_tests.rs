@@ -11,9 +11,10 @@ use super::tests::weights;
 use super::*;
 use crate::rng::Rng;
 
-const FORMATS: [DType; 3] = [DType::Q4_0, DType::Q5_0, DType::Q8_0];
+/// The formats with the interleaved layout.
+pub(super) const FORMATS: [DType; 3] = [DType::Q4_0, DType::Q5_0, DType::Q8_0];
 
-fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+pub(super) fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
     (0..n)
         .map(|_| (rng.uniform() * 2.0 - 1.0) * scale)
         .collect()

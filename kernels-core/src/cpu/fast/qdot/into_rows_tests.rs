@@ -7,18 +7,11 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
+use super::interleave_tests::{FORMATS, uniform};
 use super::into_rows::{product_into_rows, takes_into_rows};
 use super::tests::weights;
 use super::*;
 use crate::rng::Rng;
-
-const FORMATS: [DType; 3] = [DType::Q4_0, DType::Q5_0, DType::Q8_0];
-
-fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| (rng.uniform() * 2.0 - 1.0) * scale)
-        .collect()
-}
 
 /// The transposing path's result: `product_t_in`, turned back, `+ bias` (or `+ 0.0`).
 fn transposed_back(

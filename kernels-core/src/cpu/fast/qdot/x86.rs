@@ -151,29 +151,18 @@ pub unsafe fn groups_rows(
     }
 }
 
-/// [`groups_rows`]' arguments.
-type RowsArgs<'a> = (
-    DType,
-    &'a [u8],
-    usize,
-    &'a TiledX,
-    (*mut f32, usize),
-    bool,
-    Option<&'a [f32]>,
-);
-
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn groups_rows_avx2((d, w, rb, x, out, pairs, bias): RowsArgs) {
+unsafe fn groups_rows_avx2((d, w, rb, x, out, pairs, bias): tiles::RowsArgs) {
     unsafe { tiles::groups_rows::<Avx2, 4, false>(d, w, rb, x, out, pairs, bias) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn groups_rows_avxvnni((d, w, rb, x, out, pairs, bias): RowsArgs) {
+unsafe fn groups_rows_avxvnni((d, w, rb, x, out, pairs, bias): tiles::RowsArgs) {
     unsafe { tiles::groups_rows::<AvxVnni, 4, false>(d, w, rb, x, out, pairs, bias) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-unsafe fn groups_rows_avx512vnni((d, w, rb, x, out, pairs, bias): RowsArgs) {
+unsafe fn groups_rows_avx512vnni((d, w, rb, x, out, pairs, bias): tiles::RowsArgs) {
     unsafe { tiles::groups_rows::<Avx512Vnni, 8, true>(d, w, rb, x, out, pairs, bias) }
 }
 

@@ -11,6 +11,7 @@ use core::arch::x86_64::*;
 use super::super::x86::{Avx2, Avx512Vnni, AvxVnni, Dot};
 use super::super::{Family, XRow};
 use super::X_BLOCK_BYTES;
+use crate::cpu::fast::matref::transpose8;
 use crate::dtype::DType;
 
 /// The rows of `w` against `xs` on an x86 `family` (which this CPU runs: the caller checked):
@@ -353,39 +354,6 @@ unsafe fn kernel_t8<D: Dot, const R: usize>(wr: &[&[u8]; JW], xs: &[XRow]) -> [[
             _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
         }
         out
-    }
-}
-
-/// The 8 x 8 transpose of 32-bit lanes: lane `j` of result `g` is lane `g` of `v[j]`.
-#[inline(always)]
-unsafe fn transpose8(v: [__m256i; 8]) -> [__m256i; 8] {
-    unsafe {
-        let t0 = _mm256_unpacklo_epi32(v[0], v[1]);
-        let t1 = _mm256_unpackhi_epi32(v[0], v[1]);
-        let t2 = _mm256_unpacklo_epi32(v[2], v[3]);
-        let t3 = _mm256_unpackhi_epi32(v[2], v[3]);
-        let t4 = _mm256_unpacklo_epi32(v[4], v[5]);
-        let t5 = _mm256_unpackhi_epi32(v[4], v[5]);
-        let t6 = _mm256_unpacklo_epi32(v[6], v[7]);
-        let t7 = _mm256_unpackhi_epi32(v[6], v[7]);
-        let u0 = _mm256_unpacklo_epi64(t0, t2);
-        let u1 = _mm256_unpackhi_epi64(t0, t2);
-        let u2 = _mm256_unpacklo_epi64(t1, t3);
-        let u3 = _mm256_unpackhi_epi64(t1, t3);
-        let u4 = _mm256_unpacklo_epi64(t4, t6);
-        let u5 = _mm256_unpackhi_epi64(t4, t6);
-        let u6 = _mm256_unpacklo_epi64(t5, t7);
-        let u7 = _mm256_unpackhi_epi64(t5, t7);
-        [
-            _mm256_permute2x128_si256(u0, u4, 0x20),
-            _mm256_permute2x128_si256(u1, u5, 0x20),
-            _mm256_permute2x128_si256(u2, u6, 0x20),
-            _mm256_permute2x128_si256(u3, u7, 0x20),
-            _mm256_permute2x128_si256(u0, u4, 0x31),
-            _mm256_permute2x128_si256(u1, u5, 0x31),
-            _mm256_permute2x128_si256(u2, u6, 0x31),
-            _mm256_permute2x128_si256(u3, u7, 0x31),
-        ]
     }
 }
 

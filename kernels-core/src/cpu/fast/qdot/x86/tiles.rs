@@ -154,11 +154,6 @@ unsafe fn group16_f<const R: usize, const F: u8>(
     let bb = [34usize, 18, 20, 22][F as usize];
     let gb = 8 * bb;
     let (g0, g1) = (&g0[..nb * gb], &g1[..nb * gb]);
-    let offset = match F {
-        Q4_0 => 8,
-        Q5_0 => 16,
-        _ => 128,
-    };
     // SAFETY: every load is within the two groups' `nb` blocks (sliced above) or the tile
     // (`TileSrc`'s contract); the caller runs with AVX-512 VNNI.
     unsafe {
@@ -203,7 +198,8 @@ unsafe fn group16_f<const R: usize, const F: u8>(
             let dw = _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(d0), d1));
             for (r, a) in acc.iter_mut().enumerate() {
                 // sum (u - o) x = sum u x - o sum x, in i32 exactly (the offset is in the tile).
-                let si = _mm512_sub_epi32(s[r], _mm512_set1_epi32(x.offset_term(b, r, offset)));
+                // (The offset, 8, 16 or 128 on VNNI, was applied when the tile was packed.)
+                let si = _mm512_sub_epi32(s[r], _mm512_set1_epi32(x.offset_term(b, r, 0)));
                 let dx = _mm512_set1_ps(x.scale(b, r));
                 *a = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(si), *a);
             }
@@ -236,7 +232,7 @@ pub(super) unsafe fn groups_rows<D: Dot, const RX: usize, const WIDE: bool>(
     pairs: bool,
     bias: Option<&[f32]>,
 ) {
-    let args = (w, row_bytes, x, (out, ld), pairs, bias);
+    let args = (dtype, w, row_bytes, x, (out, ld), pairs, bias);
     unsafe {
         match dtype {
             DType::Q4_0 => rows_f::<D, RX, Q4_0, WIDE>(args),
@@ -247,8 +243,9 @@ pub(super) unsafe fn groups_rows<D: Dot, const RX: usize, const WIDE: bool>(
     }
 }
 
-/// [`groups_rows`]' arguments.
-type RowsArgs<'a> = (
+/// [`groups_rows`]' arguments, in its order.
+pub(super) type RowsArgs<'a> = (
+    DType,
     &'a [u8],
     usize,
     &'a TiledX,
@@ -259,7 +256,7 @@ type RowsArgs<'a> = (
 
 #[inline(always)]
 unsafe fn rows_f<D: Dot, const RX: usize, const F: u8, const WIDE: bool>(
-    (w, row_bytes, x, (out, ld), pairs, bias): RowsArgs,
+    (_, w, row_bytes, x, (out, ld), pairs, bias): RowsArgs,
 ) {
     let gb = 8 * row_bytes;
     let nb = row_bytes / [34usize, 18, 20, 22][F as usize];
