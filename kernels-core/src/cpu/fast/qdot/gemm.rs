@@ -61,12 +61,22 @@ pub const RESIDUAL_PREFILL_MAX_ROWS: usize = 64;
 /// than the f32 panel path: where measured faster. `Q4_0`, `Q5_0` and `Q8_0` take the eight-row
 /// GEMM on interleaved groups (a plain weight interleaved a span at a time) at any count:
 /// 1.1-1.3x the panels at 64 and 256 rows (`qgemm` bench, 1 thread, AVX-512 VNNI, 2026-11-27).
-/// `Q4_1` takes the tiled kernels up to [`RESIDUAL_PREFILL_MAX_ROWS`] rows; the K-quants' per-row
-/// kernels are slower than the panels at residual precision, faster at single.
+/// On AVX2 without VNNI the integer products cost more (`vpmaddubsw` and `vpmaddwd` where VNNI
+/// has one `vpdpbusd`; `Q8_0`'s signed bytes a `vpsignb` more), twice at residual precision,
+/// and the panels were faster for `Q8_0` at any count and for `Q4_0` and `Q5_0` above
+/// [`RESIDUAL_PREFILL_MAX_ROWS`] (0.5B prefill, 1 thread, AMD EPYC Zen 3, 2026-11-27, two
+/// interleaved pairs, tok/s integer against panels: Q8_0 at 64 tokens 66.1-66.3 against
+/// 90.5-92.9; Q4_0 at 64 97.2-99.5 against 90.6-92.1, at 256 90.9-92.0 against 98.5-100.9;
+/// Q4_K_M, whose 896-wide rows are `Q5_0`, at 256 82.2-82.8 against 95.3-97.6). `Q4_1` takes
+/// the tiled kernels up to [`RESIDUAL_PREFILL_MAX_ROWS`]
+/// rows; the K-quants' per-row kernels are slower than the panels at residual precision,
+/// faster at single.
 pub fn residual_prefill(family: Family, dtype: DType, rows: usize) -> bool {
     let x86 = matches!(family, Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni)
         && family.missing().is_none();
-    (x86 && super::interleave::supports(dtype))
+    let avx2_panels =
+        family == Family::Avx2 && (dtype == DType::Q8_0 || rows > RESIDUAL_PREFILL_MAX_ROWS);
+    (x86 && super::interleave::supports(dtype) && !avx2_panels)
         || (rows <= RESIDUAL_PREFILL_MAX_ROWS
             && dtype == DType::Q4_1
             && tiled(family, dtype, MIN_ROWS))

@@ -182,6 +182,20 @@ fn repacked_special_values_zero_blocks_and_extreme_scales() {
         }
         let x = uniform(&mut rng, rows * k, 1.0);
         same_bits(dtype, &w, &x, (rows, k, n), "extreme quants");
+        // The largest block sums: every quant at its largest (unsigned) magnitude against
+        // activations all at +-127, so the AVX2 kernel's 16-bit partial sums reach their bound
+        // (a partial sum held too long wraps and the bits differ).
+        let mut w = weights(&mut rng, dtype, n, k);
+        for b in w.chunks_exact_mut(bb) {
+            match dtype {
+                DType::Q8_0 => b[2..].fill(0x80),
+                _ => b[2..].fill(0xFF),
+            }
+        }
+        let x: Vec<f32> = (0..rows * k)
+            .map(|i| if (i / k) % 2 == 0 { 1.0 } else { -1.0 })
+            .collect();
+        same_bits(dtype, &w, &x, (rows, k, n), "largest sums");
     }
 }
 

@@ -207,6 +207,7 @@ pub(super) unsafe fn group_f<D: Dot, const R: usize, const F: u8, X: XSrc<R>>(
             } else {
                 let q = if F == Q5_0 { 48 } else { 16 };
                 let m4 = _mm256_set1_epi8(0x0F);
+                let mut p16 = [_mm256_setzero_si256(); R];
                 for c in 0..4 {
                     let v = load32(blk.get_unchecked(q + 32 * c..q + 32 * c + 32));
                     let mut lo = _mm256_and_si256(v, m4);
@@ -219,11 +220,29 @@ pub(super) unsafe fn group_f<D: Dot, const R: usize, const F: u8, X: XSrc<R>>(
                         lo = _mm256_or_si256(lo, D::high_bits(mask(2 * c)));
                         hi = _mm256_or_si256(hi, D::high_bits(mask(2 * c + 1)));
                     }
-                    for (r, sr) in s.iter_mut().enumerate() {
-                        let xl = x.chunk(b, c, r);
-                        let xh = x.chunk(b, c + 4, r);
-                        *sr = D::dot_u(*sr, lo, xl);
-                        *sr = D::dot_u(*sr, hi, xh);
+                    if D::VNNI {
+                        for (r, sr) in s.iter_mut().enumerate() {
+                            *sr = D::dot_u(*sr, lo, x.chunk(b, c, r));
+                            *sr = D::dot_u(*sr, hi, x.chunk(b, c + 4, r));
+                        }
+                    } else {
+                        // `maddubs` pairs summed in i16 (one widening `madd` per `PER_MADD`
+                        // chunks instead of one per chunk): |pair| <= 2 * 15 * 127 = 3810
+                        // (Q4_0; 8 fit in 32767) or 2 * 31 * 127 = 7874 (Q5_0; 4 fit), so the
+                        // i32 sums are the same integers.
+                        for (r, pr) in p16.iter_mut().enumerate() {
+                            let pl = _mm256_maddubs_epi16(lo, x.chunk(b, c, r));
+                            let ph = _mm256_maddubs_epi16(hi, x.chunk(b, c + 4, r));
+                            *pr = _mm256_add_epi16(*pr, _mm256_add_epi16(pl, ph));
+                        }
+                        let per_madd = if F == Q5_0 { 2 } else { 4 };
+                        if (c + 1) % per_madd == 0 {
+                            for (sr, pr) in s.iter_mut().zip(p16.iter_mut()) {
+                                let wide = _mm256_madd_epi16(*pr, _mm256_set1_epi16(1));
+                                *sr = _mm256_add_epi32(*sr, wide);
+                                *pr = _mm256_setzero_si256();
+                            }
+                        }
                     }
                 }
             }
