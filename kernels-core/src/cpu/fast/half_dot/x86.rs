@@ -19,7 +19,8 @@
 /// shapes (AMD EPYC Zen 4, 1 thread, `half_dot` bench, 2026-11-27, two interleaved pairs), its
 /// 896-wide head streamed at 21.3-22.4 GiB/s against 17.3-17.6 at 2048 bytes, the 896 x 4864
 /// weight at 21.0-21.1 against 18.1-20.7, while the 4864-wide rows kept 2048 (22.7-24.4 against
-/// 20.2-21.9).
+/// 20.2-21.9). That is the AVX-512 kernel's; the AVX2 kernel's short rows take 2048 (measured on
+/// Zen 3, in its module).
 const PREFETCH_BYTES: usize = 2048;
 const PREFETCH_BYTES_SHORT: usize = 1024;
 const LONG_ROW_BYTES: usize = 4096;
@@ -303,7 +304,12 @@ pub(super) mod avx2 {
     const WIDE: usize = 8;
     const WIDE_U: usize = 1;
     const WIDE_PAIRS: bool = false;
-    use super::{LONG_ROW_BYTES, PREFETCH_BYTES, PREFETCH_BYTES_SHORT};
+    use super::{LONG_ROW_BYTES, PREFETCH_BYTES};
+    /// The AVX2 kernel's short rows prefetch as far ahead as the long ones: the 0.5B Qwen's F16
+    /// decode (AMD EPYC Zen 3, which has no AVX-512, 1 thread, `kernels bench llama
+    /// --new-tokens 32`, 2026-11-27) ran faster at 2048 bytes than at 1024 in 8 of 10
+    /// interleaved pairs, by -2% to +9% (at 1024: 11.3-13.5 tok/s, at 2048: 12.0-14.7).
+    const PREFETCH_BYTES_SHORT: usize = PREFETCH_BYTES;
 
     #[inline(always)]
     unsafe fn zero() -> V {
