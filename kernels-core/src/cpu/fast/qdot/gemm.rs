@@ -49,8 +49,8 @@ pub fn tiled(family: Family, dtype: DType, nr: usize) -> bool {
         && family.missing().is_none()
 }
 
-/// The most rows of x for which prefill of a `Q4_1` weight at residual precision takes the
-/// tiled kernels: the f32 panel path gains with rows (each decoded panel serves more of them)
+/// The most rows of x for which prefill of a `Q4_1` weight (and, on AVX2 without VNNI, of
+/// `Q4_0` and `Q5_0`: [`residual_prefill`]) at residual precision takes the integer kernels: the f32 panel path gains with rows (each decoded panel serves more of them)
 /// while the tiled kernels' rate stays flat. Measured end to end on the 0.5B Qwen's Q4_0 file
 /// (1 thread, AVX-512 VNNI, 2026-11-26, before Q4_0 took the eight-row GEMM): the tiles
 /// 1.5-5.5% faster at 64 rows, the panels 2-10% faster at 128 and 7-11% at 256.
@@ -68,9 +68,8 @@ pub const RESIDUAL_PREFILL_MAX_ROWS: usize = 64;
 /// interleaved pairs, tok/s integer against panels: Q8_0 at 64 tokens 66.1-66.3 against
 /// 90.5-92.9; Q4_0 at 64 97.2-99.5 against 90.6-92.1, at 256 90.9-92.0 against 98.5-100.9;
 /// Q4_K_M, whose 896-wide rows are `Q5_0`, at 256 82.2-82.8 against 95.3-97.6). `Q4_1` takes
-/// the tiled kernels up to [`RESIDUAL_PREFILL_MAX_ROWS`]
-/// rows; the K-quants' per-row kernels are slower than the panels at residual precision,
-/// faster at single.
+/// the tiled kernels up to [`RESIDUAL_PREFILL_MAX_ROWS`] rows; the K-quants' per-row kernels
+/// are slower than the panels at residual precision, faster at single.
 pub fn residual_prefill(family: Family, dtype: DType, rows: usize) -> bool {
     let x86 = matches!(family, Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni)
         && family.missing().is_none();

@@ -226,10 +226,11 @@ pub(super) unsafe fn group_f<D: Dot, const R: usize, const F: u8, X: XSrc<R>>(
                             *sr = D::dot_u(*sr, hi, x.chunk(b, c + 4, r));
                         }
                     } else {
-                        // `maddubs` pairs summed in i16 (one widening `madd` per `PER_MADD`
-                        // chunks instead of one per chunk): |pair| <= 2 * 15 * 127 = 3810
-                        // (Q4_0; 8 fit in 32767) or 2 * 31 * 127 = 7874 (Q5_0; 4 fit), so the
-                        // i32 sums are the same integers.
+                        // AVX2 (the one family without VNNI): `maddubs` pairs summed in i16,
+                        // widened by one `madd` every `per_madd` steps of `c` (two `maddubs`
+                        // a step) instead of after each: |pair| <= 2 * 15 * 127 = 3810 (Q4_0:
+                        // 8 fit in 32767) or 2 * 31 * 127 = 7874 (Q5_0: 4 fit), so the i32
+                        // sums are the same integers.
                         for (r, pr) in p16.iter_mut().enumerate() {
                             let pl = _mm256_maddubs_epi16(lo, x.chunk(b, c, r));
                             let ph = _mm256_maddubs_epi16(hi, x.chunk(b, c + 4, r));
