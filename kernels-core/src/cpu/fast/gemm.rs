@@ -20,7 +20,7 @@ use alloc::vec::Vec;
 use super::config;
 pub use super::kernel_family::{Epilogue, Kernel};
 use super::kernels::MicroKernel;
-pub use super::matref::MatRef;
+pub use super::matref::{HalfRef, MatRef};
 use super::{pool, skinny};
 use crate::error::{Error, Result};
 
@@ -137,19 +137,35 @@ impl Gemm {
         c: &mut [f32],
         ldc: usize,
     ) -> Result<()> {
-        if b.kernel.name() != self.kernel.name() || a.cols != b.k {
-            return Err(Error::mismatch(NAME, &[a.rows, a.cols], &[b.k, b.n]));
+        self.run_packed_left(Left::F32(a), b, c, ldc)
+    }
+
+    /// [`Gemm::run_blocked_packed`] with a 16-bit `A` (`f16` or `bf16`), widened as it is
+    /// packed: the same packed values as `A` widened to f32 first, so the same bits.
+    pub fn run_blocked_packed_half(
+        &mut self,
+        a: HalfRef,
+        b: &PackedB,
+        c: &mut [f32],
+        ldc: usize,
+    ) -> Result<()> {
+        self.run_packed_left(Left::Half(a), b, c, ldc)
+    }
+
+    fn run_packed_left(&mut self, a: Left, b: &PackedB, c: &mut [f32], ldc: usize) -> Result<()> {
+        let (rows, cols) = (a.rows(), a.cols());
+        if b.kernel.name() != self.kernel.name() || cols != b.k {
+            return Err(Error::mismatch(NAME, &[rows, cols], &[b.k, b.n]));
         }
-        let need = a
-            .rows
+        let need = rows
             .checked_sub(1)
             .and_then(|m| m.checked_mul(ldc))
             .and_then(|x| x.checked_add(b.n));
-        if a.rows == 0 || b.n == 0 || a.cols == 0 {
+        if rows == 0 || b.n == 0 || cols == 0 {
             return Ok(());
         }
         if ldc < b.n || need.is_none_or(|need| c.len() < need) {
-            return Err(Error::mismatch(NAME, &[a.rows, b.n], &[c.len()]));
+            return Err(Error::mismatch(NAME, &[rows, b.n], &[c.len()]));
         }
         if self.bufs.is_empty() {
             self.bufs.push(Buffers::default());
@@ -285,7 +301,16 @@ fn drive<K: MicroKernel>(
         for pc in (0..k).step_by(K::KC) {
             let kc = K::KC.min(k - pc);
             K::pack_b(b_pack, bt, jc, nc, pc, kc);
-            block(kernel, a, a_pack, b_pack, (jc, nc), (pc, kc), c, ldc);
+            block(
+                kernel,
+                Left::F32(a),
+                a_pack,
+                b_pack,
+                (jc, nc),
+                (pc, kc),
+                c,
+                ldc,
+            );
         }
     }
     Ok(())
@@ -297,7 +322,7 @@ fn drive<K: MicroKernel>(
 #[inline]
 fn block<K: MicroKernel>(
     kernel: K,
-    a: MatRef,
+    a: Left,
     a_pack: &mut [f32],
     b_pack: &[f32],
     (jc, nc): (usize, usize),
@@ -305,10 +330,13 @@ fn block<K: MicroKernel>(
     c: &mut [f32],
     ldc: usize,
 ) {
-    let (m, mr, nr) = (a.rows, K::MR, K::NR);
+    let (m, mr, nr) = (a.rows(), K::MR, K::NR);
     for ic in (0..m).step_by(K::MC) {
         let mc = K::MC.min(m - ic);
-        K::pack_a(a_pack, a, ic, mc, pc, kc);
+        match a {
+            Left::F32(a) => K::pack_a(a_pack, a, ic, mc, pc, kc),
+            Left::Half(a) => K::pack_a_half(a_pack, a, ic, mc, pc, kc),
+        }
         for (jp, jr) in (0..nc).step_by(nr).enumerate() {
             let b_panel = &b_pack[jp * nr * kc..(jp + 1) * nr * kc];
             let nr_here = nr.min(nc - jr);
@@ -356,6 +384,11 @@ impl PackedB {
         Ok(packed)
     }
 
+    /// Columns of `B` (`n`).
+    pub fn cols(&self) -> usize {
+        self.n
+    }
+
     /// Values of the block at `(nc, kc)` for `K`: whole `NR` panels, rounded up to 64 bytes.
     fn block_len<K: MicroKernel>(nc: usize, kc: usize) -> usize {
         (nc.div_ceil(K::NR) * K::NR * kc).div_ceil(16) * 16
@@ -389,16 +422,39 @@ impl PackedB {
     }
 }
 
+/// The left operand of the loop nest: f32, or 16-bit values widened as they are packed.
+#[derive(Clone, Copy)]
+enum Left<'a> {
+    F32(MatRef<'a>),
+    Half(HalfRef<'a>),
+}
+
+impl Left<'_> {
+    fn rows(&self) -> usize {
+        match self {
+            Left::F32(a) => a.rows,
+            Left::Half(a) => a.rows(),
+        }
+    }
+
+    fn cols(&self) -> usize {
+        match self {
+            Left::F32(a) => a.cols,
+            Left::Half(a) => a.cols(),
+        }
+    }
+}
+
 /// [`drive`] over a [`PackedB`] packed for `K`.
 fn drive_packed<K: MicroKernel>(
     kernel: K,
-    a: MatRef,
+    a: Left,
     b: &PackedB,
     c: &mut [f32],
     ldc: usize,
     a_buf: &mut Vec<f32>,
 ) -> Result<()> {
-    let (m, k, n) = (a.rows, a.cols, b.n);
+    let (m, k, n) = (a.rows(), a.cols(), b.n);
     let mr = K::MR;
     let kc_max = K::KC.min(k);
     let a_pack = aligned(a_buf, K::MC.min(m.div_ceil(mr) * mr) * kc_max)?;

@@ -8,8 +8,9 @@
 //!   is the top half of an f32), and multiplied into f32 accumulators with FMA. Each row stream
 //!   is prefetched 2 KiB ahead into L2 (the rows are too short for the hardware prefetcher).
 //!   The weight rows are split over the thread pool ([`super::pool`]).
-//! - **Prefill** (more rows): blocks of [`BLOCK_ROWS`] weight rows are widened into a buffer
-//!   and multiplied by the blocked f32 GEMM, the blocks split over the thread pool.
+//! - **Prefill** (more rows): blocks of [`BLOCK_ROWS`] weight rows are multiplied by the
+//!   blocked f32 GEMM, which widens the 16-bit rows as it packs them into its micro-panels (one
+//!   pass over the rows, no f32 copy); the blocks are split over the thread pool.
 //!
 //! The activations stay f32, as the reference's (decode the weight, then the f32 product): only
 //! the summation order differs, within matmul's budget. AVX-512 BF16's `vdpbf16ps` is not used:
@@ -19,9 +20,8 @@
 
 use alloc::vec::Vec;
 
-use super::buffers;
 use super::config::Forced;
-use super::gemm::{Gemm, Kernel, MatRef, PackedB};
+use super::gemm::{Gemm, HalfRef, Kernel, MatRef, PackedB};
 use super::isa::Isa;
 use super::pool;
 use crate::cpu::linear;
@@ -32,9 +32,12 @@ use crate::tensor::{DType, Tensor};
 
 /// Rows of `x` up to which the weight is streamed through the dot kernels; more take the GEMM.
 pub const STREAM_ROWS: usize = 8;
-/// Weight rows widened at once for the GEMM (64 rows of 4864 are 1.2 MiB of f32).
-pub const BLOCK_ROWS: usize = 64;
-/// Weight rows per range of the pool in decode: whole groups of the kernels' four rows.
+/// Weight rows per GEMM call in prefill: a multiple of every GEMM kernel's `MR` (4, 6 and 8), so
+/// no tile but a range's last computes rows it throws away (64 rows were 10 tiles of 6 and one
+/// of 4 in 6).
+pub const BLOCK_ROWS: usize = 48;
+/// Weight rows per range of the pool: whole groups of the decode kernels' four rows (prefill
+/// cuts its ranges at the same multiples, for an even split over threads).
 const GRAIN: usize = 16;
 /// Multiply-adds below which a product stays on one thread.
 const MIN_THREAD_WORK: usize = 1 << 16;
@@ -139,14 +142,15 @@ pub fn product_of(
         if rows > STREAM_ROWS {
             // Prefill: each range's blocks of the transposed product straight into its columns.
             let bf = dtype == DType::BF16;
-            let (w, xt, xt_packed) = gemm_operands(family, packed, xv, (rows, k, n))?;
+            let (w, xt) = gemm_operands(family, packed, xv, (rows, k, n))?;
             return super::transposed::by_ranges(
                 (rows, n),
-                BLOCK_ROWS,
+                GRAIN,
                 bv,
                 activation,
                 &out_shape,
-                &|js, part| gemm_range(family, bf, (w, xt, &xt_packed), (rows, k), js, part),
+                &|| Ok(Gemm::new(family.gemm_kernel()).with_threads(1)),
+                &|gemm, js, part| gemm_range(gemm, bf, (w, &xt), k, js, part),
             );
         }
         let mut t = super::zeros(rows.checked_mul(n).ok_or_else(too_large)?)?;
@@ -283,36 +287,6 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Weight rows `src` (`2 k` bytes each) widened into `dst`.
-fn widen(family: Family, bf: bool, src: &[u8], dst: &mut [f32]) {
-    let n = (src.len() / 2).min(dst.len());
-    match family {
-        Family::Portable => {
-            let dtype = if bf { DType::BF16 } else { DType::F16 };
-            quant::decode_blocks(dtype, &src[..2 * n], &mut dst[..n]);
-        }
-        // SAFETY: the family proves the features; `n` values are read from `src` (2 bytes each)
-        // and written to `dst`.
-        #[cfg(target_arch = "x86_64")]
-        Family::Avx512 => unsafe {
-            if bf {
-                x86::avx512::widen::<true>(src.as_ptr(), n, dst.as_mut_ptr())
-            } else {
-                x86::avx512::widen::<false>(src.as_ptr(), n, dst.as_mut_ptr())
-            }
-        },
-        // SAFETY: as above.
-        #[cfg(target_arch = "x86_64")]
-        Family::Avx2 => unsafe {
-            if bf {
-                x86::avx2::widen::<true>(src.as_ptr(), n, dst.as_mut_ptr())
-            } else {
-                x86::avx2::widen::<false>(src.as_ptr(), n, dst.as_mut_ptr())
-            }
-        },
-    }
-}
-
 /// The prefill: `t [n, rows]` by blocks of [`BLOCK_ROWS`] widened weight rows on the GEMM
 /// (`t_block = w_block [b, k] . x^T [k, rows]`), the blocks split over the pool.
 fn gemm_t(
@@ -325,60 +299,48 @@ fn gemm_t(
     t: &mut [f32],
 ) -> Result<()> {
     let n = w.len() / (2 * k).max(1);
-    let (w, xt, xt_packed) = gemm_operands(family, w, x, (rows, k, n))?;
-    pool::for_slices_on(threads, t, rows, BLOCK_ROWS, &|js, part| {
-        gemm_range(family, bf, (w, xt, &xt_packed), (rows, k), js, part)
+    let (w, xt) = gemm_operands(family, w, x, (rows, k, n))?;
+    pool::for_slices_on(threads, t, rows, GRAIN, &|js, part| {
+        let mut gemm = Gemm::new(family.gemm_kernel()).with_threads(1);
+        gemm_range(&mut gemm, bf, (w, &xt), k, js, part)
     })
 }
 
-/// The prefill GEMM's operands: the weight's `n` rows, `x^T` and `x^T` packed once for every
-/// block (packing it per block was a fifth of a 256-token F16 prefill).
+/// The prefill GEMM's operands: the weight's `n` rows and `x^T` packed once for every block
+/// (packing it per block was a fifth of a 256-token F16 prefill).
 fn gemm_operands<'a>(
     family: Family,
     w: &'a [u8],
     x: &'a [f32],
     (rows, k, n): (usize, usize, usize),
-) -> Result<(&'a [u8], MatRef<'a>, PackedB)> {
+) -> Result<(&'a [u8], PackedB)> {
     let need_w = n.checked_mul(2 * k).ok_or_else(too_large)?;
     let w = w
         .get(..need_w)
         .ok_or_else(|| Error::mismatch("matmul", &[n, k], &[w.len() / (2 * k).max(1), k]))?;
-    let xt = MatRef::new(x, k, rows, true)?;
-    let xt_packed = PackedB::new(family.gemm_kernel(), xt)?;
-    Ok((w, xt, xt_packed))
+    let xt = PackedB::new(family.gemm_kernel(), MatRef::new(x, k, rows, true)?)?;
+    Ok((w, xt))
 }
 
-/// Weight rows `js` (whole [`BLOCK_ROWS`]) of the prefill GEMM into `part` (`[js, rows]`,
-/// zeroed): a block of rows widened at a time, times `x^T`.
+/// Weight rows `js` of the prefill GEMM into `part` (`[js, rows]`, zeroed): blocks of
+/// [`BLOCK_ROWS`] rows times `x^T` (`xt`, packed) on `gemm`, the 16-bit rows widened as the GEMM
+/// packs them. Every output is the blocked GEMM's dot product whatever block or range its row
+/// falls in, so the bits do not depend on the cut.
 fn gemm_range(
-    family: Family,
+    gemm: &mut Gemm,
     bf: bool,
-    (w, xt, xt_packed): (&[u8], MatRef, &PackedB),
-    (rows, k): (usize, usize),
+    (w, xt): (&[u8], &PackedB),
+    k: usize,
     js: core::ops::Range<usize>,
     part: &mut [f32],
 ) -> Result<()> {
     let row_bytes = 2 * k;
-    let mut buf: Vec<f32> = Vec::new();
-    buffers::grow(
-        &mut buf,
-        BLOCK_ROWS.min(js.len()) * k,
-        0.0,
-        "f16 weight block",
-    )?;
-    let mut gemm = Gemm::new(family.gemm_kernel()).with_threads(1);
+    let rows = xt.cols();
     for b0 in js.clone().step_by(BLOCK_ROWS) {
         let b1 = (b0 + BLOCK_ROWS).min(js.end);
-        let wb = &mut buf[..(b1 - b0) * k];
-        widen(family, bf, &w[b0 * row_bytes..b1 * row_bytes], wb);
-        let a = MatRef::new(wb, b1 - b0, k, false)?;
         let c = &mut part[(b0 - js.start) * rows..(b1 - js.start) * rows];
-        // A block the small-product path takes (as `Gemm::run` would) reads `xt` itself.
-        if super::skinny::applies(a, xt) {
-            gemm.run(a, xt, c, rows)?;
-        } else {
-            gemm.run_blocked_packed(a, xt_packed, c, rows)?;
-        }
+        let a = HalfRef::new(&w[b0 * row_bytes..b1 * row_bytes], b1 - b0, k, bf)?;
+        gemm.run_blocked_packed_half(a, xt, c, rows)?;
     }
     Ok(())
 }

@@ -87,6 +87,15 @@ pub(super) fn has_avx2_fma() -> bool {
     return cfg!(all(target_feature = "avx2", target_feature = "fma"));
 }
 
+/// AVX2 with F16C (the 16-bit widening packer's needs).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn has_avx2_f16c() -> bool {
+    #[cfg(feature = "std")]
+    return std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c");
+    #[cfg(not(feature = "std"))]
+    return cfg!(all(target_feature = "avx2", target_feature = "f16c"));
+}
+
 #[cfg(target_arch = "x86_64")]
 fn has_avx512f() -> bool {
     #[cfg(feature = "std")]

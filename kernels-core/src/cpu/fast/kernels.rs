@@ -6,7 +6,7 @@
 //! `C`; edge tiles (`mr < MR` or `nr < NR`) go through a small buffer and only their valid part
 //! is added, which keeps the `unsafe` SIMD loops free of bounds logic.
 
-use super::matref::{MatRef, pack};
+use super::matref::{HalfRef, MatRef, pack, pack_half};
 
 /// A micro-kernel and the cache-block sizes tuned for it.
 pub trait MicroKernel: Copy {
@@ -31,6 +31,9 @@ pub trait MicroKernel: Copy {
 
     /// Packs `B~` given `B^T`: its rows `j0..j0 + len`, columns `p0..p0 + kc`, panels of `NR`.
     fn pack_b(dst: &mut [f32], bt: MatRef, j0: usize, len: usize, p0: usize, kc: usize);
+
+    /// [`MicroKernel::pack_a`] from a 16-bit `A`, widened as it is packed.
+    fn pack_a_half(dst: &mut [f32], a: HalfRef, i0: usize, len: usize, p0: usize, kc: usize);
 }
 
 /// The `MicroKernel::pack_*` methods for a kernel with literal `MR` and `NR` (associated
@@ -42,6 +45,9 @@ macro_rules! packers {
         }
         fn pack_b(dst: &mut [f32], bt: MatRef, j0: usize, len: usize, p0: usize, kc: usize) {
             pack::<$nr>(dst, bt, j0, len, p0, kc)
+        }
+        fn pack_a_half(dst: &mut [f32], a: HalfRef, i0: usize, len: usize, p0: usize, kc: usize) {
+            pack_half::<$mr>(dst, a, i0, len, p0, kc)
         }
     };
 }
@@ -125,7 +131,7 @@ mod avx2 {
         _mm256_setzero_ps, _mm256_storeu_ps,
     };
 
-    use super::{MatRef, MicroKernel, add_tile, full_tile_fits, pack};
+    use super::{HalfRef, MatRef, MicroKernel, add_tile, full_tile_fits, pack, pack_half};
 
     const MR: usize = 6;
     const NR: usize = 16;
@@ -235,7 +241,7 @@ mod avx512 {
         _mm512_set1_ps, _mm512_setzero_ps, _mm512_storeu_ps,
     };
 
-    use super::{MatRef, MicroKernel, add_tile, full_tile_fits, pack};
+    use super::{HalfRef, MatRef, MicroKernel, add_tile, full_tile_fits, pack, pack_half};
 
     const MR: usize = 8;
     const NR: usize = 32;
@@ -339,7 +345,7 @@ pub use simd128::Simd128;
 mod simd128 {
     use core::arch::wasm32::{f32x4_add, f32x4_mul, f32x4_splat, v128, v128_load, v128_store};
 
-    use super::{MatRef, MicroKernel, add_tile, full_tile_fits, pack};
+    use super::{HalfRef, MatRef, MicroKernel, add_tile, full_tile_fits, pack, pack_half};
 
     const MR: usize = 4;
     const NR: usize = 8;

@@ -106,10 +106,10 @@ pub(super) fn pack<const R: usize>(
             let base = (i0 + start) * x.rs + p0;
             let src: [&[f32]; R] = core::array::from_fn(|i| &x.data[base + i * x.rs..][..kc]);
             #[cfg(target_arch = "x86_64")]
-            if R == 8 && super::isa::has_avx2_fma() {
-                // SAFETY: the CPU has AVX2 (checked); `src` holds 8 rows of `kc` values and
-                // `out` 8 * kc (the panel).
-                unsafe { transpose_panel(&src[..], kc, out) };
+            if (4..=8).contains(&R) && super::isa::has_avx2_f16c() {
+                // SAFETY: the CPU has AVX2 and F16C (checked); `src` holds `R <= 8` rows of `kc` values
+                // and `out` R * kc (the panel).
+                unsafe { transpose_panel::<R, _>(&F32Rows(&src[..]), kc, out) };
                 continue;
             }
             for (p, o) in out.chunks_exact_mut(R).enumerate() {
@@ -127,6 +127,175 @@ pub(super) fn pack<const R: usize>(
                     o[i] = x.data[base + p * x.cs];
                 }
             }
+        }
+    }
+}
+
+/// A read-only row-major matrix of 16-bit floats, `f16` (or `bf16` when `bf`): element `(i, j)`
+/// is the two bytes at `2 (i * cols + j)` of `data`. The GEMM packs it into f32 micro-panels
+/// directly ([`pack_half`]), with no f32 copy of the rows.
+#[derive(Debug, Clone, Copy)]
+pub struct HalfRef<'a> {
+    data: &'a [u8],
+    rows: usize,
+    cols: usize,
+    bf: bool,
+}
+
+impl<'a> HalfRef<'a> {
+    /// `rows x cols` values of `data` (at least `2 rows cols` bytes).
+    pub fn new(data: &'a [u8], rows: usize, cols: usize, bf: bool) -> Result<Self> {
+        let need = rows.checked_mul(cols).and_then(|n| n.checked_mul(2));
+        if need.is_none_or(|n| data.len() < n) {
+            return Err(Error::bad_shape(
+                NAME,
+                "operand",
+                &[rows, cols],
+                format!(
+                    "needs {rows} x {cols} 16-bit values, has {} bytes",
+                    data.len()
+                ),
+            ));
+        }
+        Ok(HalfRef {
+            data,
+            rows,
+            cols,
+            bf,
+        })
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Row `i`'s `2 cols` bytes.
+    fn row(&self, i: usize) -> &'a [u8] {
+        &self.data[2 * i * self.cols..2 * (i + 1) * self.cols]
+    }
+
+    /// The value at `(i, p)` of `row` (one of this matrix's rows), as the reference decodes it.
+    fn value(&self, row: &[u8], p: usize) -> f32 {
+        let h = u16::from_le_bytes([row[2 * p], row[2 * p + 1]]);
+        if self.bf {
+            f32::from_bits((h as u32) << 16)
+        } else {
+            crate::quant::decode::f16_to_f32(h)
+        }
+    }
+}
+
+/// [`pack`] for a 16-bit matrix: `dst[panel * R * kc + p * R + i] = x(i0 + panel * R + i, p0 +
+/// p)` as f32 (exact), zero past `len`. With AVX2 and F16C, eight columns of up to eight rows
+/// are widened (`vcvtph2ps`, or a shift for bf16, as the f16 kernels widen) and transposed in
+/// registers: one pass over the 16-bit rows instead of widening them into an f32 copy and
+/// packing that.
+pub(super) fn pack_half<const R: usize>(
+    dst: &mut [f32],
+    x: HalfRef,
+    i0: usize,
+    len: usize,
+    p0: usize,
+    kc: usize,
+) {
+    for (panel, start) in (0..len).step_by(R).enumerate() {
+        let rows = R.min(len - start);
+        let out = &mut dst[panel * R * kc..(panel + 1) * R * kc];
+        let src: [&[u8]; R] = core::array::from_fn(|i| {
+            if i < rows {
+                &x.row(i0 + start + i)[2 * p0..2 * (p0 + kc)]
+            } else {
+                &[]
+            }
+        });
+        #[cfg(target_arch = "x86_64")]
+        if (4..=8).contains(&R) && super::isa::has_avx2_f16c() {
+            // SAFETY: the CPU has AVX2 and F16C (checked); `src` holds `rows <= R <= 8` rows of
+            // `kc` values (the rest empty: read as zeros) and `out` R * kc (the panel).
+            unsafe {
+                if x.bf {
+                    transpose_panel::<R, _>(&HalfRows::<true>(&src[..rows]), kc, out)
+                } else {
+                    transpose_panel::<R, _>(&HalfRows::<false>(&src[..rows]), kc, out)
+                }
+            };
+            continue;
+        }
+        for (p, o) in out.chunks_exact_mut(R).enumerate() {
+            for (i, d) in o.iter_mut().enumerate() {
+                *d = if i < rows { x.value(src[i], p) } else { 0.0 };
+            }
+        }
+    }
+}
+
+/// Rows of a panel that [`transpose_panel`] reads eight values at a time: row `i` for `i <
+/// count()`, zeros past them.
+#[cfg(target_arch = "x86_64")]
+trait PanelRows {
+    fn count(&self) -> usize;
+    /// Eight values of row `i` from column `p`.
+    ///
+    /// # Safety
+    /// The CPU has what the type needs (AVX2, and F16C for 16-bit rows); `i < count()` and
+    /// the row holds `p + 8` values.
+    unsafe fn load8(&self, i: usize, p: usize) -> core::arch::x86_64::__m256;
+    /// The value at `(i, p)`, `i < count()`.
+    fn get(&self, i: usize, p: usize) -> f32;
+}
+
+/// f32 rows.
+#[cfg(target_arch = "x86_64")]
+struct F32Rows<'s, 'a>(&'s [&'a [f32]]);
+
+#[cfg(target_arch = "x86_64")]
+impl PanelRows for F32Rows<'_, '_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    #[inline(always)]
+    unsafe fn load8(&self, i: usize, p: usize) -> core::arch::x86_64::__m256 {
+        // SAFETY: by the contract, 8 values from `p` lie in row `i`.
+        unsafe { core::arch::x86_64::_mm256_loadu_ps(self.0[i].as_ptr().add(p)) }
+    }
+    fn get(&self, i: usize, p: usize) -> f32 {
+        self.0[i][p]
+    }
+}
+
+/// 16-bit rows (`bf16` when `BF`, else `f16`), two bytes a value.
+#[cfg(target_arch = "x86_64")]
+struct HalfRows<'s, 'a, const BF: bool>(&'s [&'a [u8]]);
+
+#[cfg(target_arch = "x86_64")]
+impl<const BF: bool> PanelRows for HalfRows<'_, '_, BF> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    #[inline(always)]
+    unsafe fn load8(&self, i: usize, p: usize) -> core::arch::x86_64::__m256 {
+        use core::arch::x86_64::*;
+        // SAFETY: by the contract, 8 values (16 bytes) from `p` lie in row `i`, and the CPU has
+        // AVX2 and F16C.
+        unsafe {
+            let h = _mm_loadu_si128(self.0[i].as_ptr().add(2 * p).cast());
+            if BF {
+                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+            } else {
+                _mm256_cvtph_ps(h)
+            }
+        }
+    }
+    fn get(&self, i: usize, p: usize) -> f32 {
+        let h = u16::from_le_bytes([self.0[i][2 * p], self.0[i][2 * p + 1]]);
+        if BF {
+            f32::from_bits((h as u32) << 16)
+        } else {
+            crate::quant::decode::f16_to_f32(h)
         }
     }
 }
@@ -168,33 +337,48 @@ pub(super) unsafe fn transpose8(
     }
 }
 
-/// `out[8 p + i] = src[i][p]` for 8 rows of `kc` values: 8 x 8 blocks transposed in registers
-/// ([`transpose8`]: the same values moved, so the same bits as the scalar loop), the rest one by
-/// one.
+/// `out[R p + i] = src(i, p)` for the `src.count() <= R` rows (`4 <= R <= 8`) of `kc` values (zeros for
+/// `i >= src.count()`): 8 x 8 blocks transposed in registers ([`transpose8`]: the same values
+/// moved, so the same bits as the scalar loop), the rest one by one.
 ///
 /// # Safety
-/// The CPU has AVX2.
+/// The CPU has AVX2 and what `src`'s loads need (F16C for 16-bit rows); every row of `src` holds
+/// `kc` values.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn transpose_panel(src: &[&[f32]], kc: usize, out: &mut [f32]) {
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn transpose_panel<const R: usize, S: PanelRows>(src: &S, kc: usize, out: &mut [f32]) {
     use core::arch::x86_64::*;
-    if src.len() < 8 || out.len() < 8 * kc || src.iter().any(|r| r.len() < kc) {
+    let rows = src.count();
+    if !(4..=8).contains(&R) || rows > R || out.len() < R * kc {
         return;
     }
     let mut p = 0;
     while p + 8 <= kc {
-        // SAFETY: rows hold `kc` values and `out` `8 kc` (checked above); `p + 8 <= kc`.
+        // SAFETY: rows hold `kc` values and `out` `R kc` (checked above); `p + 8 <= kc`. Each
+        // column but the last is stored as 8 lanes, the `8 - R` past it overwritten by the next
+        // column's store; the last column stores its `R` lanes alone.
         unsafe {
-            let r = core::array::from_fn(|i| _mm256_loadu_si256(src[i].as_ptr().add(p).cast()));
-            for (j, c) in transpose8(r).iter().enumerate() {
-                _mm256_storeu_si256(out.as_mut_ptr().add(8 * (p + j)).cast(), *c);
+            let v: [__m256i; 8] = core::array::from_fn(|i| {
+                if i < rows {
+                    _mm256_castps_si256(src.load8(i, p))
+                } else {
+                    _mm256_setzero_si256()
+                }
+            });
+            let cols = transpose8(v);
+            let o = out.as_mut_ptr().add(R * p);
+            for (j, c) in cols.iter().enumerate().take(7) {
+                _mm256_storeu_si256(o.add(R * j).cast(), *c);
             }
+            let mut last = [0.0f32; 8];
+            _mm256_storeu_si256(last.as_mut_ptr().cast(), cols[7]);
+            core::ptr::copy_nonoverlapping(last.as_ptr(), o.add(R * 7), R);
         }
         p += 8;
     }
     for p in p..kc {
-        for (i, row) in src.iter().enumerate().take(8) {
-            out[8 * p + i] = row[p];
+        for i in 0..R {
+            out[R * p + i] = if i < rows { src.get(i, p) } else { 0.0 };
         }
     }
 }
@@ -206,27 +390,103 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn packed_panels_of_eight_rows_hold_the_rows_side_by_side() {
-        // The 8 x 8 register transpose (x86) against the definition, with tails of `kc`, a
-        // partial last panel and an offset start column.
+    /// `pack::<R>` against its definition.
+    fn check_pack<const R: usize>() {
+        // The register transpose (x86) against the definition, with tails of `kc`, a partial
+        // last panel and an offset start column.
         for (rows, k, kc, p0) in [(8, 8, 8, 0), (16, 29, 21, 5), (13, 40, 40, 0), (8, 3, 3, 0)] {
+            let rows = rows.max(R);
             let data: Vec<f32> = (0..rows * k).map(|v| v as f32 * 0.5 - 3.0).collect();
             let x = MatRef::new(&data, rows, k, false).unwrap();
-            let panels = rows.div_ceil(8);
-            let mut got = vec![f32::NAN; panels * 8 * kc];
-            pack::<8>(&mut got, x, 0, rows, p0, kc);
-            for r in 0..panels * 8 {
+            let panels = rows.div_ceil(R);
+            let mut got = vec![f32::NAN; panels * R * kc];
+            pack::<R>(&mut got, x, 0, rows, p0, kc);
+            for r in 0..panels * R {
                 for p in 0..kc {
                     let want = if r < rows { data[r * k + p0 + p] } else { 0.0 };
-                    let at = (r / 8) * 8 * kc + 8 * p + r % 8;
+                    let at = (r / R) * R * kc + R * p + r % R;
                     assert_eq!(
                         got[at].to_bits(),
                         want.to_bits(),
-                        "{rows}x{k} kc {kc}: ({r}, {p})"
+                        "R {R}, {rows}x{k} kc {kc}: ({r}, {p})"
                     );
                 }
             }
         }
+    }
+
+    #[test]
+    fn packed_panels_hold_the_rows_side_by_side() {
+        // Every kernel's `MR` and `NR` up to 16 (4, 6 and 8 go through the register transpose
+        // on x86).
+        check_pack::<4>();
+        check_pack::<6>();
+        check_pack::<8>();
+        check_pack::<16>();
+    }
+
+    /// `pack_half::<R>` against the reference decoder's values packed by their definition,
+    /// for f16 and bf16 bits of every kind (seeded random bits, with NaN, inf, subnormals and
+    /// signed zeros planted).
+    fn check_pack_half<const R: usize>() {
+        let special: [u16; 8] = [
+            0x7c00, 0xfc00, 0x7e01, 0x7c01, 0x0001, 0x8000, 0x03ff, 0xff80,
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for bf in [false, true] {
+            for (rows, k, kc, p0, i0) in [
+                (R, 8, 8, 0, 0),
+                (2 * R + 3, 37, 29, 5, 1),
+                (R - 1, 16, 16, 0, 0),
+                (3 * R, 64, 40, 17, R),
+            ] {
+                let bits: Vec<u16> = (0..rows * k)
+                    .map(|i| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        if i % 11 == 3 {
+                            special[(state % 8) as usize]
+                        } else {
+                            (state >> 20) as u16
+                        }
+                    })
+                    .collect();
+                let bytes: Vec<u8> = bits.iter().flat_map(|h| h.to_le_bytes()).collect();
+                let x = HalfRef::new(&bytes, rows, k, bf).unwrap();
+                let len = rows - i0;
+                let panels = len.div_ceil(R);
+                let mut got = vec![f32::NAN; panels * R * kc];
+                pack_half::<R>(&mut got, x, i0, len, p0, kc);
+                for r in 0..panels * R {
+                    for p in 0..kc {
+                        let want = if r < len {
+                            let h = bits[(i0 + r) * k + p0 + p];
+                            if bf {
+                                f32::from_bits((h as u32) << 16)
+                            } else {
+                                crate::quant::decode::f16_to_f32(h)
+                            }
+                        } else {
+                            0.0
+                        };
+                        let at = (r / R) * R * kc + R * p + r % R;
+                        assert_eq!(
+                            got[at].to_bits(),
+                            want.to_bits(),
+                            "R {R}, bf16 {bf}, {rows}x{k} from row {i0} kc {kc} p0 {p0}: ({r}, {p})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn half_panels_widen_exactly_as_the_reference_decodes() {
+        check_pack_half::<4>();
+        check_pack_half::<6>();
+        check_pack_half::<8>();
+        check_pack_half::<16>();
     }
 }

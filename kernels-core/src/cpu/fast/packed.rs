@@ -443,18 +443,9 @@ fn panel_product(
         bias,
         activation,
         out_shape,
-        &|js, tb| {
-            let mut gemm = Gemm::new(kernel).with_threads(1);
-            let mut buf = Vec::new();
-            panel_range(
-                dtype,
-                packed,
-                row_bytes,
-                (&xt, dims),
-                js,
-                tb,
-                (&mut gemm, &mut buf),
-            )
+        &|| Ok((Gemm::new(kernel).with_threads(1), Vec::new())),
+        &|(gemm, buf), js, tb| {
+            panel_range(dtype, packed, row_bytes, (&xt, dims), js, tb, (gemm, buf))
         },
     )
 }

@@ -1,9 +1,10 @@
 //! Products computed transposed (`t [n, rows]`: each thread owns whole weight rows, so its
 //! outputs are contiguous) and written back as the op's `[rows, n]` output, `act(t + bias)`:
 //!
-//! - [`by_ranges`]: each range of weight rows computes its block of `t` into a scratch buffer
-//!   and turns it straight into its columns of the output while the block is still in cache
-//!   (prefill's f32 GEMMs on f16 and decoded quantized panels). No whole `t`, no second pass.
+//! - [`by_ranges`]: each range of weight rows computes its `t` a block at a time into a scratch
+//!   buffer and turns each block straight into its columns of the output while it is still in
+//!   cache (prefill's f32 GEMMs on f16 and decoded quantized panels). No whole `t`, no second
+//!   pass.
 //! - [`finish`]: a whole `t` turned back (the other quantized paths).
 //!
 //! Both go through [`put`], 16 columns by 8 rows at a time. The arithmetic is the same either
@@ -20,30 +21,49 @@ use crate::error::Result;
 use crate::op::Activation;
 use crate::tensor::Tensor;
 
-/// What [`by_ranges`] runs on each range of weight rows: their block of `t` (`[range, rows]`,
-/// zeroed) to fill.
-pub type RangeFn<'a> = dyn Fn(Range<usize>, &mut [f32]) -> Result<()> + Sync + 'a;
+/// What [`by_ranges`] runs on each block of weight rows: with its range's state, the block's
+/// `t` (`[block, rows]`, zeroed) to fill.
+pub type BlockFn<'a, S> = dyn Fn(&mut S, Range<usize>, &mut [f32]) -> Result<()> + Sync + 'a;
 
-/// The op's output, shaped `out_shape`, from a transposed product computed range by range:
-/// `0..n` cut into ranges of whole `grain`s over the pool ([`pool::for_columns`]), each
-/// range's block of `t` made by `range_t` into a zeroed scratch buffer, then written into the
-/// range's columns, `act(t + bias)`. `range_t` must give the same bits for a weight row
-/// whatever range (of whole grains) it falls in.
-pub fn by_ranges(
+/// Values of `t` per block of [`by_ranges`] (64 KiB): a block is still in L2 when it is written
+/// out. One block for a whole range (a whole product on one thread: 5 MiB for a 0.5B model's
+/// 256-token FFN) went out to memory and back and was zeroed in full first.
+const BLOCK_VALUES: usize = 1 << 14;
+/// Weight rows of a block come in multiples of 48, of every GEMM kernel's `MR` (4, 6, 8): no
+/// tile but a range's last computes rows it throws away.
+const BLOCK_UNIT: usize = 48;
+
+/// The op's output, shaped `out_shape`, from a transposed product computed block by block:
+/// `0..n` cut into ranges of whole `grain`s over the pool ([`pool::for_columns`]); each range
+/// makes its state with `state`, then cuts its columns into blocks of [`BLOCK_UNIT`]s (about
+/// [`BLOCK_VALUES`] values of `t` each), and each block's `t` made by `block_t` into a zeroed
+/// scratch buffer is written straight into the block's columns, `act(t + bias)`. `block_t` must
+/// give the same bits for a weight row whatever block or range it falls in.
+#[allow(clippy::too_many_arguments)]
+pub fn by_ranges<S>(
     (rows, n): (usize, usize),
     grain: usize,
     bias: Option<&[f32]>,
     activation: Activation,
     out_shape: &[usize],
-    range_t: &RangeFn,
+    state: &(dyn Fn() -> Result<S> + Sync),
+    block_t: &BlockFn<S>,
 ) -> Result<Vec<Tensor>> {
     let len = rows.checked_mul(n).ok_or_else(|| too_large(rows, n))?;
     let mut out = buffers::zeroed(len, "matmul")?;
+    let block = (BLOCK_VALUES / rows.max(1) / BLOCK_UNIT).max(1) * BLOCK_UNIT;
     pool::for_columns(&mut out, n.max(1), grain.max(1), &|js, mut view| {
+        let mut s = state()?;
         let mut tb = Vec::new();
-        buffers::grow(&mut tb, js.len() * rows, 0.0, "matmul")?;
-        range_t(js.clone(), &mut tb)?;
-        put(&tb, &mut view, 0, bias.and_then(|b| b.get(js)), activation);
+        buffers::grow(&mut tb, block.min(js.len()) * rows, 0.0, "matmul")?;
+        for b0 in js.clone().step_by(block) {
+            let b1 = (b0 + block).min(js.end);
+            let t = &mut tb[..(b1 - b0) * rows];
+            t.fill(0.0);
+            block_t(&mut s, b0..b1, t)?;
+            let bias = bias.and_then(|b| b.get(b0..b1));
+            put(t, &mut view, b0 - js.start, bias, activation);
+        }
         Ok(())
     })?;
     Ok(vec![Tensor::from_f32(out_shape, out)?])

@@ -1,10 +1,10 @@
 //! The x86_64 kernels of [`super`]: AVX-512F and AVX2, both with FMA and F16C.
 
-/// The dot and widening kernels over one instruction set's primitives, which the invoking
+/// The dot kernels over one instruction set's primitives, which the invoking
 /// module defines: the vector type `V` of `L` lanes, `GROUP` (rows of `x` at once), `WIDE`
 /// (weight rows a tile streams at once for one row of `x`), `WIDE_U` (their accumulators along
 /// `k`), `WIDE_PAIRS` (whether two rows of `x` take wide tiles too) and `unsafe fn`s `zero`,
-/// `add`, `load_x` (`L` f32), `load_w::<BF>` (`L` f16 or bf16 values widened), `store`, `fma(a,
+/// `add`, `load_x` (`L` f32), `load_w::<BF>` (`L` f16 or bf16 values widened), `fma(a,
 /// b, c) = a * b + c`, `hsum` and `prefetch` (a hint into L2, any address).
 ///
 /// Decode streams the weight from memory (a token reads every weight once, far more than the
@@ -202,32 +202,6 @@ macro_rules! half_kernels {
                 }
             }
         }
-
-        /// `dst[i] = src[i]` widened to f32 for `i < n`.
-        ///
-        /// # Safety
-        /// The CPU has this module's features; `src` is valid for `2 n` reads, `dst` for `n`
-        /// writes.
-        $(#[$attr])*
-        pub(in crate::cpu::fast::half_dot) unsafe fn widen<const BF: bool>(
-            src: *const u8,
-            n: usize,
-            dst: *mut f32,
-        ) {
-            // SAFETY: whole vectors below n, then single values.
-            unsafe {
-                let mut i = 0;
-                while i + L <= n {
-                    store(dst.add(i), load_w::<BF>(src.add(2 * i)));
-                    i += L;
-                }
-                while i < n {
-                    let h = core::ptr::read_unaligned(src.add(2 * i) as *const u16);
-                    *dst.add(i) = super::super::scalar::<BF>(h);
-                    i += 1;
-                }
-            }
-        }
     };
 }
 
@@ -268,11 +242,6 @@ pub(super) mod avx512 {
                 _mm512_cvtph_ps(h)
             }
         }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: V) {
-        // SAFETY: as `load_x`.
-        unsafe { _mm512_storeu_ps(p, v) }
     }
     #[inline(always)]
     unsafe fn fma(a: V, b: V, c: V) -> V {
@@ -337,11 +306,6 @@ pub(super) mod avx2 {
                 _mm256_cvtph_ps(h)
             }
         }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: V) {
-        // SAFETY: as `load_x`.
-        unsafe { _mm256_storeu_ps(p, v) }
     }
     #[inline(always)]
     unsafe fn fma(a: V, b: V, c: V) -> V {

@@ -2,7 +2,7 @@
 //! (one query row over a KV cache) and prefill (every row, causal or not) share one row loop.
 //!
 //! Per query row: the scores `scale * q . k_j` over the visible keys (a vector dot product per
-//! key), their maximum, `p_j = exp(score_j - max)` with the vector `exp`, the sum, and
+//! key, four keys interleaved), their maximum, `p_j = exp(score_j - max)` with the vector `exp`, the sum, and
 //! `out = sum_j (p_j / sum) v_j` accumulated row by row (each `v_j` is contiguous). A row that
 //! sees no key is zeros, as in the reference; NaN in q or a visible k makes the row NaN, NaN in
 //! v its column.
@@ -96,7 +96,20 @@ fn attend_row<S: Simd>(
     if p.is_empty() || d == 0 || dv == 0 {
         return;
     }
-    for (pj, kj) in p.iter_mut().zip(k_head.chunks_exact(d)) {
+    // Four keys at a time (the same arithmetic per key as one at a time).
+    let mut keys = k_head.chunks_exact(d);
+    let mut quads = p.chunks_exact_mut(4);
+    for pq in &mut quads {
+        let (Some(k0), Some(k1), Some(k2), Some(k3)) =
+            (keys.next(), keys.next(), keys.next(), keys.next())
+        else {
+            return;
+        };
+        for (pj, dj) in pq.iter_mut().zip(math::dot4(s, qi, [k0, k1, k2, k3])) {
+            *pj = dj * scale;
+        }
+    }
+    for (pj, kj) in quads.into_remainder().iter_mut().zip(keys) {
         *pj = math::dot(s, qi, kj) * scale;
     }
     let m = math::max(s, p);

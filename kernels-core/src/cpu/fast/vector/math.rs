@@ -213,17 +213,40 @@ pub(crate) fn dot<S: Simd>(s: S, a: &[f32], b: &[f32]) -> f32 {
     s.hsum(acc)
 }
 
+/// `[a . b[0], .., a . b[3]]`: four [`dot`]s, each with `dot`'s arithmetic (so its bits),
+/// interleaved so that their dependency chains overlap (one `dot` waits out the multiply-add's
+/// latency at every vector). Every `b[i]` is as long as `a`.
+#[inline(always)]
+pub(crate) fn dot4<S: Simd>(s: S, a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+    let l = S::LANES;
+    let mut acc = [s.splat(0.0); 4];
+    for (i, ac) in a.chunks(l).enumerate() {
+        let av = s.load(ac, 0.0);
+        let at = i * l..i * l + ac.len();
+        for (a, bi) in acc.iter_mut().zip(b) {
+            *a = s.mul_add(av, s.load(bi.get(at.clone()).unwrap_or_default(), 0.0), *a);
+        }
+    }
+    acc.map(|a| s.hsum(a))
+}
+
+/// Vectors of `out` whose accumulators [`weighted_rows`] keeps in registers at once: eight
+/// independent multiply-add chains (four waited on the multiply-add's latency), and a 64-wide
+/// head's whole row on AVX2.
+const WEIGHTED_VECTORS: usize = 8;
+
 /// `out = sum_j p[j] * rows[j]` where `rows` holds `p.len()` rows of `out.len()` values. The
-/// columns go in blocks of four vectors whose accumulators stay in registers across all rows
-/// (accumulating into `out` row by row would reload and store it for every row).
+/// columns go in blocks of [`WEIGHTED_VECTORS`] vectors whose accumulators stay in registers
+/// across all rows (accumulating into `out` row by row would reload and store it for every
+/// row). Each output is the same chain of multiply-adds over `j` whatever the block.
 #[inline(always)]
 pub(crate) fn weighted_rows<S: Simd>(s: S, p: &[f32], rows: &[f32], out: &mut [f32]) {
     let (l, w) = (S::LANES, out.len());
     if w == 0 {
         return;
     }
-    for c0 in (0..w).step_by(4 * l) {
-        let mut acc = [s.splat(0.0); 4];
+    for c0 in (0..w).step_by(WEIGHTED_VECTORS * l) {
+        let mut acc = [s.splat(0.0); WEIGHTED_VECTORS];
         for (&pj, row) in p.iter().zip(rows.chunks_exact(w)) {
             let (pv, row) = (s.splat(pj), &row[c0..]);
             for (k, a) in acc.iter_mut().enumerate() {

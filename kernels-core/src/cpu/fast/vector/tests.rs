@@ -503,3 +503,29 @@ fn other_ops_have_no_vector_path() {
     }
     let _: String = Isa::selected().name().into();
 }
+
+/// `dot4` is four `dot`s bit for bit (attention's scores take either), on every instruction
+/// set, at lengths around the vector widths, with NaN and inf planted.
+#[test]
+fn four_interleaved_dots_are_four_dots() {
+    let mut rng = Rng::new(41);
+    for isa in Isa::available() {
+        for len in [1, 3, 4, 7, 8, 15, 16, 17, 31, 64, 65, 128] {
+            let a = data(&mut rng, len, 0);
+            let b: Vec<Vec<f32>> = (0..4)
+                .map(|i| data(&mut rng, len, [0, 1, 4, 5][i]))
+                .collect();
+            let (got, want) = with_simd!(isa, s => {
+                let got = math::dot4(s, &a, [&b[0], &b[1], &b[2], &b[3]]);
+                let want: Vec<f32> = b.iter().map(|bi| math::dot(s, &a, bi)).collect();
+                (got, want)
+            });
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                    "{isa:?} len {len}: {g} != {w}"
+                );
+            }
+        }
+    }
+}
