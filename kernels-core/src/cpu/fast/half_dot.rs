@@ -10,7 +10,8 @@
 //!   The weight rows are split over the thread pool ([`super::pool`]).
 //! - **Prefill** (more rows): blocks of [`BLOCK_ROWS`] weight rows are multiplied by the
 //!   blocked f32 GEMM, which widens the 16-bit rows as it packs them into its micro-panels (one
-//!   pass over the rows, no f32 copy); the blocks are split over the thread pool.
+//!   pass over the rows, no f32 copy; on AVX-512 a block is widened into a buffer first,
+//!   measured faster there); the blocks are split over the thread pool.
 //!
 //! The activations stay f32, as the reference's (decode the weight, then the f32 product): only
 //! the summation order differs, within matmul's budget. AVX-512 BF16's `vdpbf16ps` is not used:
@@ -149,8 +150,8 @@ pub fn product_of(
                 bv,
                 activation,
                 &out_shape,
-                &|| Ok(Gemm::new(family.gemm_kernel()).with_threads(1)),
-                &|gemm, js, part| gemm_range(gemm, bf, (w, &xt), k, js, part),
+                &|| Ok(RangeState::new(family)),
+                &|s, js, part| gemm_range(s, bf, (w, &xt), k, js, part),
             );
         }
         let mut t = super::zeros(rows.checked_mul(n).ok_or_else(too_large)?)?;
@@ -301,8 +302,8 @@ fn gemm_t(
     let n = w.len() / (2 * k).max(1);
     let (w, xt) = gemm_operands(family, w, x, (rows, k, n))?;
     pool::for_slices_on(threads, t, rows, GRAIN, &|js, part| {
-        let mut gemm = Gemm::new(family.gemm_kernel()).with_threads(1);
-        gemm_range(&mut gemm, bf, (w, &xt), k, js, part)
+        let mut s = RangeState::new(family);
+        gemm_range(&mut s, bf, (w, &xt), k, js, part)
     })
 }
 
@@ -322,12 +323,31 @@ fn gemm_operands<'a>(
     Ok((w, xt))
 }
 
+/// What one range of the prefill GEMM keeps across its blocks: the GEMM with its packing
+/// buffers, and a block of widened rows where the family widens before packing.
+struct RangeState {
+    family: Family,
+    gemm: Gemm,
+    buf: Vec<f32>,
+}
+
+impl RangeState {
+    fn new(family: Family) -> Self {
+        RangeState {
+            family,
+            gemm: Gemm::new(family.gemm_kernel()).with_threads(1),
+            buf: Vec::new(),
+        }
+    }
+}
+
 /// Weight rows `js` of the prefill GEMM into `part` (`[js, rows]`, zeroed): blocks of
-/// [`BLOCK_ROWS`] rows times `x^T` (`xt`, packed) on `gemm`, the 16-bit rows widened as the GEMM
-/// packs them. Every output is the blocked GEMM's dot product whatever block or range its row
-/// falls in, so the bits do not depend on the cut.
+/// [`BLOCK_ROWS`] rows times `x^T` (`xt`, packed). The GEMM widens the 16-bit rows as it packs
+/// them; on AVX-512 a block is widened into a buffer first (measured faster there). The packed
+/// values are the same either way, and every output is the blocked GEMM's dot product whatever
+/// block or range its row falls in, so the bits do not depend on the cut or the path.
 fn gemm_range(
-    gemm: &mut Gemm,
+    s: &mut RangeState,
     bf: bool,
     (w, xt): (&[u8], &PackedB),
     k: usize,
@@ -336,10 +356,30 @@ fn gemm_range(
 ) -> Result<()> {
     let row_bytes = 2 * k;
     let rows = xt.cols();
+    let RangeState { family, gemm, buf } = s;
     for b0 in js.clone().step_by(BLOCK_ROWS) {
         let b1 = (b0 + BLOCK_ROWS).min(js.end);
         let c = &mut part[(b0 - js.start) * rows..(b1 - js.start) * rows];
-        let a = HalfRef::new(&w[b0 * row_bytes..b1 * row_bytes], b1 - b0, k, bf)?;
+        let wb = &w[b0 * row_bytes..b1 * row_bytes];
+        #[cfg(target_arch = "x86_64")]
+        if *family == Family::Avx512 {
+            let n = (b1 - b0) * k;
+            super::buffers::grow(buf, n, 0.0, "f16 weight block")?;
+            // SAFETY: the family proves the features; `wb` holds `n` two-byte values and
+            // `buf` at least `n` values.
+            unsafe {
+                if bf {
+                    x86::avx512::widen::<true>(wb.as_ptr(), n, buf.as_mut_ptr())
+                } else {
+                    x86::avx512::widen::<false>(wb.as_ptr(), n, buf.as_mut_ptr())
+                }
+            }
+            let a = MatRef::new(&buf[..n], b1 - b0, k, false)?;
+            gemm.run_blocked_packed(a, xt, c, rows)?;
+            continue;
+        }
+        let _ = (&family, &buf);
+        let a = HalfRef::new(wb, b1 - b0, k, bf)?;
         gemm.run_blocked_packed_half(a, xt, c, rows)?;
     }
     Ok(())
