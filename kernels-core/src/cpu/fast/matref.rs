@@ -133,7 +133,7 @@ pub(super) fn pack<const R: usize>(
 
 /// A read-only row-major matrix of 16-bit floats, `f16` (or `bf16` when `bf`): element `(i, j)`
 /// is the two bytes at `2 (i * cols + j)` of `data`. The GEMM packs it into f32 micro-panels
-/// directly ([`pack_half`]), with no f32 copy of the rows.
+/// directly (`pack_half`), with no f32 copy of the rows.
 #[derive(Debug, Clone, Copy)]
 pub struct HalfRef<'a> {
     data: &'a [u8],
