@@ -378,6 +378,7 @@ fn gemm_range(
             gemm.run_blocked_packed(a, xt, c, rows)?;
             continue;
         }
+        #[cfg(not(target_arch = "x86_64"))]
         let _ = (&family, &buf);
         let a = HalfRef::new(wb, b1 - b0, k, bf)?;
         gemm.run_blocked_packed_half(a, xt, c, rows)?;

@@ -177,15 +177,16 @@ impl<'a> HalfRef<'a> {
     fn row(&self, i: usize) -> &'a [u8] {
         &self.data[2 * i * self.cols..2 * (i + 1) * self.cols]
     }
+}
 
-    /// The value at `(i, p)` of `row` (one of this matrix's rows), as the reference decodes it.
-    fn value(&self, row: &[u8], p: usize) -> f32 {
-        let h = u16::from_le_bytes([row[2 * p], row[2 * p + 1]]);
-        if self.bf {
-            f32::from_bits((h as u32) << 16)
-        } else {
-            crate::quant::decode::f16_to_f32(h)
-        }
+/// Value `p` of a row of 16-bit floats (`bf16` when `bf`, else `f16`) as the vector widening
+/// gives it: f16 as the reference decodes it, bf16 by the exact 16-bit shift (a signaling NaN
+/// keeps its payload, where the reference's decoder quiets it).
+fn half_value(row: &[u8], p: usize, bf: bool) -> f32 {
+    if bf {
+        f32::from_bits(u32::from(u16::from_le_bytes([row[2 * p], row[2 * p + 1]])) << 16)
+    } else {
+        crate::quant::decode::f16_at(row, 2 * p)
     }
 }
 
@@ -227,7 +228,11 @@ pub(super) fn pack_half<const R: usize>(
         }
         for (p, o) in out.chunks_exact_mut(R).enumerate() {
             for (i, d) in o.iter_mut().enumerate() {
-                *d = if i < rows { x.value(src[i], p) } else { 0.0 };
+                *d = if i < rows {
+                    half_value(src[i], p, x.bf)
+                } else {
+                    0.0
+                };
             }
         }
     }
@@ -291,12 +296,7 @@ impl<const BF: bool> PanelRows for HalfRows<'_, '_, BF> {
         }
     }
     fn get(&self, i: usize, p: usize) -> f32 {
-        let h = u16::from_le_bytes([self.0[i][2 * p], self.0[i][2 * p + 1]]);
-        if BF {
-            f32::from_bits((h as u32) << 16)
-        } else {
-            crate::quant::decode::f16_to_f32(h)
-        }
+        half_value(self.0[i], p, BF)
     }
 }
 
@@ -390,6 +390,24 @@ mod tests {
 
     use super::*;
 
+    /// Asserts that `got` holds `len` rows in panels of `R` (`kc` columns each, zeros past
+    /// `len`), row `r`'s column `p` being `want(r, p)`, bit for bit.
+    fn assert_panels<const R: usize>(
+        got: &[f32],
+        len: usize,
+        kc: usize,
+        want: impl Fn(usize, usize) -> f32,
+        case: &str,
+    ) {
+        for r in 0..len.div_ceil(R) * R {
+            for p in 0..kc {
+                let w = if r < len { want(r, p) } else { 0.0 };
+                let at = (r / R) * R * kc + R * p + r % R;
+                assert_eq!(got[at].to_bits(), w.to_bits(), "R {R}, {case}: ({r}, {p})");
+            }
+        }
+    }
+
     /// `pack::<R>` against its definition.
     fn check_pack<const R: usize>() {
         // The register transpose (x86) against the definition, with tails of `kc`, a partial
@@ -401,17 +419,8 @@ mod tests {
             let panels = rows.div_ceil(R);
             let mut got = vec![f32::NAN; panels * R * kc];
             pack::<R>(&mut got, x, 0, rows, p0, kc);
-            for r in 0..panels * R {
-                for p in 0..kc {
-                    let want = if r < rows { data[r * k + p0 + p] } else { 0.0 };
-                    let at = (r / R) * R * kc + R * p + r % R;
-                    assert_eq!(
-                        got[at].to_bits(),
-                        want.to_bits(),
-                        "R {R}, {rows}x{k} kc {kc}: ({r}, {p})"
-                    );
-                }
-            }
+            let case = format!("{rows}x{k} kc {kc}");
+            assert_panels::<R>(&got, rows, kc, |r, p| data[r * k + p0 + p], &case);
         }
     }
 
@@ -458,26 +467,16 @@ mod tests {
                 let panels = len.div_ceil(R);
                 let mut got = vec![f32::NAN; panels * R * kc];
                 pack_half::<R>(&mut got, x, i0, len, p0, kc);
-                for r in 0..panels * R {
-                    for p in 0..kc {
-                        let want = if r < len {
-                            let h = bits[(i0 + r) * k + p0 + p];
-                            if bf {
-                                f32::from_bits((h as u32) << 16)
-                            } else {
-                                crate::quant::decode::f16_to_f32(h)
-                            }
-                        } else {
-                            0.0
-                        };
-                        let at = (r / R) * R * kc + R * p + r % R;
-                        assert_eq!(
-                            got[at].to_bits(),
-                            want.to_bits(),
-                            "R {R}, bf16 {bf}, {rows}x{k} from row {i0} kc {kc} p0 {p0}: ({r}, {p})"
-                        );
+                let want = |r: usize, p: usize| {
+                    let h = bits[(i0 + r) * k + p0 + p];
+                    if bf {
+                        f32::from_bits((h as u32) << 16)
+                    } else {
+                        crate::quant::decode::f16_to_f32(h)
                     }
-                }
+                };
+                let case = format!("bf16 {bf}, {rows}x{k} from row {i0} kc {kc} p0 {p0}");
+                assert_panels::<R>(&got, len, kc, want, &case);
             }
         }
     }

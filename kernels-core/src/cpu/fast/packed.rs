@@ -508,6 +508,8 @@ pub fn panel_product_t_in(
         gemm,
         buf,
     )| {
+        // The GEMM accumulates: the outputs start at 0 whatever `out_t` held.
+        out.fill(0.0);
         panel_range(
             dtype,
             (packed, layout),
@@ -556,8 +558,6 @@ fn panel_range(
 ) -> Result<()> {
     // Rows per panel: whole grains, at most `PANEL_VALUES` values.
     let p = (PANEL_VALUES / k.max(1)).clamp(PANEL_GRAIN, 512) / PANEL_GRAIN * PANEL_GRAIN;
-    // The GEMM accumulates: the outputs start at 0 whatever `out` held.
-    out.fill(0.0);
     let mut j0 = js.start;
     while j0 < js.end {
         let pn = p.min(js.end - j0);
