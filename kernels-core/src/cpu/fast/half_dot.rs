@@ -11,7 +11,10 @@
 //! - **Prefill** (more rows): blocks of [`BLOCK_ROWS`] weight rows are multiplied by the
 //!   blocked f32 GEMM, which widens the 16-bit rows as it packs them into its micro-panels (one
 //!   pass over the rows, no f32 copy; on AVX-512 a block is widened into a buffer first,
-//!   measured faster there); the blocks are split over the thread pool.
+//!   measured faster there); the blocks are split over the thread pool. On AVX2, up to
+//!   [`DOT_ROWS`] rows of `x` take the dot form instead (`x86::avx2::prefill`): tiles of four
+//!   rows of `x` by three weight rows, the 16-bit rows widened as they are loaded, nothing
+//!   packed, `k` in chunks that keep the tile's rows of `x` in L1.
 //!
 //! The activations stay f32, as the reference's (decode the weight, then the f32 product): only
 //! the summation order differs, within matmul's budget. AVX-512 BF16's `vdpbf16ps` is not used:
@@ -143,6 +146,25 @@ pub fn product_of(
         if rows > STREAM_ROWS {
             // Prefill: each range's blocks of the transposed product straight into its columns.
             let bf = dtype == DType::BF16;
+            #[cfg(target_arch = "x86_64")]
+            if family == Family::Avx2 && rows <= DOT_ROWS {
+                let need_w = n.checked_mul(2 * k).ok_or_else(too_large)?;
+                let w = packed.get(..need_w).ok_or_else(|| {
+                    Error::mismatch("matmul", &[n, k], &[packed.len() / (2 * k), k])
+                })?;
+                return super::transposed::by_ranges(
+                    (rows, n),
+                    GRAIN,
+                    bv,
+                    activation,
+                    &out_shape,
+                    &|| Ok(()),
+                    &|_, js, part| {
+                        dot_range(bf, w, xv, (rows, k), js, part);
+                        Ok(())
+                    },
+                );
+            }
             let (w, xt) = gemm_operands(family, packed, xv, (rows, k, n))?;
             return super::transposed::by_ranges(
                 (rows, n),
@@ -299,12 +321,68 @@ fn gemm_t(
     (rows, k): (usize, usize),
     t: &mut [f32],
 ) -> Result<()> {
+    #[cfg(target_arch = "x86_64")]
+    if family == Family::Avx2 && rows <= DOT_ROWS {
+        return pool::for_slices_on(threads, t, rows, GRAIN, &|js, part| {
+            dot_range(bf, w, x, (rows, k), js, part);
+            Ok(())
+        });
+    }
     let n = w.len() / (2 * k).max(1);
     let (w, xt) = gemm_operands(family, w, x, (rows, k, n))?;
     pool::for_slices_on(threads, t, rows, GRAIN, &|js, part| {
         let mut s = RangeState::new(family);
         gemm_range(&mut s, bf, (w, &xt), k, js, part)
     })
+}
+
+/// Most rows of `x` prefill takes in the dot form on AVX2 ([`dot_range`]); more take the
+/// packed GEMM, whose packing of the weight is shared by more rows. Measured on the 0.5B Qwen's
+/// F16 file (AMD EPYC Zen 3, `kernels bench llama --prefill-len P --runs 3`, interleaved
+/// rounds, prefill tok/s, GEMM against dot form, 2026-11-28): at 64 tokens on 2 threads
+/// 120.1-139.8 against 138.4-157.8 (six rounds of six for the dot form), on 1 thread
+/// 78.4-91.7 against 78.9-95.2 (five of eight); at 128 on 1 thread 81.0-97.0 against
+/// 78.1-94.1 (none of three); at 256 even (nine rounds, means 90.8 and 91.5).
+pub const DOT_ROWS: usize = 64;
+
+/// Weight rows of the dot form's blocks: a block's chunk of `k` (at most
+/// `x86::avx2::PREFILL_K` values, 96 KiB of 16-bit rows) stays in L2 while every row of `x`
+/// passes over it.
+#[cfg(target_arch = "x86_64")]
+const DOT_BLOCK_ROWS: usize = 48;
+
+/// Weight rows `js` of the prefill on AVX2 into `part` (`[js, rows]`, zeroed), in the dot form
+/// (`x86::avx2::prefill`: no packing, the 16-bit rows widened as they are loaded), blocks of
+/// [`DOT_BLOCK_ROWS`] rows at a time. Every output's bits depend on `k` alone, not on the
+/// block or range its row falls in. Nothing is written where the slices are short.
+#[cfg(target_arch = "x86_64")]
+fn dot_range(
+    bf: bool,
+    w: &[u8],
+    x: &[f32],
+    (rows, k): (usize, usize),
+    js: core::ops::Range<usize>,
+    part: &mut [f32],
+) {
+    let row_bytes = 2 * k;
+    if part.len() < js.len() * rows || w.len() < js.end * row_bytes || x.len() < rows * k {
+        return;
+    }
+    for b0 in js.clone().step_by(DOT_BLOCK_ROWS) {
+        let b1 = (b0 + DOT_BLOCK_ROWS).min(js.end);
+        // SAFETY: `Family::Avx2` exists only where the CPU has AVX2, FMA and F16C (the only
+        // caller checks it); weight rows b0..b1 (`2 k` bytes each), `rows * k` activations and
+        // the block's `(b1 - b0) * rows` outputs lie in the slices (checked above).
+        unsafe {
+            let (wp, xp) = (w.as_ptr(), x.as_ptr());
+            let tp = part.as_mut_ptr().add((b0 - js.start) * rows);
+            if bf {
+                x86::avx2::prefill::<true>(wp, row_bytes, b0, b1, xp, rows, k, tp)
+            } else {
+                x86::avx2::prefill::<false>(wp, row_bytes, b0, b1, xp, rows, k, tp)
+            }
+        }
+    }
 }
 
 /// The prefill GEMM's operands: the weight's `n` rows and `x^T` packed once for every block

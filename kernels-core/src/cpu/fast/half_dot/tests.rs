@@ -118,12 +118,41 @@ fn every_tile_remainder_matches_the_reference() {
     }
 }
 
+/// Prefill's tiles (the dot form on AVX2: four rows of `x` by three weight rows, then the
+/// remainders; the GEMM's elsewhere) at every remainder of the rows of `x` by four and of `n` by
+/// three, with `k` below a vector, odd, and past one chunk of the dot form
+/// (`x86::avx2::PREFILL_K`, 1024) into two and three, NaN and inf planted in some.
+#[test]
+fn every_prefill_tile_remainder_matches_the_reference() {
+    let mut seed = 900;
+    for family in Family::available() {
+        for dtype in [DType::F16, DType::BF16] {
+            for rows in [9, 10, 11, 12, 13, 64] {
+                for n in [1, 2, 3, 4, 5, 49] {
+                    for k in [3, 31, 1024, 1031, 2049, 2500] {
+                        if rows == 64 && k > 1024 && n < 49 {
+                            continue;
+                        }
+                        check(family, 1, dtype, (rows, k, n), seed, seed % 3 == 0);
+                        seed += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn threads_give_the_bits_of_one() {
     for family in Family::available() {
         for dtype in [DType::F16, DType::BF16] {
             // Decode (over the threading threshold) and prefill shapes.
-            for (shape, seed) in [((1, 300, 701), 7), ((3, 257, 300), 8), ((40, 200, 150), 9)] {
+            for (shape, seed) in [
+                ((1, 300, 701), 7),
+                ((3, 257, 300), 8),
+                ((40, 200, 150), 9),
+                ((13, 2100, 130), 10),
+            ] {
                 let (rows, k, n) = shape;
                 let mut rng = Rng::new(seed);
                 let x = rng.uniform_vec(rows * k, -1.0, 1.0);
@@ -156,6 +185,7 @@ fn the_op_writes_the_transposed_product_back_with_bias_and_activation() {
             ((9, 64, 21), 21),
             ((40, 200, 150), 22),
             ((130, 96, 200), 23),
+            ((64, 1100, 50), 24),
         ] {
             let (rows, k, n) = shape;
             let mut rng = Rng::new(seed);
