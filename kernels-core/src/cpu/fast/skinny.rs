@@ -47,7 +47,8 @@ pub(super) trait Isa: Copy + Send + Sync {
     /// to start the next columns' reads (wasm), interleaved columns read a weight that is not
     /// in cache at 9-10 GB/s, one column at a time at 23 (the 32000 x 288 output layer of the
     /// stories15M shape under Node 20); natively, with prefetch, the interleaved columns are
-    /// faster (decode 2.4 against 3.0 ms a token on AVX-512).
+    /// faster on AVX-512 (decode 2.4 against 3.0 ms a token), slower on AVX2 on Zen 3 (that
+    /// module's figures).
     const STREAM_COLUMNS: bool;
 
     /// `t[r * ldt + j] = sum_p a[r * k + p] * b[j * ldb + p]` for `r < R`, `j < J`.
