@@ -336,7 +336,7 @@ fn gemm_t(
     })
 }
 
-/// Most rows of `x` prefill takes in the dot form on AVX2 ([`dot_range`]); more take the
+/// Most rows of `x` prefill takes in the dot form on AVX2 (`dot_range`); more take the
 /// packed GEMM, whose packing of the weight is shared by more rows. Measured on the 0.5B Qwen's
 /// F16 file (AMD EPYC Zen 3, `kernels bench llama --prefill-len P --runs 3`, interleaved
 /// rounds, prefill tok/s, GEMM against dot form, 2026-11-28): at 64 tokens on 2 threads
