@@ -3,7 +3,8 @@
 //! widened to f32 in registers, never into an f32 copy of the whole weight.
 //!
 //! - **Decode** (at most [`STREAM_ROWS`] rows of `x`): eight weight rows at a time (one or two
-//!   rows of `x`; four for more) are widened 16 (AVX-512) or 8 (AVX2) values at a time, with
+//!   rows of `x`; four for more; on AVX2 one row of `x` takes rows under 4 KiB one at a time,
+//!   a single sequential stream) are widened 16 (AVX-512) or 8 (AVX2) values at a time, with
 //!   F16C's `vcvtph2ps` for `f16` and a zero-extend and shift by 16 for `bf16` (exact: a bf16
 //!   is the top half of an f32), and multiplied into f32 accumulators with FMA. Each row stream
 //!   is prefetched 2 KiB ahead into L2 (the rows are too short for the hardware prefetcher).
