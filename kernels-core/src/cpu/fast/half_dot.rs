@@ -148,11 +148,8 @@ pub fn product_of(
             // Prefill: each range's blocks of the transposed product straight into its columns.
             let bf = dtype == DType::BF16;
             #[cfg(target_arch = "x86_64")]
-            if family == Family::Avx2 && rows <= DOT_ROWS {
-                let need_w = n.checked_mul(2 * k).ok_or_else(too_large)?;
-                let w = packed.get(..need_w).ok_or_else(|| {
-                    Error::mismatch("matmul", &[n, k], &[packed.len() / (2 * k), k])
-                })?;
+            if dot_form(family, rows) {
+                let w = weight_rows(packed, (n, k))?;
                 return super::transposed::by_ranges(
                     (rows, n),
                     GRAIN,
@@ -323,7 +320,7 @@ fn gemm_t(
     t: &mut [f32],
 ) -> Result<()> {
     #[cfg(target_arch = "x86_64")]
-    if family == Family::Avx2 && rows <= DOT_ROWS {
+    if dot_form(family, rows) {
         return pool::for_slices_on(threads, t, rows, GRAIN, &|js, part| {
             dot_range(bf, w, x, (rows, k), js, part);
             Ok(())
@@ -345,6 +342,12 @@ fn gemm_t(
 /// 78.4-91.7 against 78.9-95.2 (five of eight); at 128 on 1 thread 81.0-97.0 against
 /// 78.1-94.1 (none of three); at 256 even (nine rounds, means 90.8 and 91.5).
 pub const DOT_ROWS: usize = 64;
+
+/// Whether prefill of `rows` rows of `x` on `family` takes the dot form ([`DOT_ROWS`]).
+#[cfg(target_arch = "x86_64")]
+fn dot_form(family: Family, rows: usize) -> bool {
+    family == Family::Avx2 && rows <= DOT_ROWS
+}
 
 /// Weight rows of the dot form's blocks: a block's chunk of `k` (at most
 /// `x86::avx2::PREFILL_K` values, 96 KiB of 16-bit rows) stays in L2 while every row of `x`
@@ -394,12 +397,16 @@ fn gemm_operands<'a>(
     x: &'a [f32],
     (rows, k, n): (usize, usize, usize),
 ) -> Result<(&'a [u8], PackedB)> {
-    let need_w = n.checked_mul(2 * k).ok_or_else(too_large)?;
-    let w = w
-        .get(..need_w)
-        .ok_or_else(|| Error::mismatch("matmul", &[n, k], &[w.len() / (2 * k).max(1), k]))?;
+    let w = weight_rows(w, (n, k))?;
     let xt = PackedB::new(family.gemm_kernel(), MatRef::new(x, k, rows, true)?)?;
     Ok((w, xt))
+}
+
+/// The weight's `n` rows of `k` 16-bit values (the error where `w` is shorter).
+fn weight_rows(w: &[u8], (n, k): (usize, usize)) -> Result<&[u8]> {
+    let need_w = n.checked_mul(2 * k).ok_or_else(too_large)?;
+    w.get(..need_w)
+        .ok_or_else(|| Error::mismatch("matmul", &[n, k], &[w.len() / (2 * k).max(1), k]))
 }
 
 /// What one range of the prefill GEMM keeps across its blocks: the GEMM with its packing

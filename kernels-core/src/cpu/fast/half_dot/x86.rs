@@ -315,7 +315,7 @@ pub(super) mod avx2 {
     /// Zen 3, `kernels bench llama --new-tokens 32 --runs 3`, interleaved rounds, 2026-11-28)
     /// went from 11.63-13.74 to 12.73-14.60 tok/s at 1 thread (faster in 4 of 4 rounds) and
     /// from 16.18-22.17 to 19.84-24.47 at 2 (4 of 4); `half_dot` bench, 1 thread: the 896-wide
-    /// head 11.0 -> 13.6 GiB/s.
+    /// head 11.4 -> 13.6 GiB/s.
     const SHORT_ROWS_IN_SEQUENCE: bool = true;
     use super::{LONG_ROW_BYTES, PREFETCH_BYTES};
     /// The AVX2 kernel's short rows prefetch as far ahead as the long ones: the 0.5B Qwen's F16
