@@ -10,8 +10,9 @@
 //! `qdot_repack` times the repack itself (a load-time cost) and the unpack back to the plain
 //! layout (what prefill's paths do per panel).
 //!
-//! `KERNELS_THREADS=1 cargo bench -p kernels-core --bench qdot` (filter with e.g.
-//! `-- q4_k/residual`; the products use `KERNELS_THREADS` threads, the machine's by default).
+//! `KERNELS_THREADS=1 cargo bench -p kernels-core --features threads --bench qdot` (filter
+//! with e.g. `-- q4_k/residual`). With the `threads` feature the products use `KERNELS_THREADS`
+//! threads, the machine's by default; without it, one.
 
 // A benchmark binary, not library code: a failed setup may stop it.
 #![allow(clippy::expect_used)]

@@ -11,8 +11,9 @@
 //! (ffn_down). The K-quants need `k` a multiple of 256, so they take `1024` where the model
 //! has 896.
 //!
-//! `KERNELS_THREADS=1 cargo bench -p kernels-core --bench qgemm` (filter with e.g.
-//! `-- q4_0/residual`; the products use `KERNELS_THREADS` threads, the machine's by default).
+//! `KERNELS_THREADS=1 cargo bench -p kernels-core --features threads --bench qgemm` (filter
+//! with e.g. `-- q4_0/residual`). With the `threads` feature the products use `KERNELS_THREADS`
+//! threads, the machine's by default; without it, one.
 
 // A benchmark binary, not library code: a failed setup may stop it.
 #![allow(clippy::expect_used)]
