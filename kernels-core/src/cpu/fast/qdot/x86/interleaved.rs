@@ -205,59 +205,107 @@ pub(super) unsafe fn group_f<D: Dot, const R: usize, const F: u8, X: XSrc<R>>(
                     }
                 }
             } else {
-                let q = if F == Q5_0 { 48 } else { 16 };
-                let m4 = _mm256_set1_epi8(0x0F);
                 let mut p16 = [_mm256_setzero_si256(); R];
                 for c in 0..4 {
-                    let v = load32(blk.get_unchecked(q + 32 * c..q + 32 * c + 32));
-                    let mut lo = _mm256_and_si256(v, m4);
-                    let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                    if F == Q5_0 {
-                        let mask = |m: usize| {
-                            let at = 16 + 4 * m;
-                            u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]])
-                        };
-                        lo = _mm256_or_si256(lo, D::high_bits(mask(2 * c)));
-                        hi = _mm256_or_si256(hi, D::high_bits(mask(2 * c + 1)));
-                    }
+                    let (lo, hi) = unpack_quads::<D, F>(blk, c);
                     if D::VNNI {
                         for (r, sr) in s.iter_mut().enumerate() {
                             *sr = D::dot_u(*sr, lo, x.chunk(b, c, r));
                             *sr = D::dot_u(*sr, hi, x.chunk(b, c + 4, r));
                         }
                     } else {
-                        // AVX2 (the one family without VNNI): `maddubs` pairs summed in i16,
-                        // widened by one `madd` every `per_madd` steps of `c` (two `maddubs`
-                        // a step) instead of after each: |pair| <= 2 * 15 * 127 = 3810 (Q4_0:
-                        // 8 fit in 32767) or 2 * 31 * 127 = 7874 (Q5_0: 4 fit), so the i32
-                        // sums are the same integers.
-                        for (r, pr) in p16.iter_mut().enumerate() {
-                            let pl = _mm256_maddubs_epi16(lo, x.chunk(b, c, r));
-                            let ph = _mm256_maddubs_epi16(hi, x.chunk(b, c + 4, r));
-                            *pr = _mm256_add_epi16(*pr, _mm256_add_epi16(pl, ph));
-                        }
-                        let per_madd = if F == Q5_0 { 2 } else { 4 };
-                        if (c + 1) % per_madd == 0 {
-                            for (sr, pr) in s.iter_mut().zip(p16.iter_mut()) {
-                                let wide = _mm256_madd_epi16(*pr, _mm256_set1_epi16(1));
-                                *sr = _mm256_add_epi32(*sr, wide);
-                                *pr = _mm256_setzero_si256();
-                            }
-                        }
+                        avx2_quads::<R, F, X>((lo, hi), x, (b, c), &mut p16, &mut s);
                     }
                 }
             }
             let dw = _mm256_cvtph_ps(_mm_loadu_si128(blk.as_ptr() as *const __m128i));
-            for r in 0..R {
-                let mut si = s[r];
-                if offset != 0 {
-                    // sum (u - o) x = sum u x - o sum x, in i32 exactly.
-                    si = _mm256_sub_epi32(si, _mm256_set1_epi32(x.offset_term(b, r, offset)));
-                }
-                let dx = _mm256_set1_ps(x.scale(b, r));
-                acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(si), acc[r]);
-            }
+            scale_step(dw, &s, x, (b, offset), &mut acc);
         }
         acc
+    }
+}
+
+/// Chunk `c` (0-3) of a `Q4_0` or `Q5_0` block of an interleaved group: the low and the high
+/// nibbles of its 32 quant bytes (values `4c..4c + 4` and `16 + 4c..` of every row), with
+/// `Q5_0`'s fifth bits.
+///
+/// # Safety
+/// `blk` holds a whole block of the group (`8 * 18` or `8 * 22` bytes); the caller runs `D`.
+#[inline(always)]
+pub(super) unsafe fn unpack_quads<D: Dot, const F: u8>(blk: &[u8], c: usize) -> (__m256i, __m256i) {
+    let q = if F == Q5_0 { 48 } else { 16 };
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let v = load32(blk.get_unchecked(q + 32 * c..q + 32 * c + 32));
+        let mut lo = _mm256_and_si256(v, m4);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if F == Q5_0 {
+            let mask = |m: usize| {
+                let at = 16 + 4 * m;
+                u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]])
+            };
+            lo = _mm256_or_si256(lo, D::high_bits(mask(2 * c)));
+            hi = _mm256_or_si256(hi, D::high_bits(mask(2 * c + 1)));
+        }
+        (lo, hi)
+    }
+}
+
+/// AVX2's multiply-adds of one chunk `c` of block `b` (`lo`, `hi` from [`unpack_quads`]) for
+/// the `R` rows of `x`: `maddubs` pairs summed in `i16` in `p16`, widened into `s` by one
+/// `madd` every `per_madd` chunks (two `maddubs` a chunk) instead of after each: |pair| <= 2 *
+/// 15 * 127 = 3810 (`Q4_0`: 8 fit in 32767) or 2 * 31 * 127 = 7874 (`Q5_0`: 4 fit), so the
+/// `i32` sums are the same integers.
+///
+/// # Safety
+/// The caller runs AVX2; `x` holds block `b`.
+#[inline(always)]
+pub(super) unsafe fn avx2_quads<const R: usize, const F: u8, X: XSrc<R>>(
+    (lo, hi): (__m256i, __m256i),
+    x: &X,
+    (b, c): (usize, usize),
+    p16: &mut [__m256i; R],
+    s: &mut [__m256i; R],
+) {
+    unsafe {
+        for (r, pr) in p16.iter_mut().enumerate() {
+            let pl = _mm256_maddubs_epi16(lo, x.chunk(b, c, r));
+            let ph = _mm256_maddubs_epi16(hi, x.chunk(b, c + 4, r));
+            *pr = _mm256_add_epi16(*pr, _mm256_add_epi16(pl, ph));
+        }
+        let per_madd = if F == Q5_0 { 2 } else { 4 };
+        if (c + 1) % per_madd == 0 {
+            for (sr, pr) in s.iter_mut().zip(p16.iter_mut()) {
+                let wide = _mm256_madd_epi16(*pr, _mm256_set1_epi16(1));
+                *sr = _mm256_add_epi32(*sr, wide);
+                *pr = _mm256_setzero_si256();
+            }
+        }
+    }
+}
+
+/// The f32 step of block `b` for the `R` rows of `x`: `acc = fma(dw * dx, s - offset term,
+/// acc)`, the offset term (`offset` times the block's sum: `sum (u - o) x = sum u x - o sum
+/// x`, in `i32` exactly) taken only where `offset` is not 0.
+///
+/// # Safety
+/// The caller runs AVX2 and FMA; `x` holds block `b`.
+#[inline(always)]
+pub(super) unsafe fn scale_step<const R: usize, X: XSrc<R>>(
+    dw: __m256,
+    s: &[__m256i; R],
+    x: &X,
+    (b, offset): (usize, i32),
+    acc: &mut [__m256; R],
+) {
+    unsafe {
+        for r in 0..R {
+            let mut si = s[r];
+            if offset != 0 {
+                si = _mm256_sub_epi32(si, _mm256_set1_epi32(x.offset_term(b, r, offset)));
+            }
+            let dx = _mm256_set1_ps(x.scale(b, r));
+            acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(si), acc[r]);
+        }
     }
 }

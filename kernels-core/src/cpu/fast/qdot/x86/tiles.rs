@@ -9,13 +9,23 @@
 //! then their scales, then their offset terms (`offset` times the block's sum, made once per
 //! product instead of once per group): one pointer and constant displacements, every read a
 //! broadcast folded into its instruction.
+//!
+//! On AVX2 (no VNNI), `Q4_0` and `Q5_0` groups are unpacked once for every tile of `x`
+//! ([`Unpacked`], [`group_unpacked`]) rather than once a tile: the nibble masks and shifts (and
+//! `Q5_0`'s fifth bits) were a tenth of the instructions with four rows of `x` a tile. Same
+//! integer sums and f32 steps as [`group_f`], so the same bits. `qgemm` bench, q4_0 / q5_0 at
+//! residual precision, 1 thread, AMD EPYC Zen 3, 2026-11-28, three interleaved rounds, G
+//! multiply-adds/s before / after: 64 x 896 x 4864 31.6-37.2 / 35.3-44.8 and 20.0-28.6 /
+//! 26.8-37.2; 256 x 896 x 4864 26.8-28.4 / 38.3-40.3 and 18.1-21.6 / 28.9-39.0; the ffn_down
+//! shape (k = 4864, whose unpacked group of 38 KiB passes L1) 64 x 4864 x 896 even for q4_0
+//! (26.4-35.3 / 27.3-41.2, seven rounds) and 21.0-29.0 / 24.5-34.2 for q5_0.
 
 use alloc::vec::Vec;
 use core::arch::x86_64::*;
 
 use super::super::super::pool;
 use super::super::gemm::X_BLOCK_BYTES;
-use super::interleaved::{XSrc, group_f};
+use super::interleaved::{XSrc, avx2_quads, group_f, scale_step, unpack_quads};
 use super::{Dot, Q4_0, Q5_0, Q8_0, XRow};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -266,6 +276,13 @@ unsafe fn rows_f<D: Dot, const RX: usize, const F: u8, const WIDE: bool>(
         return;
     }
     let ng = w.len() / gb;
+    // AVX2's 4-bit formats: each group unpacked once for all its tiles (empty, and so not
+    // taken, where it cannot be had: `group_f` unpacks per tile instead).
+    let mut unpacked = if !D::VNNI && F != Q8_0 {
+        Unpacked::new(nb)
+    } else {
+        Unpacked::default()
+    };
     // Tiles whose 8-bit values (32 bytes a block a row) stay in L2 while every group passes.
     let per_block = (X_BLOCK_BYTES / (32 * nb * RX).max(1)).max(1);
     let mut t0 = 0;
@@ -313,11 +330,21 @@ unsafe fn rows_f<D: Dot, const RX: usize, const F: u8, const WIDE: bool>(
                 Some(b) => unsafe { _mm256_loadu_ps(b[8 * gi..8 * gi + 8].as_ptr()) },
                 None => unsafe { _mm256_setzero_ps() },
             };
+            let unpack = !D::VNNI && F != Q8_0 && unpacked.quads.len() >= 8 * nb;
+            if unpack {
+                // SAFETY: the group holds `nb` blocks; the caller runs AVX2.
+                unsafe { unpacked.fill::<D, F>(g, nb) };
+            }
             for t in t0..t1 {
                 let src = TileSrc::<RX> {
                     base: x.data[t * tile..].as_ptr(),
                 };
-                let acc = unsafe { group_f::<D, RX, F, _>(g, nb, &src) };
+                let acc = if unpack {
+                    // SAFETY: `unpacked` holds the group's `nb` blocks (filled above).
+                    unsafe { group_unpacked::<RX, F>(&unpacked, nb, &src) }
+                } else {
+                    unsafe { group_f::<D, RX, F, _>(g, nb, &src) }
+                };
                 let r = t * RX;
                 let valid = (x.rows - r).min(RX);
                 // SAFETY: rows `r..r + valid` (or their pairs) and columns `8 gi..8 gi + 8` are
@@ -338,5 +365,88 @@ unsafe fn rows_f<D: Dot, const RX: usize, const F: u8, const WIDE: bool>(
             gi += 1;
         }
         t0 = t1;
+    }
+}
+
+/// One group of a 4-bit format unpacked for AVX2 ([`group_unpacked`]): per block the low and
+/// high nibbles of its four chunks ([`unpack_quads`]: `[lo 0, hi 0, .., lo 3, hi 3]`) and the
+/// eight weight scales. At k = 4864 that is 38 KiB, read by every tile of `x` in turn.
+#[derive(Default)]
+struct Unpacked {
+    quads: Vec<__m256i>,
+    scales: Vec<__m256>,
+}
+
+impl Unpacked {
+    /// Room for `nb` blocks, or none where it cannot be had.
+    fn new(nb: usize) -> Unpacked {
+        let mut u = Unpacked::default();
+        let Some(nq) = nb.checked_mul(8) else {
+            return u;
+        };
+        if u.quads.try_reserve_exact(nq).is_err() || u.scales.try_reserve_exact(nb).is_err() {
+            return Unpacked::default();
+        }
+        // SAFETY: zeroed vectors are valid values (no CPU feature needed to make them).
+        u.quads.resize(nq, unsafe { core::mem::zeroed() });
+        u.scales.resize(nb, unsafe { core::mem::zeroed() });
+        u
+    }
+
+    /// Group `g`'s `nb` blocks of format `F` (`Q4_0` or `Q5_0`).
+    ///
+    /// # Safety
+    /// The caller runs AVX2 and F16C; `g` holds `nb` blocks and `self` room for them.
+    #[inline(always)]
+    unsafe fn fill<D: Dot, const F: u8>(&mut self, g: &[u8], nb: usize) {
+        let gb = 8 * [34usize, 18, 20, 22][F as usize];
+        let g = &g[..nb * gb];
+        for (b, (q, sc)) in self
+            .quads
+            .chunks_exact_mut(8)
+            .zip(self.scales.iter_mut())
+            .take(nb)
+            .enumerate()
+        {
+            let blk = &g[b * gb..(b + 1) * gb];
+            // SAFETY: a whole block (sliced above); the caller runs AVX2 and F16C.
+            unsafe {
+                for c in 0..4 {
+                    (q[2 * c], q[2 * c + 1]) = unpack_quads::<D, F>(blk, c);
+                }
+                *sc = _mm256_cvtph_ps(_mm_loadu_si128(blk.as_ptr() as *const __m128i));
+            }
+        }
+    }
+}
+
+/// [`group_f`] on AVX2 for a 4-bit format, on the group [`Unpacked`] once for every tile of
+/// `x` (`group_f` unpacks each block again for every tile: 12 of about 100 vector
+/// instructions a block and tile of four rows): the same multiply-adds and f32 steps
+/// ([`avx2_quads`], [`scale_step`]), so the same bits.
+///
+/// # Safety
+/// The caller runs AVX2 and FMA; `u` holds `nb` blocks; `x` holds `nb` blocks for `R` rows.
+#[inline(always)]
+unsafe fn group_unpacked<const R: usize, const F: u8>(
+    u: &Unpacked,
+    nb: usize,
+    x: &TileSrc<R>,
+) -> [__m256; R] {
+    let offset = if F == Q5_0 { 16 } else { 8 };
+    // SAFETY: blocks `b < nb` of `u` (the contract) and of the tile.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); R];
+        for b in 0..nb {
+            let mut s = [_mm256_setzero_si256(); R];
+            let mut p16 = [_mm256_setzero_si256(); R];
+            for c in 0..4 {
+                let lo = *u.quads.get_unchecked(8 * b + 2 * c);
+                let hi = *u.quads.get_unchecked(8 * b + 2 * c + 1);
+                avx2_quads::<R, F, _>((lo, hi), x, (b, c), &mut p16, &mut s);
+            }
+            scale_step(*u.scales.get_unchecked(b), &s, x, (b, offset), &mut acc);
+        }
+        acc
     }
 }
