@@ -278,7 +278,8 @@ unsafe fn rows_f<D: Dot, const RX: usize, const F: u8, const WIDE: bool>(
     let ng = w.len() / gb;
     // AVX2's 4-bit formats: each group unpacked once for all its tiles (empty, and so not
     // taken, where it cannot be had: `group_f` unpacks per tile instead).
-    let mut unpacked = if !D::VNNI && F != Q8_0 {
+    let avx2_4bit = !D::VNNI && F != Q8_0;
+    let mut unpacked = if avx2_4bit {
         Unpacked::new(nb)
     } else {
         Unpacked::default()
@@ -330,7 +331,7 @@ unsafe fn rows_f<D: Dot, const RX: usize, const F: u8, const WIDE: bool>(
                 Some(b) => unsafe { _mm256_loadu_ps(b[8 * gi..8 * gi + 8].as_ptr()) },
                 None => unsafe { _mm256_setzero_ps() },
             };
-            let unpack = !D::VNNI && F != Q8_0 && unpacked.quads.len() >= 8 * nb;
+            let unpack = avx2_4bit && unpacked.quads.len() >= 8 * nb;
             if unpack {
                 // SAFETY: the group holds `nb` blocks; the caller runs AVX2.
                 unsafe { unpacked.fill::<D, F>(g, nb) };
@@ -433,7 +434,7 @@ unsafe fn group_unpacked<const R: usize, const F: u8>(
     nb: usize,
     x: &TileSrc<R>,
 ) -> [__m256; R] {
-    let offset = if F == Q5_0 { 16 } else { 8 };
+    let offset = super::offset(F);
     // SAFETY: blocks `b < nb` of `u` (the contract) and of the tile.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); R];
