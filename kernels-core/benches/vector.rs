@@ -1,8 +1,9 @@
 //! The vector (non-GEMM) fast paths against the reference, on every instruction set this
-//! machine runs: softmax, rms_norm and layer_norm over `[1024, 4096]`, exp and silu over 1M values, swiglu,
-//! and one decode step of attention over a 400-position KV cache with llama-like heads (6 heads
-//! of 48 and of 64), plus a 128-token causal prefill. Throughput is in elements of the main
-//! input (for attention: keys times heads).
+//! machine runs: softmax, rms_norm and layer_norm over `[1024, 4096]`, exp and silu over 1M
+//! values, swiglu, and one decode step of attention over a 400-position KV cache with
+//! llama-like heads (6 heads of 48 and of 64), plus causal prefills of 128 tokens and of 256
+//! with the 0.5B Qwen's grouped heads (14 of 64 over 2 key-value heads). Throughput is in
+//! elements of the main input (for attention: keys times heads).
 //!
 //! `cargo bench -p kernels-core --bench vector` (add `-- --quick` for a rough pass, or a
 //! filter such as `-- softmax`).
@@ -123,6 +124,14 @@ fn attention(c: &mut Criterion) {
         window: 0,
     };
     compare(c, "attention_prefill", "h6_d48_s128", op, &inputs);
+    // The 0.5B Qwen's heads (14 of 64 sharing 2 key-value heads) over a 256-token prompt.
+    let (hq, hkv, d, s) = (14, 2, 64, 256);
+    let inputs = [
+        normal(&mut rng, &[1, hq, s, d], 1.0),
+        normal(&mut rng, &[1, hkv, s, d], 1.0),
+        normal(&mut rng, &[1, hkv, s, d], 1.0),
+    ];
+    compare(c, "attention_prefill", "h14kv2_d64_s256", op, &inputs);
     let rope = Op::rope(10000.0, 400, false);
     let q = normal(&mut rng, &[1, 6, 1, 48], 1.0);
     compare(c, "rope_decode", "h6_d48", rope, &[q]);

@@ -206,8 +206,14 @@ pub(crate) fn scale_in_place<S: Simd>(s: S, x: &mut [f32], f: f32) {
 /// `a . b` (lengths equal).
 #[inline(always)]
 pub(crate) fn dot<S: Simd>(s: S, a: &[f32], b: &[f32]) -> f32 {
+    let l = S::LANES;
     let mut acc = s.splat(0.0);
-    for (ac, bc) in a.chunks(S::LANES).zip(b.chunks(S::LANES)) {
+    // Whole vectors first (no padding to test), then the short tail: the same multiply-adds.
+    let whole = a.len().min(b.len()) / l * l;
+    for (ac, bc) in a[..whole].chunks_exact(l).zip(b[..whole].chunks_exact(l)) {
+        acc = s.mul_add(s.load(ac, 0.0), s.load(bc, 0.0), acc);
+    }
+    for (ac, bc) in a[whole..].chunks(l).zip(b[whole..].chunks(l)) {
         acc = s.mul_add(s.load(ac, 0.0), s.load(bc, 0.0), acc);
     }
     s.hsum(acc)
@@ -220,11 +226,27 @@ pub(crate) fn dot<S: Simd>(s: S, a: &[f32], b: &[f32]) -> f32 {
 pub(crate) fn dot4<S: Simd>(s: S, a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     let l = S::LANES;
     let mut acc = [s.splat(0.0); 4];
-    for (i, ac) in a.chunks(l).enumerate() {
+    let n = b.iter().fold(a.len(), |n, bi| n.min(bi.len()));
+    let whole = n / l * l;
+    // Whole vectors with no bounds or padding tests in the loop (attention's scores spend
+    // their time here), then the tail as `dot` takes it.
+    let bw = b.map(|bi| &bi[..whole]);
+    for (i, ac) in a[..whole].chunks_exact(l).enumerate() {
         let av = s.load(ac, 0.0);
-        let at = i * l..i * l + ac.len();
-        for (a, bi) in acc.iter_mut().zip(b) {
-            *a = s.mul_add(av, s.load(bi.get(at.clone()).unwrap_or_default(), 0.0), *a);
+        let at = i * l..i * l + l;
+        for (acc, bi) in acc.iter_mut().zip(bw) {
+            *acc = s.mul_add(av, s.load(&bi[at.clone()], 0.0), *acc);
+        }
+    }
+    for (i, ac) in a[whole..].chunks(l).enumerate() {
+        let av = s.load(ac, 0.0);
+        let at = whole + i * l..whole + i * l + ac.len();
+        for (acc, bi) in acc.iter_mut().zip(b) {
+            *acc = s.mul_add(
+                av,
+                s.load(bi.get(at.clone()).unwrap_or_default(), 0.0),
+                *acc,
+            );
         }
     }
     acc.map(|a| s.hsum(a))
@@ -236,33 +258,66 @@ pub(crate) fn dot4<S: Simd>(s: S, a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
 const WEIGHTED_VECTORS: usize = 8;
 
 /// `out = sum_j p[j] * rows[j]` where `rows` holds `p.len()` rows of `out.len()` values. The
-/// columns go in blocks of [`WEIGHTED_VECTORS`] vectors whose accumulators stay in registers
-/// across all rows (accumulating into `out` row by row would reload and store it for every
-/// row). Each output is the same chain of multiply-adds over `j` whatever the block.
+/// columns go in blocks of up to [`WEIGHTED_VECTORS`] whole vectors (then the short tail)
+/// whose accumulators stay in registers across all rows (accumulating into `out` row by row
+/// would reload and store it for every row). Each output is the same chain of multiply-adds
+/// over `j` whatever the block.
 #[inline(always)]
 pub(crate) fn weighted_rows<S: Simd>(s: S, p: &[f32], rows: &[f32], out: &mut [f32]) {
     let (l, w) = (S::LANES, out.len());
     if w == 0 {
         return;
     }
-    for c0 in (0..w).step_by(WEIGHTED_VECTORS * l) {
-        let mut acc = [s.splat(0.0); WEIGHTED_VECTORS];
-        for (&pj, row) in p.iter().zip(rows.chunks_exact(w)) {
-            let (pv, row) = (s.splat(pj), &row[c0..]);
-            for (k, a) in acc.iter_mut().enumerate() {
-                // A last block narrower than four vectors skips the missing ones (a short
-                // last vector loads zeros past the row's end, which are not stored below).
-                let part = row.get(k * l..).unwrap_or_default();
-                if !part.is_empty() {
-                    *a = s.mul_add(pv, s.load(part, 0.0), *a);
-                }
-            }
-        }
-        let dst = &mut out[c0..];
-        for (k, a) in acc.into_iter().enumerate() {
-            if let Some(d) = dst.get_mut(k * l..) {
-                s.store(a, d);
-            }
+    let mut c0 = 0;
+    while w - c0 >= l {
+        let left = (w - c0) / l;
+        c0 += l * if left >= WEIGHTED_VECTORS {
+            weighted_block::<S, WEIGHTED_VECTORS>(s, p, rows, c0, out)
+        } else if left >= 4 {
+            weighted_block::<S, 4>(s, p, rows, c0, out)
+        } else if left >= 2 {
+            weighted_block::<S, 2>(s, p, rows, c0, out)
+        } else {
+            weighted_block::<S, 1>(s, p, rows, c0, out)
+        };
+    }
+    if c0 < w {
+        weighted_tail(s, p, rows, c0, out);
+    }
+}
+
+/// [`weighted_rows`] on `NV` whole vectors of columns from `c0` (the caller checked they are
+/// within `out`); returns `NV`. Whole rows only, so no load or store tests its length.
+#[inline(always)]
+fn weighted_block<S: Simd, const NV: usize>(
+    s: S,
+    p: &[f32],
+    rows: &[f32],
+    c0: usize,
+    out: &mut [f32],
+) -> usize {
+    let (l, w) = (S::LANES, out.len());
+    let cols = c0..c0 + NV * l;
+    let mut acc = [s.splat(0.0); NV];
+    for (&pj, row) in p.iter().zip(rows.chunks_exact(w)) {
+        let pv = s.splat(pj);
+        for (a, part) in acc.iter_mut().zip(row[cols.clone()].chunks_exact(l)) {
+            *a = s.mul_add(pv, s.load(part, 0.0), *a);
         }
     }
+    for (a, d) in acc.into_iter().zip(out[cols].chunks_exact_mut(l)) {
+        s.store(a, d);
+    }
+    NV
+}
+
+/// [`weighted_rows`] on the last columns from `c0`, fewer than one vector.
+#[inline(always)]
+fn weighted_tail<S: Simd>(s: S, p: &[f32], rows: &[f32], c0: usize, out: &mut [f32]) {
+    let w = out.len();
+    let mut acc = s.splat(0.0);
+    for (&pj, row) in p.iter().zip(rows.chunks_exact(w)) {
+        acc = s.mul_add(s.splat(pj), s.load(&row[c0..], 0.0), acc);
+    }
+    s.store(acc, &mut out[c0..]);
 }
