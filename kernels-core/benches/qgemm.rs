@@ -22,11 +22,12 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use kernels_core::cpu::fast::config;
 use kernels_core::cpu::fast::packed::panel_product_t;
 #[cfg(target_arch = "x86_64")]
 use kernels_core::cpu::fast::qdot::into_rows;
 use kernels_core::cpu::fast::qdot::{Family, Layout, Precision, interleave, product_t_in};
+use kernels_core::cpu::fast::{config, decoded_b};
+use kernels_core::op::Activation;
 use kernels_core::{DType, Rng, quant};
 
 /// `n * k` weights of `dtype` at unit scale (`Q6_K`, which has no encoder: random blocks).
@@ -133,6 +134,25 @@ fn prefill(c: &mut Criterion) {
                         })
                     });
                 }
+            }
+            // What prefill runs on the panels now: the weight decoded straight into `B~`.
+            for (lname, wl, layout) in &layouts {
+                let name = format!("{}/decoded_b{lname}", dtype.name());
+                group.bench_function(BenchmarkId::new(name, &shape), |bench| {
+                    bench.iter(|| {
+                        decoded_b::product(
+                            dtype,
+                            (black_box(wl), *layout),
+                            row_bytes,
+                            black_box(&x),
+                            None,
+                            Activation::None,
+                            (rows, k, n),
+                            &[rows, n],
+                        )
+                        .expect("valid product")
+                    })
+                });
             }
             let id = BenchmarkId::new(format!("{}/panel", dtype.name()), &shape);
             group.bench_function(id, |bench| {

@@ -17,6 +17,7 @@
 
 mod buffers;
 pub mod config;
+pub mod decoded_b;
 mod gated;
 pub mod gemm;
 pub mod half_dot;

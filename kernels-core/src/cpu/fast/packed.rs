@@ -274,7 +274,7 @@ fn product_of(
     let row_bytes = w.dtype().bytes_for(k)?;
     let out_shape = out_shape.unwrap_or_else(|| linear::out_shape(x.shape(), n));
     if panels {
-        return Some(panel_product(
+        return Some(super::decoded_b::product(
             w.dtype(),
             packed,
             row_bytes,
@@ -418,37 +418,6 @@ const PANEL_GRAIN: usize = 16;
 /// The most f32 values of one decoded panel (2 MiB): a panel stays in L2/L3 while the GEMM
 /// reads it.
 const PANEL_VALUES: usize = 1 << 19;
-
-/// Prefill with f32 activations on a quantized weight: the weight decoded a panel of rows at a
-/// time (about 2 MiB of f32, never the whole weight) into the blocked GEMM. The weight rows are
-/// split over the pool ([`panel_product_t`]).
-#[allow(clippy::too_many_arguments)]
-fn panel_product(
-    dtype: DType,
-    packed: (&[u8], Layout),
-    row_bytes: usize,
-    x: &[f32],
-    bias: Option<&[f32]>,
-    activation: Activation,
-    (rows, k, n): (usize, usize, usize),
-    out_shape: &[usize],
-) -> Result<Vec<Tensor>> {
-    let (kernel, dims) = (Kernel::best(), (rows, k, n));
-    check_panel_operands(dtype, packed.0, row_bytes, x, dims, rows * n)?;
-    let xt = PackedB::new(kernel, MatRef::new(x, rows, k, false)?.t())?;
-    // Each range's block of the transposed product goes straight into its columns.
-    super::transposed::by_ranges(
-        (rows, n),
-        PANEL_GRAIN,
-        bias,
-        activation,
-        out_shape,
-        &|| Ok((Gemm::new(kernel).with_threads(1), Vec::new())),
-        &|(gemm, buf), js, tb| {
-            panel_range(dtype, packed, row_bytes, (&xt, dims), js, tb, (gemm, buf))
-        },
-    )
-}
 
 /// `out_t[j * rows + r] = dot(w row j, x row r)` (the transposed product) with f32
 /// activations, on `threads` threads of the pool: each range of weight rows (whole
