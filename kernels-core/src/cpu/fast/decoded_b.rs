@@ -113,20 +113,26 @@ fn run<K: MicroKernel + Sync>(
     out: &mut [f32],
 ) -> Result<()> {
     let (mr, nr) = (K::MR, K::NR);
-    // `x` as `A~`: for each `KC` block, every row in panels of `MR` (`MR * kc` values each).
+    // `x` as `A~`: for each `KC` block (`stride` values apart), every row in panels of `MR`
+    // (`MR * kc` values each); the blocks packed over the pool.
     let panels = rows.div_ceil(mr);
-    let a_len = panels
+    let blocks = k.div_ceil(K::KC);
+    let stride = panels
         .checked_mul(mr)
-        .and_then(|v| v.checked_mul(k))
+        .and_then(|v| v.checked_mul(K::KC.min(k)))
         .ok_or_else(|| too_large(rows, k))?;
-    let mut a_pack = Vec::new();
-    buffers::grow(&mut a_pack, a_len, 0.0, "matmul activation panels")?;
+    let a_len = stride
+        .checked_mul(blocks)
+        .ok_or_else(|| too_large(rows, k))?;
+    let mut a_pack = buffers::zeroed(a_len, "matmul activation panels")?;
     let xr = MatRef::new(x, rows, k, false)?;
-    for pc in (0..k).step_by(K::KC) {
-        let kc = K::KC.min(k - pc);
-        let at = panels * mr * pc;
-        K::pack_a(&mut a_pack[at..at + panels * mr * kc], xr, 0, rows, pc, kc);
-    }
+    pool::for_slices(&mut a_pack, stride, 1, &|bs, part| {
+        for (b, dst) in bs.zip(part.chunks_mut(stride)) {
+            let (pc, kc) = (b * K::KC, K::KC.min(k - b * K::KC));
+            K::pack_a(&mut dst[..panels * mr * kc], xr, 0, rows, pc, kc);
+        }
+        Ok(())
+    })?;
     let block = (BLOCK_VALUES / rows.max(1) / nr).max(1) * nr;
     let grain = GRAIN.max(nr);
     pool::for_columns(out, w.n, grain, &|js, mut view| {
@@ -147,7 +153,8 @@ fn run<K: MicroKernel + Sync>(
             c.fill(0.0);
             for pc in (0..k).step_by(K::KC) {
                 let kc = K::KC.min(k - pc);
-                let a_block = &a_pack[panels * mr * pc..panels * mr * (pc + kc)];
+                let at = pc / K::KC * stride;
+                let a_block = &a_pack[at..at + panels * mr * kc];
                 for j0 in (b0..b1).step_by(nr) {
                     let nr_here = nr.min(b1 - j0);
                     let b_panel = &mut b_pack[..nr * kc];

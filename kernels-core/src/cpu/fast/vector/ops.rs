@@ -7,9 +7,16 @@ use alloc::vec::Vec;
 use super::common::{Act, filled, with_simd, zeroed};
 use super::math;
 use crate::cpu::fast::isa::Isa;
+use crate::cpu::fast::pool;
 use crate::cpu::{Owned, View, float_arg, non_empty, norm, rope as rope_ref, same_shape, softmax};
 use crate::error::Result;
 use crate::op::{Op, UnaryOp};
+
+/// Values per range where an element-wise op or a norm splits over the pool: a prefill's
+/// activations split, a decode step's row stays on the caller. A multiple of every vector
+/// width, so each value falls in the same lane of the same vector as on one thread: the same
+/// bits.
+const POOL_GRAIN: usize = 1 << 14;
 
 /// `exp`, `sigmoid` or `silu` of `x`, any shape.
 pub(super) fn unary(isa: Isa, u: UnaryOp, act: Act, args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
@@ -17,11 +24,15 @@ pub(super) fn unary(isa: Isa, u: UnaryOp, act: Act, args: &[View<f32>]) -> Resul
     let (sx, x) = float_arg(name, args, 0, "x")?;
     non_empty(name, "x", sx)?;
     let mut out = zeroed(x.len(), name)?;
-    with_simd!(isa, s => match act {
-        Act::Exp => math::map(s, x, &mut out, |v| math::exp(s, v)),
-        Act::Sigmoid => math::map(s, x, &mut out, |v| math::sigmoid(s, v)),
-        Act::Silu => math::map(s, x, &mut out, |v| s.mul(v, math::sigmoid(s, v))),
-    });
+    pool::for_slices(&mut out, 1, POOL_GRAIN, &|r, out| {
+        let x = &x[r];
+        with_simd!(isa, s => match act {
+            Act::Exp => math::map(s, x, out, |v| math::exp(s, v)),
+            Act::Sigmoid => math::map(s, x, out, |v| math::sigmoid(s, v)),
+            Act::Silu => math::map(s, x, out, |v| s.mul(v, math::sigmoid(s, v))),
+        });
+        Ok(())
+    })?;
     Ok(vec![Owned::float(sx.to_vec(), out)])
 }
 
@@ -33,9 +44,13 @@ pub(super) fn swiglu(isa: Isa, args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
     non_empty(name, "gate", sg)?;
     same_shape(name, sg, su)?;
     let mut out = zeroed(gate.len(), name)?;
-    with_simd!(isa, s => math::map2(s, gate, up, &mut out, |g, u| {
-        s.mul(s.mul(g, math::sigmoid(s, g)), u)
-    }));
+    pool::for_slices(&mut out, 1, POOL_GRAIN, &|r, out| {
+        let (gate, up) = (&gate[r.clone()], &up[r]);
+        with_simd!(isa, s => math::map2(s, gate, up, out, |g, u| {
+            s.mul(s.mul(g, math::sigmoid(s, g)), u)
+        }));
+        Ok(())
+    })?;
     Ok(vec![Owned::float(sg.to_vec(), out)])
 }
 
@@ -89,17 +104,22 @@ pub(super) fn rms_norm(isa: Isa, eps: f32, args: &[View<f32>]) -> Result<Vec<Own
     let n = norm::validate(name, eps, sx, &[("weight", sw)])?;
     let mut out = zeroed(x.len(), name)?;
     let (nf, eps) = (n as f64, f64::from(eps));
-    with_simd!(isa, s => {
-        for (row, orow) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
-            let ss = math::sum_sq(s, row);
-            if ss.is_finite() && ss >= SUM_SQ_MIN {
-                let r = s.splat((1.0 / libm::sqrt(f64::from(ss) / nf + eps)) as f32);
-                math::map2(s, row, w, orow, |v, wv| s.mul(s.mul(v, r), wv));
-            } else {
-                exact_rms_row(row, w, eps, orow);
+    // Whole rows per range; each row's arithmetic is its own.
+    pool::for_slices(&mut out, n, (POOL_GRAIN / n.max(1)).max(1), &|rows, out| {
+        let x = &x[rows.start * n..rows.end * n];
+        with_simd!(isa, s => {
+            for (row, orow) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+                let ss = math::sum_sq(s, row);
+                if ss.is_finite() && ss >= SUM_SQ_MIN {
+                    let r = s.splat((1.0 / libm::sqrt(f64::from(ss) / nf + eps)) as f32);
+                    math::map2(s, row, w, orow, |v, wv| s.mul(s.mul(v, r), wv));
+                } else {
+                    exact_rms_row(row, w, eps, orow);
+                }
             }
-        }
-    });
+        });
+        Ok(())
+    })?;
     Ok(vec![Owned::float(sx.to_vec(), out)])
 }
 

@@ -567,3 +567,55 @@ fn weighted_rows_is_one_chain_per_output() {
         }
     }
 }
+
+#[test]
+fn ops_split_over_the_pool_give_the_bits_of_their_parts() {
+    // Large enough that swiglu, silu and rms_norm split over the pool (`POOL_GRAIN` values a
+    // range): the whole against each part run alone (a part short of the grain stays on one
+    // thread), bit for bit, NaN and infinity included, on every instruction set.
+    let mut rng = Rng::new(23);
+    let (rows, n) = (37, 1000);
+    let mut x = data(&mut rng, rows * n, 0);
+    let up = data(&mut rng, rows * n, 0);
+    let w = data(&mut rng, n, 0);
+    x[5 * n + 7] = f32::NAN;
+    x[20 * n + 1] = f32::INFINITY;
+    let bits = |o: &Owned<f32>| o.floats().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for isa in Isa::available() {
+        let run = |op: &Op, args: &[View<f32>]| {
+            let out = forward_with(isa, op, args).expect("a vector path");
+            bits(&out.expect("valid")[0])
+        };
+        // Element-wise: parts of 1024 values (a multiple of every vector width).
+        let len = rows * n;
+        let shape = [len];
+        let silu = Op::Unary(UnaryOp::Silu);
+        let whole_silu = run(&silu, &[View::float(&shape, &x)]);
+        let whole_swiglu = run(
+            &Op::Swiglu,
+            &[View::float(&shape, &x), View::float(&shape, &up)],
+        );
+        for p0 in (0..len).step_by(1024) {
+            let p1 = (p0 + 1024).min(len);
+            let sh = [p1 - p0];
+            let part = run(&silu, &[View::float(&sh, &x[p0..p1])]);
+            assert_eq!(part, whole_silu[p0..p1], "silu on {isa:?} at {p0}");
+            let args = [View::float(&sh, &x[p0..p1]), View::float(&sh, &up[p0..p1])];
+            let part = run(&Op::Swiglu, &args);
+            assert_eq!(part, whole_swiglu[p0..p1], "swiglu on {isa:?} at {p0}");
+        }
+        // rms_norm: each row alone.
+        let norm = Op::RmsNorm { eps: 1e-6 };
+        let shape = [rows, n];
+        let whole = run(&norm, &[View::float(&shape, &x), View::float(&[n], &w)]);
+        for r in 0..rows {
+            let row = &x[r * n..(r + 1) * n];
+            let part = run(&norm, &[View::float(&[1, n], row), View::float(&[n], &w)]);
+            assert_eq!(
+                part,
+                whole[r * n..(r + 1) * n],
+                "rms_norm on {isa:?} row {r}"
+            );
+        }
+    }
+}
