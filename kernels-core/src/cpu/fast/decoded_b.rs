@@ -25,6 +25,7 @@ use super::gemm::{Kernel, MatRef};
 use super::kernels::MicroKernel;
 use super::pool;
 use super::qdot::{Layout, interleave};
+use super::transposed::too_large;
 use crate::cpu::linear;
 use crate::error::{Error, Result};
 use crate::op::Activation;
@@ -139,13 +140,7 @@ fn run<K: MicroKernel + Sync>(
         let bw = block.min(js.len());
         let (mut c, mut b_buf, mut tmp) = (Vec::new(), Vec::new(), Vec::new());
         buffers::grow(&mut c, bw * rows, 0.0, "matmul")?;
-        buffers::grow(
-            &mut b_buf,
-            nr * K::KC.min(k) + 16,
-            0.0,
-            "matmul weight panel",
-        )?;
-        let b_pack = aligned(&mut b_buf, nr * K::KC.min(k));
+        let b_pack = super::gemm::aligned(&mut b_buf, nr * K::KC.min(k))?;
         for b0 in js.clone().step_by(block) {
             let b1 = (b0 + block).min(js.end);
             let cols = b1 - b0;
@@ -304,21 +299,6 @@ fn transpose_into(
             };
         }
     }
-}
-
-/// A `len`-value slice of `buf` (which holds `len + 16`) on a 64-byte boundary.
-fn aligned(buf: &mut [f32], len: usize) -> &mut [f32] {
-    let off = buf.as_ptr().align_offset(64).min(16);
-    &mut buf[off..off + len]
-}
-
-fn too_large(rows: usize, n: usize) -> Error {
-    Error::bad_shape(
-        "matmul",
-        "out",
-        &[rows, n],
-        alloc::string::String::from("output size overflows"),
-    )
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -477,7 +477,7 @@ fn drive_packed<K: MicroKernel>(
 
 /// A `len`-value slice of `buf` starting on a 64-byte boundary, so `B~` rows never straddle a
 /// cache line. Grows `buf` as needed; an allocation failure is an error, not an abort.
-fn aligned(buf: &mut Vec<f32>, len: usize) -> Result<&mut [f32]> {
+pub(super) fn aligned(buf: &mut Vec<f32>, len: usize) -> Result<&mut [f32]> {
     const SLACK: usize = 64 / core::mem::size_of::<f32>();
     let need = len.saturating_add(SLACK);
     super::buffers::grow(buf, need, 0.0, "matmul packing buffer")?;

@@ -156,7 +156,7 @@ pub fn put(
     }
 }
 
-fn too_large(rows: usize, n: usize) -> crate::error::Error {
+pub(super) fn too_large(rows: usize, n: usize) -> crate::error::Error {
     crate::error::Error::bad_shape(
         "matmul",
         "out",
