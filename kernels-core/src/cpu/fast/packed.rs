@@ -6,31 +6,28 @@
 //! where the tiled integer GEMM ([`super::qdot::gemm`]) beats the f32 panels
 //! (`q4_0`, `q4_1`, `q5_0` on x86 at the default residual precision), within
 //! [`super::qdot::QUANTIZED_ACTIVATION_BUDGETS`] of the reference; the weight is never decoded
-//! to f32 there. Other prefill on a quantized weight decodes it a panel at a time into the f32
-//! GEMM (`panel_product`). With exact activations (`KERNELS_EXACT_ACTIVATIONS=1`,
-//! [`crate::backend::CpuBackend::with_exact_activations`]), and for `f16` and `bf16` weights,
-//! few rows (decode) take the f32 path below: each weight row is decoded once into a row buffer and dotted with every row of
-//! `x`, so the weight streams from memory in its packed size (4.5 bits a weight for `q4_0`
-//! and `q4_k`) instead of being decoded whole into an f32 copy. More rows (prefill) decode the
-//! weight and take the f32 GEMM, as the reference does. Within the op's budget of the
-//! reference (the summation order of the dot product is the only difference).
+//! to f32 there. Other prefill on a quantized weight, and every product with exact activations
+//! (`KERNELS_EXACT_ACTIVATIONS=1`, [`crate::backend::CpuBackend::with_exact_activations`]),
+//! decode and prefill alike, decode the weight a micro-panel at a time into the f32 GEMM
+//! ([`super::decoded_b`]): the weight streams from memory in its packed size and is never
+//! decoded whole, and the only difference from the reference (decode, then the f32 product) is
+//! the summation order, within the op's budget. `f16` and `bf16` weights take
+//! [`super::half_dot`].
 
 use alloc::vec;
 use alloc::vec::Vec;
 
 use super::config;
 use super::gemm::{Gemm, Kernel, MatRef, PackedB};
-use super::isa::Isa;
 use super::qdot::{self, Family, Layout, interleave};
-use super::vector::common::with_simd;
-use super::vector::math;
 use crate::cpu::{linear, matmul_swiglu};
 use crate::error::Result;
 use crate::op::{Activation, Direction, Op};
 use crate::quant;
 use crate::tensor::{DType, Tensor};
 
-/// Most rows of `x` this path takes; more go through the decoded weight and the GEMM.
+/// Most rows of `x` that always take the integer products (decode); more take them only where
+/// they beat the f32 panels.
 pub const MAX_ROWS: usize = 8;
 
 /// The fast path of `op` on these inputs, or `None` (then the caller decodes the weight and
@@ -254,15 +251,15 @@ fn product_of(
     let quantized = qdot::takes(w.dtype());
     // Decode rows take the integer products (unless exact); prefill rows take them at single
     // precision, and at residual precision (which doubles their work) where the tiled integer
-    // GEMM beats the f32 one (`qdot::gemm::residual_prefill`): else the GEMM on the weight
-    // decoded panel by panel.
+    // GEMM beats the f32 one (`qdot::gemm::residual_prefill`): else (and with exact activations,
+    // at any count) the GEMM on the weight decoded panel by panel.
     let integer = !exact
         && quantized
         && (rows <= MAX_ROWS
             || config::activation_precision() == qdot::Precision::Single
             || qdot::gemm::residual_prefill(Family::best(), w.dtype(), rows));
-    let panels = quantized && !integer && rows > MAX_ROWS;
-    if rows == 0 || k == 0 || n == 0 || (rows > MAX_ROWS && !integer && !panels) {
+    let panels = quantized && !integer;
+    if rows == 0 || k == 0 || n == 0 || (!integer && !panels) {
         return None;
     }
     let xv = x.as_f32().ok()?;
@@ -285,19 +282,7 @@ fn product_of(
             &out_shape,
         ));
     }
-    if integer {
-        return Some(integer_product(
-            w.dtype(),
-            packed,
-            row_bytes,
-            xv,
-            bv,
-            activation,
-            (rows, k, n),
-            &out_shape,
-        ));
-    }
-    Some(product(
+    Some(integer_product(
         w.dtype(),
         packed,
         row_bytes,
@@ -309,39 +294,7 @@ fn product_of(
     ))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn product(
-    dtype: DType,
-    packed: (&[u8], Layout),
-    row_bytes: usize,
-    x: &[f32],
-    bias: Option<&[f32]>,
-    activation: Activation,
-    (rows, k, n): (usize, usize, usize),
-    out_shape: &[usize],
-) -> Result<Vec<Tensor>> {
-    let mut out = vec![0.0f32; rows * n];
-    let mut row = vec![0.0f32; k];
-    let mut plain = (0, Vec::new());
-    // The decode runs inside the vector context too, so it is compiled for the same ISA.
-    with_simd!(Isa::selected(), s => {
-        for j in 0..n {
-            quant::decode_blocks(dtype, plain_row(dtype, packed, row_bytes, n, j, &mut plain), &mut row);
-            for r in 0..rows {
-                out[r * n + j] = math::dot(s, &x[r * k..(r + 1) * k], &row);
-            }
-        }
-    });
-    for r in 0..rows {
-        for j in 0..n {
-            let v = out[r * n + j] + bias.map_or(0.0, |b| b[j]);
-            out[r * n + j] = linear::act(activation, v);
-        }
-    }
-    Ok(vec![Tensor::from_f32(out_shape, out)?])
-}
-
-/// [`product`] with 8-bit activations and integer dot products ([`qdot::product_t`]).
+/// The product with 8-bit activations and integer dot products ([`qdot::product_t`]).
 #[allow(clippy::too_many_arguments)]
 fn integer_product(
     dtype: DType,

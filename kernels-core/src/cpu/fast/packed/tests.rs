@@ -152,6 +152,46 @@ fn the_op_takes_the_panels_and_matches_the_threaded_product() {
 }
 
 #[test]
+fn exact_decode_rows_take_the_panels() {
+    // Decode's few rows with exact activations (f32, no integer products): the panel product's
+    // bits on every format, through `linear` with a bias and tanh, with a NaN and an
+    // infinity in one row landing where the reference puts them.
+    let mut rng = Rng::new(2812);
+    for dtype in formats() {
+        for (rows, n) in [(1, 21), (2, 9), (MAX_ROWS, 17)] {
+            let k = 3 * dtype.block_elems();
+            let wq = weights(&mut rng, dtype, n, k);
+            let mut x: Vec<f32> = (0..rows * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
+            if rows > 1 {
+                x[k + 5] = f32::NAN;
+                x[k + 7] = f32::INFINITY;
+            }
+            let b: Vec<f32> = (0..n).map(|_| rng.uniform() - 0.5).collect();
+            let xt = Tensor::from_f32(&[rows, k], x.clone()).expect("x");
+            let wt = Tensor::from_raw(&[n, k], dtype, wq.clone()).expect("w");
+            let bt = Tensor::from_f32(&[n], b.clone()).expect("b");
+            let op = Op::Linear {
+                activation: Activation::Tanh,
+            };
+            let y = run_with(&op, Direction::Forward, &[&xt, &wt, &bt], true)
+                .expect("the fast path")
+                .expect("a product");
+            let y = y[0].as_f32().expect("f32");
+            let t = run_on(1, dtype, &wq, &x, (rows, k, n));
+            for r in 0..rows {
+                for j in 0..n {
+                    let want = linear::act(Activation::Tanh, t[j * rows + r] + b[j]);
+                    let got = y[r * n + j];
+                    assert_eq!(got.to_bits(), want.to_bits(), "{dtype} {rows}: ({r}, {j})");
+                    assert_eq!(got.is_nan(), r == 1, "{dtype} {rows}: ({r}, {j}) {got}");
+                }
+            }
+            check_reference(dtype, &wq, &x[..k], (1, k, n));
+        }
+    }
+}
+
+#[test]
 fn disagreeing_sizes_are_errors() {
     let w = vec![0u8; 34 * 2];
     let x = vec![0.0f32; 32 * 3];
