@@ -320,17 +320,18 @@ fn decode_rows(
             kw: usize,
             tmp: &mut [f32],
         ) -> Result<()> {
-            decode_rows_with(w, rows, seg, kw, tmp)
+            decode_rows_with::<true>(w, rows, seg, kw, tmp)
         }
         // SAFETY: the CPU has AVX2 and F16C (checked).
         return unsafe { avx2(w, (j0, count), seg, kw, tmp) };
     }
-    decode_rows_with(w, (j0, count), seg, kw, tmp)
+    decode_rows_with::<false>(w, (j0, count), seg, kw, tmp)
 }
 
-/// [`decode_rows`]' body, inlined into each instruction set's copy.
+/// [`decode_rows`]' body, inlined into each instruction set's copy; with `AVX2` (the caller
+/// runs AVX2 and F16C) the K-quant rows take their vector decoders ([`kquant_x86`]).
 #[inline(always)]
-fn decode_rows_with(
+fn decode_rows_with<const AVX2: bool>(
     w: Weight,
     (j0, count): (usize, usize),
     seg: core::ops::Range<usize>,
@@ -359,8 +360,21 @@ fn decode_rows_with(
             r += g;
         } else {
             let row = &w.bytes[j * w.row_bytes..(j + 1) * w.row_bytes];
-            quant::decode_blocks(w.dtype, &row[seg.clone()], &mut tmp[r * kw..(r + 1) * kw]);
+            let out = &mut tmp[r * kw..(r + 1) * kw];
             r += 1;
+            #[cfg(target_arch = "x86_64")]
+            if AVX2 && matches!(w.dtype, DType::Q4_K | DType::Q6_K) {
+                // SAFETY: the caller runs AVX2 and F16C (`AVX2`'s contract).
+                unsafe {
+                    if w.dtype == DType::Q4_K {
+                        kquant_x86::q4_k_blocks(&row[seg.clone()], out);
+                    } else {
+                        kquant_x86::q6_k_blocks(&row[seg.clone()], out);
+                    }
+                }
+                continue;
+            }
+            quant::decode_blocks(w.dtype, &row[seg.clone()], out);
         }
     }
     Ok(())
@@ -532,5 +546,7 @@ mod x86 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+mod kquant_x86;
 #[cfg(test)]
 mod tests;
