@@ -15,7 +15,15 @@
 //! of the group's eight rows, a byte shuffle turns it into four columns of eight rows, and each
 //! column is one widening, one conversion and one multiply by the eight rows' scales. Every
 //! other format and layout decodes a micro-panel's rows into a small row-major buffer (L1)
-//! that is transposed into `B~` eight by eight.
+//! that is transposed into `B~` eight by eight; there the decoders are compiled for AVX2 and
+//! F16C where the CPU has them, and `Q4_K` and `Q6_K` rows take vector decoders
+//! (`decoded_b/kquant_x86.rs`), each value the reference decoder's bits.
+//!
+//! Prefill on a weight of this path streams it from memory (a 0.5B model's matrices are far
+//! larger than the caches), and a micro-panel reads short segments of rows far apart, which the
+//! hardware prefetcher does not follow: the next micro-panel's bytes are prefetched into L2
+//! while one is decoded and multiplied. Exact activations (`KERNELS_EXACT_ACTIVATIONS=1`) take
+//! this path for decode's few rows too.
 
 use alloc::vec;
 use alloc::vec::Vec;
