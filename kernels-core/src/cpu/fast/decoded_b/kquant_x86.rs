@@ -15,38 +15,23 @@ const Q4_K_BYTES: usize = 144;
 /// Bytes of a `Q6_K` block.
 const Q6_K_BYTES: usize = 210;
 
-/// 32 unsigned values (`q`, one a byte) as f32, times `scale`, less `min` (where `MIN`), into
-/// `out[..32]`.
+/// 32 unsigned values (`q`, one a byte) as f32, times `scale`, less `min`, into `out[..32]`.
 ///
 /// # Safety
 /// The caller runs AVX2; `out` holds 32 values.
 #[inline(always)]
-unsafe fn store_scaled<const SIGNED: bool, const MIN: bool>(
-    q: __m256i,
-    scale: f32,
-    min: f32,
-    out: &mut [f32],
-) {
+unsafe fn store_scaled(q: __m256i, scale: f32, min: f32, out: &mut [f32]) {
     debug_assert!(out.len() >= 32);
     unsafe {
         let (s, m) = (_mm256_set1_ps(scale), _mm256_set1_ps(min));
         let halves = [_mm256_castsi256_si128(q), _mm256_extracti128_si256::<1>(q)];
         for (h, half) in halves.into_iter().enumerate() {
-            for e in 0..2 {
-                let eight = if e == 0 {
-                    half
-                } else {
-                    _mm_unpackhi_epi64(half, half)
-                };
-                let wide = if SIGNED {
-                    _mm256_cvtepi8_epi32(eight)
-                } else {
-                    _mm256_cvtepu8_epi32(eight)
-                };
-                let mut v = _mm256_mul_ps(s, _mm256_cvtepi32_ps(wide));
-                if MIN {
-                    v = _mm256_sub_ps(v, m);
-                }
+            for (e, eight) in [half, _mm_unpackhi_epi64(half, half)]
+                .into_iter()
+                .enumerate()
+            {
+                let wide = _mm256_cvtepu8_epi32(eight);
+                let v = _mm256_sub_ps(_mm256_mul_ps(s, _mm256_cvtepi32_ps(wide)), m);
                 _mm256_storeu_ps(out.as_mut_ptr().add(16 * h + 8 * e), v);
             }
         }
@@ -95,7 +80,7 @@ pub(super) unsafe fn q4_k_blocks(bytes: &[u8], out: &mut [f32]) {
                     let j = 2 * c + half;
                     let (sc, m) = q4_k_scale_min(scales, j);
                     let (dl, ml) = (d * sc as f32, dmin * m as f32);
-                    store_scaled::<false, true>(q, dl, ml, &mut o[32 * j..32 * j + 32]);
+                    store_scaled(q, dl, ml, &mut o[32 * j..32 * j + 32]);
                 }
             }
         }

@@ -120,6 +120,39 @@ fn several_panels_in_one_range() {
     }
 }
 
+/// `linear` with `activation` through `run_with` with exact activations (the panel path) on
+/// `x [rows, k]`, weight `wq` and bias `b`: every output the one-thread panel product's bits with
+/// the bias and activation applied. Returns the outputs.
+fn exact_linear_has_the_panel_bits(
+    dtype: DType,
+    wq: &[u8],
+    x: &[f32],
+    b: &[f32],
+    (rows, k, n): (usize, usize, usize),
+    activation: Activation,
+) -> Vec<f32> {
+    let xt = Tensor::from_f32(&[rows, k], x.to_vec()).expect("x");
+    let wt = Tensor::from_raw(&[n, k], dtype, wq.to_vec()).expect("w");
+    let bt = Tensor::from_f32(&[n], b.to_vec()).expect("b");
+    let op = Op::Linear { activation };
+    let y = run_with(&op, Direction::Forward, &[&xt, &wt, &bt], true)
+        .expect("the fast path")
+        .expect("a product");
+    let y = y[0].as_f32().expect("f32").to_vec();
+    let t = run_on(1, dtype, wq, x, (rows, k, n));
+    for r in 0..rows {
+        for j in 0..n {
+            let want = linear::act(activation, t[j * rows + r] + b[j]);
+            assert_eq!(
+                y[r * n + j].to_bits(),
+                want.to_bits(),
+                "{dtype} {rows}x{k}x{n}: ({r}, {j})"
+            );
+        }
+    }
+    y
+}
+
 #[test]
 fn the_op_takes_the_panels_and_matches_the_threaded_product() {
     // Prefill rows through `run_with` (exact activations: the panel path, each range's block
@@ -131,23 +164,7 @@ fn the_op_takes_the_panels_and_matches_the_threaded_product() {
         let wq = weights(&mut rng, dtype, n, k);
         let x: Vec<f32> = (0..rows * k).map(|_| rng.uniform() * 2.0 - 1.0).collect();
         let b: Vec<f32> = (0..n).map(|_| rng.uniform() - 0.5).collect();
-        let xt = Tensor::from_f32(&[rows, k], x.clone()).expect("x");
-        let wt = Tensor::from_raw(&[n, k], dtype, wq.clone()).expect("w");
-        let bt = Tensor::from_f32(&[n], b.clone()).expect("b");
-        let op = Op::Linear {
-            activation: Activation::Relu,
-        };
-        let y = run_with(&op, Direction::Forward, &[&xt, &wt, &bt], true)
-            .expect("the fast path")
-            .expect("a product");
-        let y = y[0].as_f32().expect("f32");
-        let t = run_on(1, dtype, &wq, &x, (rows, k, n));
-        for r in 0..rows {
-            for j in 0..n {
-                let want = linear::act(Activation::Relu, t[j * rows + r] + b[j]);
-                assert_eq!(y[r * n + j].to_bits(), want.to_bits(), "{n}: ({r}, {j})");
-            }
-        }
+        exact_linear_has_the_panel_bits(dtype, &wq, &x, &b, (rows, k, n), Activation::Relu);
     }
 }
 
@@ -167,24 +184,10 @@ fn exact_decode_rows_take_the_panels() {
                 x[k + 7] = f32::INFINITY;
             }
             let b: Vec<f32> = (0..n).map(|_| rng.uniform() - 0.5).collect();
-            let xt = Tensor::from_f32(&[rows, k], x.clone()).expect("x");
-            let wt = Tensor::from_raw(&[n, k], dtype, wq.clone()).expect("w");
-            let bt = Tensor::from_f32(&[n], b.clone()).expect("b");
-            let op = Op::Linear {
-                activation: Activation::Tanh,
-            };
-            let y = run_with(&op, Direction::Forward, &[&xt, &wt, &bt], true)
-                .expect("the fast path")
-                .expect("a product");
-            let y = y[0].as_f32().expect("f32");
-            let t = run_on(1, dtype, &wq, &x, (rows, k, n));
-            for r in 0..rows {
-                for j in 0..n {
-                    let want = linear::act(Activation::Tanh, t[j * rows + r] + b[j]);
-                    let got = y[r * n + j];
-                    assert_eq!(got.to_bits(), want.to_bits(), "{dtype} {rows}: ({r}, {j})");
-                    assert_eq!(got.is_nan(), r == 1, "{dtype} {rows}: ({r}, {j}) {got}");
-                }
+            let dims = (rows, k, n);
+            let y = exact_linear_has_the_panel_bits(dtype, &wq, &x, &b, dims, Activation::Tanh);
+            for (i, got) in y.iter().enumerate() {
+                assert_eq!(got.is_nan(), i / n == 1, "{dtype} {rows}: output {i} {got}");
             }
             check_reference(dtype, &wq, &x[..k], (1, k, n));
         }
