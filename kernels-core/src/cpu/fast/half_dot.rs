@@ -12,9 +12,10 @@
 //! - **Prefill** (more rows): blocks of [`BLOCK_ROWS`] weight rows are multiplied by the
 //!   blocked f32 GEMM, which widens the 16-bit rows as it packs them into its micro-panels (one
 //!   pass over the rows, no f32 copy; on AVX-512 a block is widened into a buffer first,
-//!   measured faster there); the blocks are split over the thread pool. On AVX2, up to
-//!   [`DOT_ROWS`] rows of `x` take the dot form instead (`x86::avx2::prefill`): tiles of four
-//!   rows of `x` by three weight rows, the 16-bit rows widened as they are loaded, nothing
+//!   measured faster there); the blocks are split over the thread pool. On AVX2 up to
+//!   [`DOT_ROWS`] rows of `x`, on AVX-512 up to [`DOT_ROWS_AVX512`], take the dot form instead
+//!   (`x86::avx2::prefill`, `x86::avx512::prefill`): tiles of four rows of `x` by three weight
+//!   rows (AVX2) or six by four (AVX-512), the 16-bit rows widened as they are loaded, nothing
 //!   packed, `k` in chunks that keep the tile's rows of `x` in L1.
 //!
 //! The activations stay f32, as the reference's (decode the weight, then the f32 product): only
@@ -158,7 +159,7 @@ pub fn product_of(
                     &out_shape,
                     &|| Ok(()),
                     &|_, js, part| {
-                        dot_range(bf, w, xv, (rows, k), js, part);
+                        dot_range(family, bf, w, xv, (rows, k), js, part);
                         Ok(())
                     },
                 );
@@ -322,7 +323,7 @@ fn gemm_t(
     #[cfg(target_arch = "x86_64")]
     if dot_form(family, rows) {
         return pool::for_slices_on(threads, t, rows, GRAIN, &|js, part| {
-            dot_range(bf, w, x, (rows, k), js, part);
+            dot_range(family, bf, w, x, (rows, k), js, part);
             Ok(())
         });
     }
@@ -342,25 +343,40 @@ fn gemm_t(
 /// 78.4-91.7 against 78.9-95.2 (five of eight); at 128 on 1 thread 81.0-97.0 against
 /// 78.1-94.1 (none of three); at 256 even (nine rounds, means 90.8 and 91.5).
 pub const DOT_ROWS: usize = 64;
+/// The same on AVX-512 (tiles of six rows of `x` by four weight rows, `x86::avx512::prefill`).
+/// Measured on the 0.5B Qwen's F16 file (AMD EPYC Zen 5, `kernels bench llama --prefill-len P
+/// --runs 2`, interleaved rounds, prefill tok/s, GEMM against dot form, 2026-11-28): at 64
+/// tokens on 1 thread 215.5-225.6 against 243.8-246.2 (five rounds of five for the dot form), on
+/// 2 threads 383.9-400.7 against 445.2-447.6 (two of two); at 128 on 1 thread 251.7-253.3
+/// against 255.6-256.5; at 256 on 1 thread 267.0-270.5 against 253.8-263.4 (none of four), so
+/// more rows keep the GEMM.
+pub const DOT_ROWS_AVX512: usize = 128;
 
-/// Whether prefill of `rows` rows of `x` on `family` takes the dot form ([`DOT_ROWS`]).
+/// Whether prefill of `rows` rows of `x` on `family` takes the dot form ([`DOT_ROWS`],
+/// [`DOT_ROWS_AVX512`]).
 #[cfg(target_arch = "x86_64")]
 fn dot_form(family: Family, rows: usize) -> bool {
-    family == Family::Avx2 && rows <= DOT_ROWS
+    match family {
+        Family::Avx2 => rows <= DOT_ROWS,
+        Family::Avx512 => rows <= DOT_ROWS_AVX512,
+        Family::Portable => false,
+    }
 }
 
 /// Weight rows of the dot form's blocks: a block's chunk of `k` (at most
-/// `x86::avx2::PREFILL_K` values, 96 KiB of 16-bit rows) stays in L2 while every row of `x`
+/// `PREFILL_K` values of either family, 96 KiB of 16-bit rows) stays in L2 while every row of `x`
 /// passes over it.
 #[cfg(target_arch = "x86_64")]
 const DOT_BLOCK_ROWS: usize = 48;
 
-/// Weight rows `js` of the prefill on AVX2 into `part` (`[js, rows]`, zeroed), in the dot form
-/// (`x86::avx2::prefill`: no packing, the 16-bit rows widened as they are loaded), blocks of
+/// Weight rows `js` of the prefill on AVX2 or AVX-512 into `part` (`[js, rows]`, zeroed), in the
+/// dot form (`x86::avx2::prefill`, `x86::avx512::prefill`: no packing, the 16-bit rows widened
+/// as they are loaded; nothing on the portable family), blocks of
 /// [`DOT_BLOCK_ROWS`] rows at a time. Every output's bits depend on `k` alone, not on the
 /// block or range its row falls in. Nothing is written where the slices are short.
 #[cfg(target_arch = "x86_64")]
 fn dot_range(
+    family: Family,
     bf: bool,
     w: &[u8],
     x: &[f32],
@@ -374,16 +390,26 @@ fn dot_range(
     }
     for b0 in js.clone().step_by(DOT_BLOCK_ROWS) {
         let b1 = (b0 + DOT_BLOCK_ROWS).min(js.end);
-        // SAFETY: `Family::Avx2` exists only where the CPU has AVX2, FMA and F16C (the only
-        // caller checks it); weight rows b0..b1 (`2 k` bytes each), `rows * k` activations and
+        // SAFETY: `Family::Avx2` exists only where the CPU has AVX2, FMA and F16C,
+        // `Family::Avx512` only where it has AVX-512F too; weight rows b0..b1 (`2 k` bytes each), `rows * k` activations and
         // the block's `(b1 - b0) * rows` outputs lie in the slices (checked above).
         unsafe {
             let (wp, xp) = (w.as_ptr(), x.as_ptr());
             let tp = part.as_mut_ptr().add((b0 - js.start) * rows);
-            if bf {
-                x86::avx2::prefill::<true>(wp, row_bytes, b0, b1, xp, rows, k, tp)
-            } else {
-                x86::avx2::prefill::<false>(wp, row_bytes, b0, b1, xp, rows, k, tp)
+            match (family, bf) {
+                (Family::Avx512, true) => {
+                    x86::avx512::prefill::<true>(wp, row_bytes, b0, b1, xp, rows, k, tp)
+                }
+                (Family::Avx512, false) => {
+                    x86::avx512::prefill::<false>(wp, row_bytes, b0, b1, xp, rows, k, tp)
+                }
+                (Family::Avx2, true) => {
+                    x86::avx2::prefill::<true>(wp, row_bytes, b0, b1, xp, rows, k, tp)
+                }
+                (Family::Avx2, false) => {
+                    x86::avx2::prefill::<false>(wp, row_bytes, b0, b1, xp, rows, k, tp)
+                }
+                (Family::Portable, _) => {}
             }
         }
     }

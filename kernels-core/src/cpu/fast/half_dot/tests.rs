@@ -118,19 +118,20 @@ fn every_tile_remainder_matches_the_reference() {
     }
 }
 
-/// Prefill's tiles (the dot form on AVX2: four rows of `x` by three weight rows, then the
-/// remainders; the GEMM's elsewhere) at every remainder of the rows of `x` by four and of `n` by
-/// three, with `k` below a vector, odd, and past one chunk of the dot form
-/// (`x86::avx2::PREFILL_K`, 1024) into two and three, NaN and inf planted in some.
+/// Prefill's tiles (the dot form: four rows of `x` by three weight rows on AVX2, six by four
+/// on AVX-512, then the remainders; the GEMM's past `DOT_ROWS` and on the portable family) at
+/// every remainder of the rows of `x` by four and six and of `n` by three and four, with `k`
+/// below a vector, odd, and past one chunk of the dot form (`PREFILL_K`, 1024) into two and
+/// three, NaN and inf planted in some; 200 rows take the GEMM on every family.
 #[test]
 fn every_prefill_tile_remainder_matches_the_reference() {
     let mut seed = 900;
     for family in Family::available() {
         for dtype in [DType::F16, DType::BF16] {
-            for rows in [9, 10, 11, 12, 13, 64] {
+            for rows in [9, 10, 11, 12, 13, 14, 64, 200] {
                 for n in [1, 2, 3, 4, 5, 49] {
                     for k in [3, 31, 1024, 1031, 2049, 2500] {
-                        if rows == 64 && k > 1024 && n < 49 {
+                        if rows >= 64 && k > 1024 && n < 49 {
                             continue;
                         }
                         check(family, 1, dtype, (rows, k, n), seed, seed % 3 == 0);

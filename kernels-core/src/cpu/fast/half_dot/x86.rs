@@ -210,6 +210,143 @@ macro_rules! half_kernels {
     };
 }
 
+/// Prefill's dot form over one instruction set's primitives (those of [`half_kernels`]) and
+/// its tile: the invoking module defines `TILE_X` (rows of `x` a tile takes), `TILE_W` (weight
+/// rows) and `PREFILL_K` (most values of `k` a pass takes), and lists the row counts below
+/// `TILE_X` (`tails`) a pass's last tile may have.
+macro_rules! half_prefill {
+    ($(#[$attr:meta])*; tails $($tail:literal)*) => {
+        /// Prefill's product in the dot form: `t[(j - j0) * rows + r] += x[r] . w[j]` for `j0 <= j
+        /// < j1`, `r < rows`, the 16-bit rows widened in registers as they are loaded (no packing,
+        /// no f32 copy). `k` is cut into chunks of at most [`PREFILL_K`] values (where they start
+        /// depends on `k` alone); within a chunk, tiles of `TILE_X` rows of `x` by `TILE_W` weight rows
+        /// sum along `k` in one accumulator each, reduced at the chunk's end and added to `t`. So
+        /// an output's bits depend on `k` alone, not on the tile, block or thread its row falls in.
+        ///
+        /// # Safety
+        /// The CPU has this module's features; `w + j * row_bytes` is valid for `row_bytes = 2 k`
+        /// reads for `j < j1`, `x` for `rows * k` reads, `t` for `(j1 - j0) * rows` reads and
+        /// writes.
+        $(#[$attr])*
+        #[allow(clippy::too_many_arguments)]
+        pub(in crate::cpu::fast::half_dot) unsafe fn prefill<const BF: bool>(
+            w: *const u8,
+            row_bytes: usize,
+            j0: usize,
+            j1: usize,
+            x: *const f32,
+            rows: usize,
+            k: usize,
+            t: *mut f32,
+        ) {
+            let chunk = k.div_ceil(k.div_ceil(PREFILL_K).max(1)).next_multiple_of(L);
+            // SAFETY: each pass reads columns kb..kb + len <= k of rows r0..r0 + R <= rows of x
+            // and of weight rows j0..j1, and its outputs.
+            unsafe {
+                let mut kb = 0;
+                while kb < k {
+                    let len = chunk.min(k - kb);
+                    let mut r0 = 0;
+                    while r0 < rows {
+                        let rn = (rows - r0).min(TILE_X);
+                        let p = Pass {
+                            w: w.add(2 * kb),
+                            row_bytes,
+                            x: x.add(r0 * k + kb),
+                            ldx: k,
+                            len,
+                            t: t.add(r0),
+                            ldt: rows,
+                        };
+                        match rn {
+                            $($tail => p.run::<$tail, BF>(j1 - j0, j0),)*
+                            _ => p.run::<TILE_X, BF>(j1 - j0, j0),
+                        }
+                        r0 += rn;
+                    }
+                    kb += len;
+                }
+            }
+        }
+
+        /// One chunk of `k` for up to `TILE_X` rows of `x` over a block's weight rows.
+        struct Pass {
+            /// Weight row 0 at the chunk's first column.
+            w: *const u8,
+            row_bytes: usize,
+            /// The first row of `x` at the chunk's first column, rows `ldx` apart.
+            x: *const f32,
+            ldx: usize,
+            len: usize,
+            /// The first row's output of weight row `j0`, weight rows `ldt` apart.
+            t: *mut f32,
+            ldt: usize,
+        }
+
+        impl Pass {
+            /// Weight rows `j0..j0 + n` by `R` rows of `x`: tiles of `TILE_W`, then one.
+            ///
+            /// # Safety
+            /// As [`prefill`], for these rows.
+            $(#[$attr])*
+            unsafe fn run<const R: usize, const BF: bool>(&self, n: usize, j0: usize) {
+                // SAFETY: weight rows j0 + i < j0 + n, outputs i * ldt on.
+                unsafe {
+                    let mut i = 0;
+                    while i + TILE_W <= n {
+                        self.tile::<R, TILE_W, BF>(j0 + i, i);
+                        i += TILE_W;
+                    }
+                    while i < n {
+                        self.tile::<R, 1, BF>(j0 + i, i);
+                        i += 1;
+                    }
+                }
+            }
+
+            /// `R` rows of `x` by weight rows `j..j + J` (outputs from `i * ldt`).
+            ///
+            /// # Safety
+            /// As [`prefill`], for these rows.
+            $(#[$attr])*
+            #[inline]
+            unsafe fn tile<const R: usize, const J: usize, const BF: bool>(&self, j: usize, i: usize) {
+                // SAFETY: loads at p + L <= len of each row; the tail is scalar.
+                unsafe {
+                    let w = self.w.add(j * self.row_bytes);
+                    let mut acc = [[zero(); J]; R];
+                    let mut p = 0;
+                    while p + L <= self.len {
+                        let mut wv = [zero(); J];
+                        for (jj, v) in wv.iter_mut().enumerate() {
+                            *v = load_w::<BF>(w.add(jj * self.row_bytes + 2 * p));
+                        }
+                        for (r, accr) in acc.iter_mut().enumerate() {
+                            let xv = load_x(self.x.add(r * self.ldx + p));
+                            for (a, &wj) in accr.iter_mut().zip(&wv) {
+                                *a = fma(xv, wj, *a);
+                            }
+                        }
+                        p += L;
+                    }
+                    for (r, accr) in acc.iter().enumerate() {
+                        for (jj, &a) in accr.iter().enumerate() {
+                            let mut s = hsum(a);
+                            for q in p..self.len {
+                                let h = core::ptr::read_unaligned(
+                                    w.add(jj * self.row_bytes + 2 * q) as *const u16
+                                );
+                                s += *self.x.add(r * self.ldx + q) * super::super::scalar::<BF>(h);
+                            }
+                            *self.t.add((i + jj) * self.ldt + r) += s;
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
 pub(super) mod avx512 {
     use core::arch::x86_64::*;
 
@@ -269,6 +406,17 @@ pub(super) mod avx512 {
     }
 
     half_kernels!(#[target_feature(enable = "avx512f,avx2,fma,f16c")]);
+
+    /// Rows of `x` by weight rows in a prefill tile: 24 accumulators, four widened weight
+    /// vectors and one of `x` in the 32 registers (six rows of `x` share each widened weight
+    /// vector: a conversion per six multiply-adds).
+    const TILE_X: usize = 6;
+    const TILE_W: usize = 4;
+    /// Most values of `k` a prefill pass takes at once: a tile's six rows of `x` (24 KiB) stay
+    /// in L1 and a block's weight rows in L2 while the tiles pass over them.
+    pub(in crate::cpu::fast::half_dot) const PREFILL_K: usize = 1024;
+
+    half_prefill!(#[target_feature(enable = "avx512f,avx2,fma,f16c")]; tails 1 2 3 4 5);
 
     /// `dst[i] = src[i]` widened to f32 for `i < n` (prefill's blocks on this family, which
     /// widens a block before the GEMM packs it: measured faster on Zen 4 than widening in the
@@ -383,134 +531,5 @@ pub(super) mod avx2 {
     /// in L1 and a block's weight rows in L2 while the tiles pass over them.
     pub(in crate::cpu::fast::half_dot) const PREFILL_K: usize = 1024;
 
-    /// Prefill's product in the dot form: `t[(j - j0) * rows + r] += x[r] . w[j]` for `j0 <= j
-    /// < j1`, `r < rows`, the 16-bit rows widened in registers as they are loaded (no packing,
-    /// no f32 copy). `k` is cut into chunks of at most [`PREFILL_K`] values (where they start
-    /// depends on `k` alone); within a chunk, tiles of four rows of `x` by three weight rows
-    /// sum along `k` in one accumulator each, reduced at the chunk's end and added to `t`. So
-    /// an output's bits depend on `k` alone, not on the tile, block or thread its row falls in.
-    ///
-    /// # Safety
-    /// The CPU has this module's features; `w + j * row_bytes` is valid for `row_bytes = 2 k`
-    /// reads for `j < j1`, `x` for `rows * k` reads, `t` for `(j1 - j0) * rows` reads and
-    /// writes.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[allow(clippy::too_many_arguments)]
-    pub(in crate::cpu::fast::half_dot) unsafe fn prefill<const BF: bool>(
-        w: *const u8,
-        row_bytes: usize,
-        j0: usize,
-        j1: usize,
-        x: *const f32,
-        rows: usize,
-        k: usize,
-        t: *mut f32,
-    ) {
-        let chunk = k.div_ceil(k.div_ceil(PREFILL_K).max(1)).next_multiple_of(L);
-        // SAFETY: each pass reads columns kb..kb + len <= k of rows r0..r0 + R <= rows of x
-        // and of weight rows j0..j1, and its outputs.
-        unsafe {
-            let mut kb = 0;
-            while kb < k {
-                let len = chunk.min(k - kb);
-                let mut r0 = 0;
-                while r0 < rows {
-                    let rn = (rows - r0).min(TILE_X);
-                    let p = Pass {
-                        w: w.add(2 * kb),
-                        row_bytes,
-                        x: x.add(r0 * k + kb),
-                        ldx: k,
-                        len,
-                        t: t.add(r0),
-                        ldt: rows,
-                    };
-                    match rn {
-                        1 => p.run::<1, BF>(j1 - j0, j0),
-                        2 => p.run::<2, BF>(j1 - j0, j0),
-                        3 => p.run::<3, BF>(j1 - j0, j0),
-                        _ => p.run::<TILE_X, BF>(j1 - j0, j0),
-                    }
-                    r0 += rn;
-                }
-                kb += len;
-            }
-        }
-    }
-
-    /// One chunk of `k` for up to four rows of `x` over a block's weight rows.
-    struct Pass {
-        /// Weight row 0 at the chunk's first column.
-        w: *const u8,
-        row_bytes: usize,
-        /// The first row of `x` at the chunk's first column, rows `ldx` apart.
-        x: *const f32,
-        ldx: usize,
-        len: usize,
-        /// The first row's output of weight row `j0`, weight rows `ldt` apart.
-        t: *mut f32,
-        ldt: usize,
-    }
-
-    impl Pass {
-        /// Weight rows `j0..j0 + n` by `R` rows of `x`: tiles of three, then one.
-        ///
-        /// # Safety
-        /// As [`prefill`], for these rows.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn run<const R: usize, const BF: bool>(&self, n: usize, j0: usize) {
-            // SAFETY: weight rows j0 + i < j0 + n, outputs i * ldt on.
-            unsafe {
-                let mut i = 0;
-                while i + TILE_W <= n {
-                    self.tile::<R, TILE_W, BF>(j0 + i, i);
-                    i += TILE_W;
-                }
-                while i < n {
-                    self.tile::<R, 1, BF>(j0 + i, i);
-                    i += 1;
-                }
-            }
-        }
-
-        /// `R` rows of `x` by weight rows `j..j + J` (outputs from `i * ldt`).
-        ///
-        /// # Safety
-        /// As [`prefill`], for these rows.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        #[inline]
-        unsafe fn tile<const R: usize, const J: usize, const BF: bool>(&self, j: usize, i: usize) {
-            // SAFETY: loads at p + L <= len of each row; the tail is scalar.
-            unsafe {
-                let w = self.w.add(j * self.row_bytes);
-                let mut acc = [[zero(); J]; R];
-                let mut p = 0;
-                while p + L <= self.len {
-                    let mut wv = [zero(); J];
-                    for (jj, v) in wv.iter_mut().enumerate() {
-                        *v = load_w::<BF>(w.add(jj * self.row_bytes + 2 * p));
-                    }
-                    for (r, accr) in acc.iter_mut().enumerate() {
-                        let xv = load_x(self.x.add(r * self.ldx + p));
-                        for (a, &wj) in accr.iter_mut().zip(&wv) {
-                            *a = fma(xv, wj, *a);
-                        }
-                    }
-                    p += L;
-                }
-                for (r, accr) in acc.iter().enumerate() {
-                    for (jj, &a) in accr.iter().enumerate() {
-                        let mut s = hsum(a);
-                        for q in p..self.len {
-                            let h = core::ptr::read_unaligned(
-                                w.add(jj * self.row_bytes + 2 * q) as *const u16
-                            );
-                            s += *self.x.add(r * self.ldx + q) * super::super::scalar::<BF>(h);
-                        }
-                        *self.t.add((i + jj) * self.ldt + r) += s;
-                    }
-                }
-            }
-        }
-    }
+    half_prefill!(#[target_feature(enable = "avx2,fma,f16c")]; tails 1 2 3);
 }
