@@ -121,7 +121,8 @@ impl<const R: usize> XSrc<R> for TileSrc<R> {
     }
 }
 
-/// Group-blocks ahead (bytes) that each group's stream is prefetched (as `interleaved`'s).
+/// Bytes ahead that each group's stream is prefetched (prefill: each group serves many tiles
+/// of `x`, so its reads are not the bottleneck that decode's are).
 const PREFETCH: usize = 1024;
 
 /// 32 bytes at `at` of each of two blocks, `b0`'s in the low half.
