@@ -121,9 +121,13 @@ impl<const R: usize> XSrc<R> for TileSrc<R> {
     }
 }
 
-/// Bytes ahead that each group's stream is prefetched (prefill: each group serves many tiles
-/// of `x`, so its reads are not the bottleneck that decode's are).
-const PREFETCH: usize = 1024;
+/// Bytes ahead that each group's stream is prefetched (decode's distance, `interleaved`'s
+/// `PREFETCH`: at 1 KiB a group's first tile waited on memory). The 0.5B Qwen's prefill (AMD
+/// EPYC Zen 5, `kernels bench llama --runs 2`, interleaved rounds, 2026-11-28, tok/s, 1 KiB
+/// against 8 KiB): Q4_0 at 64 tokens on 1 thread 375.8-379.5 against 391.7-396.0, on 2 threads
+/// 630.2-634.9 against 676.8-678.2, at 256 on 1 thread 379.2-381.1 against 382.1-387.1; Q8_0 at
+/// 64 on 1 thread 339.3-347.4 against 355.3-359.4.
+const PREFETCH: usize = 8192;
 
 /// 32 bytes at `at` of each of two blocks, `b0`'s in the low half.
 ///
