@@ -3,7 +3,9 @@
 /// The dot kernels over one instruction set's primitives, which the invoking
 /// module defines: the vector type `V` of `L` lanes, `GROUP` (rows of `x` at once), `WIDE`
 /// (weight rows a tile streams at once for one row of `x`), `WIDE_U` (their accumulators along
-/// `k`), `WIDE_PAIRS` (whether two rows of `x` take wide tiles too) and `unsafe fn`s `zero`,
+/// `k`), `WIDE_PAIRS` (whether two rows of `x` take wide tiles too), `SHORT_ROWS_IN_SEQUENCE`
+/// (whether one row of `x` takes rows under `LONG_ROW_BYTES` one at a time) with
+/// `SEQUENCE_PREFETCH_BYTES` (how far ahead that stream is prefetched), and `unsafe fn`s `zero`,
 /// `add`, `load_x` (`L` f32), `load_w::<BF>` (`L` f16 or bf16 values widened), `fma(a,
 /// b, c) = a * b + c`, `hsum` and `prefetch` (a hint into L2, any address).
 ///
@@ -141,7 +143,9 @@ macro_rules! half_kernels {
                 // A step of `U * L` values covers a 64-byte line, several, or a part of one.
                 const { assert!(32 % (U * L) == 0 || (U * L) % 32 == 0) };
                 let mut acc = [[[zero(); U]; J]; R];
-                let ahead_bytes = if row_bytes >= LONG_ROW_BYTES {
+                let ahead_bytes = if J == 1 && SHORT_ROWS_IN_SEQUENCE && row_bytes < LONG_ROW_BYTES {
+                    SEQUENCE_PREFETCH_BYTES
+                } else if row_bytes >= LONG_ROW_BYTES {
                     PREFETCH_BYTES
                 } else {
                     PREFETCH_BYTES_SHORT
@@ -356,9 +360,16 @@ pub(super) mod avx512 {
     const WIDE: usize = 8;
     const WIDE_U: usize = 2;
     const WIDE_PAIRS: bool = true;
-    /// Short rows for one row of `x` in wide tiles like the long ones (measured on Zen 4 with
-    /// the wide tiles only).
-    const SHORT_ROWS_IN_SEQUENCE: bool = false;
+    /// Short rows for one row of `x` one at a time, one sequential stream prefetched
+    /// [`SEQUENCE_PREFETCH_BYTES`] ahead (as the AVX2 kernel's, there 2 KiB ahead). The 0.5B
+    /// Qwen's F16 decode (AMD EPYC Zen 5, `kernels bench llama --prefill-len 8 --new-tokens 16
+    /// --runs 3`, interleaved rounds, 2026-11-28, tok/s), wide tiles against one stream 8 KiB
+    /// ahead, two sessions of two rounds (the memory bandwidth the VM got moved between them):
+    /// 1 thread 35.4-35.4 against 36.2-36.4 and 36.1-36.3 against 35.7-35.8, 2 threads
+    /// 56.6-59.5 against 62.2-63.0 and 36.8-38.9 against 43.4-45.3; one stream 1 KiB ahead
+    /// was slower at 1 thread (31.0-32.0 against 33.5-35.4).
+    const SHORT_ROWS_IN_SEQUENCE: bool = true;
+    const SEQUENCE_PREFETCH_BYTES: usize = 8192;
     use super::{LONG_ROW_BYTES, PREFETCH_BYTES, PREFETCH_BYTES_SHORT};
 
     #[inline(always)]
@@ -471,6 +482,7 @@ pub(super) mod avx2 {
     /// --new-tokens 32`, 2026-11-27) ran faster at 2048 bytes than at 1024 in 8 of 10
     /// interleaved pairs, by -2% to +9% (at 1024: 11.3-13.5 tok/s, at 2048: 12.0-14.7).
     const PREFETCH_BYTES_SHORT: usize = PREFETCH_BYTES;
+    const SEQUENCE_PREFETCH_BYTES: usize = PREFETCH_BYTES;
 
     #[inline(always)]
     unsafe fn zero() -> V {
