@@ -86,7 +86,8 @@ pub(super) trait Isa: Copy + Send + Sync {
 }
 
 /// The dot and axpy kernels over one instruction set's primitives, which the invoking module
-/// defines: the vector type `V` of `L` lanes, `NV` (vectors per axpy block), and `unsafe fn`s
+/// defines: the vector type `V` of `L` lanes, `NV` (vectors per axpy block), `STREAM_PREFETCH`
+/// (how many values ahead one streamed column prefetches, 0 for none), and `unsafe fn`s
 /// `zero`, `splat`, `load`, `load_tail` (the first `rem < L` lanes, the rest zero), `store`,
 /// `store_tail`, `fma(a, b, c) = a * b + c`, `hsum` and `prefetch` (a hint, any address). The
 /// attributes (`target_feature`) go on both kernels.
@@ -115,6 +116,11 @@ macro_rules! skinny_kernels {
                     let mut p = 0;
                     while p + 4 * L <= k {
                         for u in 0..4 {
+                            if STREAM_PREFETCH > 0 {
+                                // The stream `STREAM_PREFETCH` values ahead (past this
+                                // column's end: the next columns, which follow it).
+                                prefetch(b.wrapping_add(p + u * L + STREAM_PREFETCH));
+                            }
                             let bv = load(b.add(p + u * L));
                             for (r, row) in acc.iter_mut().enumerate() {
                                 row[u] = fma(load(a.add(r * k + p + u * L)), bv, row[u]);

@@ -4,6 +4,8 @@
 type V = [f32; L];
 const L: usize = 8;
 const NV: usize = 4;
+/// No prefetch instruction.
+const STREAM_PREFETCH: usize = 0;
 /// See [`Isa::STREAM_COLUMNS`](crate::cpu::fast::skinny::Isa::STREAM_COLUMNS).
 const STREAM_COLUMNS: bool = false;
 

@@ -8,6 +8,8 @@ use core::arch::wasm32::{
 type V = v128;
 const L: usize = 4;
 const NV: usize = 4;
+/// No prefetch instruction in wasm.
+const STREAM_PREFETCH: usize = 0;
 /// See [`Isa::STREAM_COLUMNS`](crate::cpu::fast::skinny::Isa::STREAM_COLUMNS).
 const STREAM_COLUMNS: bool = true;
 
