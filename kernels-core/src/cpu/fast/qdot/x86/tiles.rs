@@ -3,7 +3,7 @@
 //!
 //! The kernel is [`group_f`], the same body as decode's, so the bits are the same; only where
 //! it reads `x` differs. [`Acts`](super::super::Acts) keeps each row's quants, scales and sums
-//! in three arrays, so `RX` rows at a time cost three pointers a row: 24 on AVX-512 VNNI, more
+//! in three arrays, so `RX` rows at a time cost three pointers a row: 24 at eight rows, more
 //! than the general registers, and the block's last steps reloaded them from the stack (perf
 //! annotate). A tile here holds, block by block, the `RX` rows' 4-byte chunks side by side,
 //! then their scales, then their offset terms (`offset` times the block's sum, made once per
