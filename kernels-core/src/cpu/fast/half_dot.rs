@@ -3,11 +3,12 @@
 //! widened to f32 in registers, never into an f32 copy of the whole weight.
 //!
 //! - **Decode** (at most [`STREAM_ROWS`] rows of `x`): eight weight rows at a time (one or two
-//!   rows of `x`; four for more; on AVX2 one row of `x` takes rows under 4 KiB one at a time,
-//!   a single sequential stream) are widened 16 (AVX-512) or 8 (AVX2) values at a time, with
-//!   F16C's `vcvtph2ps` for `f16` and a zero-extend and shift by 16 for `bf16` (exact: a bf16
-//!   is the top half of an f32), and multiplied into f32 accumulators with FMA. Each row stream
-//!   is prefetched 2 KiB ahead into L2 (the rows are too short for the hardware prefetcher).
+//!   rows of `x`; four for more; one row of `x` takes rows under 4 KiB one at a time, a single
+//!   sequential stream) are widened 16 (AVX-512) or 8 (AVX2) values at a time, with F16C's
+//!   `vcvtph2ps` for `f16` and a zero-extend and shift by 16 for `bf16` (exact: a bf16 is the
+//!   top half of an f32), and multiplied into f32 accumulators with FMA. Each row stream is
+//!   prefetched 1-2 KiB ahead into L2 (the rows are too short for the hardware prefetcher),
+//!   the single stream 8 KiB (AVX-512) or 2 KiB (AVX2) ahead.
 //!   The weight rows are split over the thread pool ([`super::pool`]).
 //! - **Prefill** (more rows): blocks of [`BLOCK_ROWS`] weight rows are multiplied by the
 //!   blocked f32 GEMM, which widens the 16-bit rows as it packs them into its micro-panels (one
@@ -391,8 +392,9 @@ fn dot_range(
     for b0 in js.clone().step_by(DOT_BLOCK_ROWS) {
         let b1 = (b0 + DOT_BLOCK_ROWS).min(js.end);
         // SAFETY: `Family::Avx2` exists only where the CPU has AVX2, FMA and F16C,
-        // `Family::Avx512` only where it has AVX-512F too; weight rows b0..b1 (`2 k` bytes each), `rows * k` activations and
-        // the block's `(b1 - b0) * rows` outputs lie in the slices (checked above).
+        // `Family::Avx512` only where it has AVX-512F too; weight rows b0..b1 (`2 k` bytes
+        // each), `rows * k` activations and the block's `(b1 - b0) * rows` outputs lie in the
+        // slices (checked above).
         unsafe {
             let (wp, xp) = (w.as_ptr(), x.as_ptr());
             let tp = part.as_mut_ptr().add((b0 - js.start) * rows);
