@@ -366,11 +366,11 @@ pub(super) fn run(
     t_buf: &mut Vec<f32>,
 ) -> Result<()> {
     let (m, n) = (a.rows, b.cols);
-    // (A', B', C's strides for T's rows and columns)
-    let (small, big, rs, cs) = if m <= MAX_ROWS && m <= n {
-        (a, b, ldc, 1)
+    // (A', B', C's strides for T's rows and columns, whether T is C transposed)
+    let (small, big, rs, cs, swapped) = if m <= MAX_ROWS && m <= n {
+        (a, b, ldc, 1, false)
     } else {
-        (b.t(), a.t(), 1, ldc)
+        (b.t(), a.t(), 1, ldc, true)
     };
     let big = Streamed::new(big).ok_or_else(|| internal("operand layout"))?;
     let (rows, k, cols) = (small.rows, small.cols, big.n);
@@ -400,7 +400,9 @@ pub(super) fn run(
         for (r, tr) in part.chunks_exact(j1 - j0).enumerate() {
             for (dj, &v) in tr.iter().enumerate() {
                 let j = j0 + dj;
-                let (ci, col) = (r * rs + j * cs, if cs == 1 { j } else { r });
+                // C's column: T's column, or its row where T is C transposed (not told by
+                // the strides: with one column, `ldc` may be 1 either way).
+                let (ci, col) = (r * rs + j * cs, if swapped { r } else { j });
                 if let Some(x) = c.get_mut(ci) {
                     *x = epi.apply(*x + v, col);
                 }

@@ -145,11 +145,16 @@ fn nan_and_inf_propagate() {
 
 #[test]
 fn accumulates_and_applies_the_epilogue_at_a_stride() {
-    // C has row stride 11 > n and starts non-zero; the epilogue sees C + A . B + bias.
+    // C has row stride n + 4 > n, or n itself (so a one-column C of many rows has stride 1, as
+    // a `linear` with one output does: its bias once went to the first row only), and starts
+    // non-zero; the epilogue sees C + A . B + bias.
     for kernel in Kernel::available() {
-        for (m, n) in [(1, 7), (3, 9), (9, 3), (11, 1)] {
+        for ((m, n), pad) in [(1, 7), (3, 9), (9, 3), (11, 1), (30, 1), (9, 2)]
+            .into_iter()
+            .flat_map(|mn| [(mn, 4), (mn, 0)])
+        {
             let k = 19;
-            let ldc = n + 4;
+            let ldc = n + pad;
             let mut rng = Rng::new((m * n) as u64);
             let a = rng.uniform_vec(m * k, -1.0, 1.0);
             let b = rng.uniform_vec(k * n, -1.0, 1.0);
