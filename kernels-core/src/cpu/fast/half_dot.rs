@@ -385,6 +385,14 @@ fn dot_range(
     js: core::ops::Range<usize>,
     part: &mut [f32],
 ) {
+    type Prefill = unsafe fn(*const u8, usize, usize, usize, *const f32, usize, usize, *mut f32);
+    let prefill: Prefill = match (family, bf) {
+        (Family::Avx512, true) => x86::avx512::prefill::<true>,
+        (Family::Avx512, false) => x86::avx512::prefill::<false>,
+        (Family::Avx2, true) => x86::avx2::prefill::<true>,
+        (Family::Avx2, false) => x86::avx2::prefill::<false>,
+        (Family::Portable, _) => return,
+    };
     let row_bytes = 2 * k;
     if part.len() < js.len() * rows || w.len() < js.end * row_bytes || x.len() < rows * k {
         return;
@@ -392,27 +400,12 @@ fn dot_range(
     for b0 in js.clone().step_by(DOT_BLOCK_ROWS) {
         let b1 = (b0 + DOT_BLOCK_ROWS).min(js.end);
         // SAFETY: `Family::Avx2` exists only where the CPU has AVX2, FMA and F16C,
-        // `Family::Avx512` only where it has AVX-512F too; weight rows b0..b1 (`2 k` bytes
-        // each), `rows * k` activations and the block's `(b1 - b0) * rows` outputs lie in the
-        // slices (checked above).
+        // `Family::Avx512` only where it has AVX-512F too (the kernel was chosen by the
+        // family); weight rows b0..b1 (`2 k` bytes each), `rows * k` activations and the
+        // block's `(b1 - b0) * rows` outputs lie in the slices (checked above).
         unsafe {
-            let (wp, xp) = (w.as_ptr(), x.as_ptr());
             let tp = part.as_mut_ptr().add((b0 - js.start) * rows);
-            match (family, bf) {
-                (Family::Avx512, true) => {
-                    x86::avx512::prefill::<true>(wp, row_bytes, b0, b1, xp, rows, k, tp)
-                }
-                (Family::Avx512, false) => {
-                    x86::avx512::prefill::<false>(wp, row_bytes, b0, b1, xp, rows, k, tp)
-                }
-                (Family::Avx2, true) => {
-                    x86::avx2::prefill::<true>(wp, row_bytes, b0, b1, xp, rows, k, tp)
-                }
-                (Family::Avx2, false) => {
-                    x86::avx2::prefill::<false>(wp, row_bytes, b0, b1, xp, rows, k, tp)
-                }
-                (Family::Portable, _) => {}
-            }
+            prefill(w.as_ptr(), row_bytes, b0, b1, x.as_ptr(), rows, k, tp);
         }
     }
 }
