@@ -62,6 +62,11 @@ unsafe fn store_tail(p: *mut f32, v: V, rem: usize) {
 }
 
 #[inline(always)]
+unsafe fn add(a: V, b: V) -> V {
+    core::array::from_fn(|i| a[i] + b[i])
+}
+
+#[inline(always)]
 unsafe fn fma(a: V, b: V, c: V) -> V {
     let mut r = c;
     for ((r, &a), &b) in r.iter_mut().zip(&a).zip(&b) {

@@ -70,6 +70,11 @@ unsafe fn store_tail(p: *mut f32, v: V, rem: usize) {
 }
 
 #[inline(always)]
+unsafe fn add(a: V, b: V) -> V {
+    f32x4_add(a, b)
+}
+
+#[inline(always)]
 unsafe fn fma(a: V, b: V, c: V) -> V {
     f32x4_add(f32x4_mul(a, b), c)
 }

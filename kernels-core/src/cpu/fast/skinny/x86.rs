@@ -8,7 +8,7 @@ pub use avx512::Avx512Isa;
 mod avx2 {
     use core::arch::x86_64::{
         __m256, __m256i, _MM_HINT_T1, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps,
-        _mm_prefetch, _mm_shuffle_ps, _mm256_castps256_ps128, _mm256_extractf128_ps,
+        _mm_prefetch, _mm_shuffle_ps, _mm256_add_ps, _mm256_castps256_ps128, _mm256_extractf128_ps,
         _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_loadu_si256, _mm256_maskload_ps,
         _mm256_maskstore_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
     };
@@ -98,6 +98,12 @@ mod avx2 {
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
+    unsafe fn add(a: V, b: V) -> V {
+        _mm256_add_ps(a, b)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn fma(a: V, b: V, c: V) -> V {
         _mm256_fmadd_ps(a, b, c)
     }
@@ -122,9 +128,9 @@ mod avx2 {
 
 mod avx512 {
     use core::arch::x86_64::{
-        __m512, _MM_HINT_T1, _mm_prefetch, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
-        _mm512_maskz_loadu_ps, _mm512_reduce_add_ps, _mm512_set1_ps, _mm512_setzero_ps,
-        _mm512_storeu_ps,
+        __m512, _MM_HINT_T1, _mm_prefetch, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps,
+        _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_reduce_add_ps, _mm512_set1_ps,
+        _mm512_setzero_ps, _mm512_storeu_ps,
     };
 
     use crate::cpu::fast::kernels::Avx512;
@@ -204,6 +210,12 @@ mod avx512 {
     unsafe fn store_tail(p: *mut f32, v: V, rem: usize) {
         // SAFETY: the caller's contract.
         unsafe { _mm512_mask_storeu_ps(p, mask(rem), v) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn add(a: V, b: V) -> V {
+        _mm512_add_ps(a, b)
     }
 
     #[inline]
