@@ -93,21 +93,50 @@ pub fn check_uniform(row: usize, u: f32, uniform_shape: &[usize]) -> Result<()> 
     })
 }
 
+/// Lanes of [`first_max`]'s passes: chunks of this many values whose per-lane steps are
+/// independent, so that they vectorize (the id of a 32000-entry vocabulary each decode step).
+const LANES: usize = 16;
+
+/// `Ok(i)`: the first index of the largest value of the non-empty `row` (ties, `-0.0` and `0.0`
+/// among them, go to the first); `Err(i)`: the first NaN.
+fn first_max(row: &[f32]) -> core::result::Result<usize, usize> {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut nan = [false; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for ((m, n), &v) in lanes.iter_mut().zip(&mut nan).zip(c) {
+            *m = if v > *m { v } else { *m };
+            *n |= v.is_nan();
+        }
+    }
+    let mut max = f32::NEG_INFINITY;
+    for &v in lanes.iter().chain(rest) {
+        max = if v > max { v } else { max };
+    }
+    if nan.iter().any(|&n| n) || rest.iter().any(|v| v.is_nan()) {
+        return Err(row.iter().position(|v| v.is_nan()).unwrap_or(0));
+    }
+    // The first chunk that holds the maximum, then its place there.
+    let mut at = 0;
+    for c in row.chunks(LANES) {
+        if c.iter().fold(false, |hit, &v| hit | (v == max)) {
+            return Ok(at + c.iter().position(|&v| v == max).unwrap_or(0));
+        }
+        at += c.len();
+    }
+    Ok(0)
+}
+
 /// Picks one id from one row (see the module docs).
 pub fn sample_row(row: &[f32], u: f32, temperature: f32, top_k: usize, top_p: f32) -> usize {
     if row.is_empty() {
         return 0;
     }
-    if let Some(i) = row.iter().position(|v| v.is_nan()) {
-        return i;
-    }
-    let mut best = 0;
-    for (i, &v) in row.iter().enumerate() {
-        if v > row[best] {
-            best = i;
-        }
-    }
-    if temperature == 0.0 {
+    let best = match first_max(row) {
+        Ok(i) | Err(i) => i,
+    };
+    if temperature == 0.0 || row[best].is_nan() {
         return best;
     }
     let max = row[best];
@@ -208,6 +237,48 @@ mod tests {
     fn greedy_is_the_first_maximum() {
         assert_eq!(sample_row(&[1.0, 3.0, 3.0, 2.0], 0.9, 0.0, 0, 1.0), 1);
         assert_eq!(sample_row(&[1.0, f32::NAN, 3.0], 0.5, 1.0, 0, 1.0), 1);
+    }
+
+    /// The first maximum (or first NaN) by one scalar pass, as `sample_row` once found it.
+    fn first_max_scalar(row: &[f32]) -> usize {
+        if let Some(i) = row.iter().position(|v| v.is_nan()) {
+            return i;
+        }
+        let mut best = 0;
+        for (i, &v) in row.iter().enumerate() {
+            if v > row[best] {
+                best = i;
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn greedy_matches_one_scalar_pass_on_awkward_rows() {
+        let mut rng = crate::rng::Rng::new(29);
+        for len in [1, 2, 15, 16, 17, 31, 32, 33, 100, 32000] {
+            for case in 0..8 {
+                // Few distinct values, so that the maximum repeats; signed zeros and
+                // infinities; a NaN in some rows, in the chunks or in the remainder.
+                let mut row: Vec<f32> = (0..len)
+                    .map(|_| [-0.0, 0.0, 1.0, -1.0, 2.5][rng.below(5) as usize])
+                    .collect();
+                match case {
+                    1 => row.iter_mut().for_each(|v| *v = f32::NEG_INFINITY),
+                    2 => row[rng.below(len as u64) as usize] = f32::INFINITY,
+                    3 => row[rng.below(len as u64) as usize] = f32::NAN,
+                    4 => row[len - 1] = f32::NAN,
+                    5 => row.iter_mut().for_each(|v| *v = -*v - 3.0),
+                    6 => row.iter_mut().for_each(|v| *v *= 0.0),
+                    _ => {}
+                }
+                let want = first_max_scalar(&row);
+                assert_eq!(sample_row(&row, 0.5, 0.0, 0, 1.0), want, "{len} {case}");
+                if row[want].is_nan() {
+                    assert_eq!(sample_row(&row, 0.5, 1.0, 5, 0.9), want, "{len} {case}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -124,4 +124,30 @@ impl Epilogue<'_> {
         };
         linear::act(self.act, v)
     }
+
+    /// `c[i] = apply(c[i] + t[i], col0 + i)` over a row of contiguous columns, the same bits
+    /// as [`Epilogue::apply`] element by element; without an activation the loop is plain adds
+    /// (which vectorize), not a `match` per element.
+    pub(super) fn apply_row(&self, c: &mut [f32], t: &[f32], col0: usize) {
+        let bias = self
+            .bias
+            .map(|b| col0.checked_add(c.len()).and_then(|end| b.get(col0..end)));
+        match (bias, self.act) {
+            (None, Activation::None) => {
+                for (x, &v) in c.iter_mut().zip(t) {
+                    *x += v;
+                }
+            }
+            (Some(Some(b)), Activation::None) => {
+                for ((x, &v), &bj) in c.iter_mut().zip(t).zip(b) {
+                    *x = (*x + v) + bj;
+                }
+            }
+            _ => {
+                for (i, (x, &v)) in c.iter_mut().zip(t).enumerate() {
+                    *x = self.apply(*x + v, col0 + i);
+                }
+            }
+        }
+    }
 }

@@ -454,6 +454,15 @@ pub(super) fn run(
         let (j0, j1) = (js.start, js.end);
         let part = &t[rows * j0..rows * j1];
         for (r, tr) in part.chunks_exact(j1 - j0).enumerate() {
+            // T's row is a run of C's row (decode's products): one slice.
+            if !swapped && cs == 1 {
+                let at = r * rs + j0;
+                let run = at.checked_add(tr.len()).and_then(|end| c.get_mut(at..end));
+                if let Some(cr) = run {
+                    epi.apply_row(cr, tr, j0);
+                    continue;
+                }
+            }
             for (dj, &v) in tr.iter().enumerate() {
                 let j = j0 + dj;
                 // C's column: T's column, or its row where T is C transposed (not told by

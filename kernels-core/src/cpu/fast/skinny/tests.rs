@@ -149,7 +149,7 @@ fn accumulates_and_applies_the_epilogue_at_a_stride() {
     // a `linear` with one output does: its bias once went to the first row only), and starts
     // non-zero; the epilogue sees C + A . B + bias.
     for kernel in Kernel::available() {
-        for ((m, n), pad) in [(1, 7), (3, 9), (9, 3), (11, 1), (30, 1), (9, 2)]
+        for ((m, n), pad) in [(1, 7), (3, 9), (2, 300), (9, 3), (11, 1), (30, 1), (9, 2)]
             .into_iter()
             .flat_map(|mn| [(mn, 4), (mn, 0)])
         {
@@ -161,14 +161,19 @@ fn accumulates_and_applies_the_epilogue_at_a_stride() {
             let bias = rng.uniform_vec(n, -1.0, 1.0);
             let c0 = rng.uniform_vec(m * ldc, -1.0, 1.0);
             let ab = naive(false, true, &a, &b, (m, k, n));
-            for act in Activation::ALL {
+            let no_bias = vec![0.0; n];
+            let epilogues = Activation::ALL
+                .into_iter()
+                .flat_map(|act| [(act, true), (act, false)]);
+            for (act, with_bias) in epilogues {
                 let mut c = c0.clone();
                 let am = MatRef::new(&a, m, k, false).unwrap();
                 let bm = MatRef::new(&b, k, n, true).unwrap();
                 let epi = Epilogue {
-                    bias: Some(&bias),
+                    bias: with_bias.then_some(&bias[..]),
                     act,
                 };
+                let bias = if with_bias { &bias } else { &no_bias };
                 let end = (m - 1) * ldc + n;
                 Gemm::new(kernel)
                     .run_with(am, bm, &mut c[..end], ldc, &epi)
