@@ -352,13 +352,22 @@ pub const DOT_ROWS: usize = 64;
 /// against 255.6-256.5; at 256 on 1 thread 267.0-270.5 against 253.8-263.4 (none of four), so
 /// more rows keep the GEMM.
 pub const DOT_ROWS_AVX512: usize = 128;
+/// [`DOT_ROWS_AVX512`] on Intel's cores, where widening 16-bit values in the dot form's tiles
+/// (again for every six rows of `x`) costs more than packing the weight once: on an Intel Xeon
+/// (family 6 model 207, the 0.5B Qwen's F16 file, `kernels bench llama --prefill-len P --runs
+/// 2`, interleaved rounds, prefill tok/s, 2026-11-29, dot form against GEMM), at 16 tokens 75.2-80.0
+/// against 50.5-51.6 (four rounds), at 32 98.8-100.7 against 90.8-100.2, at 64 on 1 thread
+/// 95.0-111.0 against 97.5-131.8 (eight rounds), on 2 threads
+/// 165.8-196.7 against 177.9-227.1 (six of eight), at 128 96.2-116.3 against 142.6-151.2.
+pub const DOT_ROWS_AVX512_INTEL: usize = 32;
 
 /// Whether prefill of `rows` rows of `x` on `family` takes the dot form ([`DOT_ROWS`],
-/// [`DOT_ROWS_AVX512`]).
+/// [`DOT_ROWS_AVX512`], [`DOT_ROWS_AVX512_INTEL`]).
 #[cfg(target_arch = "x86_64")]
 fn dot_form(family: Family, rows: usize) -> bool {
     match family {
         Family::Avx2 => rows <= DOT_ROWS,
+        Family::Avx512 if super::isa::is_intel() => rows <= DOT_ROWS_AVX512_INTEL,
         Family::Avx512 => rows <= DOT_ROWS_AVX512,
         Family::Portable => false,
     }

@@ -104,6 +104,27 @@ fn has_avx512f() -> bool {
     return cfg!(target_feature = "avx512f");
 }
 
+/// Whether the CPU is Intel's (CPUID leaf 0's vendor string, probed once with `std`): for the
+/// few choices measured to go opposite ways on Intel's and AMD's cores (`half_dot`'s
+/// [`DOT_ROWS_AVX512_INTEL`](super::half_dot::DOT_ROWS_AVX512_INTEL)).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn is_intel() -> bool {
+    fn probe() -> bool {
+        // SAFETY: every x86_64 CPU has CPUID leaf 0.
+        #[allow(unused_unsafe)]
+        let r = unsafe { core::arch::x86_64::__cpuid(0) };
+        // "Genu" "ineI" "ntel"
+        (r.ebx, r.edx, r.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e)
+    }
+    #[cfg(feature = "std")]
+    {
+        static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *INTEL.get_or_init(probe)
+    }
+    #[cfg(not(feature = "std"))]
+    probe()
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 fn has_avx2_fma() -> bool {
     false
