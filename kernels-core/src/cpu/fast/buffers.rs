@@ -24,10 +24,13 @@ fn out_of_memory(what: &str, len: usize) -> Error {
     }
 }
 
-/// A new output of `len` values, each `fill`, for the op `op`.
+/// A new output of `len` values, each `fill`, for the op `op` (its name formatted only on
+/// failure: decode allocates about a hundred outputs a token).
 pub(crate) fn filled(len: usize, fill: f32, op: &str) -> Result<Vec<f32>> {
     let mut v = Vec::new();
-    grow(&mut v, len, fill, &format!("{op} output"))?;
+    v.try_reserve_exact(len)
+        .map_err(|_| out_of_memory(&format!("{op} output"), len))?;
+    v.resize(len, fill);
     Ok(v)
 }
 
