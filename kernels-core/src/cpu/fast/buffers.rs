@@ -34,6 +34,18 @@ pub(crate) fn filled(len: usize, fill: f32, op: &str) -> Result<Vec<f32>> {
     Ok(v)
 }
 
+/// A scratch buffer of `len` copies of `fill` (any element type), reserved fallibly: an
+/// allocation failure names `what`.
+pub(crate) fn scratch<T: Copy>(len: usize, fill: T, what: &str) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
+        what: what.into(),
+        bytes: (len as u64).saturating_mul(core::mem::size_of::<T>() as u64),
+    })?;
+    v.resize(len, fill);
+    Ok(v)
+}
+
 /// Outputs of at least this many values are zeroed on the pool ([`zeroed`]).
 const POOL_ZEROING: usize = 1 << 16;
 

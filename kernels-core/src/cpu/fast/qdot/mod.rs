@@ -297,13 +297,14 @@ impl Acts {
         let rows = x.len() / k;
         let terms = if residual { 2 } else { 1 };
         let nq = x.len() * terms;
+        use super::buffers::scratch;
         let mut a = Acts {
             k,
             block,
-            qs: vec![0; nq],
-            d: vec![0.0; nq / block],
-            sums: vec![0; nq / 16],
-            special: vec![false; rows],
+            qs: scratch(nq, 0, "quantized activations")?,
+            d: scratch(nq / block, 0.0, "activation scales")?,
+            sums: scratch(nq / 16, 0, "activation block sums")?,
+            special: scratch(rows, false, "activation rows")?,
         };
         // Rows on the pool (prefill quantizes hundreds), a range at least ~32K values.
         let grain = (1usize << 15).div_ceil(k * terms).max(1);
