@@ -12,7 +12,11 @@ use crate::numerics::Real;
 use crate::op::Op;
 
 /// `[..., m, n]` with its batch count and the two swapped dims; needs rank >= 2 and no zero dim.
-fn matrices(name: &'static str, tensor: &str, s: &[usize]) -> Result<(usize, usize, usize)> {
+pub(crate) fn matrices(
+    name: &'static str,
+    tensor: &str,
+    s: &[usize],
+) -> Result<(usize, usize, usize)> {
     min_rank(name, tensor, s, 2)?;
     non_empty(name, tensor, s)?;
     match s {

@@ -159,29 +159,15 @@ fn packed_weight(w: &Tensor) -> bool {
 }
 
 /// The first of `y` (f32, `[batch * m, n]` in memory) with each batch entry's `[m, n]` matrix
-/// transposed, as a tensor of `shape`: by blocks of 16 x 16, so both sides move whole cache
-/// lines.
+/// transposed, as a tensor of `shape` (`transpose::transposed`: blocks of 16 x 16 on the
+/// pool).
 fn transposed(y: &[Tensor], m: usize, n: usize, shape: &[usize]) -> Result<Vec<Tensor>> {
     let y = y
         .first()
         .map(Tensor::as_f32)
         .transpose()?
         .unwrap_or_default();
-    let mut out = super::buffers::filled(y.len(), 0.0, "matmul")?;
-    const B: usize = 16;
-    if m > 0 && n > 0 {
-        for (src, dst) in y.chunks_exact(m * n).zip(out.chunks_exact_mut(m * n)) {
-            for i0 in (0..m).step_by(B) {
-                for j0 in (0..n).step_by(B) {
-                    for i in i0..(i0 + B).min(m) {
-                        for j in j0..(j0 + B).min(n) {
-                            dst[j * m + i] = src[i * n + j];
-                        }
-                    }
-                }
-            }
-        }
-    }
+    let out = super::transpose::transposed(y, m, n, "matmul")?;
     Ok(vec![Tensor::from_f32(shape, out)?])
 }
 
