@@ -36,7 +36,8 @@ fn transpose<T: Real>(x: &[T], m: usize, n: usize) -> Vec<T> {
     out
 }
 
-fn swapped(s: &[usize]) -> Vec<usize> {
+/// `s` with its last two dims swapped (as it is when rank < 2).
+pub(crate) fn swapped(s: &[usize]) -> Vec<usize> {
     let mut t = s.to_vec();
     let r = t.len();
     if r >= 2 {

@@ -18,30 +18,38 @@ pub(crate) fn grow(buf: &mut Vec<f32>, len: usize, fill: f32, what: &str) -> Res
 
 /// The error for a buffer `what` of `len` values that could not be reserved.
 fn out_of_memory(what: &str, len: usize) -> Error {
+    out_of_memory_of::<f32>(what.into(), len)
+}
+
+/// The error for a buffer `what` of `len` values of `T` that could not be reserved.
+pub(crate) fn out_of_memory_of<T>(what: alloc::string::String, len: usize) -> Error {
     Error::OutOfMemory {
-        what: what.into(),
-        bytes: (len as u64).saturating_mul(4),
+        what,
+        bytes: (len as u64).saturating_mul(core::mem::size_of::<T>() as u64),
     }
 }
 
 /// A new output of `len` values, each `fill`, for the op `op` (its name formatted only on
 /// failure: decode allocates about a hundred outputs a token).
 pub(crate) fn filled(len: usize, fill: f32, op: &str) -> Result<Vec<f32>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len)
-        .map_err(|_| out_of_memory(&format!("{op} output"), len))?;
-    v.resize(len, fill);
-    Ok(v)
+    reserved(len, fill, || format!("{op} output"))
 }
 
 /// A scratch buffer of `len` copies of `fill` (any element type), reserved fallibly: an
 /// allocation failure names `what`.
 pub(crate) fn scratch<T: Copy>(len: usize, fill: T, what: &str) -> Result<Vec<T>> {
+    reserved(len, fill, || what.into())
+}
+
+/// `len` copies of `fill`, reserved fallibly; `what` names the buffer on failure.
+fn reserved<T: Copy>(
+    len: usize,
+    fill: T,
+    what: impl FnOnce() -> alloc::string::String,
+) -> Result<Vec<T>> {
     let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
-        what: what.into(),
-        bytes: (len as u64).saturating_mul(core::mem::size_of::<T>() as u64),
-    })?;
+    v.try_reserve_exact(len)
+        .map_err(|_| out_of_memory_of::<T>(what(), len))?;
     v.resize(len, fill);
     Ok(v)
 }

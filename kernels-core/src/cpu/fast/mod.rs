@@ -90,6 +90,9 @@ pub fn run(op: &Op, dir: Direction, args: &[View<f32>]) -> Option<Result<Vec<Own
                 backward(kernel, trans_a, trans_b, p)
             }))
         }
+        (Op::Transpose, Direction::Forward) => {
+            Some(super::check_args(op, dir, args).and_then(|()| transpose::forward(args)))
+        }
         (Op::MatmulSwiglu, Direction::Forward) => Some(gated::forward(kernel, args)),
         (Op::MatmulSwiglu, Direction::Backward) => Some(gated::backward(kernel, args)),
         (Op::Linear { activation }, Direction::Forward) => {

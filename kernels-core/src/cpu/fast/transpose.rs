@@ -10,7 +10,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::pool;
+use super::{buffers, pool};
 use crate::cpu::{Owned, View, float_arg, layout};
 use crate::error::{Error, Result};
 use crate::op::Op;
@@ -27,10 +27,7 @@ pub fn forward(args: &[View<f32>]) -> Result<Vec<Owned<f32>>> {
     let (shape, x) = float_arg(name, args, 0, "x")?;
     let (_, m, n) = layout::matrices(name, "x", shape)?;
     let out = transposed(x, m, n, name)?;
-    let mut swapped = shape.to_vec();
-    let r = swapped.len();
-    swapped.swap(r - 2, r - 1);
-    Ok(vec![Owned::float(swapped, out)])
+    Ok(vec![Owned::float(layout::swapped(shape), out)])
 }
 
 /// A new vector holding each matrix of `src` (`[batches, m, n]` in memory) transposed:
@@ -56,10 +53,8 @@ fn transposed_on(threads: usize, src: &[f32], m: usize, n: usize, what: &str) ->
         ));
     }
     let len = src.len();
-    out.try_reserve_exact(len).map_err(|_| Error::OutOfMemory {
-        what: alloc::format!("{what} output"),
-        bytes: (len as u64).saturating_mul(4),
-    })?;
+    out.try_reserve_exact(len)
+        .map_err(|_| buffers::out_of_memory_of::<f32>(alloc::format!("{what} output"), len))?;
     let dst = out.spare_capacity_mut().get_mut(..len).unwrap_or_default();
     let written = dst.len();
     // Units are the output's rows of `m` values: row `r` is column `r % n` of matrix `r / n`.

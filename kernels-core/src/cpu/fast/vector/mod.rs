@@ -1,6 +1,6 @@
 //! Vectorized forward paths for the non-GEMM ops of a transformer layer: `exp`, `sigmoid`,
 //! `silu`, `swiglu`, `softmax` / `log_softmax`, `rms_norm`, `layer_norm`, `rope` and `attention`
-//! (decode and prefill, grouped-query heads); `transpose` goes to `super::transpose`.
+//! (decode and prefill, grouped-query heads).
 //!
 //! Each kernel is written once over the `simd::Simd` vocabulary and compiled for AVX-512F,
 //! AVX2 + FMA, wasm `simd128` and plain Rust; [`Isa::selected`] picks one at run time (`std`)
@@ -78,7 +78,6 @@ pub fn forward_with(isa: Isa, op: &Op, args: &[View<f32>]) -> Option<Result<Vec<
             kv_len,
             window,
         } => checked().and_then(|()| attention::forward(isa, causal, scale, kv_len, window, args)),
-        Op::Transpose => checked().and_then(|()| super::transpose::forward(args)),
         _ => return None,
     };
     Some(r)
