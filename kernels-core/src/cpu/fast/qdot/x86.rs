@@ -214,23 +214,34 @@ pub(super) trait Dot {
     /// Whether `dot_u` sums in `i32` without saturating for any unsigned `u` (`vpdpbusd`).
     const VNNI: bool;
 
+    /// `Q4_K` weight rows per pass of decode against `x`'s two residual terms
+    /// ([`kquant::rows_q4_k`]): 2 on AVX-512 VNNI, where four rows kept more vectors live than
+    /// its registers hold and spilled (`qdot` bench, `q4_k/residual` on a cache-resident
+    /// `1024x4864` weight, Intel Xeon, 2026-11-29: 9.0 GiB/s against 4.9 with four); 4 on AVX2
+    /// and AVX-VNNI, faster there with four (9.0 and 9.3 GiB/s against 7.0-8.2 and 8.0).
+    const Q4_K_TERM_ROWS: usize;
+
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i;
 
     /// The scales of a 32-element chunk's two 16-element halves (lanes 0-3 and 4-7 of
-    /// [`Dot::dot_scaled`]), each in `[-128, 127]`, in the form `dot_scaled` takes.
+    /// [`Dot::dot_scaled`]), each in `[-128, 127]`, as `i16` pairs (lanes 0-7 `lo`, 8-15
+    /// `hi`): one `vpmaddwd` (or `vpdpwssd`) then sums each pair of `vpmaddubsw`'s products and
+    /// scales it.
     #[inline(always)]
     unsafe fn scales(lo: i32, hi: i32) -> __m256i {
-        unsafe { _mm256_set_m128i(_mm_set1_epi32(hi), _mm_set1_epi32(lo)) }
+        unsafe { _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16)) }
     }
 
     /// `acc + s * dot_u(0, u, x)` per lane (`s` from [`Dot::scales`]), exactly: the K-quants'
-    /// scaled sub-block sums.
+    /// scaled sub-block sums, `s * (p0 + p1)` as `s * p0 + s * p1` (`|p| <= 2 * 128 * 127`
+    /// and `|s| <= 128`: no saturation, no overflow). The VNNI families add in the same
+    /// `vpdpwssd`. (`vpdpbusd`, then `vpmulld` by an `i32` scale and an add, is four micro-ops
+    /// on Intel where these are two or three, for the same sums in the same lanes: decode of
+    /// `Q6_K` and of `Q4_K` at one term 20-30% faster on a cache-resident weight, `qdot` bench,
+    /// AVX-512 VNNI.)
     #[inline(always)]
     unsafe fn dot_scaled(acc: __m256i, u: __m256i, x: __m256i, s: __m256i) -> __m256i {
-        unsafe {
-            let p = Self::dot_u(_mm256_setzero_si256(), u, x);
-            _mm256_add_epi32(acc, _mm256_mullo_epi32(p, s))
-        }
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), s)) }
     }
 
     /// 16 in byte `i` where bit `i` of `qh` is set, else 0 (`Q5_0`'s fifth bits).
@@ -257,6 +268,7 @@ pub(super) struct Avx512Vnni;
 
 impl Dot for Avx2 {
     const VNNI: bool = false;
+    const Q4_K_TERM_ROWS: usize = 4;
 
     #[inline(always)]
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
@@ -266,35 +278,37 @@ impl Dot for Avx2 {
             _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)))
         }
     }
-
-    /// The scales as `i16` pairs: `vpmaddwd` then sums each pair and scales it in one step.
-    #[inline(always)]
-    unsafe fn scales(lo: i32, hi: i32) -> __m256i {
-        unsafe { _mm256_set_m128i(_mm_set1_epi16(hi as i16), _mm_set1_epi16(lo as i16)) }
-    }
-
-    #[inline(always)]
-    unsafe fn dot_scaled(acc: __m256i, u: __m256i, x: __m256i, s: __m256i) -> __m256i {
-        // s * (p0 + p1) as s * p0 + s * p1: |p| <= 2 * 128 * 127 and |s| <= 128, no overflow.
-        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), s)) }
-    }
 }
 
 impl Dot for AvxVnni {
     const VNNI: bool = true;
+    const Q4_K_TERM_ROWS: usize = 4;
 
     #[inline(always)]
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
         unsafe { _mm256_dpbusd_avx_epi32(acc, u, x) }
     }
+
+    #[inline(always)]
+    unsafe fn dot_scaled(acc: __m256i, u: __m256i, x: __m256i, s: __m256i) -> __m256i {
+        // As on AVX2, the pair sums and the scale in one `vpdpwssd`.
+        unsafe { _mm256_dpwssd_avx_epi32(acc, _mm256_maddubs_epi16(u, x), s) }
+    }
 }
 
 impl Dot for Avx512Vnni {
     const VNNI: bool = true;
+    const Q4_K_TERM_ROWS: usize = 2;
 
     #[inline(always)]
     unsafe fn dot_u(acc: __m256i, u: __m256i, x: __m256i) -> __m256i {
         unsafe { _mm256_dpbusd_epi32(acc, u, x) }
+    }
+
+    #[inline(always)]
+    unsafe fn dot_scaled(acc: __m256i, u: __m256i, x: __m256i, s: __m256i) -> __m256i {
+        // As on AVX2, the pair sums and the scale in one `vpdpwssd`.
+        unsafe { _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, x), s) }
     }
 
     #[inline(always)]
@@ -364,30 +378,39 @@ unsafe fn rows_with<D: Dot>(
     let mut w = w;
     let mut out = out;
     // Decode (one row of `x`, or its two residual terms): four weight rows at a time, sharing
-    // the activation loads (the 32-element formats also reduce their sums together).
+    // the activation loads (the 32-element formats also reduce their sums together); `Q4_K`
+    // takes two at a time against two terms ([`kquant::rows_q4_k`]).
     let quad_dtype = matches!(
         dtype,
         DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q4_K
     );
     if nr <= 2 && quad_dtype {
-        let quads = w.len() / row_bytes / 4;
-        let (w4, wrest) = w.split_at(quads * 4 * row_bytes);
-        let (o4, orest) = out.split_at_mut((quads * 4 * nr).min(out.len()));
+        let per = if nr == 2 && dtype == DType::Q4_K {
+            D::Q4_K_TERM_ROWS
+        } else {
+            4
+        };
+        let quads = w.len() / row_bytes / per;
+        let (w4, wrest) = w.split_at(quads * per * row_bytes);
+        let (o4, orest) = out.split_at_mut((quads * per * nr).min(out.len()));
         for (wq, oq) in w4
-            .chunks_exact(4 * row_bytes)
-            .zip(o4.chunks_exact_mut(4 * nr))
+            .chunks_exact(per * row_bytes)
+            .zip(o4.chunks_exact_mut(per * nr))
         {
             unsafe {
                 match (nr, dtype) {
                     (1, DType::Q8_0) => quad::<D, 1, Q8_0>(wq, row_bytes, xs, oq),
                     (1, DType::Q4_0) => quad::<D, 1, Q4_0>(wq, row_bytes, xs, oq),
                     (1, DType::Q4_1) => quad::<D, 1, Q4_1>(wq, row_bytes, xs, oq),
-                    (1, DType::Q4_K) => kquant::quad_q4_k::<D, 1>(wq, row_bytes, xs, oq),
+                    (1, DType::Q4_K) => kquant::rows_q4_k::<D, 1, 4>(wq, row_bytes, xs, oq),
                     (1, _) => quad::<D, 1, Q5_0>(wq, row_bytes, xs, oq),
                     (_, DType::Q8_0) => quad::<D, 2, Q8_0>(wq, row_bytes, xs, oq),
                     (_, DType::Q4_0) => quad::<D, 2, Q4_0>(wq, row_bytes, xs, oq),
                     (_, DType::Q4_1) => quad::<D, 2, Q4_1>(wq, row_bytes, xs, oq),
-                    (_, DType::Q4_K) => kquant::quad_q4_k::<D, 2>(wq, row_bytes, xs, oq),
+                    (_, DType::Q4_K) if per == 2 => {
+                        kquant::rows_q4_k::<D, 2, 2>(wq, row_bytes, xs, oq)
+                    }
+                    (_, DType::Q4_K) => kquant::rows_q4_k::<D, 2, 4>(wq, row_bytes, xs, oq),
                     (_, _) => quad::<D, 2, Q5_0>(wq, row_bytes, xs, oq),
                 }
             }

@@ -1,7 +1,7 @@
 //! The K-quant bodies (`Q4_K`, `Q6_K`) of the x86 integer products: one weight row against up
 //! to [`TILE`](super::TILE) rows of `x` (prefill's tiles, and the rows left over), and for
-//! `Q4_K` four weight rows against one or two rows of `x` (decode: `x`, or its two residual
-//! terms). `Q6_K` decode stays one row at a time: four-row `Q6_K` kernels (the rows chunk by
+//! `Q4_K` four weight rows against one row of `x` and two or four (the family's
+//! `Q4_K_TERM_ROWS`) against two (decode: `x`, or its two residual terms). `Q6_K` decode stays one row at a time: four-row `Q6_K` kernels (the rows chunk by
 //! chunk, or super-block by super-block) were 15-35% faster on a cache-resident weight but
 //! twice as slow streaming one from DRAM (1024 x 151936 on a Zen 4, 40-45 ms against 19-24 ms),
 //! which is where decode reads it.
@@ -9,11 +9,10 @@
 //! Both `Q4_K` kernels give the same bits. Per super-block and per pair of rows, the integer sums sit in eight
 //! `i32` lanes (lane `t` holds elements `4t..4t + 4` of every 32-element chunk, times the
 //! chunk's scale), are converted to f32 and multiply-added into eight f32 lanes, which are
-//! summed once at the end of the row. The four-row kernel keeps that per-lane layout for each
-//! of its four rows (integer sums are exact in any order); what it shares is the activation
-//! loads (once per chunk for the four rows), the scale unpacking (`Q4_K`'s 12 bytes with
-//! llama.cpp's masks, its mins' products in one vector for the four rows) and a prefetch of
-//! each row's stream.
+//! summed once at the end of the row. The multi-row kernel keeps that per-lane layout for each
+//! of its rows (integer sums are exact in any order); what it shares is the activation loads
+//! (once per chunk for all its rows), the scale unpacking (`Q4_K`'s 12 bytes with llama.cpp's
+//! masks, its mins' products in one vector for the rows) and a prefetch of each row's stream.
 
 use core::arch::x86_64::*;
 
@@ -55,17 +54,17 @@ unsafe fn prefetch_next_row(w: &[u8], at: usize, len: usize) {
     }
 }
 
-/// Prefetches the `len` bytes [`PREFETCH`] bytes past `at` in each of the four rows of `w`
-/// (`row_bytes` apart; past a row's end: the same row of the next four), a line at a time.
+/// Prefetches the `len` bytes [`PREFETCH`] bytes past `at` in each of the `J` rows of `w`
+/// (`row_bytes` apart; past a row's end: the same row of the next `J`), a line at a time.
 #[inline(always)]
-unsafe fn prefetch_four(w: &[u8], row_bytes: usize, at: usize, len: usize) {
+unsafe fn prefetch_rows<const J: usize>(w: &[u8], row_bytes: usize, at: usize, len: usize) {
     let ahead = at + PREFETCH;
     let (row, off) = if ahead < row_bytes {
         (0, ahead)
     } else {
-        (4, ahead - row_bytes)
+        (J, ahead - row_bytes)
     };
-    for j in 0..4 {
+    for j in 0..J {
         let p = w.as_ptr().wrapping_add((row + j) * row_bytes + off);
         let mut l = 0;
         while l < len {
@@ -119,37 +118,38 @@ pub(super) unsafe fn q4_k<D: Dot, const R: usize>(w: &[u8], xs: &[XRow]) -> [f32
     }
 }
 
-/// Four `Q4_K` weight rows (`w` holds them `row_bytes` apart) against `R` rows of `x`:
-/// `out[j * R + r]`, the bits [`q4_k`] gives each row.
+/// `J` (at most 4) `Q4_K` weight rows (`w` holds them `row_bytes` apart) against `R` rows of
+/// `x`: `out[j * R + r]`, the bits [`q4_k`] gives each row. Decode takes four rows against one
+/// row of `x`, and `Q4_K_TERM_ROWS` against its two residual terms.
 #[inline(always)]
-pub(super) unsafe fn quad_q4_k<D: Dot, const R: usize>(
+pub(super) unsafe fn rows_q4_k<D: Dot, const R: usize, const J: usize>(
     w: &[u8],
     row_bytes: usize,
     xs: &[XRow],
     out: &mut [f32],
 ) {
     let nb = row_bytes / 144;
-    let rows: [&[u8]; 4] = core::array::from_fn(|j| &w[j * row_bytes..(j + 1) * row_bytes]);
+    let rows: [&[u8]; J] = core::array::from_fn(|j| &w[j * row_bytes..(j + 1) * row_bytes]);
     let xq: [&[i8]; R] = core::array::from_fn(|r| &xs[r].qs[..256 * nb]);
     let xd: [&[f32]; R] = core::array::from_fn(|r| &xs[r].d[..nb]);
     let xsum: [&[i32]; R] = core::array::from_fn(|r| &xs[r].sums[..16 * nb]);
     unsafe {
         let low = _mm256_set1_epi8(0x0F);
-        let mut acc = [[_mm256_setzero_ps(); 4]; R];
+        let mut acc = [[_mm256_setzero_ps(); J]; R];
         let mut mins = [_mm_setzero_ps(); R];
         for b in 0..nb {
             let at = 144 * b;
-            prefetch_four(w, row_bytes, at, 144);
-            let wb: [&[u8]; 4] = core::array::from_fn(|j| rows[j].get_unchecked(at..at + 144));
-            let sm: [[u8; 16]; 4] = core::array::from_fn(|j| q4_k_scales(&wb[j][4..16]));
-            let mut isum = [[_mm256_setzero_si256(); 4]; R];
+            prefetch_rows::<J>(w, row_bytes, at, 144);
+            let wb: [&[u8]; J] = core::array::from_fn(|j| rows[j].get_unchecked(at..at + 144));
+            let sm: [[u8; 16]; J] = core::array::from_fn(|j| q4_k_scales(&wb[j][4..16]));
+            let mut isum = [[_mm256_setzero_si256(); J]; R];
             for c in 0..4 {
                 let xc = 256 * b + 64 * c;
                 let x: [[__m256i; 2]; R] = core::array::from_fn(|r| {
                     let p = xq[r].get_unchecked(xc..xc + 64);
                     [load_x(p), load_x(&p[32..])]
                 });
-                for j in 0..4 {
+                for j in 0..J {
                     let v = load32(wb[j].get_unchecked(16 + 32 * c..48 + 32 * c));
                     let lo = _mm256_and_si256(v, low);
                     let hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
@@ -161,20 +161,21 @@ pub(super) unsafe fn quad_q4_k<D: Dot, const R: usize>(
                     }
                 }
             }
-            let d: [f32; 4] = core::array::from_fn(|j| f16_at(wb[j], 0));
-            let dmin = _mm_setr_ps(
-                f16_at(wb[0], 2),
-                f16_at(wb[1], 2),
-                f16_at(wb[2], 2),
-                f16_at(wb[3], 2),
-            );
-            // Each row's eight mins as i32 lanes, against the pair sums of 16 below.
+            let d: [f32; J] = core::array::from_fn(|j| f16_at(wb[j], 0));
+            // The rows' `dmin`s and eight mins each (i32 lanes, against the pair sums of 16
+            // below); zero past row `J`.
+            let dm: [f32; 4] = core::array::from_fn(|j| if j < J { f16_at(wb[j], 2) } else { 0.0 });
+            let dmin = _mm_loadu_ps(dm.as_ptr());
             let mn: [__m256i; 4] = core::array::from_fn(|j| {
-                _mm256_cvtepu8_epi32(_mm_loadl_epi64(sm[j][8..16].as_ptr() as *const __m128i))
+                if j < J {
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(sm[j][8..16].as_ptr() as *const __m128i))
+                } else {
+                    _mm256_setzero_si256()
+                }
             });
             for r in 0..R {
                 let dx = *xd[r].get_unchecked(b);
-                for j in 0..4 {
+                for j in 0..J {
                     acc[r][j] = _mm256_fmadd_ps(
                         _mm256_set1_ps(d[j] * dx),
                         _mm256_cvtepi32_ps(isum[r][j]),
@@ -200,7 +201,7 @@ pub(super) unsafe fn quad_q4_k<D: Dot, const R: usize>(
         for r in 0..R {
             let mut m = [0.0f32; 4];
             _mm_storeu_ps(m.as_mut_ptr(), mins[r]);
-            for j in 0..4 {
+            for j in 0..J {
                 out[j * R + r] = hsum(acc[r][j]) - m[j];
             }
         }
