@@ -244,6 +244,19 @@ pub(super) trait Dot {
         unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), s)) }
     }
 
+    /// One `Q6_K` weight row against `R` rows of `x` ([`kquant::q6_k`]).
+    ///
+    /// # Safety
+    /// The CPU has the family's features; `w` is whole super-blocks and each row of `xs`
+    /// covers them.
+    #[inline(always)]
+    unsafe fn q6_k<const R: usize>(w: &[u8], xs: &[XRow]) -> [f32; R]
+    where
+        Self: Sized,
+    {
+        unsafe { kquant::q6_k::<Self, R>(w, xs) }
+    }
+
     /// 16 in byte `i` where bit `i` of `qh` is set, else 0 (`Q5_0`'s fifth bits).
     #[inline(always)]
     unsafe fn high_bits(qh: u32) -> __m256i {
@@ -309,6 +322,12 @@ impl Dot for Avx512Vnni {
     unsafe fn dot_scaled(acc: __m256i, u: __m256i, x: __m256i, s: __m256i) -> __m256i {
         // As on AVX2, the pair sums and the scale in one `vpdpwssd`.
         unsafe { _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, x), s) }
+    }
+
+    #[inline(always)]
+    unsafe fn q6_k<const R: usize>(w: &[u8], xs: &[XRow]) -> [f32; R] {
+        // SAFETY: this family's kernels run with AVX-512 F, BW, VL and VNNI.
+        unsafe { kquant::q6_k_512::<R>(w, xs) }
     }
 
     #[inline(always)]
@@ -448,7 +467,7 @@ unsafe fn row<D: Dot, const R: usize>(dtype: DType, w: &[u8], xs: &[XRow], out: 
             DType::Q4_1 => blocks32::<D, R, Q4_1>(w, xs),
             DType::Q5_0 => blocks32::<D, R, Q5_0>(w, xs),
             DType::Q4_K => kquant::q4_k::<D, R>(w, xs),
-            DType::Q6_K => kquant::q6_k::<D, R>(w, xs),
+            DType::Q6_K => D::q6_k::<R>(w, xs),
             _ => [0.0; R],
         }
     };
