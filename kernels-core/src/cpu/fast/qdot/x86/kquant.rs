@@ -376,6 +376,7 @@ mod tests {
             && std::is_x86_feature_detected!("f16c")
             && std::is_x86_feature_detected!("fma"))
         {
+            std::eprintln!("q6_k_512: skipped, the CPU lacks AVX-512 BW, VL or VNNI");
             return;
         }
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
