@@ -387,10 +387,11 @@ fn decode_rows_four_at_a_time_and_the_rest() {
 }
 
 /// The K-quants' decode gives each weight row the bits of the one-row kernel (x86's multi-row
-/// `Q4_K` kernel, four rows or two at a time, keeps its integer lanes and f32 order; `Q6_K` decode is one row at a time
-/// there, held to the same promise): every weight row of a decode product against the row alone,
-/// bit for bit, on each family, for weight counts below, at and around multiples of four and
-/// `k` of one super-block and several, including an all-zero weight block and extreme scales.
+/// `Q4_K` kernel, four rows or two at a time, keeps its integer lanes and f32 order; `Q6_K`
+/// decode is one row at a time there, held to the same promise): every weight row of a decode
+/// product against the row alone, bit for bit, on each family, for weight counts below, at and
+/// around multiples of four and `k` of one super-block and several, including an all-zero
+/// weight block and extreme scales.
 #[test]
 fn k_quant_decode_rows_four_at_a_time_match_one_at_a_time_bit_for_bit() {
     let mut rng = Rng::new(14);

@@ -1,18 +1,20 @@
 //! The K-quant bodies (`Q4_K`, `Q6_K`) of the x86 integer products: one weight row against up
 //! to [`TILE`](super::TILE) rows of `x` (prefill's tiles, and the rows left over), and for
 //! `Q4_K` four weight rows against one row of `x` and two or four (the family's
-//! `Q4_K_TERM_ROWS`) against two (decode: `x`, or its two residual terms). `Q6_K` decode stays one row at a time: four-row `Q6_K` kernels (the rows chunk by
-//! chunk, or super-block by super-block) were 15-35% faster on a cache-resident weight but
-//! twice as slow streaming one from DRAM (1024 x 151936 on a Zen 4, 40-45 ms against 19-24 ms),
-//! which is where decode reads it.
+//! `Q4_K_TERM_ROWS`) against two (decode: `x`, or its two residual terms). `Q6_K` decode stays
+//! one row at a time: four-row `Q6_K` kernels (the rows chunk by chunk, or super-block by
+//! super-block) were 15-35% faster on a cache-resident weight but twice as slow streaming one
+//! from DRAM (1024 x 151936 on a Zen 4, 40-45 ms against 19-24 ms), which is where decode reads
+//! it. AVX-512 VNNI runs it in 512-bit vectors ([`q6_k_512`]).
 //!
-//! Both `Q4_K` kernels give the same bits. Per super-block and per pair of rows, the integer sums sit in eight
-//! `i32` lanes (lane `t` holds elements `4t..4t + 4` of every 32-element chunk, times the
-//! chunk's scale), are converted to f32 and multiply-added into eight f32 lanes, which are
-//! summed once at the end of the row. The multi-row kernel keeps that per-lane layout for each
-//! of its rows (integer sums are exact in any order); what it shares is the activation loads
-//! (once per chunk for all its rows), the scale unpacking (`Q4_K`'s 12 bytes with llama.cpp's
-//! masks, its mins' products in one vector for the rows) and a prefetch of each row's stream.
+//! Both `Q4_K` kernels give the same bits. Per super-block and per pair of rows, the integer
+//! sums sit in eight `i32` lanes (lane `t` holds elements `4t..4t + 4` of every 32-element
+//! chunk, times the chunk's scale), are converted to f32 and multiply-added into eight f32
+//! lanes, which are summed once at the end of the row. The multi-row kernel keeps that per-lane
+//! layout for each of its rows (integer sums are exact in any order); what it shares is the
+//! activation loads (once per chunk for all its rows), the scale unpacking (`Q4_K`'s 12 bytes
+//! with llama.cpp's masks, its mins' products in one vector for the rows) and a prefetch of
+//! each row's stream.
 
 use core::arch::x86_64::*;
 
