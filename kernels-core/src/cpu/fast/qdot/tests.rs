@@ -51,7 +51,7 @@ pub(crate) fn weights(rng: &mut Rng, dtype: DType, n: usize, k: usize) -> Vec<u8
 }
 
 /// Sets every block's scale field(s) of `dtype` to `d`.
-fn set_scales(dtype: DType, w: &mut [u8], d: f32) {
+pub(crate) fn set_scales(dtype: DType, w: &mut [u8], d: f32) {
     let bits = quant::encode_f16(d).to_le_bytes();
     let (bb, at): (usize, &[usize]) = match dtype {
         DType::Q4_1 => (20, &[0, 2]),

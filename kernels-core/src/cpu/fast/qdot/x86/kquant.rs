@@ -130,6 +130,8 @@ pub(super) unsafe fn rows_q4_k<D: Dot, const R: usize, const J: usize>(
     xs: &[XRow],
     out: &mut [f32],
 ) {
+    // The mins below gather up to four rows in one vector.
+    const { assert!(J >= 1 && J <= 4) };
     let nb = row_bytes / 144;
     let rows: [&[u8]; J] = core::array::from_fn(|j| &w[j * row_bytes..(j + 1) * row_bytes]);
     let xq: [&[i8]; R] = core::array::from_fn(|r| &xs[r].qs[..256 * nb]);
@@ -364,12 +366,13 @@ mod tests {
 
     /// [`super::q6_k_512`] gives [`super::q6_k`]'s bits (on AVX-512 VNNI's `Dot`) on random
     /// super-blocks with every scale sign, all-zero and extreme blocks, for one row of `x`,
-    /// its two residual terms and a prefill tile. Runs where the CPU has AVX-512 VNNI.
+    /// its two residual terms and a prefill tile ([`TILE`] rows). Runs where the CPU has
+    /// AVX-512 VNNI.
     #[test]
     fn q6_k_512_gives_the_256_bit_kernels_bits() {
         use crate::DType;
-        use crate::cpu::fast::qdot::{Acts, XRow};
-        use alloc::vec;
+        use crate::cpu::fast::qdot::tests::{set_scales, weights};
+        use crate::cpu::fast::qdot::{Acts, TILE, XRow};
         use alloc::vec::Vec;
         if !(std::is_x86_feature_detected!("avx512f")
             && std::is_x86_feature_detected!("avx512bw")
@@ -394,37 +397,31 @@ mod tests {
         for blocks in [1usize, 2, 5] {
             let k = 256 * blocks;
             for case in 0..12 {
-                let mut w = vec![0u8; 210 * blocks];
-                for b in w.iter_mut() {
-                    *b = (rng.uniform() * 256.0) as u8;
-                }
-                let d: f32 = match case % 4 {
-                    0 => 65504.0,
-                    1 => 6e-8,
-                    _ => 1.0 / (32.0 * 127.0),
-                };
-                for blk in w.chunks_exact_mut(210) {
-                    blk[208..210].copy_from_slice(&crate::quant::encode_f16(d).to_le_bytes());
+                let mut w = weights(&mut rng, DType::Q6_K, 1, k);
+                match case % 4 {
+                    0 => set_scales(DType::Q6_K, &mut w, 65504.0),
+                    1 => set_scales(DType::Q6_K, &mut w, 6e-8),
+                    _ => {}
                 }
                 if case == 5 {
                     w[..210].fill(0);
                 }
                 let scale = if case % 4 == 0 { 1e20 } else { 1.0 };
-                let x: Vec<f32> = (0..8 * k)
+                let x: Vec<f32> = (0..TILE * k)
                     .map(|_| (rng.uniform() * 2.0 - 1.0) * scale)
                     .collect();
                 for residual in [false, true] {
                     let acts = Acts::new(DType::Q6_K, &x, k, residual).unwrap();
-                    let rows: Vec<XRow> = (0..8).map(|r| acts.row(r)).collect();
+                    let rows: Vec<XRow> = (0..TILE).map(|r| acts.row(r)).collect();
                     let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                     // SAFETY: the features were detected above; `w` is whole super-blocks of
                     // `k` values and every row of `x` has `k`.
                     let (a1, b1) = unsafe { both::<1>(&w, &rows[..1]) };
                     let (a2, b2) = unsafe { both::<2>(&w, &rows[..2]) };
-                    let (a8, b8) = unsafe { both::<8>(&w, &rows[..8]) };
+                    let (at, bt) = unsafe { both::<TILE>(&w, &rows) };
                     assert_eq!(bits(&a1), bits(&b1), "k {k} case {case}");
                     assert_eq!(bits(&a2), bits(&b2), "k {k} case {case}");
-                    assert_eq!(bits(&a8), bits(&b8), "k {k} case {case}");
+                    assert_eq!(bits(&at), bits(&bt), "k {k} case {case}");
                 }
             }
         }
