@@ -196,8 +196,35 @@ pub fn build(files: &ModelFiles, backend: Rc<dyn Backend>) -> CliResult<Llama> {
             tensors = Some(t);
         }
     }
-    Llama::for_inference(config, tensors.as_ref().unwrap_or(&files.tensors), backend)
-        .map_err(|e| fail(format!("{}: {e}", files.origin)))
+    let cpu = repacks(&*backend);
+    let model = Llama::for_inference(config, tensors.as_ref().unwrap_or(&files.tensors), backend)
+        .map_err(|e| fail(format!("{}: {e}", files.origin)))?;
+    if cpu {
+        collapse_weights(&model, files.mapped.as_ref());
+    }
+    Ok(model)
+}
+
+/// Puts the weights of `model` (on the CPU backend) that this process wrote into memory of
+/// its own (f32 matrices read from a checkpoint, `--quantize`'s and the repack's copies) into
+/// transparent huge pages (`heap::collapse_into_huge_pages`): decode streams every weight each
+/// token, and with 4 KiB pages each 4 KiB costs a TLB miss. Bytes that still lie in the
+/// memory-mapped file (`mapped`) stay in the file's shared pages.
+fn collapse_weights(model: &Llama, mapped: Option<&std::ops::Range<usize>>) {
+    let span = |p: usize, len: usize| p..p.saturating_add(len);
+    let spans = model
+        .store
+        .iter()
+        .filter_map(|(_, t)| match t.as_f32() {
+            Ok(v) => Some(span(v.as_ptr() as usize, std::mem::size_of_val(v))),
+            Err(_) => t
+                .packed_in()
+                .ok()
+                .filter(|(b, _)| !mapped.is_some_and(|m| in_mapping(m, b)))
+                .map(|(b, _)| span(b.as_ptr() as usize, b.len())),
+        })
+        .collect();
+    crate::heap::collapse_into_huge_pages(spans);
 }
 
 /// [`build`], repacking `files`' tensors in place for the CPU backend: the plain bytes of a
