@@ -13,6 +13,7 @@ mod attention;
 pub(crate) mod common;
 pub(crate) mod math;
 mod ops;
+mod rope_tables;
 pub(crate) mod simd;
 #[cfg(test)]
 mod tests;

@@ -6,6 +6,7 @@ use alloc::vec::Vec;
 
 use super::common::{Act, filled, with_simd, zeroed};
 use super::math;
+use super::rope_tables;
 use crate::cpu::fast::isa::Isa;
 use crate::cpu::fast::pool;
 use crate::cpu::{Owned, View, float_arg, non_empty, norm, rope as rope_ref, same_shape, softmax};
@@ -200,31 +201,33 @@ pub(super) fn rope(
     let (shape, x) = float_arg(OP, args, 0, "x")?;
     let (seq, head_dim) = rope_ref::check(freqs, offset, shape)?;
     let half = head_dim / 2;
-    let (cos, sin) = rope_tables(freqs, offset, seq, head_dim)?;
     let mut out = zeroed(x.len(), OP)?;
-    with_simd!(isa, s => {
-        let rows = x.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim));
-        for (row, (xr, or)) in rows.enumerate() {
-            let p = (row % seq) * half;
-            let (c, sn) = (&cos[p..p + half], &sin[p..p + half]);
-            if interleaved {
-                for (i, (o, xp)) in or.chunks_exact_mut(2).zip(xr.chunks_exact(2)).enumerate() {
-                    let (a, b) = (xp[0], xp[1]);
-                    o[0] = a * c[i] - b * sn[i];
-                    o[1] = b * c[i] + a * sn[i];
+    rope_tables::with_tables(freqs, offset, seq, head_dim, |cos, sin| {
+        with_simd!(isa, s => {
+            let rows = x.chunks_exact(head_dim).zip(out.chunks_exact_mut(head_dim));
+            for (row, (xr, or)) in rows.enumerate() {
+                let p = (row % seq) * half;
+                let (c, sn) = (&cos[p..p + half], &sin[p..p + half]);
+                if interleaved {
+                    for (i, (o, xp)) in or.chunks_exact_mut(2).zip(xr.chunks_exact(2)).enumerate() {
+                        let (a, b) = (xp[0], xp[1]);
+                        o[0] = a * c[i] - b * sn[i];
+                        o[1] = b * c[i] + a * sn[i];
+                    }
+                    continue;
                 }
-                continue;
+                let (a, b) = xr.split_at(half);
+                let (oa, ob) = or.split_at_mut(half);
+                for i in (0..half).step_by(s_lanes(s)) {
+                    let (av, bv) = (s.load(&a[i..], 0.0), s.load(&b[i..], 0.0));
+                    let (cv, sv) = (s.load(&c[i..], 0.0), s.load(&sn[i..], 0.0));
+                    s.store(s.sub(s.mul(av, cv), s.mul(bv, sv)), &mut oa[i..]);
+                    s.store(s.add(s.mul(bv, cv), s.mul(av, sv)), &mut ob[i..]);
+                }
             }
-            let (a, b) = xr.split_at(half);
-            let (oa, ob) = or.split_at_mut(half);
-            for i in (0..half).step_by(s_lanes(s)) {
-                let (av, bv) = (s.load(&a[i..], 0.0), s.load(&b[i..], 0.0));
-                let (cv, sv) = (s.load(&c[i..], 0.0), s.load(&sn[i..], 0.0));
-                s.store(s.sub(s.mul(av, cv), s.mul(bv, sv)), &mut oa[i..]);
-                s.store(s.add(s.mul(bv, cv), s.mul(av, sv)), &mut ob[i..]);
-            }
-        }
-    });
+        });
+        Ok(())
+    })?;
     Ok(vec![Owned::float(shape.to_vec(), out)])
 }
 
@@ -232,42 +235,4 @@ pub(super) fn rope(
 #[inline(always)]
 fn s_lanes<S: super::simd::Simd>(_: S) -> usize {
     S::LANES
-}
-
-/// How often the rope tables are re-anchored on a directly computed angle.
-const ROPE_ANCHOR: usize = 16;
-
-/// `(cos, sin)` tables `[seq, head_dim / 2]` as the reference's (f64, rounded once to f32), but
-/// with one `sin`/`cos` pair per 16 positions: in between, the angle advances by rotating the
-/// f64 pair by `inv_freq`. The drift over 15 steps is a few f64 ulps, far below f32 rounding,
-/// so the tables agree with the reference's to the last bit except in rare rounding ties.
-fn rope_tables(
-    freqs: &rope_ref::Freqs,
-    offset: usize,
-    seq: usize,
-    head_dim: usize,
-) -> Result<(Vec<f32>, Vec<f32>)> {
-    let half = head_dim / 2;
-    let mut cos = zeroed(seq * half, "rope")?;
-    let mut sin = zeroed(seq * half, "rope")?;
-    for (i, f) in freqs.inv_freqs(head_dim).into_iter().enumerate() {
-        // The step rotation is only needed past the first anchor (not for a decode step).
-        let (sf, cf) = if seq > 1 {
-            (libm::sin(f), libm::cos(f))
-        } else {
-            (0.0, 1.0)
-        };
-        let (mut c, mut sn) = (1.0f64, 0.0f64);
-        for s in 0..seq {
-            if s % ROPE_ANCHOR == 0 {
-                let angle = (offset + s) as f64 * f;
-                (c, sn) = (libm::cos(angle), libm::sin(angle));
-            } else {
-                (c, sn) = (c * cf - sn * sf, sn * cf + c * sf);
-            }
-            cos[s * half + i] = c as f32;
-            sin[s * half + i] = sn as f32;
-        }
-    }
-    Ok((cos, sin))
 }
