@@ -48,13 +48,11 @@ pub fn advise_huge_pages<T>(b: &[T]) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if huge_pages() {
         let p = b.as_ptr() as usize;
-        let lo = p.next_multiple_of(HUGE_PAGE);
-        let hi = p.saturating_add(core::mem::size_of_val(b)) / HUGE_PAGE * HUGE_PAGE;
-        if hi > lo {
-            // SAFETY: lo..hi lies inside `b`'s block; the advice changes only how its pages are
+        if let Some(r) = whole_huge_pages(p..p.saturating_add(core::mem::size_of_val(b))) {
+            // SAFETY: `r` lies inside `b`'s block; the advice changes only how its pages are
             // backed, never their contents.
             unsafe {
-                libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE);
+                libc::madvise(r.start as *mut libc::c_void, r.len(), libc::MADV_HUGEPAGE);
             }
         }
     }
@@ -76,14 +74,14 @@ pub fn huge_page_ranges(mut spans: Vec<Range<usize>>) -> Vec<Range<usize>> {
             _ => merged.push(s),
         }
     }
-    merged
-        .into_iter()
-        .filter_map(|m| {
-            let lo = m.start.checked_next_multiple_of(HUGE_PAGE)?;
-            let hi = m.end / HUGE_PAGE * HUGE_PAGE;
-            (hi > lo).then_some(lo..hi)
-        })
-        .collect()
+    merged.into_iter().filter_map(whole_huge_pages).collect()
+}
+
+/// The 2 MiB-aligned part of `r` (the huge pages it covers whole), if any.
+fn whole_huge_pages(r: Range<usize>) -> Option<Range<usize>> {
+    let lo = r.start.checked_next_multiple_of(HUGE_PAGE)?;
+    let hi = r.end / HUGE_PAGE * HUGE_PAGE;
+    (hi > lo).then_some(lo..hi)
 }
 
 /// Puts the memory under `spans` (address ranges of blocks this process has already written,
@@ -96,9 +94,10 @@ pub fn collapse_into_huge_pages(spans: Vec<Range<usize>>) -> usize {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if huge_pages() {
         for r in huge_page_ranges(spans) {
-            // SAFETY: `r` lies in memory this process has mapped and written (the spans' blocks
-            // and the heap between them, less than a huge page); both advices change only how
-            // its pages are backed, never their contents.
+            // SAFETY: both advices change only how pages are backed, never their contents. `r`
+            // is the spans' blocks and the gaps between them (each under a huge page); a gap
+            // that is not mapped makes `madvise` fail (ENOMEM), and the range is left as it
+            // was.
             let ok = unsafe {
                 let p = r.start as *mut libc::c_void;
                 libc::madvise(p, r.len(), libc::MADV_HUGEPAGE) == 0

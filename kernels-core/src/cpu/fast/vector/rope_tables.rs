@@ -3,9 +3,9 @@
 //! A decode step rotates q and k in every layer at one position: the same tables twelve times a
 //! token on a six-layer model, each with a `pow` per frequency and a `sin` and `cos` per pair
 //! (0.7% of a stories15M decode step on an Intel Xeon, `perf`, most of it the `pow`s). With
-//! `std`, each thread keeps the last frequencies and the last small tables it computed, keyed
-//! by every input bit for bit, and hands them out again; prefill's tables (more than [`KEPT`]
-//! values) are computed each time and not kept.
+//! `std`, each thread keeps the last small tables it computed, keyed by every input bit for
+//! bit, and hands them out again: one computation a token instead of twelve. Prefill's tables
+//! (more than [`KEPT`] values) are computed each time and not kept.
 
 use alloc::vec::Vec;
 
@@ -64,9 +64,7 @@ fn compute(
     seq: usize,
     head_dim: usize,
 ) -> Result<(Vec<f32>, Vec<f32>)> {
-    with_inv_freqs(freqs, head_dim, |inv| {
-        compute_from(inv, offset, seq, head_dim)
-    })
+    compute_from(&freqs.inv_freqs(head_dim), offset, seq, head_dim)
 }
 
 /// `(cos, sin)` tables `[seq, head_dim / 2]` for the frequencies `inv_freqs` as the reference's
@@ -105,27 +103,6 @@ fn compute_from(
     Ok((cos, sin))
 }
 
-/// Runs `f` on `freqs.inv_freqs(head_dim)`, from this thread's memory where the last call asked
-/// for the same ones.
-fn with_inv_freqs<R>(freqs: &Freqs, head_dim: usize, f: impl FnOnce(&[f64]) -> R) -> R {
-    #[cfg(feature = "std")]
-    {
-        let key = Key::new(freqs, 0, 0, head_dim);
-        let kept = LAST_INV_FREQS.with_borrow(|last| match last {
-            Some((k, v)) if *k == key => Some(v.clone()),
-            _ => None,
-        });
-        let v = kept.unwrap_or_else(|| {
-            let v = Rc::<[f64]>::from(freqs.inv_freqs(head_dim));
-            LAST_INV_FREQS.set(Some((key, v.clone())));
-            v
-        });
-        f(&v)
-    }
-    #[cfg(not(feature = "std"))]
-    f(&freqs.inv_freqs(head_dim))
-}
-
 /// Every input of the tables, the frequencies' floats as bits (so `-0.0` and `0.0`, or two
 /// NaNs, are told apart exactly as the arithmetic would).
 #[cfg(feature = "std")]
@@ -147,21 +124,15 @@ impl Key {
     }
 }
 
-/// The last inputs and what was computed from them: two tables, or the frequencies.
-#[cfg(feature = "std")]
-type Kept<T> = core::cell::RefCell<Option<(Key, T)>>;
-
-#[cfg(feature = "std")]
-type Rc<T> = alloc::rc::Rc<T>;
-
 /// Kept `(cos, sin)` tables.
 #[cfg(feature = "std")]
-type CosSin = (Rc<[f32]>, Rc<[f32]>);
+type CosSin = (alloc::rc::Rc<[f32]>, alloc::rc::Rc<[f32]>);
 
 #[cfg(feature = "std")]
 std::thread_local! {
-    static LAST_TABLES: Kept<CosSin> = const { core::cell::RefCell::new(None) };
-    static LAST_INV_FREQS: Kept<Rc<[f64]>> = const { core::cell::RefCell::new(None) };
+    /// The last inputs and the tables computed from them.
+    static LAST_TABLES: core::cell::RefCell<Option<(Key, CosSin)>> =
+        const { core::cell::RefCell::new(None) };
 }
 
 #[cfg(test)]
@@ -171,7 +142,7 @@ mod tests {
 
     /// The tables computed from scratch, with no memory involved.
     fn fresh(freqs: &Freqs, offset: usize, seq: usize, head_dim: usize) -> Vec<u32> {
-        let (cos, sin) = compute_from(&freqs.inv_freqs(head_dim), offset, seq, head_dim).unwrap();
+        let (cos, sin) = compute(freqs, offset, seq, head_dim).unwrap();
         cos.iter().chain(&sin).map(|x| x.to_bits()).collect()
     }
 
