@@ -221,11 +221,10 @@ impl Graph {
         for t in &outs {
             self.check_device(op.name(), t)?;
         }
-        let spec = op.spec();
+        let kind = op.kind();
         let needs_grad = self.recording
-            && spec.differentiable()
-            && spec.grad_inputs.iter().any(|g| {
-                spec.inputs
+            && kind.grad_inputs().iter().any(|g| {
+                kind.inputs()
                     .iter()
                     .position(|s| s.name == *g)
                     .and_then(|i| inputs.get(i))

@@ -171,7 +171,7 @@ pub fn host_view<'a>(op: &'static str, t: &'a Tensor) -> Result<View<'a, f32>> {
 /// Wraps a kernel result as a host tensor.
 pub fn owned_to_tensor(o: cpu::Owned<f32>) -> Result<Tensor> {
     match o.data {
-        OwnedData::Float(v) => Tensor::from_f32(&o.shape, v),
+        OwnedData::Float(v) => Tensor::from_f32_owned(o.shape, v),
         OwnedData::I32(v) => Tensor::from_i32(&o.shape, v),
     }
 }
@@ -322,12 +322,13 @@ impl Backend for CpuBackend {
             return r;
         }
         // Only ops given a weight dtype pay for the decoding (and its signature check).
-        let decoded;
-        let inputs: Vec<&Tensor> = if inputs.iter().any(|t| t.dtype().is_weight()) {
+        let (decoded, decoded_refs): (Vec<Tensor>, Vec<&Tensor>);
+        let inputs = if inputs.iter().any(|t| t.dtype().is_weight()) {
             decoded = decode_weights(op, dir, inputs)?;
-            decoded.iter().collect()
+            decoded_refs = decoded.iter().collect();
+            &decoded_refs[..]
         } else {
-            inputs.to_vec()
+            inputs
         };
         let views = inputs
             .iter()

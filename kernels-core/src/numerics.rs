@@ -49,6 +49,9 @@ pub trait Real:
     fn abs(self) -> Self;
     fn is_nan(self) -> bool;
     fn is_finite(self) -> bool;
+    /// `s` itself where `Self` is `f32` (a kernel that works in f32 then reads it without a
+    /// converted copy); `None` otherwise.
+    fn as_f32_slice(s: &[Self]) -> Option<&[f32]>;
     /// The larger of two values; NaN if either is NaN (propagates, like `torch.max`).
     fn max_nan(self, other: Self) -> Self {
         if self.is_nan() || other.is_nan() {
@@ -62,8 +65,12 @@ pub trait Real:
 }
 
 macro_rules! impl_real {
-    ($t:ty, $exp:path, $ln:path, $sqrt:path, $tanh:path, $erf:path, $sin:path, $cos:path, $pow:path, $abs:path) => {
+    ($t:ty, $exp:path, $ln:path, $sqrt:path, $tanh:path, $erf:path, $sin:path, $cos:path, $pow:path, $abs:path, $f32s:path) => {
         impl Real for $t {
+            #[inline]
+            fn as_f32_slice(s: &[Self]) -> Option<&[f32]> {
+                $f32s(s)
+            }
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
             const INFINITY: Self = <$t>::INFINITY;
@@ -142,7 +149,8 @@ impl_real!(
     libm::sinf,
     libm::cosf,
     libm::powf,
-    libm::fabsf
+    libm::fabsf,
+    Some
 );
 impl_real!(
     f64,
@@ -154,8 +162,13 @@ impl_real!(
     libm::sin,
     libm::cos,
     libm::pow,
-    libm::fabs
+    libm::fabs,
+    not_f32
 );
+
+fn not_f32(_: &[f64]) -> Option<&[f32]> {
+    None
+}
 
 /// A published error budget: `|got - ref| <= atol + rtol * |ref|`.
 ///

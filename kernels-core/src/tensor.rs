@@ -127,6 +127,15 @@ impl Tensor {
             storage: Storage::F32(Arc::new(data)),
         })
     }
+    /// [`Tensor::from_f32`] keeping the given shape vector (a kernel's result).
+    pub(crate) fn from_f32_owned(shape: Vec<usize>, data: Vec<f32>) -> Result<Self> {
+        Self::check_len("tensor", &shape, data.len())?;
+        Ok(Tensor {
+            shape,
+            dtype: DType::F32,
+            storage: Storage::F32(Arc::new(data)),
+        })
+    }
     /// An i32 tensor from its elements in row-major order.
     pub fn from_i32(shape: &[usize], data: Vec<i32>) -> Result<Self> {
         Self::check_len("tensor", shape, data.len())?;

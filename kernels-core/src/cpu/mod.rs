@@ -13,7 +13,7 @@ use alloc::vec::Vec;
 use crate::error::{Error, Result};
 use crate::numerics::Real;
 use crate::op::{Direction, Op};
-use crate::tensor::{DType, numel};
+use crate::tensor::numel;
 
 mod args;
 pub mod attention;
@@ -42,14 +42,12 @@ pub use args::{
 };
 
 fn check_args<T: Real>(op: &Op, dir: Direction, args: &[View<T>]) -> Result<()> {
-    let dtypes: Vec<DType> = args.iter().map(View::dtype).collect();
-    op.check_signature(dir, &dtypes)?;
-    let names = op.spec().arg_names(dir);
-    for (arg, arg_name) in args.iter().zip(names.iter()) {
+    op.check_dtypes(dir, args.iter().map(View::dtype))?;
+    for (i, arg) in args.iter().enumerate() {
         if numel(arg.shape) != Some(arg.len()) {
             return Err(Error::bad_shape(
                 op.name(),
-                arg_name,
+                &op.kind().arg_name(dir, i).unwrap_or_default(),
                 arg.shape,
                 format!("shape does not match {} elements", arg.len()),
             ));

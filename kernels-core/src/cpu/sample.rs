@@ -220,8 +220,14 @@ pub fn forward<T: Real>(
     for (r, row) in logits.chunks_exact(vocab).enumerate() {
         let u = uniform.get(r).map_or(0.0, |u| u.to_f32());
         check_uniform(r, u, su)?;
-        let row: Vec<f32> = row.iter().map(|v| v.to_f32()).collect();
-        out.push(sample_row(&row, u, temperature, top_k, top_p) as i32);
+        let id = match T::as_f32_slice(row) {
+            Some(row) => sample_row(row, u, temperature, top_k, top_p),
+            None => {
+                let row: Vec<f32> = row.iter().map(|v| v.to_f32()).collect();
+                sample_row(&row, u, temperature, top_k, top_p)
+            }
+        };
+        out.push(id as i32);
     }
     Ok(vec![Owned {
         shape: vec![rows],

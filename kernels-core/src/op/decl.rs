@@ -58,12 +58,9 @@ impl OpSpec {
     }
     /// Names of the tensors the given direction takes, in order.
     pub fn arg_names(&self, dir: Direction) -> Vec<String> {
-        let mut v: Vec<String> = self.inputs.iter().map(|i| i.name.to_string()).collect();
-        if dir == Direction::Backward {
-            v.extend(self.outputs.iter().map(|o| o.to_string()));
-            v.extend(self.outputs.iter().map(|o| format!("grad_{o}")));
-        }
-        v
+        (0..self.kind.arg_count(dir))
+            .filter_map(|i| self.kind.arg_name(dir, i))
+            .collect()
     }
     /// Names of the tensors the given direction returns, in order.
     pub fn result_names(&self, dir: Direction) -> Vec<String> {
@@ -74,6 +71,35 @@ impl OpSpec {
                 .iter()
                 .map(|i| format!("grad_{i}"))
                 .collect(),
+        }
+    }
+}
+
+impl OpKind {
+    /// How many tensors the given direction takes: the inputs, and backward the outputs and
+    /// their gradients too.
+    pub fn arg_count(self, dir: Direction) -> usize {
+        let extra = match dir {
+            Direction::Forward => 0,
+            Direction::Backward => 2 * self.outputs().len(),
+        };
+        self.inputs().len() + extra
+    }
+
+    /// The name of the given direction's tensor `i` (as in [`OpSpec::arg_names`]); `None` past
+    /// the last. Built only when an error names it.
+    pub fn arg_name(self, dir: Direction, i: usize) -> Option<String> {
+        let (inputs, outputs) = (self.inputs(), self.outputs());
+        if let Some(input) = inputs.get(i) {
+            return Some(input.name.to_string());
+        }
+        if dir == Direction::Forward {
+            return None;
+        }
+        let j = i - inputs.len();
+        match outputs.get(j) {
+            Some(o) => Some(o.to_string()),
+            None => outputs.get(j - outputs.len()).map(|o| format!("grad_{o}")),
         }
     }
 }
@@ -145,22 +171,44 @@ macro_rules! declare_ops {
         }
     })*) => {
         impl OpKind {
+            /// The op's inputs, in order: [`OpSpec::inputs`] without building the whole spec
+            /// (which allocates its attributes), for the checks every call makes.
+            pub fn inputs(self) -> &'static [InputSpec] {
+                match self {
+                    $(OpKind::$kind => &[$(InputSpec {
+                        name: stringify!($input),
+                        kind: declare_ops!(@input $($input_kind)?),
+                    }),*],)*
+                }
+            }
+
+            /// [`OpSpec::outputs`] without building the whole spec.
+            pub fn outputs(self) -> &'static [&'static str] {
+                match self {
+                    $(OpKind::$kind => &[$(stringify!($output)),+],)*
+                }
+            }
+
+            /// [`OpSpec::grad_inputs`] without building the whole spec.
+            pub fn grad_inputs(self) -> &'static [&'static str] {
+                match self {
+                    $(OpKind::$kind => &[$(stringify!($grad)),*],)*
+                }
+            }
+
             /// Inputs, attributes, outputs, gradients and budgets of this op.
             pub fn spec(self) -> OpSpec {
                 match self {
                     $(OpKind::$kind => OpSpec {
                         kind: self,
-                        inputs: &[$(InputSpec {
-                            name: stringify!($input),
-                            kind: declare_ops!(@input $($input_kind)?),
-                        }),*],
+                        inputs: self.inputs(),
                         attrs: alloc::vec![$(AttrSpec {
                             name: stringify!($field),
                             kind: <$ty as AttrType>::KIND,
                             default: declare_ops!(@published $ty; $def),
                         }),*],
-                        outputs: &[$(stringify!($output)),+],
-                        grad_inputs: &[$(stringify!($grad)),*],
+                        outputs: self.outputs(),
+                        grad_inputs: self.grad_inputs(),
                         budget: $budget,
                         budget_backward: $budget_backward,
                         doc: $doc,

@@ -270,28 +270,38 @@ impl Op {
     /// and each argument has the dtype its slot takes (integers for `ids` and `targets`, f32
     /// everywhere else). `dtypes` are the arguments' dtypes in order.
     pub fn check_signature(&self, dir: Direction, dtypes: &[DType]) -> Result<()> {
-        let spec = self.spec();
-        let name = self.name();
-        if dir == Direction::Backward && !spec.differentiable() {
+        self.check_dtypes(dir, dtypes.iter().copied())
+    }
+
+    /// [`Op::check_signature`] on the arguments' dtypes as they come, with nothing allocated
+    /// unless it fails (every call on every backend makes this check).
+    pub fn check_dtypes(
+        &self,
+        dir: Direction,
+        dtypes: impl ExactSizeIterator<Item = DType>,
+    ) -> Result<()> {
+        let kind = self.kind();
+        let name = kind.name();
+        if dir == Direction::Backward && kind.grad_inputs().is_empty() {
             return Err(Error::NoBackward { op: name });
         }
-        let names = spec.arg_names(dir);
-        if dtypes.len() != names.len() {
+        let expected = kind.arg_count(dir);
+        if dtypes.len() != expected {
             return Err(Error::Arity {
                 op: name,
-                expected: names.len(),
+                expected,
                 got: dtypes.len(),
             });
         }
-        for (i, (dtype, arg_name)) in dtypes.iter().zip(names).enumerate() {
+        for (i, dtype) in dtypes.enumerate() {
             // Backward's extra arguments (outputs and their gradients) are f32.
-            let kind = spec.inputs.get(i).map_or(InputKind::Float, |s| s.kind);
-            if !kind.accepts(*dtype) {
+            let slot = kind.inputs().get(i).map_or(InputKind::Float, |s| s.kind);
+            if !slot.accepts(dtype) {
                 return Err(Error::DTypeMismatch {
                     op: name,
-                    tensor: arg_name,
-                    expected: kind.expected(),
-                    got: *dtype,
+                    tensor: kind.arg_name(dir, i).unwrap_or_default(),
+                    expected: slot.expected(),
+                    got: dtype,
                 });
             }
         }

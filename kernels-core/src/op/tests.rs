@@ -276,9 +276,63 @@ fn backward_arg_names_follow_the_convention() {
     let s = OpKind::GruSequence.spec();
     let names = s.arg_names(Direction::Backward);
     assert_eq!(names.len(), 6 + 2 + 2);
+    assert_eq!(names[6], "output");
+    assert_eq!(names[7], "h_n");
     assert_eq!(names[8], "grad_output");
     assert_eq!(names[9], "grad_h_n");
     assert_eq!(s.result_names(Direction::Backward)[2], "grad_weight_ih");
+    let kind = OpKind::GruSequence;
+    assert_eq!(kind.arg_count(Direction::Forward), 6);
+    assert_eq!(kind.arg_name(Direction::Forward, 6), None);
+    assert_eq!(kind.arg_name(Direction::Backward, 10), None);
+    for kind in OpKind::ALL {
+        for dir in [Direction::Forward, Direction::Backward] {
+            let names = kind.spec().arg_names(dir);
+            assert_eq!(names.len(), kind.arg_count(dir), "{kind:?} {dir:?}");
+        }
+    }
+}
+
+#[test]
+fn a_wrong_dtype_is_named_by_its_slot_in_either_direction() {
+    use crate::tensor::DType;
+    let op = Op::Matmul {
+        trans_a: false,
+        trans_b: false,
+    };
+    let (f, i) = (DType::F32, DType::I32);
+    assert!(
+        op.check_signature(Direction::Backward, &[f, f, f, f])
+            .is_ok()
+    );
+    for (dir, dtypes, slot) in [
+        (Direction::Forward, &[f, i][..], "b"),
+        (Direction::Backward, &[f, f, i, f][..], "out"),
+        (Direction::Backward, &[f, f, f, i][..], "grad_out"),
+    ] {
+        match op.check_signature(dir, dtypes) {
+            Err(Error::DTypeMismatch { tensor, got, .. }) => {
+                assert_eq!((tensor.as_str(), got), (slot, i), "{dir:?}");
+            }
+            other => panic!("{dir:?} {dtypes:?}: {other:?}"),
+        }
+    }
+    let e = op.check_signature(Direction::Forward, &[f]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Arity {
+                expected: 2,
+                got: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = Op::Argmax
+        .check_signature(Direction::Backward, &[f, i, i])
+        .unwrap_err();
+    assert!(matches!(e, Error::NoBackward { .. }), "{e}");
 }
 
 #[test]
