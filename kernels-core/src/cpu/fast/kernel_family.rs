@@ -150,4 +150,27 @@ impl Epilogue<'_> {
             }
         }
     }
+
+    /// `c[i] = apply(c[i] + t[i], col)` over a run of one column's rows, the same bits as
+    /// [`Epilogue::apply`] element by element.
+    pub(super) fn apply_column(&self, c: &mut [f32], t: &[f32], col: usize) {
+        match (self.bias, self.act) {
+            (None, Activation::None) => {
+                for (x, &v) in c.iter_mut().zip(t) {
+                    *x += v;
+                }
+            }
+            (Some(b), Activation::None) => {
+                let bj = b.get(col).copied().unwrap_or(0.0);
+                for (x, &v) in c.iter_mut().zip(t) {
+                    *x = (*x + v) + bj;
+                }
+            }
+            _ => {
+                for (x, &v) in c.iter_mut().zip(t) {
+                    *x = self.apply(*x + v, col);
+                }
+            }
+        }
+    }
 }

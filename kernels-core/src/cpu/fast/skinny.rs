@@ -432,8 +432,15 @@ pub(super) fn run(
     let (rows, k, cols) = (small.rows, small.cols, big.n);
     let ap = grow(a_buf, rows * k)?;
     for (i, dst) in ap.chunks_exact_mut(k.max(1)).enumerate() {
-        for (p, d) in dst.iter_mut().enumerate() {
-            *d = small.data[i * small.rs + p * small.cs];
+        // A row stored contiguously (decode's activations) is one copy.
+        let at = i * small.rs;
+        match at.checked_add(k).and_then(|end| small.data.get(at..end)) {
+            Some(row) if small.cs == 1 => dst.copy_from_slice(row),
+            _ => {
+                for (p, d) in dst.iter_mut().enumerate() {
+                    *d = small.data[at + p * small.cs];
+                }
+            }
         }
     }
     let t = grow(t_buf, rows * cols)?;
@@ -454,12 +461,17 @@ pub(super) fn run(
         let (j0, j1) = (js.start, js.end);
         let part = &t[rows * j0..rows * j1];
         for (r, tr) in part.chunks_exact(j1 - j0).enumerate() {
-            // T's row is a run of C's row (decode's products): one slice.
-            if !swapped && cs == 1 {
+            // T's row is a run of C's row (decode's products), or of C's one column where T is
+            // C transposed (`W . h^T`): one slice.
+            if cs == 1 {
                 let at = r * rs + j0;
                 let run = at.checked_add(tr.len()).and_then(|end| c.get_mut(at..end));
                 if let Some(cr) = run {
-                    epi.apply_row(cr, tr, j0);
+                    if swapped {
+                        epi.apply_column(cr, tr, r);
+                    } else {
+                        epi.apply_row(cr, tr, j0);
+                    }
                     continue;
                 }
             }

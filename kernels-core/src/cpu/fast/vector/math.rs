@@ -275,6 +275,10 @@ pub(crate) fn weighted_rows<S: Simd>(s: S, p: &[f32], rows: &[f32], out: &mut [f
             weighted_block::<S, WEIGHTED_VECTORS>(s, p, rows, c0, out)
         } else if left >= 4 {
             weighted_block::<S, 4>(s, p, rows, c0, out)
+        } else if left == 3 {
+            // A 48-wide head on AVX-512 in one pass over the rows, not two (of 2 vectors, then
+            // 1) that each wait on the multiply-add's latency row by row.
+            weighted_block::<S, 3>(s, p, rows, c0, out)
         } else if left >= 2 {
             weighted_block::<S, 2>(s, p, rows, c0, out)
         } else {

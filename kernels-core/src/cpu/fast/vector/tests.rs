@@ -530,14 +530,16 @@ fn four_interleaved_dots_are_four_dots() {
     }
 }
 
-/// `weighted_rows` (whole-vector blocks of 8, 4, 2 and 1, then a short tail) gives each output
+/// `weighted_rows` (whole-vector blocks of 8, then of every count 1 to 7, then a short tail) gives each output
 /// the plain chain `fma(p[j], rows[j][c], acc)` over `j`, bit for bit, on every instruction set,
 /// at widths around the vector widths, with NaN and inf planted.
 #[test]
 fn weighted_rows_is_one_chain_per_output() {
     let mut rng = Rng::new(43);
     for isa in Isa::available() {
-        for w in [1, 3, 8, 9, 16, 17, 31, 33, 48, 64, 65, 72, 100, 130, 200] {
+        for w in [
+            1, 3, 8, 9, 16, 17, 24, 31, 33, 40, 48, 56, 64, 65, 72, 80, 100, 112, 130, 200,
+        ] {
             for (n, kind) in [(0, 0), (1, 0), (5, 4), (17, 5), (40, 0)] {
                 let p = data(&mut rng, n, 0);
                 let rows = data(&mut rng, n * w, kind);
