@@ -75,35 +75,6 @@ impl OpSpec {
     }
 }
 
-impl OpKind {
-    /// How many tensors the given direction takes: the inputs, and backward the outputs and
-    /// their gradients too.
-    pub fn arg_count(self, dir: Direction) -> usize {
-        let extra = match dir {
-            Direction::Forward => 0,
-            Direction::Backward => 2 * self.outputs().len(),
-        };
-        self.inputs().len() + extra
-    }
-
-    /// The name of the given direction's tensor `i` (as in [`OpSpec::arg_names`]); `None` past
-    /// the last. Built only when an error names it.
-    pub fn arg_name(self, dir: Direction, i: usize) -> Option<String> {
-        let (inputs, outputs) = (self.inputs(), self.outputs());
-        if let Some(input) = inputs.get(i) {
-            return Some(input.name.to_string());
-        }
-        if dir == Direction::Forward {
-            return None;
-        }
-        let j = i - inputs.len();
-        match outputs.get(j) {
-            Some(o) => Some(o.to_string()),
-            None => outputs.get(j - outputs.len()).map(|o| format!("grad_{o}")),
-        }
-    }
-}
-
 macro_rules! declare_ops {
     // A sub-enum (`Binary(BinaryOp)`): one variant per kind, of the kind's name.
     (@sub [$(#[$meta:meta])* $sub:ident] $($kind:ident)+) => {
