@@ -115,9 +115,7 @@ impl OpKind {
             K::Sample => false,
         }
     }
-}
 
-impl OpKind {
     /// How many tensors the given direction takes: the inputs, and backward the outputs and
     /// their gradients too.
     pub fn arg_count(self, dir: Direction) -> usize {
