@@ -1,26 +1,18 @@
-//! The `kernels` process's heap settings.
+//! The `kernels` process's memory: its allocator and the weights' huge pages.
 //!
-//! A forward pass frees its activations when it ends and allocates them again in the next one.
-//! glibc's malloc hands the top of its heap back to the kernel as soon as more than its trim
-//! threshold is free there (128 KiB at first, then twice the largest freed `mmap`ed chunk), and
-//! serves large allocations with fresh `mmap`s; so every prefill faulted the same megabytes of
-//! zeroed pages back in (page faults and the kernel's page clearing were about 10% of a
-//! 256-token prefill in `perf`). [`keep_freed_memory`] keeps them.
+//! **The allocator.** Every op's output is a new allocation (about a hundred a decode step of a
+//! small Llama, freed when the step ends), so the process's allocator is on the hot path of
+//! decode. `main` installs mimalloc as the global allocator: against glibc's malloc, the
+//! stories15M's 1-thread decode ran 3-4% faster and its prefill 5-7% faster in the same run, and
+//! a 0.5B GGUF the same or faster (kernels-core/README.md, "Against candle"). It also keeps freed
+//! memory for reuse, as glibc's `mallopt` settings here did before it: with glibc's defaults
+//! every prefill faulted its activations' pages in again.
+//!
+//! **Huge pages.** Decode streams every weight each token, and in 4 KiB pages the TLB misses
+//! cost it; the loader puts weights in transparent huge pages ([`advise_huge_pages`],
+//! [`collapse_into_huge_pages`]).
 
 use std::ops::Range;
-
-/// Serves allocations below 32 MiB from the heap and keeps up to 128 MiB of freed memory at
-/// its top instead of returning it to the kernel. Larger blocks (model weights, files read
-/// whole) are still mapped and unmapped on their own. glibc only; elsewhere nothing.
-pub fn keep_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes malloc's parameters; `main` calls this first, before any
-    // other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 20);
-    }
-}
 
 /// Weights of at least this many bytes are put in transparent huge pages (native-cli's loader).
 pub const HUGE_PAGE_MIN: usize = 4 << 20;

@@ -604,8 +604,11 @@ fn ensure_runtime_dir() {
     }
 }
 
+/// The process's allocator: mimalloc, not the system's (`native_cli::heap` says why).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
-    native_cli::heap::keep_freed_memory();
     native_cli::heap::init_huge_pages();
     #[cfg(target_os = "linux")]
     ensure_runtime_dir();
