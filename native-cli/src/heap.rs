@@ -2,9 +2,10 @@
 //!
 //! **The allocator.** Every op's output is a new allocation (about a hundred a decode step of a
 //! small Llama, freed when the step ends), so the process's allocator is on the hot path of
-//! decode. `main` installs mimalloc as the global allocator: against glibc's malloc, the
-//! stories15M's 1-thread decode ran 3-4% faster and its prefill 5-7% faster in the same run, and
-//! a 0.5B GGUF the same or faster (kernels-core/README.md, "Against candle"). It also keeps freed
+//! decode. `main` installs mimalloc as the global allocator: against glibc's malloc, in two sets
+//! of interleaved rounds, the stories15M's 1-thread decode was 2% and 4% faster (the sets'
+//! means) and its prefill 5% and 6%, and a 0.5B GGUF within the rounds' spread or faster
+//! (kernels-core/README.md, "Against candle"). It also keeps freed
 //! memory for reuse, as glibc's `mallopt` settings here did before it: with glibc's defaults
 //! every prefill faulted its activations' pages in again.
 //!
