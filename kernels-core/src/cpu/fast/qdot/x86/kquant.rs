@@ -276,6 +276,23 @@ pub(super) unsafe fn q6_k<D: Dot, const R: usize>(w: &[u8], xs: &[XRow]) -> [f32
     }
 }
 
+/// The i16 scales of [`q6_k_512`]'s chunk pair `p`'s four 16-element quarters, picked from the
+/// super-block's 16 scales widened to i16: quarter `i` (lanes 8i..8i + 8) takes scale `4p + i`.
+/// A constant, so each weight row loads four vectors instead of building them.
+static Q6K_PICKS: [[i16; 32]; 4] = {
+    let mut t = [[0i16; 32]; 4];
+    let mut p = 0;
+    while p < 4 {
+        let mut l = 0;
+        while l < 32 {
+            t[p][l] = (4 * p + l / 8) as i16;
+            l += 1;
+        }
+        p += 1;
+    }
+    t
+};
+
 /// [`q6_k`] in 512-bit vectors (AVX-512 BW and VNNI): two 32-element chunks per vector, the
 /// same bits. Each `i16` pair is `(q0 - 32) x0 + (q1 - 32) x1` as `vpmaddubsw` of the unsigned
 /// 6-bit values less `vpmaddubsw` of 32 (where [`q6_k`] multiplies `|q - 32|` by `x` with `q -
@@ -295,13 +312,12 @@ pub(super) unsafe fn q6_k_512<const R: usize>(w: &[u8], xs: &[XRow]) -> [f32; R]
             _mm512_set1_epi8(3),
             _mm512_set1_epi8(32),
         );
-        // The i16 scales of chunk pair `p`'s four 16-element quarters, picked from the
-        // super-block's 16 scales widened to i16: quarter `i` (lanes 8i..8i + 8) takes scale
-        // `4p + i`.
-        let picks: [__m512i; 4] = core::array::from_fn(|p| {
-            let idx: [i16; 32] = core::array::from_fn(|l| (4 * p + l / 8) as i16);
-            _mm512_loadu_si512(idx.as_ptr() as *const __m512i)
-        });
+        let picks: [__m512i; 4] = [
+            _mm512_loadu_si512(Q6K_PICKS[0].as_ptr() as *const __m512i),
+            _mm512_loadu_si512(Q6K_PICKS[1].as_ptr() as *const __m512i),
+            _mm512_loadu_si512(Q6K_PICKS[2].as_ptr() as *const __m512i),
+            _mm512_loadu_si512(Q6K_PICKS[3].as_ptr() as *const __m512i),
+        ];
         for (b, wb) in w.chunks_exact(210).enumerate() {
             prefetch_next_row(w, 210 * b, 210);
             let d = f16_at(wb, 208);
