@@ -7,9 +7,10 @@
 //! means) and its prefill 5% and 6%, and a 0.5B GGUF within the rounds' spread or faster
 //! (kernels-core/README.md, "Against candle"). It also keeps freed
 //! memory for reuse, as glibc's `mallopt` settings here did before it: with glibc's defaults
-//! every prefill faulted its activations' pages in again. The cost is 20-40 MB more at the peak
-//! on a 0.5B Q4_K_M file; committing its arenas on demand (`MIMALLOC_ARENA_EAGER_COMMIT=0`)
-//! saves that but made that file's decode 4% slower, so mimalloc's defaults stay.
+//! every prefill faulted its activations' pages in again. The cost is memory: on a 0.5B Q4_K_M
+//! file the peak was 21-26 MB above glibc's malloc's. Committing mimalloc's arenas on demand
+//! (`MIMALLOC_ARENA_EAGER_COMMIT=0`) lowered the peak by 14-27 MB but made that file's decode
+//! 4% slower, so mimalloc's defaults stay.
 //!
 //! **Huge pages.** Decode streams every weight each token, and in 4 KiB pages the TLB misses
 //! cost it; the loader puts weights in transparent huge pages ([`advise_huge_pages`],
