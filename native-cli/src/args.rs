@@ -131,8 +131,10 @@ pub(crate) enum BenchCmd {
     ///
     /// --json prints ONE object: {"model", "backend", "threads", "params", "decode_tok_s",
     /// "prefill_tok_s", "dispatches_per_token", "submits_per_token", "bytes_down_per_token", "weights",
-    /// "weight_bytes_per_token", "device_peak_bytes"},
-    /// null where a figure does not apply (the CPU keeps no counters; CUDA has no submits).
+    /// "weight_bytes_per_token", "device_peak_bytes", "decode_weight_gb_s", "read_gb_s",
+    /// "read_gb_s_best", ...},
+    /// null where a figure does not apply (the CPU keeps no counters; CUDA has no submits;
+    /// read_gb_s without --read-rate).
     #[command(verbatim_doc_comment)]
     Llama(BenchLlamaArgs),
 }
@@ -166,6 +168,11 @@ pub(crate) struct BenchLlamaArgs {
     /// Runs per figure (the median is reported).
     #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
     runs: usize,
+    /// After the runs, time a plain read loop over as many bytes as a decode step's weights,
+    /// with the same threads and in huge pages as the weights are (CPU backend only; it needs
+    /// that much memory again): what reading the weights alone allows decode on this machine.
+    #[arg(long)]
+    read_rate: bool,
     /// One JSON object instead of the text (format above).
     #[arg(long)]
     json: bool,
@@ -216,6 +223,7 @@ pub(crate) fn run_bench_llama(a: BenchLlamaArgs) -> CliResult<()> {
         prefill_len: a.prefill_len,
         runs: a.runs,
         json: a.json,
+        read_rate: a.read_rate,
     })
 }
 

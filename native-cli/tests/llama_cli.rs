@@ -272,6 +272,9 @@ fn bench_llama_prints_the_protocol_object() {
         "weights",
         "weight_bytes_per_token",
         "device_peak_bytes",
+        "decode_weight_gb_s",
+        "read_gb_s",
+        "read_gb_s_best",
     ];
     assert_eq!(r.as_object().unwrap().len(), keys.len(), "{r}");
     for k in keys {
@@ -299,9 +302,42 @@ fn bench_llama_prints_the_protocol_object() {
         "host_us_submit_per_token",
         "bind_groups_per_token",
         "device_peak_bytes",
+        "read_gb_s",
+        "read_gb_s_best",
     ] {
         assert!(r[k].is_null(), "{k} in {r}");
     }
+    // Decode's weight traffic is its weight bytes times its rate.
+    let (wb, tok) = (
+        r["weight_bytes_per_token"].as_f64().unwrap(),
+        r["decode_tok_s"].as_f64().unwrap(),
+    );
+    let gb_s = r["decode_weight_gb_s"].as_f64().unwrap();
+    assert!(
+        (gb_s - wb * tok / 1e9).abs() <= 1e-9 * gb_s.abs().max(1.0),
+        "{r}"
+    );
+    // --read-rate adds a plain read loop's rate over as many bytes, fastest pass first.
+    let mut with_rate = args.to_vec();
+    with_rate.push("--read-rate");
+    let o = kernels(&with_rate);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let (median, best) = (
+        r["read_gb_s"].as_f64().unwrap(),
+        r["read_gb_s_best"].as_f64().unwrap(),
+    );
+    assert!(median.is_finite() && median > 0.0 && best >= median, "{r}");
+    // It times the CPU's reads: another backend is refused, naming both flags.
+    let mut on_gpu = with_rate.clone();
+    on_gpu[5] = "wgpu";
+    let o = kernels(&on_gpu);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(
+        e.contains("--read-rate") && e.contains("--backend wgpu"),
+        "{e}"
+    );
     // Lengths past max_position_embeddings (64) are refused, naming the flags.
     let mut long = args;
     long[13] = "100";

@@ -10,6 +10,7 @@
 
 pub mod llama;
 pub mod llama_model;
+pub mod read_rate;
 pub mod report;
 
 use std::rc::Rc;

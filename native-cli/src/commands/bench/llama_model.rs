@@ -35,6 +35,9 @@ pub struct LlamaBenchOptions {
     pub json: bool,
     /// `--quantize`: the matrices re-encoded as they load.
     pub quantize: Option<kernels_core::DType>,
+    /// `--read-rate`: after the runs, time a plain read of as many bytes as a decode step's
+    /// weights with the same threads ([`super::read_rate`]; CPU backend only).
+    pub read_rate: bool,
 }
 
 /// What one run of the protocol measured.
@@ -71,6 +74,13 @@ pub struct LlamaBenchReport {
     /// The most bytes of storage buffers the device held at once (wgpu's pool counters: in
     /// use or pooled); `None` where the backend keeps no such count (CPU, CUDA).
     pub device_peak_bytes: Option<u64>,
+    /// The rate at which decode read its weights: `weight_bytes_per_token` times
+    /// `decode_tok_s`, in 10^9 bytes a second.
+    pub decode_weight_gb_s: f64,
+    /// With `--read-rate`: a plain read loop's rate over a buffer of `weight_bytes_per_token`
+    /// bytes with the same threads, the median pass and the fastest ([`super::read_rate`]).
+    pub read_gb_s: Option<f64>,
+    pub read_gb_s_best: Option<f64>,
 }
 
 impl LlamaBenchReport {
@@ -78,7 +88,8 @@ impl LlamaBenchReport {
     /// "dispatches_per_token", "submits_per_token", "bytes_down_per_token",
     /// "host_us_per_token", "host_us_per_dispatch", "host_us_per_dispatch_median",
     /// "host_us_submit_per_token", "bind_groups_per_token", "weights",
-    /// "weight_bytes_per_token", "device_peak_bytes"}`.
+    /// "weight_bytes_per_token", "device_peak_bytes", "decode_weight_gb_s", "read_gb_s",
+    /// "read_gb_s_best"}`.
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "model": self.model,
@@ -98,6 +109,9 @@ impl LlamaBenchReport {
             "weights": self.weights,
             "weight_bytes_per_token": self.weight_bytes_per_token,
             "device_peak_bytes": self.device_peak_bytes,
+            "decode_weight_gb_s": self.decode_weight_gb_s,
+            "read_gb_s": self.read_gb_s,
+            "read_gb_s_best": self.read_gb_s_best,
         })
     }
 }
@@ -282,7 +296,21 @@ fn check_lengths(opts: &LlamaBenchOptions, max_pos: usize) -> CliResult<()> {
 pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
     // The counts first (the model's context is checked once it is read).
     check_lengths(opts, usize::MAX)?;
+    if let Some(b) = opts
+        .backend
+        .as_deref()
+        .filter(|&b| opts.read_rate && b != "cpu")
+    {
+        return Err(fail(format!(
+            "bench llama --read-rate: times the CPU's reads, so it needs --backend cpu, not --backend {b}"
+        )));
+    }
     let (backend, counting, backend_name) = open_backend(opts.backend.as_deref())?;
+    if opts.read_rate && backend_name != "cpu" {
+        return Err(fail(format!(
+            "bench llama --read-rate: times the CPU's reads, so it needs --backend cpu (the backend is {backend_name})"
+        )));
+    }
     let mut files = read_dir(&opts.model)?;
     quantize_files(&mut files, opts.quantize)?;
     let model = build_in(&mut files, backend)?;
@@ -332,12 +360,21 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
         .filter(|&d| d > 0.0 && !token_us.is_empty())
         .map(|d| median_of(token_us) / d);
     let host_us_submit_per_token = both(|s| s.submit_ns).map(|ns| ns / 1e3);
+    let decode_tok_s = 1.0 / median_of(decode).max(1e-12);
+    // After the runs, so the model's timings are not disturbed; the buffer is freed before
+    // the report.
+    let read = if opts.read_rate {
+        let threads = opts.threads.unwrap_or(1);
+        Some(super::read_rate::measure(weight_bytes_per_token, threads)?)
+    } else {
+        None
+    };
     Ok(LlamaBenchReport {
         model: files.origin.clone(),
         backend: backend_name,
         threads: opts.threads,
         params: model.config.num_parameters(),
-        decode_tok_s: 1.0 / median_of(decode).max(1e-12),
+        decode_tok_s,
         prefill_tok_s: opts.prefill_len as f64 / median_of(prefill).max(1e-12),
         dispatches_per_token: dispatches,
         submits_per_token: submits,
@@ -350,6 +387,9 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
         weights,
         weight_bytes_per_token,
         device_peak_bytes: counting.peak_bytes(),
+        decode_weight_gb_s: weight_bytes_per_token as f64 * decode_tok_s / 1e9,
+        read_gb_s: read.map(|r| r.median_gb_s),
+        read_gb_s_best: read.map(|r| r.best_gb_s),
     })
 }
 
@@ -380,9 +420,16 @@ pub fn run(opts: &LlamaBenchOptions) -> CliResult<()> {
         return emit(&format!("{}\n", r.json()));
     }
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.1}"));
+    let read = r.read_gb_s.zip(r.read_gb_s_best).map_or(String::new(), |(m, b)| {
+        format!(
+            "; decode read its weights at {:.1} GB/s, a plain read loop over as many bytes at {m:.1} (best pass {b:.1}): {:.0}%",
+            r.decode_weight_gb_s,
+            100.0 * r.decode_weight_gb_s / m
+        )
+    });
     emit(&format!(
         "{} on {} ({:.2}M params, {}, {:.1} MB of weights read per token): decode {:.1} tok/s ({} new after a {}-token prompt), \
-         prefill {:.1} tok/s ({} tokens); per decode token: {} dispatches, {} submits, {} bytes down, {} bind groups made, host {} µs ({} in the submit; {} µs a dispatch, median token {}); device peak {}\n",
+         prefill {:.1} tok/s ({} tokens); per decode token: {} dispatches, {} submits, {} bytes down, {} bind groups made, host {} µs ({} in the submit; {} µs a dispatch, median token {}); device peak {}{}\n",
         r.model,
         r.backend,
         r.params as f64 / 1e6,
@@ -405,5 +452,6 @@ pub fn run(opts: &LlamaBenchOptions) -> CliResult<()> {
             .map_or("-".to_string(), |x| format!("{x:.2}")),
         r.device_peak_bytes
             .map_or("-".to_string(), |b| format!("{:.1} MB", b as f64 / 1e6)),
+        read,
     ))
 }
