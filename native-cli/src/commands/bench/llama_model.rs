@@ -364,7 +364,8 @@ pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
     // After the runs, so the model's timings are not disturbed; the buffer is freed before
     // the report.
     let read = if opts.read_rate {
-        let threads = opts.threads.unwrap_or(1);
+        // The products' own count (KERNELS_THREADS, which --threads set, capped as they cap it).
+        let threads = kernels_core::cpu::fast::config::threads();
         Some(super::read_rate::measure(weight_bytes_per_token, threads)?)
     } else {
         None

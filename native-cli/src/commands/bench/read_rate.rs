@@ -5,8 +5,8 @@
 //! The buffer is placed as the loader places weights (transparent huge pages where
 //! `KERNELS_HUGE_PAGES` allows: advised before it is written, collapsed after), then read front to
 //! back in passes by `threads` threads, each one contiguous slice, with a plain sum of 64-bit
-//! words in the widest vector registers the CPU has, four at a time ([`read_all`]). A pass's
-//! time is its slowest thread's; the figure is the median pass. Decode cannot read its weights
+//! words in the widest vector registers the CPU has, four at a time ([`read_all`]). A pass
+//! lasts from its first thread's start to its last one's end; the figure is the median pass. Decode cannot read its weights
 //! faster than this loop reads the same bytes, unless they sit in a faster level of the caches
 //! than the loop's buffer does: a decode step reads every weight once, the loop its buffer once
 //! a pass, so both run from the same level.
@@ -135,7 +135,8 @@ fn passes_for(bytes: usize) -> usize {
 
 /// Reads a buffer of `bytes` (rounded up to whole 64-bit words, at least one) with `threads`
 /// threads (at least one, at most one per word) and returns the rates. The buffer is
-/// allocated fallibly: an out-of-memory is an error naming `--read-rate` and the size.
+/// allocated fallibly and the threads started fallibly: either failure is an error naming
+/// `--read-rate`.
 pub fn measure(bytes: usize, threads: usize) -> CliResult<ReadRate> {
     let words = bytes.div_ceil(8).max(1);
     let mut buf: Vec<u64> = Vec::new();
@@ -158,51 +159,75 @@ pub fn measure(bytes: usize, threads: usize) -> CliResult<ReadRate> {
     let slices: Vec<&[u64]> = buf.chunks(per).collect();
     let passes = passes_for(words * 8);
     let start = Barrier::new(slices.len());
-    let times: Vec<Vec<f64>> = std::thread::scope(|s| {
-        let workers: Vec<_> = slices
-            .iter()
-            .map(|&slice| {
-                let start = &start;
-                s.spawn(move || {
-                    let mut secs = Vec::with_capacity(passes);
+    let times = std::thread::scope(|s| -> CliResult<Vec<Vec<(Instant, Instant)>>> {
+        // Every reader is started before any pass: one that waits on the barrier for a thread
+        // that could not start would wait for ever. Each waits for its go; if a thread cannot
+        // start, the senders are dropped as this returns and the started ones end unread.
+        let mut readers = Vec::with_capacity(slices.len());
+        for (i, &slice) in slices.iter().enumerate() {
+            let (go, ready) = std::sync::mpsc::channel::<()>();
+            let start = &start;
+            let reader = std::thread::Builder::new()
+                .name(format!("read-rate-{i}"))
+                .spawn_scoped(s, move || {
+                    let mut spans = Vec::with_capacity(passes);
+                    if ready.recv().is_err() {
+                        return spans;
+                    }
                     for _ in 0..passes {
                         start.wait();
                         let t = Instant::now();
                         std::hint::black_box(read_all(std::hint::black_box(slice)));
-                        secs.push(t.elapsed().as_secs_f64());
+                        spans.push((t, Instant::now()));
                     }
-                    secs
+                    spans
                 })
-            })
-            .collect();
-        workers
+                .map_err(|e| {
+                    fail(format!(
+                        "bench llama --read-rate: could not start reading thread {} of {}: {e}",
+                        i + 1,
+                        slices.len()
+                    ))
+                })?;
+            readers.push((reader, go));
+        }
+        for (_, go) in &readers {
+            // A reader that is gone has nothing to time; the check below reports it.
+            let _ = go.send(());
+        }
+        Ok(readers
             .into_iter()
-            .map(|w| w.join().unwrap_or_default())
-            .collect()
-    });
-    // A pass takes as long as its slowest thread.
-    let mut pass_secs: Vec<f64> = (0..passes)
-        .map(|p| {
-            times
-                .iter()
-                .filter_map(|t| t.get(p).copied())
-                .fold(0.0, f64::max)
-        })
-        .collect();
+            .map(|(r, _)| r.join().unwrap_or_default())
+            .collect())
+    })?;
     if times.iter().any(|t| t.len() != passes) {
         return Err(fail(
             "bench llama --read-rate: a reading thread failed or timed nothing",
         ));
     }
+    // A pass lasts from its first thread's start to its last thread's end (with more threads
+    // than cores they take turns, and each one's own time would say nothing).
+    let mut pass_secs: Vec<f64> = (0..passes)
+        .filter_map(|p| {
+            let spans = times.iter().filter_map(|t| t.get(p));
+            let first = spans.clone().map(|&(a, _)| a).min()?;
+            let last = spans.map(|&(_, b)| b).max()?;
+            Some(last.duration_since(first).as_secs_f64())
+        })
+        .collect();
     pass_secs.sort_by(f64::total_cmp);
     // A clock step under a nanosecond (a tiny buffer) counts as one.
     let rate = |secs: f64| (words * 8) as f64 / secs.max(1e-9) / 1e9;
+    let (Some(&median), Some(&fastest)) = (pass_secs.get(pass_secs.len() / 2), pass_secs.first())
+    else {
+        return Err(fail("bench llama --read-rate: no pass was timed"));
+    };
     Ok(ReadRate {
         bytes: words * 8,
         threads: slices.len(),
         passes,
-        median_gb_s: rate(pass_secs[passes / 2]),
-        best_gb_s: rate(pass_secs[0]),
+        median_gb_s: rate(median),
+        best_gb_s: rate(fastest),
     })
 }
 
