@@ -328,6 +328,11 @@ fn bench_llama_prints_the_protocol_object() {
         r["read_gb_s_best"].as_f64().unwrap(),
     );
     assert!(median.is_finite() && median > 0.0 && best >= median, "{r}");
+    // The CPU named in any spelling the backend parser takes is the CPU.
+    let mut upper = with_rate.clone();
+    upper[5] = "CPU";
+    let o = kernels(&upper);
+    assert!(o.status.success(), "{}", stderr(&o));
     // It times the CPU's reads: another backend is refused, naming both flags.
     let mut on_gpu = with_rate.clone();
     on_gpu[5] = "wgpu";

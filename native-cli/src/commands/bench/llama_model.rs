@@ -180,8 +180,17 @@ impl Counting {
     }
 }
 
-fn open_backend(arg: Option<&str>) -> CliResult<(Rc<dyn kernels_core::Backend>, Counting, String)> {
-    let chosen = select_backend(BackendChoice::from_arg(arg)?)?;
+/// `--read-rate`'s refusal of a backend other than the CPU (`asked`: where it came from).
+fn read_rate_needs_cpu(asked: &str) -> crate::CliError {
+    fail(format!(
+        "bench llama --read-rate: times the CPU's reads, so it needs --backend cpu, not {asked}"
+    ))
+}
+
+fn open_backend(
+    choice: BackendChoice,
+) -> CliResult<(Rc<dyn kernels_core::Backend>, Counting, String)> {
+    let chosen = select_backend(choice)?;
     let counting = match &chosen.gpu {
         Some(g) => Counting::Wgpu(g.clone()),
         None => Counting::None,
@@ -296,20 +305,22 @@ fn check_lengths(opts: &LlamaBenchOptions, max_pos: usize) -> CliResult<()> {
 pub fn measure(opts: &LlamaBenchOptions) -> CliResult<LlamaBenchReport> {
     // The counts first (the model's context is checked once it is read).
     check_lengths(opts, usize::MAX)?;
-    if let Some(b) = opts
-        .backend
-        .as_deref()
-        .filter(|&b| opts.read_rate && b != "cpu")
-    {
-        return Err(fail(format!(
-            "bench llama --read-rate: times the CPU's reads, so it needs --backend cpu, not --backend {b}"
-        )));
+    let choice = BackendChoice::from_arg(opts.backend.as_deref())?;
+    // --read-rate times the CPU's reads: refused before any device opens where another backend
+    // was asked for, and once it is open where auto picked one.
+    if opts.read_rate && !matches!(choice, BackendChoice::Cpu | BackendChoice::Auto) {
+        let asked = opts.backend.as_deref().map_or_else(
+            || {
+                let v = std::env::var("KERNELS_BACKEND").unwrap_or_default();
+                format!("KERNELS_BACKEND={v}")
+            },
+            |b| format!("--backend {b}"),
+        );
+        return Err(read_rate_needs_cpu(&asked));
     }
-    let (backend, counting, backend_name) = open_backend(opts.backend.as_deref())?;
+    let (backend, counting, backend_name) = open_backend(choice)?;
     if opts.read_rate && backend_name != "cpu" {
-        return Err(fail(format!(
-            "bench llama --read-rate: times the CPU's reads, so it needs --backend cpu (the backend is {backend_name})"
-        )));
+        return Err(read_rate_needs_cpu(&format!("auto's {backend_name}")));
     }
     let mut files = read_dir(&opts.model)?;
     quantize_files(&mut files, opts.quantize)?;

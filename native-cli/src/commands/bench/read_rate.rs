@@ -6,10 +6,10 @@
 //! `KERNELS_HUGE_PAGES` allows: advised before it is written, collapsed after), then read front to
 //! back in passes by `threads` threads, each one contiguous slice, with a plain sum of 64-bit
 //! words in the widest vector registers the CPU has, four at a time ([`read_all`]). A pass
-//! lasts from its first thread's start to its last one's end; the figure is the median pass. Decode cannot read its weights
-//! faster than this loop reads the same bytes, unless they sit in a faster level of the caches
-//! than the loop's buffer does: a decode step reads every weight once, the loop its buffer once
-//! a pass, so both run from the same level.
+//! lasts from its first thread's start to its last one's end; the figure is the median pass.
+//! Decode cannot read its weights faster than this loop reads the same bytes, unless they sit
+//! in a faster level of the caches than the loop's buffer does: a decode step reads every
+//! weight once, the loop its buffer once a pass, so both run from the same level.
 
 use std::sync::Barrier;
 use std::time::Instant;
@@ -215,13 +215,13 @@ pub fn measure(bytes: usize, threads: usize) -> CliResult<ReadRate> {
             Some(last.duration_since(first).as_secs_f64())
         })
         .collect();
-    pass_secs.sort_by(f64::total_cmp);
     // A clock step under a nanosecond (a tiny buffer) counts as one.
     let rate = |secs: f64| (words * 8) as f64 / secs.max(1e-9) / 1e9;
-    let (Some(&median), Some(&fastest)) = (pass_secs.get(pass_secs.len() / 2), pass_secs.first())
-    else {
+    let Some(median) = super::llama::median(&mut pass_secs) else {
         return Err(fail("bench llama --read-rate: no pass was timed"));
     };
+    // `median` sorted the passes: the first is the fastest.
+    let fastest = pass_secs.first().copied().unwrap_or(median);
     Ok(ReadRate {
         bytes: words * 8,
         threads: slices.len(),
