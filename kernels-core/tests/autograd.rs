@@ -1,11 +1,11 @@
 //! Autograd and nn layers, end to end (optimizers, training and ParamStore: `optim.rs`).
 //!
-//! Whole-graph gradient checks run on an **f64 test backend** (`f64_device`): a `Backend`
-//! whose device buffers hold f64 and whose `run` is the reference `cpu::run::<f64>`. The graph
-//! code is the very code that runs on a GPU (device tensors, `backend.zeros`, the `add` op for accumulation), while
-//! f64 makes central differences with eps = 1e-6 trustworthy (rtol 1e-3, as the op-level
-//! gradient checks). An f32 graph would need a large eps and loose tolerances that could hide
-//! a wrong backward.
+//! Whole-graph gradient checks run on an **f64 test backend** (`f64_device`): a `Backend` whose
+//! device buffers hold f64 and whose `run` is the reference `cpu::run::<f64>`. The graph code is
+//! the very code that runs on a GPU (device tensors, `backend.zeros`, the `add` op for
+//! accumulation), while f64 makes central differences with eps = 1e-6 trustworthy (rtol 1e-3, as
+//! the op-level gradient checks). An f32 graph would need a large eps and loose tolerances that
+//! could hide a wrong backward.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // tests may unwrap
 
