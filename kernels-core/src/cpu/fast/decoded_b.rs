@@ -328,18 +328,33 @@ fn decode_rows(
             kw: usize,
             tmp: &mut [f32],
         ) -> Result<()> {
-            decode_rows_with::<true>(w, rows, seg, kw, tmp)
+            decode_rows_with::<true, false>(w, rows, seg, kw, tmp)
+        }
+        #[target_feature(enable = "avx2,f16c,avx512f")]
+        fn avx512(
+            w: Weight,
+            rows: (usize, usize),
+            seg: core::ops::Range<usize>,
+            kw: usize,
+            tmp: &mut [f32],
+        ) -> Result<()> {
+            decode_rows_with::<true, true>(w, rows, seg, kw, tmp)
+        }
+        if super::isa::Isa::selected() == super::isa::Isa::Avx512 {
+            // SAFETY: the CPU has AVX2, F16C (checked) and AVX-512F (the selected ISA).
+            return unsafe { avx512(w, (j0, count), seg, kw, tmp) };
         }
         // SAFETY: the CPU has AVX2 and F16C (checked).
         return unsafe { avx2(w, (j0, count), seg, kw, tmp) };
     }
-    decode_rows_with::<false>(w, (j0, count), seg, kw, tmp)
+    decode_rows_with::<false, false>(w, (j0, count), seg, kw, tmp)
 }
 
 /// [`decode_rows`]' body, inlined into each instruction set's copy; with `AVX2` (the caller
-/// runs AVX2 and F16C) the K-quant rows take their vector decoders ([`kquant_x86`]).
+/// runs AVX2 and F16C) the K-quant rows take their vector decoders ([`kquant_x86`]), sixteen
+/// values at a time with `AVX512` (the caller runs AVX-512F too).
 #[inline(always)]
-fn decode_rows_with<const AVX2: bool>(
+fn decode_rows_with<const AVX2: bool, const AVX512: bool>(
     w: Weight,
     (j0, count): (usize, usize),
     seg: core::ops::Range<usize>,
@@ -372,12 +387,13 @@ fn decode_rows_with<const AVX2: bool>(
             r += 1;
             #[cfg(target_arch = "x86_64")]
             if AVX2 && matches!(w.dtype, DType::Q4_K | DType::Q6_K) {
-                // SAFETY: the caller runs AVX2 and F16C (`AVX2`'s contract).
+                // SAFETY: the caller runs AVX2 and F16C, and AVX-512F with `AVX512` (the contract).
                 unsafe {
-                    if w.dtype == DType::Q4_K {
-                        kquant_x86::q4_k_blocks(&row[seg.clone()], out);
-                    } else {
-                        kquant_x86::q6_k_blocks(&row[seg.clone()], out);
+                    match (w.dtype, AVX512) {
+                        (DType::Q4_K, true) => kquant_x86::q4_k_blocks_512(&row[seg.clone()], out),
+                        (DType::Q4_K, false) => kquant_x86::q4_k_blocks(&row[seg.clone()], out),
+                        (_, true) => kquant_x86::q6_k_blocks_512(&row[seg.clone()], out),
+                        (_, false) => kquant_x86::q6_k_blocks(&row[seg.clone()], out),
                     }
                 }
                 continue;
