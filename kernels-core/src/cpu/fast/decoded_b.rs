@@ -386,17 +386,22 @@ fn decode_rows_with<const AVX2: bool, const AVX512: bool>(
             let out = &mut tmp[r * kw..(r + 1) * kw];
             r += 1;
             #[cfg(target_arch = "x86_64")]
-            if AVX2 && matches!(w.dtype, DType::Q4_K | DType::Q6_K) {
-                // SAFETY: the caller runs AVX2 and F16C, and AVX-512F with `AVX512` (the contract).
-                unsafe {
-                    match (w.dtype, AVX512) {
-                        (DType::Q4_K, true) => kquant_x86::q4_k_blocks_512(&row[seg.clone()], out),
-                        (DType::Q4_K, false) => kquant_x86::q4_k_blocks(&row[seg.clone()], out),
-                        (_, true) => kquant_x86::q6_k_blocks_512(&row[seg.clone()], out),
-                        (_, false) => kquant_x86::q6_k_blocks(&row[seg.clone()], out),
-                    }
+            if AVX2 {
+                type Decoder = unsafe fn(&[u8], &mut [f32]);
+                let vector: Option<Decoder> = match (w.dtype, AVX512) {
+                    (DType::Q4_K, true) => Some(kquant_x86::q4_k_blocks_512),
+                    (DType::Q4_K, false) => Some(kquant_x86::q4_k_blocks),
+                    (DType::Q6_K, true) => Some(kquant_x86::q6_k_blocks_512),
+                    (DType::Q6_K, false) => Some(kquant_x86::q6_k_blocks),
+                    // The other formats take the reference's decoder below.
+                    _ => None,
+                };
+                if let Some(decode) = vector {
+                    // SAFETY: the caller runs AVX2 and F16C, and AVX-512F with `AVX512` (the
+                    // contract).
+                    unsafe { decode(&row[seg.clone()], out) };
+                    continue;
                 }
-                continue;
             }
             quant::decode_blocks(w.dtype, &row[seg.clone()], out);
         }
