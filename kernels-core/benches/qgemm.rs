@@ -69,7 +69,7 @@ fn prefill(c: &mut Criterion) {
         DType::Q4_K,
         DType::Q6_K,
     ];
-    let family = Family::fastest();
+    let family = Family::best();
     for (rows, dtype) in [64, 256].into_iter().flat_map(|r| formats.map(|d| (r, d))) {
         let kq = dtype.block_elems() == 256;
         let small = if kq { 1024 } else { 896 };

@@ -21,14 +21,22 @@
 //! Taken for `Q4_1` on the x86 families ([`tiled`]), and for tails of `Q8_0`, `Q4_0` and
 //! `Q5_0` weights past their last whole group of eight rows: their whole groups take the
 //! eight-row GEMM on the interleaved layout (`super::x86`'s `groups`), which needs no transpose.
-//! The K-quants and the other families keep their per-row kernels.
+//! `Q4_K` and `Q6_K` take their own GEMM (`kquant_x86`: eight weight rows in the lanes of a
+//! vector, the group repacked once per block of rows of `x`), whose numbers are the portable
+//! kernel's, not the decode kernels' (see there); at residual precision only up to
+//! [`residual_k_quant_max_rows`] rows, past which the f32 panels are faster. The other
+//! families keep their per-row kernels.
 
 use super::{Family, XRow};
 use crate::dtype::DType;
 
 #[cfg(target_arch = "x86_64")]
+mod kquant_x86;
+#[cfg(target_arch = "x86_64")]
 mod x86;
 
+#[cfg(test)]
+mod kquant_tests;
 #[cfg(test)]
 mod tests;
 
@@ -44,7 +52,10 @@ pub const X_BLOCK_BYTES: usize = 192 * 1024;
 /// `family`.
 pub fn tiled(family: Family, dtype: DType, nr: usize) -> bool {
     nr >= MIN_ROWS
-        && matches!(dtype, DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0)
+        && matches!(
+            dtype,
+            DType::Q8_0 | DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q4_K | DType::Q6_K
+        )
         && matches!(family, Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni)
         && family.missing().is_none()
 }
@@ -79,6 +90,23 @@ pub fn residual_prefill(family: Family, dtype: DType, rows: usize) -> bool {
         || (rows <= RESIDUAL_PREFILL_MAX_ROWS
             && dtype == DType::Q4_1
             && tiled(family, dtype, MIN_ROWS))
+        || (rows <= residual_k_quant_max_rows(family)
+            && matches!(dtype, DType::Q4_K | DType::Q6_K)
+            && tiled(family, dtype, MIN_ROWS))
+}
+
+/// The most rows of x for which prefill of a `Q4_K` or `Q6_K` weight at residual precision
+/// takes the K-quant GEMM (`kquant_x86`) rather than the f32 panels: 32 on the VNNI families,
+/// 16 on AVX2. Measured end to end (`kernels bench llama --prefill-len P`, a random
+/// Qwen2.5-1.5B-shaped Q4_K_M, 1 thread, Intel Xeon, 2026-11-30, two interleaved pairs, tok/s
+/// panels against the GEMM, `Q4_K` alone on it): AVX-512 VNNI at 16 tokens 12.4-12.7 against
+/// 13.4-16.6, at 32 19.2-21.1 against 23.7-25.4, at 64 31.3-33.5 against 28.8-30.6; AVX2 at 16
+/// 13.1 against 15.1-17.0, at 32 15.9-17.6 against 16.3-18.7. `Q6_K` then joined it (AVX-512
+/// VNNI, tok/s without against with it): at 16 tokens 16.4-21.2 against 24.4-24.8, at 32
+/// 21.2-24.1 against 20.9-28.7 (mixed); the `qgemm` bench puts its GEMM at 0.8x the panels at
+/// 64 rows (38-42 against 47-50 G multiply-adds/s).
+pub fn residual_k_quant_max_rows(family: Family) -> usize {
+    if family == Family::Avx2 { 16 } else { 32 }
 }
 
 /// `out[j * xs.len() + r] = dot(w row j, xs[r])` for the rows of `w` (`row_bytes` each) on

@@ -11,6 +11,7 @@ use core::arch::x86_64::*;
 use super::super::x86::{Avx2, Avx512Vnni, AvxVnni, Dot};
 use super::super::{Family, XRow};
 use super::X_BLOCK_BYTES;
+use super::kquant_x86::{Q4K, Q6K, kquant};
 use crate::cpu::fast::matref::transpose8;
 use crate::dtype::DType;
 
@@ -85,6 +86,11 @@ unsafe fn by_format<D: Dot, const RX: usize>(
             DType::Q4_0 => blocked::<D, RX, Q4_0>(w, row_bytes, xs, out),
             DType::Q4_1 => blocked::<D, RX, Q4_1>(w, row_bytes, xs, out),
             DType::Q5_0 => blocked::<D, RX, Q5_0>(w, row_bytes, xs, out),
+            // AVX-512's 32 registers hold eight rows of x's three sums each; AVX2's 16, four.
+            DType::Q4_K if RX >= 8 => kquant::<D, 8, Q4K>(w, row_bytes, xs, out),
+            DType::Q4_K => kquant::<D, 4, Q4K>(w, row_bytes, xs, out),
+            DType::Q6_K if RX >= 8 => kquant::<D, 8, Q6K>(w, row_bytes, xs, out),
+            DType::Q6_K => kquant::<D, 4, Q6K>(w, row_bytes, xs, out),
             _ => {}
         }
     }
