@@ -22,7 +22,7 @@ fn cases() -> impl Iterator<Item = (Precision, DType)> {
         .flat_map(|p| formats().map(move |d| (p, d)))
 }
 
-fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+pub(crate) fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
     (0..n)
         .map(|_| (rng.uniform() * 2.0 - 1.0) * scale)
         .collect()
@@ -97,7 +97,13 @@ fn extreme_scales(
     }
 }
 
-fn reference(dtype: DType, w: &[u8], x: &[f32], (rows, k, n): (usize, usize, usize)) -> Vec<f32> {
+/// `x . w^T` with each weight row decoded to f32, then an f32 dot in order: `[rows, n]`.
+pub(crate) fn reference(
+    dtype: DType,
+    w: &[u8],
+    x: &[f32],
+    (rows, k, n): (usize, usize, usize),
+) -> Vec<f32> {
     let wf = quant::dequantize(dtype, w, n * k).expect("whole blocks");
     let mut out = vec![0.0f32; rows * n];
     for r in 0..rows {

@@ -1,52 +1,24 @@
-//! Prefill's K-quant GEMMs (`kquant_x86`: `Q4_K`, `Q6_K`) against the portable kernel, output for output and
-//! bit for bit: every x86 family this CPU runs, both precisions, on awkward shapes (one
-//! super-block, rows of `x` that fill no tile, weight rows not a multiple of eight, enough rows
-//! of `x` to cut them into several blocks), on quantized weights and on random bytes (every
-//! scale and min, zero, subnormal, infinite and NaN f16 factors), with zero blocks and extreme
-//! activation scales; and the product through [`product_t`] (NaN and infinite rows included)
-//! within the published budget.
+//! Prefill's K-quant GEMMs (`kquant_x86`: `Q4_K`, `Q6_K`) against the portable kernel, output
+//! for output and bit for bit: every x86 family this CPU runs, both precisions, on awkward
+//! shapes (one super-block, rows of `x` that fill no tile, weight rows not a multiple of eight,
+//! enough rows of `x` to cut them into several blocks), on quantized weights and on random bytes
+//! (every scale and min, zero, subnormal, infinite and NaN f16 factors), with zero blocks and
+//! extreme activation scales. The product through `product_t` against the reference within
+//! the budgets (NaN rows included) is `super::tests`' prefill test, which covers the K-quants.
 
 #![cfg(target_arch = "x86_64")]
 
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::super::{
-    Acts, Family, Precision, XRow, portable, product_t, quantized_activation_budget,
-};
-use super::{rows, tiled};
-use crate::cpu::fast::qdot::tests::weights;
+use super::super::{Acts, Family, XRow, portable};
+use super::rows;
+use super::tests::{families, same_bits};
+use crate::cpu::fast::qdot::tests::{set_scales, uniform, weights};
 use crate::dtype::DType;
-use crate::numerics::compare;
-use crate::quant;
 use crate::rng::Rng;
 
 const FORMATS: [DType; 2] = [DType::Q4_K, DType::Q6_K];
-
-fn families() -> Vec<Family> {
-    let fams: Vec<Family> = Family::available()
-        .into_iter()
-        .filter(|&f| FORMATS.iter().all(|&d| tiled(f, d, 3)))
-        .collect();
-    if fams.is_empty() {
-        std::eprintln!("qdot gemm k-quants: no x86 integer family on this CPU: nothing to compare");
-    }
-    fams
-}
-
-fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| (rng.uniform() * 2.0 - 1.0) * scale)
-        .collect()
-}
-
-fn same_bits(got: &[f32], want: &[f32]) -> bool {
-    got.len() == want.len()
-        && got
-            .iter()
-            .zip(want)
-            .all(|(g, w)| g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()))
-}
 
 /// The GEMM on `f` against the portable kernel, all rows and from weight row 1 on (a
 /// thread's range starting mid-group).
@@ -100,7 +72,7 @@ fn k_quant_gemms_give_the_portable_kernels_bits() {
                 // Extreme scales: the largest and a subnormal f16 weight scale with
                 // activations at 1e30 and 1e-30 (overflow to infinity lands alike).
                 for (d, xs) in [(65504.0f32, 1e30f32), (6e-8, 1e-30), (1.0, 1e-38)] {
-                    crate::cpu::fast::qdot::tests::set_scales(dtype, &mut w, d);
+                    set_scales(dtype, &mut w, d);
                     let x = uniform(&mut rng, rows_x * k, xs);
                     let acts = Acts::new(dtype, &x, k, residual).expect("whole blocks");
                     compare_kernels(f, dtype, &w, &acts, nr, k, "extreme scales");
@@ -110,54 +82,6 @@ fn k_quant_gemms_give_the_portable_kernels_bits() {
                     .map(|_| (rng.uniform() * 256.0) as u8)
                     .collect();
                 compare_kernels(f, dtype, &w, &acts, nr, k, "random bytes");
-            }
-        }
-    }
-}
-
-/// `x . w^T` with each weight row decoded to f32, then an f32 dot in order: `[rows, n]`.
-fn reference(dtype: DType, w: &[u8], x: &[f32], (rows, k, n): (usize, usize, usize)) -> Vec<f32> {
-    let wf = quant::dequantize(dtype, w, n * k).expect("whole blocks");
-    let mut out = vec![0.0f32; rows * n];
-    for r in 0..rows {
-        for j in 0..n {
-            let (xr, wr) = (&x[r * k..(r + 1) * k], &wf[j * k..(j + 1) * k]);
-            out[r * n + j] = xr.iter().zip(wr).fold(0.0, |s, (a, b)| s + a * b);
-        }
-    }
-    out
-}
-
-#[test]
-fn k_quant_prefill_through_the_product_is_within_budget_and_keeps_nan_rows() {
-    let mut rng = Rng::new(2804);
-    for (f, dtype) in families().into_iter().flat_map(|f| FORMATS.map(|d| (f, d))) {
-        for p in [Precision::Single, Precision::Residual] {
-            for (rows, blocks, n) in [(9, 1, 3), (17, 5, 10), (65, 3, 19)] {
-                let k = blocks * 256;
-                let w = weights(&mut rng, dtype, n, k);
-                let mut x = uniform(&mut rng, rows * k, 1.0);
-                x[k + 3] = f32::NAN;
-                x[2 * k + 1] = f32::INFINITY;
-                x[(rows - 1) * k] = f32::NEG_INFINITY;
-                let rb = dtype.bytes_for(k).expect("whole blocks");
-                let mut t = vec![0.0f32; rows * n];
-                product_t(f, p, dtype, &w, rb, &x, (rows, k, n), &mut t).expect("a product");
-                let got: Vec<f32> = (0..rows * n).map(|i| t[(i % n) * rows + i / n]).collect();
-                let want = reference(dtype, &w, &x, (rows, k, n));
-                let what = alloc::format!("{dtype} on {} ({p:?}), {rows}x{k}x{n}", f.name());
-                for r in [1, 2, rows - 1] {
-                    let row = &got[r * n..(r + 1) * n];
-                    let wrow = &want[r * n..(r + 1) * n];
-                    for (g, w) in row.iter().zip(wrow) {
-                        assert!(g.to_bits() == w.to_bits(), "{what}: special row {r}");
-                    }
-                }
-                let (atol, rtol) = quantized_activation_budget(dtype, p)
-                    .expect("a quantized format")
-                    .at(k);
-                let c = compare(&got, &want, atol, rtol);
-                assert!(c.pass, "{what}: {} outside the budget", c.violations);
             }
         }
     }

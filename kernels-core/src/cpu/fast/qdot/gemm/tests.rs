@@ -5,7 +5,7 @@
 //! not a multiple of eight, a `k` long enough to cut the rows of `x` into several L2 blocks),
 //! with zero blocks and extreme scales; and the product through [`product_t`] (NaN and
 //! infinite rows included) against the dequantize-then-f32 reference within the published
-//! budgets.
+//! budgets, for the K-quants too.
 
 #![cfg(target_arch = "x86_64")]
 
@@ -15,7 +15,7 @@ use alloc::vec::Vec;
 use super::super::x86 as one_row;
 use super::super::{Acts, Family, Precision, XRow, product_t, quantized_activation_budget};
 use super::{X_BLOCK_BYTES, rows, tiled};
-use crate::cpu::fast::qdot::tests::weights;
+use crate::cpu::fast::qdot::tests::{reference, uniform, weights};
 use crate::dtype::DType;
 use crate::numerics::compare;
 use crate::quant;
@@ -24,7 +24,7 @@ use crate::rng::Rng;
 const FORMATS: [DType; 4] = [DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0];
 
 /// The x86 families this CPU runs (the tiled kernels' families).
-fn families() -> Vec<Family> {
+pub(super) fn families() -> Vec<Family> {
     let fams: Vec<Family> = Family::available()
         .into_iter()
         .filter(|&f| tiled(f, DType::Q4_0, 3))
@@ -33,12 +33,6 @@ fn families() -> Vec<Family> {
         std::eprintln!("qdot gemm: no x86 integer family on this CPU: nothing to compare");
     }
     fams
-}
-
-fn uniform(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| (rng.uniform() * 2.0 - 1.0) * scale)
-        .collect()
 }
 
 /// Sets the scale field of every block of `w` (`Q4_1`: its min too) to `d`.
@@ -52,7 +46,7 @@ fn set_scales(dtype: DType, w: &mut [u8], d: f32) {
     }
 }
 
-fn same_bits(got: &[f32], want: &[f32]) -> bool {
+pub(super) fn same_bits(got: &[f32], want: &[f32]) -> bool {
     got.len() == want.len()
         && got
             .iter()
@@ -192,27 +186,16 @@ fn tiles_have_the_bits_of_decode_and_the_scalar_model() {
     }
 }
 
-/// `x . w^T` with each weight row decoded to f32, then an f32 dot in order: `[rows, n]`.
-fn reference(dtype: DType, w: &[u8], x: &[f32], (rows, k, n): (usize, usize, usize)) -> Vec<f32> {
-    let wf = quant::dequantize(dtype, w, n * k).expect("whole blocks");
-    let mut out = vec![0.0f32; rows * n];
-    for r in 0..rows {
-        for j in 0..n {
-            let (xr, wr) = (&x[r * k..(r + 1) * k], &wf[j * k..(j + 1) * k]);
-            out[r * n + j] = xr.iter().zip(wr).fold(0.0, |s, (a, b)| s + a * b);
-        }
-    }
-    out
-}
-
 #[test]
 fn prefill_through_the_product_is_within_budget_and_keeps_nan_rows() {
     let mut rng = Rng::new(2802);
+    // The K-quants take their own GEMM (`kquant_x86`) on the same families.
+    let formats = FORMATS.into_iter().chain([DType::Q4_K, DType::Q6_K]);
     for f in families() {
-        for dtype in FORMATS {
+        for dtype in formats.clone() {
             for p in [Precision::Single, Precision::Residual] {
                 for (rows, blocks, n) in [(9, 1, 3), (17, 5, 10), (65, 3, 9)] {
-                    let k = blocks * 32;
+                    let k = blocks * dtype.block_elems();
                     let w = weights(&mut rng, dtype, n, k);
                     let mut x = uniform(&mut rng, rows * k, 1.0);
                     x[k + 3] = f32::NAN;
