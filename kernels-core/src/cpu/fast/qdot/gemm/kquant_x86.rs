@@ -2,9 +2,10 @@
 //! eight `i32` lanes of a vector, against `RX` quantized rows of `x` at a time, with no f32
 //! copy of the weight.
 //!
-//! A group of eight weight rows is repacked once per block of rows of `x`, in 4-byte units
-//! across the lanes: vector `t` of 32-element chunk `c` holds the chunk's values `4t..4t + 4`
-//! of every row (lane `j`: row `j`). `Q4_K` keeps its nibbles (a chunk's 32 bytes hold two
+//! A group of eight weight rows is repacked once per block of rows of `x` (in vectors: the
+//! eight rows' words through an 8 x 8 transpose), in 4-byte units across the lanes: vector `t`
+//! of 32-element chunk `c` holds the chunk's values `4t..4t + 4` of every row (lane `j`: row
+//! `j`). `Q4_K` keeps its nibbles (a chunk's 32 bytes hold two
 //! chunks: the low and the high nibbles), `Q6_K` is widened to its unsigned 6-bit values (one
 //! byte each). The sub-block scales (and `Q4_K`'s mins) are unpacked into lanes and the
 //! super-block scales converted to f32. Then per row of `x` and sub-block, multiply-adds on
@@ -24,7 +25,8 @@ use core::arch::x86_64::*;
 
 use super::super::XRow;
 use super::super::x86::Dot;
-use crate::quant::decode::{f16_at, q4_k_scale_min};
+use crate::cpu::fast::matref::transpose8;
+use crate::quant::decode::f16_at;
 
 /// Weight rows per group: one `i32` lane each.
 const JW: usize = 8;
@@ -123,10 +125,13 @@ pub(super) unsafe fn kquant<D: Dot, const RX: usize, const F: u8>(
         while j < n {
             let m = JW.min(n - j);
             let rows = &w[j * row_bytes..(j + m) * row_bytes];
-            if F == Q4K {
-                repack_q4_k(rows, row_bytes, &mut group);
-            } else {
-                repack_q6_k(rows, row_bytes, &mut group);
+            // SAFETY: the caller's family has AVX2 and F16C.
+            unsafe {
+                if F == Q4K {
+                    repack_q4_k(rows, row_bytes, &mut group);
+                } else {
+                    repack_q6_k(rows, row_bytes, &mut group);
+                }
             }
             let mut store = |r: usize, lanes: &[f32; JW]| {
                 for (jj, &v) in lanes.iter().enumerate().take(m) {
@@ -152,70 +157,184 @@ pub(super) unsafe fn kquant<D: Dot, const RX: usize, const F: u8>(
     }
 }
 
-/// The (at most [`JW`]) `Q4_K` weight rows in `w` into the lanes of `group`; lanes past the
-/// rows hold zeros (scales 0: their sums are not stored).
-fn repack_q4_k(w: &[u8], row_bytes: usize, group: &mut [u32]) {
+/// 32 bytes of `b` from `at`.
+#[inline(always)]
+unsafe fn load32_at(b: &[u8], at: usize) -> __m256i {
+    let b = &b[at..at + 32];
+    // SAFETY: 32 bytes in bounds (sliced above).
+    unsafe { _mm256_loadu_si256(b.as_ptr() as *const __m256i) }
+}
+
+/// Eight bytes of `b` from `at`, in the low half of a vector.
+#[inline(always)]
+unsafe fn load8_at(b: &[u8], at: usize) -> __m128i {
+    let b = &b[at..at + 8];
+    // SAFETY: 8 bytes in bounds (sliced above).
+    unsafe { _mm_loadl_epi64(b.as_ptr() as *const __m128i) }
+}
+
+/// `v` into words `at..at + 8` of `g`.
+#[inline(always)]
+unsafe fn store8(g: &mut [u32], at: usize, v: __m256i) {
+    let g = &mut g[at..at + JW];
+    // SAFETY: eight words in bounds (sliced above).
+    unsafe { _mm256_storeu_si256(g.as_mut_ptr() as *mut __m256i, v) }
+}
+
+/// The eight rows' vectors `v` transposed: their first `words` words into words `at..at + 8 *
+/// words` of `g` (word `at + 8 i + j` is word `i` of `v[j]`). (Loops, not closures, build
+/// the vectors: a closure does not take its caller's target features.)
+#[inline(always)]
+unsafe fn transposed_into(g: &mut [u32], (at, words): (usize, usize), v: [__m256i; JW]) {
+    unsafe {
+        let v = transpose8(v);
+        for (i, v) in v.into_iter().enumerate().take(words) {
+            store8(g, at + JW * i, v);
+        }
+    }
+}
+
+/// `Q4_K`'s eight 6-bit scales (bytes 0-7) and eight mins (bytes 8-15) from a super-block's
+/// first 16 bytes (`d`, `dmin`, then the 12 packed bytes): llama.cpp's masks on the words
+/// `[u0, u2, u1, u2 >> 4]`, or-ed with the high bits from `[u0, u0, u1, u1]` (the values
+/// `quant::decode::q4_k_scale_min` reads one by one).
+#[inline(always)]
+pub(super) unsafe fn q4_k_scales(sb: &[u8]) -> __m128i {
+    const M1: i32 = 0x3f3f_3f3f;
+    const M2: i32 = 0x0f0f_0f0f;
+    const M3: i32 = 0x0303_0303;
+    let sb = &sb[..16];
+    // SAFETY: 16 bytes in bounds (sliced above).
+    unsafe {
+        let v = _mm_loadu_si128(sb.as_ptr() as *const __m128i);
+        let x = _mm_srlv_epi32(
+            _mm_shuffle_epi32::<0b11_10_11_01>(v),
+            _mm_setr_epi32(0, 0, 0, 4),
+        );
+        let y = _mm_shuffle_epi32::<0b10_10_01_01>(v);
+        let low = _mm_and_si128(x, _mm_setr_epi32(M1, M2, M1, M2));
+        let high = _mm_and_si128(_mm_srli_epi32::<6>(y), _mm_setr_epi32(0, M3, 0, M3));
+        _mm_or_si128(low, _mm_slli_epi32::<4>(high))
+    }
+}
+
+/// The (at most [`JW`]) `Q4_K` weight rows in `w` into the lanes of `group`, eight rows'
+/// words at a time through an 8 x 8 transpose; lanes past the rows hold zeros (scales 0:
+/// their sums are not stored).
+///
+/// # Safety
+/// The CPU has AVX2 and F16C.
+#[inline(always)]
+unsafe fn repack_q4_k(w: &[u8], row_bytes: usize, group: &mut [u32]) {
     const F: u8 = Q4K;
-    let m = w.len() / row_bytes;
+    let m = (w.len() / row_bytes).min(JW);
     let nb = row_bytes / sb_bytes(F);
     for (b, g) in group.chunks_exact_mut(per_sb(F)).enumerate().take(nb) {
-        g.fill(0);
-        for j in 0..m {
-            let at = j * row_bytes + b * sb_bytes(F);
-            let sb = &w[at..at + sb_bytes(F)];
-            for (v, q) in sb[16..].chunks_exact(4).enumerate() {
-                // Chunk `v / 8`, vector `v % 8`, lane `j`.
-                g[v * JW + j] = u32::from_le_bytes([q[0], q[1], q[2], q[3]]);
+        let sb: [&[u8]; JW] = core::array::from_fn(|j| {
+            let at = j.min(m.saturating_sub(1)) * row_bytes + b * sb_bytes(F);
+            w.get(at..at + sb_bytes(F)).unwrap_or(&[])
+        });
+        unsafe {
+            let zero = _mm256_setzero_si256();
+            // Values: words 8t..8t + 8 of each row (chunk t / 2's nibbles).
+            for t in 0..4 {
+                let mut v = [zero; JW];
+                for j in 0..m {
+                    v[j] = load32_at(sb[j], 16 + 32 * t);
+                }
+                transposed_into(g, (8 * t * JW, 8), v);
             }
-            let mut mins = [0u8; 8];
-            for (s, mi) in mins.iter_mut().enumerate() {
-                let (sc, mn) = q4_k_scale_min(&sb[4..16], s);
-                g[scales_at(F) + s * JW + j] = sc as u32;
-                *mi = mn;
+            let (mut sc, mut mn) = ([zero; JW], [zero; JW]);
+            for j in 0..m {
+                let sm = q4_k_scales(sb[j]);
+                sc[j] = _mm256_cvtepu8_epi32(sm);
+                // The mins two to a word (`u16` each): pairs 0-3 in words 0-3.
+                mn[j] = _mm256_zextsi128_si256(_mm_cvtepu8_epi16(_mm_srli_si128::<8>(sm)));
             }
-            for p in 0..4 {
-                g[pairs_at(F) + p * JW + j] = mins[2 * p] as u32 | ((mins[2 * p + 1] as u32) << 16);
-            }
-            g[d_at(F) + j] = f16_at(sb, 0).to_bits();
-            g[d_at(F) + JW + j] = f16_at(sb, 2).to_bits();
+            transposed_into(g, (scales_at(F), 8), sc);
+            transposed_into(g, (pairs_at(F), 4), mn);
+        }
+        for j in 0..JW {
+            let (d, dmin) = if j < m {
+                (f16_at(sb[j], 0).to_bits(), f16_at(sb[j], 2).to_bits())
+            } else {
+                (0, 0)
+            };
+            g[d_at(F) + j] = d;
+            g[d_at(F) + JW + j] = dmin;
         }
     }
 }
 
 /// The (at most [`JW`]) `Q6_K` weight rows in `w` into the lanes of `group`, their values
-/// unsigned (`q + 32`, in `[0, 63]`); lanes past the rows hold zeros.
-fn repack_q6_k(w: &[u8], row_bytes: usize, group: &mut [u32]) {
+/// unsigned (`q + 32`, in `[0, 63]`), eight rows' words at a time through an 8 x 8 transpose;
+/// lanes past the rows hold zeros.
+///
+/// # Safety
+/// The CPU has AVX2 and F16C.
+#[inline(always)]
+unsafe fn repack_q6_k(w: &[u8], row_bytes: usize, group: &mut [u32]) {
     const F: u8 = Q6K;
-    let m = w.len() / row_bytes;
+    let m = (w.len() / row_bytes).min(JW);
     let nb = row_bytes / sb_bytes(F);
     for (b, g) in group.chunks_exact_mut(per_sb(F)).enumerate().take(nb) {
-        g.fill(0);
-        for j in 0..m {
-            let at = j * row_bytes + b * sb_bytes(F);
-            let sb = &w[at..at + sb_bytes(F)];
-            let (ql, qh, scales) = (&sb[..128], &sb[128..192], &sb[192..208]);
-            // The values in order (`quant::decode`'s layout: halves of 128, four runs of 32).
-            let mut u = [0u8; 256];
-            for h in 0..2 {
-                for l in 0..32 {
-                    let (a, c, e) = (ql[64 * h + l], ql[64 * h + l + 32], qh[32 * h + l]);
-                    u[128 * h + l] = (a & 0x0F) | ((e & 3) << 4);
-                    u[128 * h + 32 + l] = (c & 0x0F) | (((e >> 2) & 3) << 4);
-                    u[128 * h + 64 + l] = (a >> 4) | (((e >> 4) & 3) << 4);
-                    u[128 * h + 96 + l] = (c >> 4) | (((e >> 6) & 3) << 4);
+        let sb: [&[u8]; JW] = core::array::from_fn(|j| {
+            let at = j.min(m.saturating_sub(1)) * row_bytes + b * sb_bytes(F);
+            w.get(at..at + sb_bytes(F)).unwrap_or(&[])
+        });
+        unsafe {
+            let zero = _mm256_setzero_si256();
+            let (lo4, three) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
+            // Values `32k..32k + 32` in order (`quant::decode`'s layout: halves of 128, four
+            // runs of 32 from the low nibbles of `ql[0..32]`, of `ql[32..64]`, their high
+            // nibbles, each with two bits of `qh`), then words `8k..8k + 8` of the rows.
+            for k in 0..8 {
+                let (h, run) = (k / 4, k % 4);
+                let mut v = [zero; JW];
+                for j in 0..m {
+                    let q = load32_at(sb[j], 64 * h + 32 * (run % 2));
+                    let e = load32_at(sb[j], 128 + 32 * h);
+                    let q = if run < 2 {
+                        q
+                    } else {
+                        _mm256_srli_epi16::<4>(q)
+                    };
+                    let e = match run {
+                        0 => e,
+                        1 => _mm256_srli_epi16::<2>(e),
+                        2 => _mm256_srli_epi16::<4>(e),
+                        _ => _mm256_srli_epi16::<6>(e),
+                    };
+                    // Two bits shifted by 4 stay inside their byte.
+                    v[j] = _mm256_or_si256(
+                        _mm256_and_si256(q, lo4),
+                        _mm256_slli_epi16::<4>(_mm256_and_si256(e, three)),
+                    );
                 }
+                transposed_into(g, (8 * k * JW, 8), v);
             }
-            for (v, q) in u.chunks_exact(4).enumerate() {
-                g[v * JW + j] = u32::from_le_bytes([q[0], q[1], q[2], q[3]]);
+            for half in 0..2 {
+                let mut v = [zero; JW];
+                for j in 0..m {
+                    v[j] = _mm256_cvtepi8_epi32(load8_at(sb[j], 192 + 8 * half));
+                }
+                transposed_into(g, (scales_at(F) + 8 * half * JW, 8), v);
             }
-            for (s, &sc) in scales.iter().enumerate() {
-                g[scales_at(F) + s * JW + j] = sc as i8 as i32 as u32;
+            // The scales two to a word (`i16` each).
+            let mut v = [zero; JW];
+            for j in 0..m {
+                let s = &sb[j][192..208];
+                v[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128(s.as_ptr() as *const __m128i));
             }
-            for p in 0..8 {
-                let (a, c) = (scales[2 * p] as i8 as i16, scales[2 * p + 1] as i8 as i16);
-                g[pairs_at(F) + p * JW + j] = (a as u16 as u32) | ((c as u16 as u32) << 16);
-            }
-            g[d_at(F) + j] = f16_at(sb, 208).to_bits();
+            transposed_into(g, (pairs_at(F), 8), v);
+        }
+        for j in 0..JW {
+            g[d_at(F) + j] = if j < m {
+                f16_at(sb[j], 208).to_bits()
+            } else {
+                0
+            };
+            g[d_at(F) + JW + j] = 0;
         }
     }
 }
