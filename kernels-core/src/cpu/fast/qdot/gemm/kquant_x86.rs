@@ -24,7 +24,7 @@ use alloc::vec;
 use core::arch::x86_64::*;
 
 use super::super::XRow;
-use super::super::x86::Dot;
+use super::super::x86::{Dot, q4_k_scales};
 use crate::cpu::fast::matref::transpose8;
 use crate::quant::decode::f16_at;
 
@@ -191,30 +191,6 @@ unsafe fn transposed_into(g: &mut [u32], (at, words): (usize, usize), v: [__m256
         for (i, v) in v.into_iter().enumerate().take(words) {
             store8(g, at + JW * i, v);
         }
-    }
-}
-
-/// `Q4_K`'s eight 6-bit scales (bytes 0-7) and eight mins (bytes 8-15) from a super-block's
-/// first 16 bytes (`d`, `dmin`, then the 12 packed bytes): llama.cpp's masks on the words
-/// `[u0, u2, u1, u2 >> 4]`, or-ed with the high bits from `[u0, u0, u1, u1]` (the values
-/// `quant::decode::q4_k_scale_min` reads one by one).
-#[inline(always)]
-pub(super) unsafe fn q4_k_scales(sb: &[u8]) -> __m128i {
-    const M1: i32 = 0x3f3f_3f3f;
-    const M2: i32 = 0x0f0f_0f0f;
-    const M3: i32 = 0x0303_0303;
-    let sb = &sb[..16];
-    // SAFETY: 16 bytes in bounds (sliced above).
-    unsafe {
-        let v = _mm_loadu_si128(sb.as_ptr() as *const __m128i);
-        let x = _mm_srlv_epi32(
-            _mm_shuffle_epi32::<0b11_10_11_01>(v),
-            _mm_setr_epi32(0, 0, 0, 4),
-        );
-        let y = _mm_shuffle_epi32::<0b10_10_01_01>(v);
-        let low = _mm_and_si128(x, _mm_setr_epi32(M1, M2, M1, M2));
-        let high = _mm_and_si128(_mm_srli_epi32::<6>(y), _mm_setr_epi32(0, M3, 0, M3));
-        _mm_or_si128(low, _mm_slli_epi32::<4>(high))
     }
 }
 

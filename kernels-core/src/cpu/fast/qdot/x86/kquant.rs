@@ -20,26 +20,42 @@ use core::arch::x86_64::*;
 
 use super::{Dot, PREFETCH, XRow, f16_at, hsum, load_x, load32};
 
-/// `Q4_K`'s eight 6-bit scales (bytes 0-7) and eight mins (bytes 8-15) from its 12 packed
-/// bytes: llama.cpp's `utmp` masks, the values `quant::decode::q4_k_scale_min` reads one by
-/// one.
+/// `Q4_K`'s eight 6-bit scales (bytes 0-7) and eight mins (bytes 8-15) from a super-block's
+/// first 16 bytes (`d`, `dmin`, then the 12 packed bytes): llama.cpp's masks on the words
+/// `[u0, u2, u1, u2 >> 4]`, or-ed with the high bits from `[u0, u0, u1, u1]` (the values
+/// `quant::decode::q4_k_scale_min` reads one by one).
+///
+/// # Safety
+/// The CPU has AVX2 (`vpsrlvd`).
 #[inline(always)]
-pub(super) fn q4_k_scales(b: &[u8]) -> [u8; 16] {
-    const M1: u32 = 0x3f3f_3f3f;
-    const M2: u32 = 0x0f0f_0f0f;
-    const M3: u32 = 0x0303_0303;
-    let u = |i: usize| u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]]);
-    let (u0, u1, u2) = (u(0), u(1), u(2));
-    let words = [
-        u0 & M1,
-        (u2 & M2) | (((u0 >> 6) & M3) << 4),
-        u1 & M1,
-        ((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4),
-    ];
-    let mut out = [0u8; 16];
-    for (o, w) in out.chunks_exact_mut(4).zip(words) {
-        o.copy_from_slice(&w.to_le_bytes());
+pub(in crate::cpu::fast::qdot) unsafe fn q4_k_scales(sb: &[u8]) -> __m128i {
+    const M1: i32 = 0x3f3f_3f3f;
+    const M2: i32 = 0x0f0f_0f0f;
+    const M3: i32 = 0x0303_0303;
+    let sb = &sb[..16];
+    // SAFETY: 16 bytes in bounds (sliced above).
+    unsafe {
+        let v = _mm_loadu_si128(sb.as_ptr() as *const __m128i);
+        let x = _mm_srlv_epi32(
+            _mm_shuffle_epi32::<0b11_10_11_01>(v),
+            _mm_setr_epi32(0, 0, 0, 4),
+        );
+        let y = _mm_shuffle_epi32::<0b10_10_01_01>(v);
+        let low = _mm_and_si128(x, _mm_setr_epi32(M1, M2, M1, M2));
+        let high = _mm_and_si128(_mm_srli_epi32::<6>(y), _mm_setr_epi32(0, M3, 0, M3));
+        _mm_or_si128(low, _mm_slli_epi32::<4>(high))
     }
+}
+
+/// [`q4_k_scales`] as bytes, for the kernels that read them one by one.
+///
+/// # Safety
+/// The CPU has AVX2.
+#[inline(always)]
+unsafe fn q4_k_scale_bytes(sb: &[u8]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    // SAFETY: AVX2 (caller); `out` holds 16 bytes.
+    unsafe { _mm_storeu_si128(out.as_mut_ptr() as *mut __m128i, q4_k_scales(sb)) };
     out
 }
 
@@ -96,7 +112,7 @@ pub(super) unsafe fn q4_k<D: Dot, const R: usize>(w: &[u8], xs: &[XRow]) -> [f32
         for (b, wb) in w.chunks_exact(144).enumerate() {
             prefetch_next_row(w, 144 * b, 144);
             let (d, dmin) = (f16_at(wb, 0), f16_at(wb, 2));
-            let sm = q4_k_scales(&wb[4..16]);
+            let sm = q4_k_scale_bytes(wb);
             let mut isum = [_mm256_setzero_si256(); R];
             for c in 0..4 {
                 let v = load32(&wb[16 + 32 * c..]);
@@ -155,7 +171,7 @@ pub(super) unsafe fn rows_q4_k<D: Dot, const R: usize, const J: usize>(
             let at = 144 * b;
             prefetch_rows::<J>(w, row_bytes, at, 144);
             let wb: [&[u8]; J] = core::array::from_fn(|j| rows[j].get_unchecked(at..at + 144));
-            let sm: [[u8; 16]; J] = core::array::from_fn(|j| q4_k_scales(&wb[j][4..16]));
+            let sm: [[u8; 16]; J] = core::array::from_fn(|j| q4_k_scale_bytes(wb[j]));
             let mut isum = [[_mm256_setzero_si256(); J]; R];
             for c in 0..4 {
                 let xc = 256 * b + 64 * c;
@@ -453,15 +469,27 @@ mod tests {
         }
     }
 
-    /// The masks give every scale and min `q4_k_scale_min` reads, on random bytes.
+    /// The masks give every scale and min `q4_k_scale_min` reads, on random bytes (where the
+    /// CPU has AVX2).
     #[test]
     fn q4_k_scales_match_the_decoder() {
+        if !std::is_x86_feature_detected!("avx2") {
+            std::eprintln!("q4_k_scales: skipped, the CPU lacks AVX2");
+            return;
+        }
         let mut rng = Rng::new(21);
         for _ in 0..2000 {
-            let b: [u8; 12] = core::array::from_fn(|_| (rng.uniform() * 256.0) as u8);
-            let sm = q4_k_scales(&b);
+            // A super-block's first 16 bytes: `d` and `dmin` (ignored), then the scales.
+            let sb: [u8; 16] = core::array::from_fn(|_| (rng.uniform() * 256.0) as u8);
+            let mut sm = [0u8; 16];
+            // SAFETY: AVX2 was detected above; `sb` and `sm` hold 16 bytes.
+            unsafe {
+                use core::arch::x86_64::{__m128i, _mm_storeu_si128};
+                _mm_storeu_si128(sm.as_mut_ptr() as *mut __m128i, q4_k_scales(&sb));
+            }
             for j in 0..8 {
-                assert_eq!((sm[j], sm[8 + j]), q4_k_scale_min(&b, j), "{b:?} {j}");
+                let b = &sb[4..];
+                assert_eq!((sm[j], sm[8 + j]), q4_k_scale_min(b, j), "{b:?} {j}");
             }
         }
     }
