@@ -67,6 +67,27 @@ unsafe fn q4_k_scale_bytes(sb: &[u8]) -> [u8; 16] {
 /// and 8.0-10.5.
 const PREFETCH_ROWS_BYTES: usize = 4096;
 
+/// Bytes ahead, in address order, that the multi-row `Q4_K` kernel also prefetches its stream
+/// into L2 (its rows are read side by side, so `J` rows' `at` is about byte `J * at` of their
+/// group). At 2 threads both threads stream from memory at once and each one's kernel slowed
+/// (section "A larger model" of kernels-core/README.md). `kernels bench llama` on the 1.5B
+/// Q4_K_M file, 2 threads, 20 interleaved pairs (2026-11-30, Intel Xeon, AVX-512 VNNI): decode
+/// 15.5 against 15.0 tok/s (medians), 15 pairs of 20 faster, the median pair 1.05x; at 1
+/// thread three pairs even. 16 KiB measured as without it on the `qdot` bench.
+const PREFETCH_L2_BYTES: usize = 8192;
+
+/// Prefetches `len` bytes from byte `at + PREFETCH_L2_BYTES` of `w` into L2, a line at a time
+/// (past the weight: wasted, not wrong).
+#[inline(always)]
+unsafe fn prefetch_l2(w: &[u8], at: usize, len: usize) {
+    let far = w.as_ptr().wrapping_add(at + PREFETCH_L2_BYTES);
+    let mut l = 0;
+    while l < len {
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(far.wrapping_add(l) as *const i8) };
+        l += 64;
+    }
+}
+
 /// Prefetches bytes `at..at + len` of the weight row at least [`PREFETCH_ROWS_BYTES`] after
 /// `w` (one row of the weight; whole rows ahead) into L1, a cache line at a time: the
 /// row-at-a-time K-quant kernels' stream. A prefetch never faults: past the weight it is
@@ -170,6 +191,7 @@ pub(super) unsafe fn rows_q4_k<D: Dot, const R: usize, const J: usize>(
         for b in 0..nb {
             let at = 144 * b;
             prefetch_rows::<J>(w, row_bytes, at, 144);
+            prefetch_l2(w, J * at, J * 144);
             let wb: [&[u8]; J] = core::array::from_fn(|j| rows[j].get_unchecked(at..at + 144));
             let sm: [[u8; 16]; J] = core::array::from_fn(|j| q4_k_scale_bytes(wb[j]));
             let mut isum = [[_mm256_setzero_si256(); J]; R];
