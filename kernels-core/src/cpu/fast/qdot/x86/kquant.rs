@@ -76,35 +76,36 @@ const PREFETCH_ROWS_BYTES: usize = 4096;
 /// thread three pairs even. 16 KiB measured as without it on the `qdot` bench.
 const PREFETCH_L2_BYTES: usize = 8192;
 
-/// Prefetches `len` bytes from byte `at + PREFETCH_L2_BYTES` of `w` into L2, a line at a time
-/// (past the weight: wasted, not wrong).
+/// Prefetches the `len` bytes from `p` with hint `HINT` (`_MM_HINT_T0`: into L1, `_MM_HINT_T1`:
+/// into L2), a cache line at a time. A prefetch never faults: past the weight it is wasted,
+/// not wrong.
 #[inline(always)]
-unsafe fn prefetch_l2(w: &[u8], at: usize, len: usize) {
-    let far = w.as_ptr().wrapping_add(at + PREFETCH_L2_BYTES);
+unsafe fn prefetch_lines<const HINT: i32>(p: *const u8, len: usize) {
     let mut l = 0;
     while l < len {
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(far.wrapping_add(l) as *const i8) };
+        unsafe { _mm_prefetch::<HINT>(p.wrapping_add(l) as *const i8) };
         l += 64;
     }
 }
 
+/// Prefetches `len` bytes from byte `at + PREFETCH_L2_BYTES` of `w` into L2.
+#[inline(always)]
+unsafe fn prefetch_l2(w: &[u8], at: usize, len: usize) {
+    unsafe { prefetch_lines::<_MM_HINT_T1>(w.as_ptr().wrapping_add(at + PREFETCH_L2_BYTES), len) }
+}
+
 /// Prefetches bytes `at..at + len` of the weight row at least [`PREFETCH_ROWS_BYTES`] after
-/// `w` (one row of the weight; whole rows ahead) into L1, a cache line at a time: the
-/// row-at-a-time K-quant kernels' stream. A prefetch never faults: past the weight it is
-/// wasted, not wrong.
+/// `w` (one row of the weight; whole rows ahead) into L1: the row-at-a-time K-quant kernels'
+/// stream.
 #[inline(always)]
 unsafe fn prefetch_next_row(w: &[u8], at: usize, len: usize) {
     let rows = PREFETCH_ROWS_BYTES.div_ceil(w.len().max(1));
     let next = w.as_ptr().wrapping_add(rows * w.len() + at);
-    let mut off = 0;
-    while off < len {
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(off) as *const i8) };
-        off += 64;
-    }
+    unsafe { prefetch_lines::<_MM_HINT_T0>(next, len) }
 }
 
 /// Prefetches the `len` bytes [`PREFETCH`] bytes past `at` in each of the `J` rows of `w`
-/// (`row_bytes` apart; past a row's end: the same row of the next `J`), a line at a time.
+/// (`row_bytes` apart; past a row's end: the same row of the next `J`) into L1.
 #[inline(always)]
 unsafe fn prefetch_rows<const J: usize>(w: &[u8], row_bytes: usize, at: usize, len: usize) {
     let ahead = at + PREFETCH;
@@ -115,11 +116,7 @@ unsafe fn prefetch_rows<const J: usize>(w: &[u8], row_bytes: usize, at: usize, l
     };
     for j in 0..J {
         let p = w.as_ptr().wrapping_add((row + j) * row_bytes + off);
-        let mut l = 0;
-        while l < len {
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(l) as *const i8) };
-            l += 64;
-        }
+        unsafe { prefetch_lines::<_MM_HINT_T0>(p, len) };
     }
 }
 
@@ -424,7 +421,7 @@ pub(super) unsafe fn q6_k_512<const R: usize>(w: &[u8], xs: &[XRow]) -> [f32; R]
 
 #[cfg(test)]
 mod tests {
-    use super::q4_k_scales;
+    use super::q4_k_scale_bytes;
     use crate::quant::decode::q4_k_scale_min;
     use crate::rng::Rng;
 
@@ -503,12 +500,8 @@ mod tests {
         for _ in 0..2000 {
             // A super-block's first 16 bytes: `d` and `dmin` (ignored), then the scales.
             let sb: [u8; 16] = core::array::from_fn(|_| (rng.uniform() * 256.0) as u8);
-            let mut sm = [0u8; 16];
-            // SAFETY: AVX2 was detected above; `sb` and `sm` hold 16 bytes.
-            unsafe {
-                use core::arch::x86_64::{__m128i, _mm_storeu_si128};
-                _mm_storeu_si128(sm.as_mut_ptr() as *mut __m128i, q4_k_scales(&sb));
-            }
+            // SAFETY: AVX2 was detected above; `sb` holds 16 bytes.
+            let sm = unsafe { q4_k_scale_bytes(&sb) };
             for j in 0..8 {
                 let b = &sb[4..];
                 assert_eq!((sm[j], sm[8 + j]), q4_k_scale_min(b, j), "{b:?} {j}");
