@@ -20,7 +20,7 @@ mod kquant;
 mod tiles;
 
 /// The prefill GEMM's repack (`gemm/kquant_x86.rs`) unpacks `Q4_K` scales with decode's masks.
-pub(super) use kquant::q4_k_scales;
+pub(super) use kquant::{prefetch_lines, q4_k_scales};
 pub use tiles::TiledX;
 
 pub fn has_avx2() -> bool {

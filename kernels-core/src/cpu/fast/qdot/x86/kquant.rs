@@ -80,7 +80,7 @@ const PREFETCH_L2_BYTES: usize = 8192;
 /// into L2), a cache line at a time. A prefetch never faults: past the weight it is wasted,
 /// not wrong.
 #[inline(always)]
-unsafe fn prefetch_lines<const HINT: i32>(p: *const u8, len: usize) {
+pub(in crate::cpu::fast::qdot) unsafe fn prefetch_lines<const HINT: i32>(p: *const u8, len: usize) {
     let mut l = 0;
     while l < len {
         unsafe { _mm_prefetch::<HINT>(p.wrapping_add(l) as *const i8) };
