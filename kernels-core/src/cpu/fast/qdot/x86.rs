@@ -19,7 +19,8 @@ mod interleaved;
 mod kquant;
 mod tiles;
 
-/// The prefill GEMM's repack (`gemm/kquant_x86.rs`) unpacks `Q4_K` scales with decode's masks.
+/// The prefill K-quant GEMM (`gemm/kquant_x86.rs`) unpacks `Q4_K` scales with decode's masks
+/// and prefetches with decode's line loop.
 pub(super) use kquant::{prefetch_lines, q4_k_scales};
 pub use tiles::TiledX;
 
