@@ -361,10 +361,9 @@ unsafe fn tile<D: Dot, const R: usize, const F: u8>(
             let gb = b * per_sb(F);
             let mut at = b * sb_bytes(F);
             while at < prefetch.len() {
-                // From the start of the super-block's first line to its last byte's line.
-                let p = prefetch.as_ptr().wrapping_add(at);
-                let off = p as usize % 64;
-                prefetch_lines::<_MM_HINT_T1>(p.wrapping_sub(off), sb_bytes(F) + off);
+                // A line a super-block's last byte may leave out starts the next one's (or the
+                // next row's first, already prefetched).
+                prefetch_lines::<_MM_HINT_T1>(prefetch.as_ptr().wrapping_add(at), sb_bytes(F));
                 at += row_bytes;
             }
             let mut isum = [zero; R];
