@@ -6,19 +6,15 @@ use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
 
-/// Grows `buf` to at least `len` values (new ones `fill`).
-pub(crate) fn grow(buf: &mut Vec<f32>, len: usize, fill: f32, what: &str) -> Result<()> {
+/// Grows `buf` to at least `len` values (new ones `fill`), reserved fallibly: an allocation
+/// failure names `what`.
+pub(crate) fn grow<T: Copy>(buf: &mut Vec<T>, len: usize, fill: T, what: &str) -> Result<()> {
     if buf.len() < len {
         buf.try_reserve_exact(len - buf.len())
-            .map_err(|_| out_of_memory(what, len))?;
+            .map_err(|_| out_of_memory_of::<T>(what.into(), len))?;
         buf.resize(len, fill);
     }
     Ok(())
-}
-
-/// The error for a buffer `what` of `len` values that could not be reserved.
-fn out_of_memory(what: &str, len: usize) -> Error {
-    out_of_memory_of::<f32>(what.into(), len)
 }
 
 /// The error for a buffer `what` of `len` values of `T` that could not be reserved.
@@ -66,7 +62,7 @@ pub(crate) fn zeroed(len: usize, op: &str) -> Result<Vec<f32>> {
     }
     let mut v: Vec<f32> = Vec::new();
     v.try_reserve_exact(len)
-        .map_err(|_| out_of_memory(&format!("{op} output"), len))?;
+        .map_err(|_| out_of_memory_of::<f32>(format!("{op} output"), len))?;
     let spare = v.spare_capacity_mut().get_mut(..len).unwrap_or_default();
     let written = spare.len();
     super::pool::for_slices(spare, 1, POOL_ZEROING, &|_, part| {

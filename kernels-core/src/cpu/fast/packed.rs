@@ -21,7 +21,7 @@ use super::config;
 use super::gemm::{Gemm, Kernel, MatRef, PackedB};
 use super::qdot::{self, Family, Layout, interleave};
 use crate::cpu::{linear, matmul_swiglu};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::op::{Activation, Direction, Op};
 use crate::quant;
 use crate::tensor::{DType, Tensor};
@@ -184,7 +184,18 @@ fn embedding(ids: &Tensor, w: &Tensor) -> Option<Result<Vec<Tensor>>> {
     }
     let row_bytes = w.dtype().bytes_for(dim)?;
     let (packed, layout) = w.packed_in().ok()?;
-    let mut out = vec![0.0f32; ids_v.len() * dim];
+    let Some(len) = ids_v.len().checked_mul(dim) else {
+        return Some(Err(Error::bad_shape(
+            "embedding",
+            "ids",
+            &[ids_v.len(), dim],
+            alloc::string::String::from("output size overflows"),
+        )));
+    };
+    let mut out = match super::buffers::filled(len, 0.0, "embedding") {
+        Ok(out) => out,
+        Err(e) => return Some(Err(e)),
+    };
     let mut plain = (0, Vec::new());
     for (o, &id) in out.chunks_exact_mut(dim.max(1)).zip(&ids_v) {
         let row = plain_row(

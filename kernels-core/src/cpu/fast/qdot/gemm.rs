@@ -29,6 +29,7 @@
 
 use super::{Family, XRow};
 use crate::dtype::DType;
+use crate::error::Result;
 
 #[cfg(target_arch = "x86_64")]
 mod kquant_x86;
@@ -110,7 +111,8 @@ pub fn residual_k_quant_max_rows(family: Family) -> usize {
 }
 
 /// `out[j * xs.len() + r] = dot(w row j, xs[r])` for the rows of `w` (`row_bytes` each) on
-/// `family`'s tiled kernels (where [`tiled`]; nothing is written otherwise).
+/// `family`'s tiled kernels (where [`tiled`]; nothing is written otherwise). Errs only when a
+/// kernel's scratch cannot be allocated.
 pub fn rows(
     family: Family,
     dtype: DType,
@@ -118,12 +120,15 @@ pub fn rows(
     row_bytes: usize,
     xs: &[XRow],
     out: &mut [f32],
-) {
+) -> Result<()> {
     if !tiled(family, dtype, xs.len()) || row_bytes == 0 {
-        return;
+        return Ok(());
     }
     #[cfg(target_arch = "x86_64")]
-    x86::rows(family, dtype, w, row_bytes, xs, out);
+    return x86::rows(family, dtype, w, row_bytes, xs, out);
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (w, out);
+    {
+        let _ = (w, out);
+        Ok(())
+    }
 }

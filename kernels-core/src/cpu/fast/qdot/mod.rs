@@ -40,9 +40,9 @@
 //! times the error. `KERNELS_EXACT_ACTIVATIONS=1` (or
 //! [`crate::backend::CpuBackend::with_exact_activations`]) keeps f32 activations instead.
 
-use alloc::vec;
 use alloc::vec::Vec;
 
+use super::buffers::{grow, out_of_memory_of, scratch};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::numerics::Budget;
@@ -297,7 +297,6 @@ impl Acts {
         let rows = x.len() / k;
         let terms = if residual { 2 } else { 1 };
         let nq = x.len() * terms;
-        use super::buffers::scratch;
         let mut a = Acts {
             k,
             block,
@@ -325,7 +324,8 @@ impl Acts {
             (&mut a.qs, &mut a.d, &mut a.sums),
             units,
             &|range, qs, d, sums| {
-                let mut res = vec![0.0f32; if residual { k } else { 0 }];
+                let mut res =
+                    scratch(if residual { k } else { 0 }, 0.0f32, "activation residuals")?;
                 for (i, r) in range.enumerate() {
                     if special[r] {
                         continue;
@@ -500,7 +500,11 @@ pub fn product_t_in(
     let residual = precision == Precision::Residual;
     let terms = if residual { 2 } else { 1 };
     let acts = Acts::new(dtype, x, k, residual)?;
-    let xrows: Vec<XRow> = (0..rows * terms).map(|r| acts.row(r)).collect();
+    let mut xrows: Vec<XRow> = Vec::new();
+    xrows
+        .try_reserve_exact(rows * terms)
+        .map_err(|_| out_of_memory_of::<XRow>("activation rows".into(), rows * terms))?;
+    xrows.extend((0..rows * terms).map(|r| acts.row(r)));
     let work = n.saturating_mul(k).saturating_mul(rows * terms);
     // Prefill on a plain weight of a format with the interleaved layout takes the eight-row
     // GEMM too, its groups interleaved a span at a time into a scratch buffer (a weight row
@@ -521,22 +525,23 @@ pub fn product_t_in(
     // order).
     let align = if grouped > 0 { interleave::GROUP } else { 4 };
     // The plain kernels on plain rows `w`, each residual pair summed.
-    let plain = |w: &[u8], out: &mut [f32]| {
+    let plain = |w: &[u8], out: &mut [f32]| -> Result<()> {
         if residual {
-            let mut both = vec![0.0f32; out.len() * 2];
-            rows_of(family, dtype, w, row_bytes, &xrows, &mut both);
+            let mut both = scratch(out.len() * 2, 0.0f32, "residual products")?;
+            rows_of(family, dtype, w, row_bytes, &xrows, &mut both)?;
             for (o, p) in out.iter_mut().zip(both.chunks_exact(2)) {
                 *o = p[0] + p[1];
             }
+            Ok(())
         } else {
-            rows_of(family, dtype, w, row_bytes, &xrows, out);
+            rows_of(family, dtype, w, row_bytes, &xrows, out)
         }
     };
     split_rows(n, rows, work, align, out_t, &|j0, out| {
         let jn = out.len() / rows.max(1);
         let gi = grouped.saturating_sub(j0).min(jn);
         let (og, orest) = out.split_at_mut(gi * rows);
-        plain(&packed[(j0 + gi) * row_bytes..(j0 + jn) * row_bytes], orest);
+        plain(&packed[(j0 + gi) * row_bytes..(j0 + jn) * row_bytes], orest)?;
         let wg = &packed[j0 * row_bytes..(j0 + gi) * row_bytes];
         let gbytes = interleave::GROUP * row_bytes;
         let special = acts.special.iter().any(|&s| s);
@@ -550,44 +555,46 @@ pub fn product_t_in(
         if fly {
             while at < gi {
                 let m = span.min(gi - at);
-                unpacked.resize(m * row_bytes, 0);
+                grow(&mut unpacked, m * row_bytes, 0, "unpacked weight rows")?;
+                let span_bytes = &mut unpacked[..m * row_bytes];
                 let src = &wg[at * row_bytes..(at + m) * row_bytes];
                 for (g, u) in src
                     .chunks_exact(gbytes)
-                    .zip(unpacked.chunks_exact_mut(gbytes))
+                    .zip(span_bytes.chunks_exact_mut(gbytes))
                 {
                     interleave::repack_group(dtype, g, row_bytes, u);
                 }
                 let o = &mut og[at * rows..(at + m) * rows];
-                groups_kernel(family, dtype, &unpacked, row_bytes, &xrows, residual, o);
+                groups_kernel(family, dtype, span_bytes, row_bytes, &xrows, residual, o)?;
                 at += m;
             }
-        } else if groups_kernel(family, dtype, wg, row_bytes, &xrows, residual, og) {
+        } else if groups_kernel(family, dtype, wg, row_bytes, &xrows, residual, og)? {
             at = gi;
         }
         // No group kernel here (another family): a span of groups unpacked at a time.
         while at < gi {
             let m = span.min(gi - at);
-            unpacked.resize(m * row_bytes, 0);
+            grow(&mut unpacked, m * row_bytes, 0, "unpacked weight rows")?;
+            let span_bytes = &mut unpacked[..m * row_bytes];
             let src = &wg[at * row_bytes..(at + m) * row_bytes];
             for (g, u) in src
                 .chunks_exact(gbytes)
-                .zip(unpacked.chunks_exact_mut(gbytes))
+                .zip(span_bytes.chunks_exact_mut(gbytes))
             {
                 interleave::unpack_group(dtype, g, row_bytes, u);
             }
-            plain(&unpacked, &mut og[at * rows..(at + m) * rows]);
+            plain(span_bytes, &mut og[at * rows..(at + m) * rows])?;
             at += m;
         }
         // Rows with NaN or infinity: decoded weight rows and an f32 dot, as the reference.
         if special {
-            let mut wrow = vec![0.0f32; k];
-            unpacked.resize(gbytes, 0);
+            let mut wrow = scratch(k, 0.0f32, "decoded weight row")?;
+            grow(&mut unpacked, gbytes, 0, "unpacked weight rows")?;
             for jj in 0..jn {
                 let wr = if jj < gi && layout == Layout::Rows8 {
                     if jj % interleave::GROUP == 0 {
                         let g = &wg[jj * row_bytes..(jj + interleave::GROUP) * row_bytes];
-                        interleave::unpack_group(dtype, g, row_bytes, &mut unpacked);
+                        interleave::unpack_group(dtype, g, row_bytes, &mut unpacked[..gbytes]);
                     }
                     let at = jj % interleave::GROUP * row_bytes;
                     &unpacked[at..at + row_bytes]
@@ -601,6 +608,7 @@ pub fn product_t_in(
                 }
             }
         }
+        Ok(())
     })
 }
 
@@ -623,18 +631,19 @@ fn groups_kernel(
     xs: &[XRow],
     residual: bool,
     out: &mut [f32],
-) -> bool {
+) -> Result<bool> {
     #[cfg(target_arch = "x86_64")]
     if has_groups_kernel(family) {
         if !residual {
             x86::groups(family, dtype, w, row_bytes, xs, out);
-            return true;
+            return Ok(true);
         }
         // Residual pairs: a few groups at a time into a buffer of both terms, then summed.
         let gbytes = interleave::GROUP * row_bytes;
         let per = interleave::GROUP * xs.len();
         let chunk = 16;
-        let mut both = vec![0.0f32; chunk.min(w.len() / gbytes.max(1)) * per];
+        let len = chunk.min(w.len() / gbytes.max(1)) * per;
+        let mut both = scratch(len, 0.0f32, "residual products")?;
         for (wc, oc) in w
             .chunks(chunk * gbytes)
             .zip(out.chunks_mut(chunk * per / 2))
@@ -645,27 +654,34 @@ fn groups_kernel(
                 *o = p[0] + p[1];
             }
         }
-        return true;
+        return Ok(true);
     }
-    false
+    Ok(false)
 }
 
 /// The products of the weight rows in `w` with every row in `xs` on `family`:
 /// `out[j * xs.len() + r]`.
-fn rows_of(family: Family, dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+fn rows_of(
+    family: Family,
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) -> Result<()> {
     match family {
         #[cfg(target_arch = "x86_64")]
         Family::Avx2 | Family::AvxVnni | Family::Avx512Vnni if family.missing().is_none() => {
             if gemm::tiled(family, dtype, xs.len()) {
-                gemm::rows(family, dtype, w, row_bytes, xs, out)
-            } else {
-                x86::rows(family, dtype, w, row_bytes, xs, out)
+                return gemm::rows(family, dtype, w, row_bytes, xs, out);
             }
+            x86::rows(family, dtype, w, row_bytes, xs, out);
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         Family::Simd128 => wasm::rows(dtype, w, row_bytes, xs, out),
         _ => portable::rows(dtype, w, row_bytes, xs, out),
     }
+    Ok(())
 }
 
 /// Multiply-adds per grain of weight rows handed to a thread: a product smaller than two
@@ -681,12 +697,9 @@ fn split_rows(
     work: usize,
     align: usize,
     out_t: &mut [f32],
-    f: &(dyn Fn(usize, &mut [f32]) + Sync),
+    f: &(dyn Fn(usize, &mut [f32]) -> Result<()> + Sync),
 ) -> Result<()> {
     let per_row = (work / n.max(1)).max(1);
     let grain = GRAIN_WORK.div_ceil(per_row).next_multiple_of(align.max(1));
-    super::pool::for_slices(out_t, rows.max(1), grain, &|r, out| {
-        f(r.start, out);
-        Ok(())
-    })
+    super::pool::for_slices(out_t, rows.max(1), grain, &|r, out| f(r.start, out))
 }

@@ -35,7 +35,7 @@ fn compare_kernels(
     let n = w.len() / rb;
     let xs: Vec<XRow> = (0..nr).map(|r| acts.row(r)).collect();
     let mut got = vec![f32::NAN; n * nr];
-    rows(f, dtype, w, rb, &xs, &mut got);
+    rows(f, dtype, w, rb, &xs, &mut got).expect("the scratch fits");
     let mut want = vec![0.0f32; n * nr];
     portable::rows(dtype, w, rb, &xs, &mut want);
     let what = alloc::format!("{dtype}, {what} on {}: {nr} rows, k {k}, n {n}", f.name());
@@ -45,7 +45,7 @@ fn compare_kernels(
     );
     if n > 1 {
         let mut part = vec![f32::NAN; (n - 1) * nr];
-        rows(f, dtype, &w[rb..], rb, &xs, &mut part);
+        rows(f, dtype, &w[rb..], rb, &xs, &mut part).expect("the scratch fits");
         assert!(same_bits(&part, &got[nr..]), "{what}, from weight row 1");
     }
 }

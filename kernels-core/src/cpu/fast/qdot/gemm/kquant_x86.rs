@@ -29,12 +29,13 @@
 //! decode kernels' (which sum eight lanes of partial sums in f32), so prefill and decode of a
 //! K-quant weight differ by f32 rounding, within the published budgets.
 
-use alloc::vec;
 use core::arch::x86_64::*;
 
 use super::super::XRow;
 use super::super::x86::{Dot, prefetch_lines, q4_k_scales};
+use crate::cpu::fast::buffers::scratch;
 use crate::cpu::fast::matref::transpose8;
+use crate::error::Result;
 use crate::quant::decode::f16_at;
 
 /// Weight rows per group: one `i32` lane each.
@@ -97,7 +98,7 @@ pub(super) unsafe fn kquant<D: Dot, const RX: usize, const F: u8>(
     row_bytes: usize,
     xs: &[XRow],
     out: &mut [f32],
-) {
+) -> Result<()> {
     let nr = xs.len();
     let nb = row_bytes / sb_bytes(F);
     if nr == 0
@@ -107,13 +108,13 @@ pub(super) unsafe fn kquant<D: Dot, const RX: usize, const F: u8>(
             .iter()
             .any(|x| x.qs.len() < 256 * nb || x.d.len() < nb || x.sums.len() < 16 * nb)
     {
-        return;
+        return Ok(());
     }
     let n = (w.len() / row_bytes).min(out.len() / nr);
     // The activations' sub-block sums, two to a word as `i16` (each at most 32 * 127): of 32
     // elements for `Q4_K`, of 16 for `Q6_K`.
     let np = npairs(F);
-    let mut pairs = vec![0u32; nr * nb * np];
+    let mut pairs = scratch(nr * nb * np, 0u32, "activation sub-block sums")?;
     for (x, p) in xs.iter().zip(pairs.chunks_exact_mut(nb * np)) {
         for (i, q) in p.iter_mut().enumerate() {
             let (a, b) = if F == Q4K {
@@ -125,7 +126,7 @@ pub(super) unsafe fn kquant<D: Dot, const RX: usize, const F: u8>(
             *q = (a as u16 as u32) | ((b as u16 as u32) << 16);
         }
     }
-    let mut group = vec![0u32; nb * per_sb(F)];
+    let mut group = scratch(nb * per_sb(F), 0u32, "repacked weight group")?;
     let per_block = (X_BLOCK_BYTES / (256 * nb)).max(RX) / RX * RX;
     let mut r0 = 0;
     while r0 < nr {
@@ -170,6 +171,7 @@ pub(super) unsafe fn kquant<D: Dot, const RX: usize, const F: u8>(
         }
         r0 = r1;
     }
+    Ok(())
 }
 
 /// 32 bytes of `b` from `at`.

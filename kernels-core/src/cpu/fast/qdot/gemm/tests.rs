@@ -112,7 +112,7 @@ fn compare_kernels(f: Family, dtype: DType, w: &[u8], acts: &Acts, nr: usize, k:
     let n = w.len() / rb;
     let xs: Vec<XRow> = (0..nr).map(|r| acts.row(r)).collect();
     let mut got = vec![f32::NAN; n * nr];
-    rows(f, dtype, w, rb, &xs, &mut got);
+    rows(f, dtype, w, rb, &xs, &mut got).expect("the scratch fits");
     let what = alloc::format!("{dtype} on {}: {nr} rows, k {k}, n {n}", f.name());
     let want: Vec<f32> = (0..n * nr)
         .map(|i| {
@@ -135,7 +135,7 @@ fn compare_kernels(f: Family, dtype: DType, w: &[u8], acts: &Acts, nr: usize, k:
     }
     if n > 1 {
         let mut part = vec![f32::NAN; (n - 1) * nr];
-        rows(f, dtype, &w[rb..], rb, &xs, &mut part);
+        rows(f, dtype, &w[rb..], rb, &xs, &mut part).expect("the scratch fits");
         assert!(same_bits(&part, &got[nr..]), "{what}, from weight row 1");
     }
 }

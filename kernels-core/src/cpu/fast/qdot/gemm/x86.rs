@@ -14,6 +14,7 @@ use super::X_BLOCK_BYTES;
 use super::kquant_x86::{Q4K, Q6K, kquant};
 use crate::cpu::fast::matref::transpose8;
 use crate::dtype::DType;
+use crate::error::Result;
 
 /// The rows of `w` against `xs` on an x86 `family` (which this CPU runs: the caller checked):
 /// `out[j * xs.len() + r]`.
@@ -24,7 +25,7 @@ pub fn rows(
     row_bytes: usize,
     xs: &[XRow],
     out: &mut [f32],
-) {
+) -> Result<()> {
     // SAFETY: the caller checked that the CPU has the family's features (`Family::missing`).
     unsafe {
         match family {
@@ -36,17 +37,35 @@ pub fn rows(
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn rows_avx2(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+unsafe fn rows_avx2(
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) -> Result<()> {
     unsafe { by_format::<Avx2, 2>(dtype, w, row_bytes, xs, out) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn rows_avxvnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+unsafe fn rows_avxvnni(
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) -> Result<()> {
     unsafe { by_format::<AvxVnni, 2>(dtype, w, row_bytes, xs, out) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-unsafe fn rows_avx512vnni(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+unsafe fn rows_avx512vnni(
+    dtype: DType,
+    w: &[u8],
+    row_bytes: usize,
+    xs: &[XRow],
+    out: &mut [f32],
+) -> Result<()> {
     unsafe { by_format::<Avx512Vnni, 8>(dtype, w, row_bytes, xs, out) }
 }
 
@@ -79,7 +98,7 @@ unsafe fn by_format<D: Dot, const RX: usize>(
     row_bytes: usize,
     xs: &[XRow],
     out: &mut [f32],
-) {
+) -> Result<()> {
     unsafe {
         match dtype {
             DType::Q8_0 => blocked::<D, RX, Q8_0>(w, row_bytes, xs, out),
@@ -87,13 +106,14 @@ unsafe fn by_format<D: Dot, const RX: usize>(
             DType::Q4_1 => blocked::<D, RX, Q4_1>(w, row_bytes, xs, out),
             DType::Q5_0 => blocked::<D, RX, Q5_0>(w, row_bytes, xs, out),
             // AVX-512's 32 registers hold eight rows of x's three sums each; AVX2's 16, four.
-            DType::Q4_K if RX >= 8 => kquant::<D, 8, Q4K>(w, row_bytes, xs, out),
-            DType::Q4_K => kquant::<D, 4, Q4K>(w, row_bytes, xs, out),
-            DType::Q6_K if RX >= 8 => kquant::<D, 8, Q6K>(w, row_bytes, xs, out),
-            DType::Q6_K => kquant::<D, 4, Q6K>(w, row_bytes, xs, out),
+            DType::Q4_K if RX >= 8 => return kquant::<D, 8, Q4K>(w, row_bytes, xs, out),
+            DType::Q4_K => return kquant::<D, 4, Q4K>(w, row_bytes, xs, out),
+            DType::Q6_K if RX >= 8 => return kquant::<D, 8, Q6K>(w, row_bytes, xs, out),
+            DType::Q6_K => return kquant::<D, 4, Q6K>(w, row_bytes, xs, out),
             _ => {}
         }
     }
+    Ok(())
 }
 
 /// Every weight row of `w` against every row of `xs`, the rows of `xs` a block of at most
