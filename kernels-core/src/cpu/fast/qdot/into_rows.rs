@@ -10,7 +10,7 @@
 
 use alloc::vec::Vec;
 
-use super::super::pool;
+use super::super::{buffers, pool};
 use super::{
     Acts, Family, GRAIN_WORK, Layout, Precision, XRow, has_groups_kernel, interleave, takes,
 };
@@ -119,14 +119,15 @@ pub fn product_into_rows(
         }
         let mut shuffled = Vec::new();
         for (s, src) in w.chunks(span * row_bytes).enumerate() {
-            shuffled.resize(src.len(), 0);
+            buffers::grow(&mut shuffled, src.len(), 0, "interleaved weight span")?;
+            let groups = &mut shuffled[..src.len()];
             for (g, u) in src
                 .chunks_exact(gbytes)
-                .zip(shuffled.chunks_exact_mut(gbytes))
+                .zip(groups.chunks_exact_mut(gbytes))
             {
                 interleave::repack_group(dtype, g, row_bytes, u);
             }
-            run(&shuffled, s * span);
+            run(groups, s * span);
         }
         Ok(())
     })?;

@@ -678,7 +678,7 @@ fn rows_of(
             x86::rows(family, dtype, w, row_bytes, xs, out);
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Family::Simd128 => wasm::rows(dtype, w, row_bytes, xs, out),
+        Family::Simd128 => return wasm::rows(dtype, w, row_bytes, xs, out),
         _ => portable::rows(dtype, w, row_bytes, xs, out),
     }
     Ok(())

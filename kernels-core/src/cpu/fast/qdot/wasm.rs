@@ -19,20 +19,26 @@
 use alloc::vec::Vec;
 use core::arch::wasm32::*;
 
+use super::super::buffers::out_of_memory_of;
 use super::{TILE, XRow};
 use crate::dtype::DType;
+use crate::error::Result;
 use crate::quant::decode::{f16_at, q4_k_scale_min};
 
-/// `out[j * xs.len() + r] = dot(w row j, xs[r])` for the rows of `w` (`row_bytes` each).
-pub fn rows(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) {
+/// `out[j * xs.len() + r] = dot(w row j, xs[r])` for the rows of `w` (`row_bytes` each). Errs
+/// only when the widened activations cannot be allocated.
+pub fn rows(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f32]) -> Result<()> {
     let nr = xs.len();
     if nr == 0 || row_bytes == 0 {
-        return;
+        return Ok(());
     }
     // Every row of `x` widened to `i16`, 16 values (two vectors) at a time: row `r` is
     // `xw[r * k16..(r + 1) * k16]`.
     let k16 = xs[0].qs.len() / 16;
-    let mut xw: Vec<[v128; 2]> = Vec::with_capacity(nr * k16);
+    let wide: usize = xs.iter().map(|x| x.qs.len() / 16).sum();
+    let mut xw: Vec<[v128; 2]> = Vec::new();
+    xw.try_reserve_exact(wide)
+        .map_err(|_| out_of_memory_of::<[v128; 2]>("widened activations".into(), wide))?;
     for x in xs {
         xw.extend(x.qs.as_chunks::<16>().0.iter().map(|c| widen(load_x(c))));
     }
@@ -53,6 +59,7 @@ pub fn rows(dtype: DType, w: &[u8], row_bytes: usize, xs: &[XRow], out: &mut [f3
             }
         }
     }
+    Ok(())
 }
 
 /// The widened rows of a tile of `x`: `k16` pairs of `i16x8` per row.
