@@ -27,6 +27,7 @@
 
 use alloc::vec::Vec;
 
+use super::buffers::scratch;
 use super::config::Forced;
 use super::gemm::{Gemm, HalfRef, Kernel, MatRef, PackedB};
 use super::isa::Isa;
@@ -235,12 +236,13 @@ pub fn product_t(
         return gemm_t(family, threads, bf, w, x, (rows, k), t);
     }
     pool::for_slices_on(threads, t, rows, GRAIN, &|js, part| {
-        stream(family, bf, w, x, (rows, k), js.start, js.end, part);
-        Ok(())
+        stream(family, bf, w, x, (rows, k), js.start, js.end, part)
     })
 }
 
-/// Weight rows `j0..j1` dotted with every row of `x` into `part` (`[j1 - j0, rows]`).
+/// Weight rows `j0..j1` dotted with every row of `x` into `part` (`[j1 - j0, rows]`); nothing
+/// is written where the operands disagree. Errs only where the portable kernel's decoded row
+/// cannot be allocated.
 #[allow(clippy::too_many_arguments)]
 fn stream(
     family: Family,
@@ -251,15 +253,15 @@ fn stream(
     j0: usize,
     j1: usize,
     part: &mut [f32],
-) {
+) -> Result<()> {
     let row_bytes = 2 * k;
     if part.len() < (j1 - j0) * rows || w.len() < j1 * row_bytes || x.len() < rows * k {
-        return;
+        return Ok(());
     }
     match family {
         Family::Portable => {
             let dtype = if bf { DType::BF16 } else { DType::F16 };
-            let mut row = alloc::vec![0.0f32; k];
+            let mut row = scratch(k, 0.0f32, "decoded f16 weight row")?;
             for j in j0..j1 {
                 quant::decode_blocks(dtype, &w[j * row_bytes..(j + 1) * row_bytes], &mut row);
                 for r in 0..rows {
@@ -290,6 +292,7 @@ fn stream(
             }
         },
     }
+    Ok(())
 }
 
 /// A plain f32 dot product with eight accumulators (auto-vectorized).

@@ -206,7 +206,7 @@ fn embedding(ids: &Tensor, w: &Tensor) -> Option<Result<Vec<Tensor>>> {
             id as usize,
             &mut plain,
         );
-        if let Err(e) = quant::dequantize_into(w.dtype(), row, o) {
+        if let Err(e) = row.and_then(|row| quant::dequantize_into(w.dtype(), row, o)) {
             return Some(Err(e));
         }
     }
@@ -337,7 +337,8 @@ fn integer_product(
 
 /// Row `j` of a weight of `n` rows in the plain layout: the bytes themselves, or (interleaved)
 /// from its group unpacked into `cache` (group index + 1 and its plain bytes, kept for the
-/// next row of the same group).
+/// next row of the same group, reserved fallibly). Errs where the packed bytes do not hold
+/// row `j` or the cache cannot be had.
 fn plain_row<'a>(
     dtype: DType,
     (packed, layout): (&'a [u8], Layout),
@@ -345,20 +346,33 @@ fn plain_row<'a>(
     n: usize,
     j: usize,
     cache: &'a mut (usize, Vec<u8>),
-) -> &'a [u8] {
+) -> Result<&'a [u8]> {
     let g = interleave::GROUP;
+    let short = || {
+        Error::bad_shape(
+            "embedding",
+            "weight",
+            &[n, row_bytes],
+            alloc::format!("its bytes do not hold row {j}"),
+        )
+    };
     if layout == Layout::Plain || j >= n / g * g {
-        return &packed[j * row_bytes..(j + 1) * row_bytes];
+        let at = j.checked_mul(row_bytes).ok_or_else(short)?;
+        let end = at.checked_add(row_bytes).ok_or_else(short)?;
+        return packed.get(at..end).ok_or_else(short);
     }
     let g0 = j / g * g;
+    let group_bytes = g.checked_mul(row_bytes).ok_or_else(short)?;
     if cache.0 != j / g + 1 {
-        cache.1.resize(g * row_bytes, 0);
-        let src = &packed[g0 * row_bytes..(g0 + g) * row_bytes];
-        interleave::unpack_group(dtype, src, row_bytes, &mut cache.1);
+        super::buffers::grow(&mut cache.1, group_bytes, 0, "embedding row group")?;
+        let at = g0.checked_mul(row_bytes).ok_or_else(short)?;
+        let end = at.checked_add(group_bytes).ok_or_else(short)?;
+        let src = packed.get(at..end).ok_or_else(short)?;
+        interleave::unpack_group(dtype, src, row_bytes, &mut cache.1[..group_bytes]);
         cache.0 = j / g + 1;
     }
     let at = (j - g0) * row_bytes;
-    &cache.1[at..at + row_bytes]
+    Ok(&cache.1[at..at + row_bytes])
 }
 
 /// Weight rows per grain of [`panel_product`]'s ranges: the pool cuts `0..n` at multiples of

@@ -87,3 +87,29 @@ fn repacked_weights_give_the_plain_bits_on_every_path() {
     let q = weights(&mut rng, DType::Q4_1, 8, 32);
     assert!(Tensor::from_raw_in(&[8, 32], DType::Q4_1, q, Layout::Rows8).is_err());
 }
+
+#[test]
+fn an_embedding_row_past_the_bytes_is_an_error_not_a_panic() {
+    let mut rng = Rng::new(43);
+    let (dtype, n, k) = (DType::Q8_0, 16, 64);
+    let rb = dtype.bytes_for(k).expect("whole blocks");
+    let wq = weights(&mut rng, dtype, n, k);
+    let packed = interleave::repack(dtype, &wq, rb, n).expect("repack");
+    let mut cache = (0, Vec::new());
+    for layout in [Layout::Plain, Layout::Rows8] {
+        let bytes = if layout == Layout::Plain {
+            &wq
+        } else {
+            &packed
+        };
+        // The bytes of 16 rows, short of the 24 the caller claims: rows 16-23 are not there.
+        for j in [3, 12] {
+            let row = plain_row(dtype, (bytes, layout), rb, 24, j, &mut cache).expect("row");
+            assert_eq!(row, &wq[j * rb..(j + 1) * rb], "{layout:?} row {j}");
+        }
+        for j in [16, 23, usize::MAX / 2] {
+            let got = plain_row(dtype, (bytes, layout), rb, 24, j, &mut cache);
+            assert!(got.is_err(), "{layout:?} row {j} past the bytes");
+        }
+    }
+}
