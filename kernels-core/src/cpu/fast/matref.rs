@@ -300,6 +300,22 @@ impl<const BF: bool> PanelRows for HalfRows<'_, '_, BF> {
     }
 }
 
+/// The f16 at `b[at..at + 2]` as f32 by F16C's `vcvtph2ps`: exact, the bits of
+/// `quant::decode::f16_at`, without its multiply, which takes a microcode assist on Intel's
+/// cores when the f16 is subnormal. `Q6_K`'s super-block scales often are (every one of them
+/// in the random 1.5B Q4_K_M file of kernels-core/README.md), so the x86 kernels that read a
+/// scale per super-block convert it here.
+///
+/// # Safety
+/// The CPU has F16C.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn f16c_at(b: &[u8], at: usize) -> f32 {
+    use core::arch::x86_64::*;
+    let h = u16::from_le_bytes([b[at], b[at + 1]]);
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))) }
+}
+
 /// The 8 x 8 transpose of 32-bit lanes: lane `j` of result `g` is lane `g` of `v[j]`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]

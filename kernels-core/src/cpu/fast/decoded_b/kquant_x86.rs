@@ -13,7 +13,8 @@
 
 use core::arch::x86_64::*;
 
-use crate::quant::decode::{f16_at, q4_k_scale_min};
+use crate::cpu::fast::matref::f16c_at as f16_at;
+use crate::quant::decode::q4_k_scale_min;
 
 /// Bytes of a `Q4_K` block.
 const Q4_K_BYTES: usize = 144;
@@ -100,7 +101,8 @@ unsafe fn q4_k_body<const WIDE: bool>(bytes: &[u8], out: &mut [f32]) {
         .chunks_exact(Q4_K_BYTES)
         .zip(out.chunks_exact_mut(256))
     {
-        let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+        // SAFETY: F16C (the caller).
+        let (d, dmin) = unsafe { (f16_at(b, 0), f16_at(b, 2)) };
         let scales = &b[4..16];
         for c in 0..4 {
             // SAFETY: 32 quant bytes of the block's 128 (`c < 4`); AVX2 (the caller).
@@ -147,7 +149,8 @@ unsafe fn q6_k_body<const WIDE: bool>(bytes: &[u8], out: &mut [f32]) {
         .chunks_exact(Q6_K_BYTES)
         .zip(out.chunks_exact_mut(256))
     {
-        let d = f16_at(b, 208);
+        // SAFETY: F16C (the caller).
+        let d = unsafe { f16_at(b, 208) };
         let scales = &b[192..208];
         for h in 0..2 {
             // SAFETY: `ql` bytes `64 h..64 h + 64` and `qh` bytes `128 + 32 h..` of the block;

@@ -374,11 +374,8 @@ unsafe fn hsum(v: __m256) -> f32 {
     }
 }
 
-/// The f16 at `b[at..at + 2]` as f32 (F16C: exact, as `quant::decode::f16_at`).
-#[inline(always)]
-unsafe fn f16_at(b: &[u8], at: usize) -> f32 {
-    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(u16_at(b, at) as i32))) }
-}
+// The f16 at `b[at..at + 2]` as f32 (F16C: exact, as `quant::decode::f16_at`).
+use crate::cpu::fast::matref::f16c_at as f16_at;
 
 #[inline(always)]
 fn u16_at(b: &[u8], at: usize) -> u16 {

@@ -34,9 +34,8 @@ use core::arch::x86_64::*;
 use super::super::XRow;
 use super::super::x86::{Dot, prefetch_lines, q4_k_scales};
 use crate::cpu::fast::buffers::scratch;
-use crate::cpu::fast::matref::transpose8;
+use crate::cpu::fast::matref::{f16c_at as f16_at, transpose8};
 use crate::error::Result;
-use crate::quant::decode::f16_at;
 
 /// Weight rows per group: one `i32` lane each.
 const JW: usize = 8;
@@ -249,7 +248,8 @@ unsafe fn repack_q4_k(w: &[u8], row_bytes: usize, group: &mut [u32]) {
         }
         for j in 0..JW {
             let (d, dmin) = if j < m {
-                (f16_at(sb[j], 0).to_bits(), f16_at(sb[j], 2).to_bits())
+                // SAFETY: F16C (the caller).
+                unsafe { (f16_at(sb[j], 0).to_bits(), f16_at(sb[j], 2).to_bits()) }
             } else {
                 (0, 0)
             };
@@ -323,7 +323,8 @@ unsafe fn repack_q6_k(w: &[u8], row_bytes: usize, group: &mut [u32]) {
         }
         for j in 0..JW {
             g[d_at(F) + j] = if j < m {
-                f16_at(sb[j], 208).to_bits()
+                // SAFETY: F16C (the caller).
+                unsafe { f16_at(sb[j], 208).to_bits() }
             } else {
                 0
             };
