@@ -97,17 +97,21 @@ pub fn residual_prefill(family: Family, dtype: DType, rows: usize) -> bool {
 }
 
 /// The most rows of x for which prefill of a `Q4_K` or `Q6_K` weight at residual precision
-/// takes the K-quant GEMM (`kquant_x86`) rather than the f32 panels: 32 on the VNNI families,
-/// 16 on AVX2. Measured end to end (`kernels bench llama --prefill-len P`, a random
-/// Qwen2.5-1.5B-shaped Q4_K_M, 1 thread, Intel Xeon, 2026-11-30, two interleaved pairs, tok/s
-/// panels against the GEMM, `Q4_K` alone on it): AVX-512 VNNI at 16 tokens 12.4-12.7 against
-/// 13.4-16.6, at 32 19.2-21.1 against 23.7-25.4, at 64 31.3-33.5 against 28.8-30.6; AVX2 at 16
-/// 13.1 against 15.1-17.0, at 32 15.9-17.6 against 16.3-18.7. `Q6_K` then joined it (AVX-512
-/// VNNI, tok/s without against with it): at 16 tokens 16.4-21.2 against 24.4-24.8, at 32
-/// 21.2-24.1 against 20.9-28.7 (mixed); the `qgemm` bench puts its GEMM at 0.8x the panels at
-/// 64 rows (38-42 against 47-50 G multiply-adds/s).
+/// takes the K-quant GEMM (`kquant_x86`) rather than the f32 panels: 64 on the VNNI families,
+/// 16 on AVX2. The GEMM's rate is flat in the rows; the panels' grows with them (each decoded
+/// panel serves more rows). Measured end to end (`kernels bench llama --prefill-len P`, a
+/// random Qwen2.5-1.5B-shaped Q4_K_M, Intel Xeon with AVX-512 VNNI, 2026-12-02, after the
+/// scales' F16C conversion, two interleaved pairs, prefill tok/s panels against the GEMM):
+/// at 64 tokens 39.1-39.9 against 41.5-42.2 on 1 thread and 76.2-77.8 against 82.3-82.6 on 2;
+/// at 256 tokens 55.7-57.2 against 39.3-40.3 and 102.5-104.5 against 77.6-78.3. The 0.5B
+/// Q4_K_M (its `ffn_down` alone is `Q4_K`/`Q6_K`) at 64 tokens, three pairs, 32 against 64 as
+/// the limit: 182.3-187.3 against 191.9-195.4 tok/s on 1 thread, 315.4-340.2 against
+/// 327.3-348.9 on 2. Forced to AVX2 on that Xeon (1 thread): at 32 tokens 27.1-27.4 against
+/// 27.6-27.9 (even), at 64 34.0-34.3 against 27.7-28.4 (the panels ahead). At 16 and 32
+/// tokens the GEMM led before that conversion too (2026-11-30, 1 thread, AVX-512 VNNI: 13.4-16.6
+/// against 12.4-12.7 and 23.7-25.4 against 19.2-21.1 tok/s, `Q4_K` alone on it).
 pub fn residual_k_quant_max_rows(family: Family) -> usize {
-    if family == Family::Avx2 { 16 } else { 32 }
+    if family == Family::Avx2 { 16 } else { 64 }
 }
 
 /// `out[j * xs.len() + r] = dot(w row j, xs[r])` for the rows of `w` (`row_bytes` each) on

@@ -13,6 +13,8 @@
 use core::arch::x86_64::*;
 
 use super::{Family, TILE, XRow};
+// The f16 at `b[at..at + 2]` as f32 (F16C: exact, as `quant::decode::f16_at`).
+use crate::cpu::fast::matref::f16c_at as f16_at;
 use crate::dtype::DType;
 
 mod interleaved;
@@ -373,9 +375,6 @@ unsafe fn hsum(v: __m256) -> f32 {
         _mm_cvtss_f32(s)
     }
 }
-
-// The f16 at `b[at..at + 2]` as f32 (F16C: exact, as `quant::decode::f16_at`).
-use crate::cpu::fast::matref::f16c_at as f16_at;
 
 #[inline(always)]
 fn u16_at(b: &[u8], at: usize) -> u16 {
