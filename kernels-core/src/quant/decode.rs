@@ -9,21 +9,32 @@ pub const QK: usize = 32;
 /// Length of the K-quant super-blocks.
 pub const QK_K: usize = 256;
 
-/// IEEE binary16 bits to f32, exactly as `half::f16::to_f32` (NaN quieted), without its
-/// per-value branches: the bits shifted into an f32's place are off by an exponent bias of
-/// 112, which one exact multiplication by 2^112 restores (subnormals included).
+/// IEEE binary16 bits to f32, exactly as `half::f16::to_f32` (NaN quieted), in integer
+/// arithmetic: the bits shifted into an f32's place are off by an exponent bias of 112 (224
+/// for inf and NaN). A zero or subnormal `f16` takes one exact subtraction of normal f32s
+/// (`2^-14 (1 + m / 1024) - 2^-14 = m 2^-24`), so no operand is ever a subnormal f32: a
+/// multiply by 2^112 on the shifted bits (the older form) takes a microcode assist on Intel's
+/// cores for each subnormal `f16`, which `Q6_K`'s super-block scales can all be.
 #[inline(always)]
 pub fn f16_to_f32(h: u16) -> f32 {
+    const EXP: u32 = 0x0f80_0000; // the f16 exponent field, shifted into an f32's place
+    const BIAS: u32 = (127 - 15) << 23;
     let h = h as u32;
-    let magnitude = f32::from_bits((h & 0x7fff) << 13) * f32::from_bits(0x7780_0000);
-    let mut bits = magnitude.to_bits() | ((h & 0x8000) << 16);
-    if h & 0x7c00 == 0x7c00 {
-        bits |= 0x7f80_0000;
+    let shifted = (h & 0x7fff) << 13;
+    let exp = shifted & EXP;
+    let mut bits = shifted + BIAS;
+    if exp == EXP {
+        // inf and NaN: the exponent all ones, NaN quieted.
+        bits += BIAS;
         if h & 0x03ff != 0 {
             bits |= 0x0040_0000;
         }
+    } else if exp == 0 {
+        // zero and subnormals: 2^-14 (1 + m / 1024), less 2^-14.
+        let one_more = f32::from_bits(bits + (1 << 23));
+        bits = (one_more - f32::from_bits(113 << 23)).to_bits();
     }
-    f32::from_bits(bits)
+    f32::from_bits(bits | ((h & 0x8000) << 16))
 }
 
 #[inline(always)]
