@@ -12,9 +12,9 @@ pub const QK_K: usize = 256;
 /// IEEE binary16 bits to f32, exactly as `half::f16::to_f32` (NaN quieted), in integer
 /// arithmetic: the bits shifted into an f32's place are off by an exponent bias of 112 (224
 /// for inf and NaN). A zero or subnormal `f16` takes one exact subtraction of normal f32s
-/// (`2^-14 (1 + m / 1024) - 2^-14 = m 2^-24`), so no operand is ever a subnormal f32: a
-/// multiply by 2^112 on the shifted bits (the older form) takes a microcode assist on Intel's
-/// cores for each subnormal `f16`, which `Q6_K`'s super-block scales can all be.
+/// (`2^-14 (1 + m / 1024) - 2^-14 = m 2^-24`), so no operand is ever a subnormal f32, which
+/// would take a microcode assist on Intel's cores (`Q6_K`'s super-block scales can all be
+/// subnormal `f16`s).
 #[inline(always)]
 pub fn f16_to_f32(h: u16) -> f32 {
     const EXP: u32 = 0x0f80_0000; // the f16 exponent field, shifted into an f32's place

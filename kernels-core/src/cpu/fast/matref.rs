@@ -301,10 +301,10 @@ impl<const BF: bool> PanelRows for HalfRows<'_, '_, BF> {
 }
 
 /// The f16 at `b[at..at + 2]` as f32 by F16C's `vcvtph2ps`: exact, the bits of
-/// `quant::decode::f16_at`, without its multiply, which takes a microcode assist on Intel's
-/// cores when the f16 is subnormal. `Q6_K`'s super-block scales can be (every one of them is
-/// in the random 1.5B Q4_K_M file of kernels-core/README.md), so the x86 kernels that read a
-/// scale per super-block convert it here.
+/// `quant::decode::f16_at`, in one instruction where the software conversion takes several and
+/// a branch on subnormals, which `Q6_K`'s super-block scales can all be (every one of them is in
+/// the random 1.5B Q4_K_M file of kernels-core/README.md). The x86 kernels that read a scale per
+/// super-block convert it here.
 ///
 /// # Safety
 /// The CPU has F16C.
