@@ -277,11 +277,12 @@ fn repack_in(
     Ok(any)
 }
 
-/// An f16 or bf16 matrix of the memory-mapped file copied into memory of this process advised
-/// into transparent huge pages (`heap::advise_huge_pages`; `KERNELS_HUGE_PAGES=0` leaves it in
-/// the file's pages): decode streams it whole every token, and the file's 4 KiB
-/// pages cost a TLB miss every 4 KiB. The file's pages are given back, so resident memory stays
-/// the same. `None` for other tensors.
+/// A matrix of the memory-mapped file that the repack left in the file's layout (f16, bf16,
+/// the K-quants, and every format where the kernel family has no interleaved layout) copied
+/// into memory of this process advised into transparent huge pages
+/// (`heap::advise_huge_pages`; `KERNELS_HUGE_PAGES=0` leaves it in the file's pages): decode
+/// streams it whole every token, and the file's 4 KiB pages cost a TLB miss every 4 KiB. The
+/// file's pages are given back, so resident memory stays the same. `None` for other tensors.
 fn huge_page_copy(
     t: &Tensor,
     mapped: Option<&std::ops::Range<usize>>,
@@ -290,7 +291,7 @@ fn huge_page_copy(
     let in_file = t
         .packed_bytes()
         .is_ok_and(|b| mapped.is_some_and(|m| in_mapping(m, b)));
-    if !in_file || !matches!(t.dtype(), DType::F16 | DType::BF16) {
+    if !in_file || !DType::WEIGHT.contains(&t.dtype()) {
         return Ok(None);
     }
     in_huge_pages(t)
@@ -518,6 +519,14 @@ mod huge_page_tests {
                 .unwrap()
                 .is_some()
         );
+        // A K-quant matrix (never repacked) within the mapping: copied, the same bytes.
+        let kq = matrix(DType::Q4_K, 1024, 8192);
+        let b = kq.packed_bytes().unwrap();
+        let around = b.as_ptr() as usize..b.as_ptr() as usize + b.len();
+        let copy = super::huge_page_copy(&kq, Some(&around))
+            .unwrap()
+            .expect("a K-quant matrix of 4.5 MiB is copied");
+        assert_eq!(copy.packed_in().unwrap(), kq.packed_in().unwrap());
         // A repack into the advised buffer is the plain repack, interleaved layout and all.
         let q = matrix(DType::Q8_0, 2048, 2048);
         let want = interleave::repack_tensor(&q).expect("repack");
