@@ -246,7 +246,8 @@ fn repacks(backend: &dyn Backend) -> bool {
 /// CPU backend's decode kernels read (`kernels_core::cpu::fast::qdot::interleave`, where the
 /// kernel family has them, unless `KERNELS_CPU_REPACK=0`), each one's pages of the memory-mapped
 /// file (`mapped`) given back to the kernel once copied, so the file's pages and the copy are
-/// not both resident. Whether any was repacked.
+/// not both resident; every other weight matrix of the file is copied into huge pages
+/// ([`huge_page_copy`]) the same way. Whether any was repacked or copied.
 fn repack_in(
     tensors: &mut BTreeMap<String, Tensor>,
     mapped: Option<&std::ops::Range<usize>>,
